@@ -1,0 +1,34 @@
+# autotune - every target builds .venv on demand, so any of them works as the first command on a fresh clone.
+PYTHON   ?= python3
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+SPACE    ?= search_spaces/default.yaml
+MODEL    ?=
+ENGINE   ?=
+TRIALS   ?= 20
+RESTARTS ?=
+STUDY    ?=
+
+.PHONY: install test demo tune report clean-demo
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	$(PY) -m pytest -q
+
+# A full study on the simulated GB10 (sparse MoE): search, racing, verification, report. About a minute.
+demo: install
+	$(PY) -m autotune tune --space search_spaces/gb10.yaml --engine sim --study demo-gb10 --fresh --trials 40
+
+tune: install
+	@if [ -z "$(MODEL)" ]; then echo "make tune: set MODEL=/path/to/model or org/name, e.g. make tune MODEL=Qwen/Qwen3-0.6B [ENGINE=vllm|sim|cmd SPACE=... TRIALS=... RESTARTS=...]" >&2; exit 2; fi
+	$(PY) -m autotune tune --space $(SPACE) --model $(MODEL) $(if $(ENGINE),--engine $(ENGINE)) --trials $(TRIALS) $(if $(RESTARTS),--restarts $(RESTARTS)) $(if $(STUDY),--study $(STUDY))
+
+report: install
+	$(PY) -m autotune report $(if $(STUDY),--study $(STUDY))

@@ -1,0 +1,305 @@
+"""The ``autotune`` command: ``main -> raw_main -> program``, one exit status per outcome.
+
+Subcommands: ``tune`` (run or resume a study), ``report`` (the ten-second table, ``--json``), ``export`` (the
+winner as a ``vllm serve --config`` YAML, CLI flags or ``LLM`` kwargs), ``ui`` (the MLflow UI), ``audit``
+(configured vs resolved for one configuration), ``bench`` (the tuner against other strategies on the simulator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+from autotune import __version__
+from autotune.status import ExitStatus
+
+__all__ = ["main", "raw_main"]
+
+DEFAULT_SPACE = "search_spaces/default.yaml"
+
+#: Subcommands contributed by their own modules: each has ``configure_parser(parser)`` and ``run(args)``.
+EXTERNAL_COMMANDS = {
+    "export": ("autotune.export", "Export the verified winner as a vllm serve YAML, CLI flags or LLM kwargs."),
+    "ui": ("autotune.ui", "Start the MLflow UI on 127.0.0.1 against the project's store."),
+    "audit": ("autotune.audit", "Start the engine once: configured vs resolved, side by side."),
+    "bench": ("autotune.bench", "Benchmark the tuner against other strategies on simulated ground truth."),
+}
+
+
+class UsageError(Exception):
+    """Bad command-line input; the message names the flag and the fix."""
+
+
+# -- shared helpers --------------------------------------------------------------------------------------
+
+
+def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
+    """``["k=v", ...]`` -> dict, values parsed as YAML scalars/lists (``sizes=[1,2,4]``, ``K=3``)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items or ():
+        if "=" not in item:
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE, e.g. {flag} num_speculative_tokens=3")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def default_study_name(space: Any, engine: str) -> str:
+    model = str(space.engine_args.get("model", "model")).rstrip("/")
+    base = f"{space.name}-{engine}-{os.path.basename(model) or model}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", base)
+
+
+def add_store_args(parser: argparse.ArgumentParser) -> None:
+    from autotune.study import DEFAULT_STORAGE
+
+    parser.add_argument("--storage", default=os.environ.get("AUTOTUNE_STORAGE", DEFAULT_STORAGE),
+                        help="Optuna storage URL (default: %(default)s; PostgreSQL for several workers)")
+
+
+def load_space_for(args: argparse.Namespace) -> Any:
+    from autotune.space import load_space
+
+    space = load_space(args.space)
+    if getattr(args, "model", None):
+        space = space.with_model(args.model)
+    return space
+
+
+def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_dir: str | None = None) -> Any:
+    """The engine named on the command line, else the space's ``engine.name``, else ``vllm``.
+
+    Engine options come from the space's ``engine:`` section: ``engine.<name>: {...}`` per engine, or flat
+    keys for the space's own engine; ``--engine-opt`` overrides both.
+    """
+    from autotune.engines import ENGINES, make_engine
+
+    section = dict(space.engine)
+    space_engine = section.pop("name", None)
+    per_engine = {k: section.pop(k) for k in list(section) if k in ENGINES and isinstance(section[k], dict)}
+    chosen = name or space_engine or "vllm"
+    engine_opts = dict(per_engine.get(chosen, {}))
+    if chosen == space_engine:
+        engine_opts = {**section, **engine_opts}  # flat options belong to the space's own engine
+    engine_opts.update(options)
+    engine = make_engine(chosen, cache_dir=cache_dir, **engine_opts)
+    engine.check(space)
+    return engine
+
+
+# -- tune ------------------------------------------------------------------------------------------------
+
+
+def _configure_tune(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--space", default=DEFAULT_SPACE, help="search space YAML (default: %(default)s)")
+    p.add_argument("--model", help="model path or hub id; overrides engine_args.model")
+    p.add_argument("--engine", help="sim, cmd or vllm (default: the space's engine.name, else vllm)")
+    p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE", help="engine option, repeatable")
+    p.add_argument("--study", help="study name (default: <space>-<engine>-<model>)")
+    add_store_args(p)
+    p.add_argument("--workdir", default=os.path.join("mlruns", "autotune"), help="engine caches and logs")
+    p.add_argument("--trials", type=int, default=20, help="search trials (default: %(default)s)")
+    p.add_argument("--restarts", type=int, default=None,
+                   help="restarts per trial: the starting number with racing (default 2), fixed without (default 3)")
+    p.add_argument("--max-restarts", type=int, default=6, help="racing cap per trial (default: %(default)s)")
+    p.add_argument("--no-racing", action="store_true", help="give every trial exactly --restarts restarts")
+    p.add_argument("--top-k", type=int, default=3, help="configurations verified at the end (default: %(default)s)")
+    p.add_argument("--verify-restarts", type=int, default=3, help="restarts per verified configuration")
+    p.add_argument("--no-verify", action="store_true", help="skip the verification phase")
+    p.add_argument("--budget-restarts", type=int, help="engine starts for the whole study, verification included")
+    p.add_argument("--budget-minutes", type=float, help="engine wall minutes for the whole study")
+    p.add_argument("--sampler", choices=("tpe", "gp"), default="tpe")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ci-method", choices=("t", "bca"), default="t", help="interval for a trial's mean")
+    p.add_argument("--fresh", action="store_true", help="delete a study of the same name and start over")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI "
+                   "or sqlite:///mlruns/mlflow.db)")
+    p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    p.add_argument("--quiet", action="store_true", help="only the progress bar and the final report")
+
+
+def _simulator_check(engine: Any, space: Any, report: dict[str, Any]) -> None:
+    """For the sim engine only: where the winner's true throughput stands against the best in the space."""
+    if getattr(engine, "name", None) != "sim" or not report.get("winner"):
+        return
+    from autotune.records import EngineConfig
+
+    truths = []
+    for params in space.all_params():
+        cfg = space.config_from_params(params)
+        value = engine.true_throughput(cfg, space.workload)
+        if value is not None:
+            truths.append((value, cfg.label()))
+    if not truths:
+        return
+    best, best_label = max(truths)
+    winner_true = engine.true_throughput(EngineConfig.from_dict(report["winner"]["config"]), space.workload) or 0.0
+    report["simulator_check"] = {"winner_true": winner_true, "best_true": best, "best_label": best_label,
+                                 "ratio_to_best": winner_true / best}
+
+
+def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    from autotune.progress import ProgressPrinter
+    from autotune.racing import RacingPolicy
+    from autotune.report import build_report, render_report
+    from autotune.study import Interrupted, StudyOptions, run_study
+
+    space = load_space_for(args)
+    engine_name = args.engine or space.engine.get("name") or "vllm"
+    study_name = args.study or default_study_name(space, engine_name)
+    engine = build_engine(space, args.engine, parse_kv(args.engine_opt, "--engine-opt"))
+    for flag, value in (("--trials", args.trials), ("--max-restarts", args.max_restarts),
+                        ("--verify-restarts", args.verify_restarts)):
+        if value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    restarts = args.restarts if args.restarts is not None else (3 if args.no_racing else 2)
+    if restarts < 1 or restarts > args.max_restarts and not args.no_racing:
+        raise UsageError(f"--restarts must be between 1 and --max-restarts ({args.max_restarts}), got {restarts}")
+    options = StudyOptions(
+        study_name=study_name, storage=args.storage, workdir=args.workdir, trials=args.trials,
+        policy=RacingPolicy(min_restarts=restarts, max_restarts=max(restarts, args.max_restarts),
+                            racing=not args.no_racing),
+        top_k=args.top_k, verify_restarts=args.verify_restarts, budget_restarts=args.budget_restarts,
+        budget_minutes=args.budget_minutes, sampler=args.sampler, seed=args.seed,
+        interval_method=args.ci_method, fresh=args.fresh, verify=not args.no_verify,
+        command=tuple(["autotune", *sys.argv[1:]] if sys.argv and "autotune" in sys.argv[0] else ()),
+    )
+    observers: list[Any] = [ProgressPrinter(quiet=args.quiet)]
+    if not args.no_mlflow:
+        from autotune.tracking import MlflowTracker
+
+        observers.append(MlflowTracker(tracking_uri=args.tracking_uri))
+    try:
+        study = run_study(space, engine, options, observers)
+    except Interrupted as exc:
+        for obs in observers:
+            obs.close()
+        print(f"autotune: {exc}", file=sys.stderr)
+        return ExitStatus.INTERRUPTED
+    finally:
+        engine.close()
+    report = build_report(study)
+    _simulator_check(engine, space, report)
+    print(render_report(report), file=out)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=2, default=str)
+    return ExitStatus.SUCCESS
+
+
+# -- report ----------------------------------------------------------------------------------------------
+
+
+def _configure_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--study", help="study name (default: the most recent study in the store)")
+    add_store_args(p)
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="write JSON to PATH (or stdout)")
+
+
+def latest_study_name(storage: str) -> str:
+    """The most recently started study in ``storage``."""
+    import optuna
+
+    from autotune.study import ensure_sqlite_dir
+
+    ensure_sqlite_dir(storage)
+    summaries = optuna.get_all_study_summaries(storage)
+    if not summaries:
+        raise UsageError(f"no studies in {storage}: run `make demo` or `autotune tune` first")
+    summaries.sort(key=lambda s: s.datetime_start.timestamp() if s.datetime_start else 0.0)
+    return summaries[-1].study_name
+
+
+def _report(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    from autotune.report import build_report, render_report
+    from autotune.study import load_study
+
+    name = args.study or latest_study_name(args.storage)
+    try:
+        study = load_study(name, args.storage)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+    report = build_report(study)
+    if args.json == "-":
+        json.dump(report, out, indent=2, default=str)
+        out.write("\n")
+    else:
+        print(render_report(report), file=out)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(report, fh, indent=2, default=str)
+    return ExitStatus.SUCCESS
+
+
+# -- main ------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="autotune",
+        description="Bayesian-optimisation autotuner for vLLM: CUDA-graph capture x speculative decoding, "
+        "measured across fresh restarts, verified against the baseline.",
+    )
+    parser.add_argument("--version", action="version", version=f"autotune {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    p = sub.add_parser("tune", help="Run or resume a tuning study.")
+    _configure_tune(p)
+    p.set_defaults(handler=_tune)
+    p = sub.add_parser("report", help="Print a study's result (--json for the same as JSON).")
+    _configure_report(p)
+    p.set_defaults(handler=_report)
+    for name, (module_name, help_text) in EXTERNAL_COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.configure_parser(p)
+        p.set_defaults(handler=lambda args, out, module=module: module.run(args, out))
+    return parser
+
+
+def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    """Run the chosen subcommand; bad input becomes a one-line error and a non-zero status."""
+    from autotune.engines import EngineError
+    from autotune.space import SpaceError
+
+    try:
+        return ExitStatus(args.handler(args, out))
+    except (SpaceError, UsageError) as exc:
+        print(f"autotune: error: {exc}", file=sys.stderr)
+        return ExitStatus.BAD_INPUT
+    except EngineError as exc:
+        print(f"autotune: error: {exc}", file=sys.stderr)
+        return ExitStatus.ERROR
+
+
+def raw_main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> ExitStatus:
+    """Parse ``argv`` and run; argparse errors exit 2 like every usage error."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return ExitStatus(exc.code if isinstance(exc.code, int) else ExitStatus.BAD_INPUT)
+    try:
+        return program(args, out or sys.stdout)
+    except KeyboardInterrupt:
+        print("autotune: interrupted", file=sys.stderr)
+        return ExitStatus.INTERRUPTED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point."""
+    return int(raw_main(argv))

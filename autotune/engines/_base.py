@@ -1,0 +1,64 @@
+"""The engine extension point: one abstract base class, one method that matters."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from autotune.records import EngineConfig, RestartResult, Workload
+
+if TYPE_CHECKING:
+    from autotune.space import SearchSpace
+
+__all__ = ["EngineBackend", "EngineError"]
+
+
+class EngineError(Exception):
+    """The engine cannot be used at all (not installed, bad settings): a one-line message naming the fix.
+
+    A single restart that fails is *not* an EngineError: it is a :class:`RestartResult` with a failed status.
+    """
+
+
+class EngineBackend(abc.ABC):
+    """Runs one restart of one configuration in a fresh engine process.
+
+    Subclasses implement :meth:`run_restart`. Everything else has a sensible default.
+
+    Args:
+        cache_dir: A study-local directory the engine may use for compile caches and logs. Engines that
+            model "cold" first starts of a configuration decide coldness from what is in here, as a real
+            compile cache would.
+        options: Engine-specific options from the search space's ``engine:`` section and the CLI.
+    """
+
+    #: Registry name (``sim``, ``cmd``, ``vllm``).
+    name: str = "base"
+
+    def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
+        self.cache_dir = cache_dir
+        self.options: dict[str, Any] = dict(options)
+
+    @abc.abstractmethod
+    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
+        """Start a fresh engine with ``config``, warm up, time ``workload.timed_passes`` passes, stop it.
+
+        Must not raise for a failing restart (crash, timeout, OOM, rejected config): return
+        ``RestartResult(status="failed"|"timeout", error=...)`` instead.
+        """
+
+    def check(self, space: SearchSpace) -> None:
+        """Validate ``space`` against what this engine needs before anything runs.
+
+        Raises:
+            autotune.space.SpaceError: naming the file, field and fix.
+            EngineError: the engine itself is unusable.
+        """
+
+    def describe(self) -> Mapping[str, Any]:
+        """Facts for tracking: engine name and version, GPU name, driver, CUDA version, when known."""
+        return {"engine": self.name}
+
+    def close(self) -> None:
+        """Release anything held between restarts (nothing, for most engines)."""

@@ -1,0 +1,89 @@
+"""Progress on the terminal: a bar over trials and a live line per restart (on stderr)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import IO, Any
+
+from tqdm import tqdm
+
+from autotune.events import StudyObserver
+from autotune.records import EngineConfig, RestartResult, config_differences
+
+__all__ = ["ProgressPrinter"]
+
+
+def _restart_line(label: str, result: RestartResult, config: EngineConfig | None) -> str:
+    head = f"  {label} r{result.restart} seed={result.seed}"
+    if not result.ok:
+        return f"{head} {result.status.upper()}: {result.error}"
+    text = f"{head} {result.value:8.1f} tok/s"
+    if result.accept_len is not None:
+        text += f"  accept={result.accept_len:.2f}"
+    if result.startup_s is not None:
+        text += f"  startup={result.startup_s:.0f}s"
+    if result.cold:
+        text += "  (cold first start: recorded, not counted)"
+    if config is not None:
+        for d in config_differences(config, result.resolved):
+            text += f"\n    WARNING resolved != configured: {d}"
+    return text
+
+
+class ProgressPrinter(StudyObserver):
+    """Shows the study's progress; ``quiet`` keeps only the bar."""
+
+    def __init__(self, stream: IO[str] | None = None, quiet: bool = False) -> None:
+        self.stream = stream or sys.stderr
+        self.quiet = quiet
+        self.bar: tqdm | None = None
+        self.config: EngineConfig | None = None
+        self.configs: dict[str, EngineConfig] = {}
+
+    def _write(self, text: str) -> None:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream)
+
+    def on_study_start(self, ctx: Any) -> None:
+        from autotune.study import _finished_search_trials
+
+        done = _finished_search_trials(ctx.study)
+        verb = "Resuming" if ctx.resumed else "Starting"
+        self._write(f"{verb} study {ctx.options.study_name} ({ctx.space.name}, engine {ctx.engine.name}); "
+                    f"{done} of {ctx.options.trials} trials already done")
+        self.bar = tqdm(total=ctx.options.trials, initial=min(done, ctx.options.trials), desc="trials",
+                        unit="trial", file=self.stream, leave=False, dynamic_ncols=True)
+
+    def on_trial_start(self, ctx: Any, number: int, config: EngineConfig) -> None:
+        self.config = config
+        self._write(f"trial {number}: {config.label()}")
+
+    def on_restart(self, ctx: Any, phase: str, label: str, result: RestartResult) -> None:
+        config = self.config if phase == "search" else None
+        self._write(_restart_line(label if phase == "verify" else "", result, config).replace("   r", "  r", 1))
+
+    def on_trial_end(self, ctx: Any, record: Any) -> None:
+        summary = record.summary
+        state = {"COMPLETE": "done", "PRUNED": "raced out", "FAIL": "FAILED"}.get(record.state, record.state)
+        text = f"trial {record.number} {state}: {summary.describe() if summary else ''}"
+        if record.reason:
+            text += f" - {record.reason}"
+        self._write(text)
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def on_verification_end(self, ctx: Any, verification: Any) -> None:
+        self._write(f"verification done: {verification.restarts_used} engine starts")
+
+    def on_study_end(self, ctx: Any, report: Mapping[str, Any]) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

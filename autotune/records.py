@@ -1,0 +1,332 @@
+"""Frozen records that a trial flows through.
+
+Everything autotune persists (Optuna user attrs, MLflow, reports, exports) goes through these records and
+their ``to_dict``/``from_dict`` pairs, so there is one JSON shape per concept.
+
+* :class:`Workload` - what one timed pass runs.
+* :class:`EngineConfig` - what we ask the engine for, in vLLM's own names.
+* :class:`Resolved` - what the engine says it actually ran after start-up.
+* :class:`RestartResult` - one fresh engine process: status, passes, resolved config, error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "Difference",
+    "EngineConfig",
+    "RestartResult",
+    "RestartStatus",
+    "Resolved",
+    "Workload",
+    "config_differences",
+]
+
+
+class RestartStatus:
+    """String constants for :attr:`RestartResult.status` (strings so they survive JSON unchanged)."""
+
+    OK = "ok"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    ALL = (OK, FAILED, TIMEOUT)
+
+
+def _canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """The decode workload one timed pass runs.
+
+    Attributes:
+        num_prompts: Prompts per pass.
+        input_len: Prompt length in tokens.
+        output_len: Generated tokens per prompt (``ignore_eos``, so every pass does the same work).
+        concurrency: Sequences in flight at once (vLLM ``max_num_seqs`` / ``--max-concurrency``).
+        seed: Seed for prompt generation and sampling.
+        warmup_passes: Minimum warm-up passes per restart (recorded, never counted).
+        max_warmup_passes: Cap on warm-up passes while waiting for throughput to settle.
+        timed_passes: Timed passes per restart; their mean is the restart's value.
+        repetitive_prompts: Build prompts from a repeated n-gram so prompt-lookup (ngram) drafting can hit.
+    """
+
+    num_prompts: int = 16
+    input_len: int = 128
+    output_len: int = 128
+    concurrency: int = 4
+    seed: int = 0
+    warmup_passes: int = 1
+    max_warmup_passes: int = 4
+    timed_passes: int = 3
+    repetitive_prompts: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Workload:
+        return cls(**dict(data))
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """One engine configuration, in vLLM's own names.
+
+    ``engine_args`` are flat ``vllm serve`` / ``LLM(**kwargs)`` arguments with underscores (``max_num_seqs``);
+    ``compilation_config`` holds only keys the search set (absent means "engine default");
+    ``speculative_config`` is ``None`` when speculation is off.
+
+    Attributes:
+        engine_args: Fixed engine arguments (model, dtype, max_model_len, max_num_seqs, ...).
+        compilation_config: e.g. ``{"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4]}``.
+        speculative_config: e.g. ``{"method": "ngram", "num_speculative_tokens": 3, ...}`` or ``None``.
+        params: The searched parameters that produced this config (Optuna's names), for labels and plots.
+        draft: Name of the space's draft option in use, or ``None``.
+    """
+
+    engine_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    compilation_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    speculative_config: Mapping[str, Any] | None = None
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    draft: str | None = None
+
+    # -- what the tuner looks at -------------------------------------------------------------------------
+    @property
+    def cudagraph_mode(self) -> str | None:
+        """Configured cudagraph mode, ``None`` for the engine default."""
+        return self.compilation_config.get("cudagraph_mode")
+
+    @property
+    def capture_sizes(self) -> tuple[int, ...] | None:
+        """Configured capture sizes (sorted), ``None`` for the engine default."""
+        sizes = self.compilation_config.get("cudagraph_capture_sizes")
+        return None if sizes is None else tuple(sorted(int(s) for s in sizes))
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        """K, the draft tokens per step; 0 when speculation is off."""
+        if not self.speculative_config:
+            return 0
+        return int(self.speculative_config.get("num_speculative_tokens", 0))
+
+    @property
+    def spec_method(self) -> str | None:
+        """The speculative method (``ngram``, ``draft_model``, ``eagle3``, ``mtp``...), ``None`` when off."""
+        if not self.speculative_config:
+            return None
+        return self.speculative_config.get("method")
+
+    def key(self) -> str:
+        """A short stable identity: equal configs (whatever their params) share a key."""
+        body = _canonical_json(
+            {
+                "engine_args": self.engine_args,
+                "compilation_config": self.compilation_config,
+                "speculative_config": self.speculative_config,
+            }
+        )
+        return hashlib.sha256(body.encode()).hexdigest()[:12]
+
+    def label(self) -> str:
+        """A one-line human name, e.g. ``PIECEWISE sizes=[4,8,16] ngram K=3``."""
+        mode = self.cudagraph_mode or "default-mode"
+        sizes = self.capture_sizes
+        size_txt = "default-sizes" if sizes is None else f"sizes=[{','.join(map(str, sizes))}]"
+        if self.num_speculative_tokens:
+            spec = f"{self.draft or self.spec_method} K={self.num_speculative_tokens}"
+        else:
+            spec = "no-spec"
+        return f"{mode} {size_txt} {spec}"
+
+    def llm_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``vllm.LLM(**kwargs)`` (the one translation the runner and export share)."""
+        kwargs: dict[str, Any] = dict(self.engine_args)
+        if self.compilation_config:
+            kwargs["compilation_config"] = dict(self.compilation_config)
+        if self.speculative_config:
+            kwargs["speculative_config"] = dict(self.speculative_config)
+        return kwargs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine_args": dict(self.engine_args),
+            "compilation_config": dict(self.compilation_config),
+            "speculative_config": None if self.speculative_config is None else dict(self.speculative_config),
+            "params": dict(self.params),
+            "draft": self.draft,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
+        return cls(
+            engine_args=dict(data.get("engine_args") or {}),
+            compilation_config=dict(data.get("compilation_config") or {}),
+            speculative_config=None if data.get("speculative_config") is None else dict(data["speculative_config"]),
+            params=dict(data.get("params") or {}),
+            draft=data.get("draft"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """What the engine actually ran, read back after start-up.
+
+    Attributes:
+        cudagraph_mode: The mode the worker runs (``None`` if the engine did not say).
+        cudagraph_capture_sizes: The capture sizes the worker captures (``None`` if unknown).
+        compile_mode: The compilation level/mode (string, engine-specific).
+        details: Other resolved facts (model runner, async scheduling, speculative method...).
+        notes: Start-up log lines that changed the plan, verbatim.
+    """
+
+    cudagraph_mode: str | None = None
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    compile_mode: str | None = None
+    details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cudagraph_mode": self.cudagraph_mode,
+            "cudagraph_capture_sizes": None
+            if self.cudagraph_capture_sizes is None
+            else list(self.cudagraph_capture_sizes),
+            "compile_mode": self.compile_mode,
+            "details": dict(self.details),
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Resolved | None:
+        if data is None:
+            return None
+        sizes = data.get("cudagraph_capture_sizes")
+        return cls(
+            cudagraph_mode=data.get("cudagraph_mode"),
+            cudagraph_capture_sizes=None if sizes is None else tuple(int(s) for s in sizes),
+            compile_mode=None if data.get("compile_mode") is None else str(data.get("compile_mode")),
+            details=dict(data.get("details") or {}),
+            notes=tuple(data.get("notes") or ()),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """One field the engine changed silently: configured value vs resolved value."""
+
+    field: str
+    configured: Any
+    resolved: Any
+
+    def __str__(self) -> str:
+        return f"{self.field}: configured {self.configured} -> resolved {self.resolved}"
+
+
+def _normalise_mode(mode: Any) -> str | None:
+    # vLLM prints enum members as "CUDAGraphMode.PIECEWISE"; compare on the bare name.
+    if mode is None:
+        return None
+    return str(mode).rsplit(".", 1)[-1].upper()
+
+
+def config_differences(config: EngineConfig, resolved: Resolved | None) -> list[Difference]:
+    """Fields the engine resolved differently from what was configured.
+
+    Only fields the configuration set explicitly are compared: an engine default has nothing to differ from.
+    """
+    if resolved is None:
+        return []
+    diffs: list[Difference] = []
+    want_mode = _normalise_mode(config.cudagraph_mode)
+    got_mode = _normalise_mode(resolved.cudagraph_mode)
+    if want_mode is not None and got_mode is not None and want_mode != got_mode:
+        diffs.append(Difference("cudagraph_mode", want_mode, got_mode))
+    want_sizes = config.capture_sizes
+    got_sizes = resolved.cudagraph_capture_sizes
+    if want_sizes is not None and got_sizes is not None and tuple(sorted(got_sizes)) != want_sizes:
+        diffs.append(Difference("cudagraph_capture_sizes", list(want_sizes), sorted(got_sizes)))
+    return diffs
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartResult:
+    """One restart: a fresh engine process started, warmed up and timed.
+
+    A failure is data, not an exception: ``status`` says what happened and ``error`` why.
+
+    Attributes:
+        status: One of :class:`RestartStatus` (``ok``, ``failed``, ``timeout``).
+        restart: Restart index within its trial or verification round.
+        seed: The restart's seed; configs are compared on matched seeds.
+        passes_tok_s: Output tokens/s of each timed pass (warm-up excluded).
+        warmup_tok_s: Output tokens/s of each warm-up pass (recorded, never counted).
+        startup_s: Seconds from process start to engine ready.
+        wall_s: Engine wall time of the whole restart, start-up included (what a budget counts).
+        resolved: What the engine ran (``None`` if it died before saying).
+        accept_len: Mean acceptance length (1 + accepted drafts per step) when speculating.
+        cold: True for the first start of a configuration (empty compile caches): recorded, not counted.
+        peak_memory_gib: Peak accelerator memory, when known.
+        error: One-line failure reason.
+        log_path: Where the engine's log is, when there is one.
+        log_tail: The last lines of the engine log on failure.
+    """
+
+    status: str
+    restart: int = 0
+    seed: int = 0
+    passes_tok_s: tuple[float, ...] = ()
+    warmup_tok_s: tuple[float, ...] = ()
+    startup_s: float | None = None
+    wall_s: float | None = None
+    resolved: Resolved | None = None
+    accept_len: float | None = None
+    cold: bool = False
+    peak_memory_gib: float | None = None
+    error: str | None = None
+    log_path: str | None = None
+    log_tail: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in RestartStatus.ALL:
+            raise ValueError(f"status must be one of {RestartStatus.ALL}, got {self.status!r}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == RestartStatus.OK and bool(self.passes_tok_s)
+
+    @property
+    def value(self) -> float | None:
+        """The restart's steady-state throughput: the mean of its timed passes."""
+        if not self.ok:
+            return None
+        return sum(self.passes_tok_s) / len(self.passes_tok_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["passes_tok_s"] = list(self.passes_tok_s)
+        out["warmup_tok_s"] = list(self.warmup_tok_s)
+        out["resolved"] = None if self.resolved is None else self.resolved.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RestartResult:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in fields}
+        kwargs["passes_tok_s"] = tuple(float(x) for x in data.get("passes_tok_s") or ())
+        kwargs["warmup_tok_s"] = tuple(float(x) for x in data.get("warmup_tok_s") or ())
+        kwargs["resolved"] = Resolved.from_dict(data.get("resolved"))
+        return cls(**kwargs)
+
+    @classmethod
+    def failure(cls, status: str, error: str, **kwargs: Any) -> RestartResult:
+        """A failed or timed-out restart with a one-line reason."""
+        first_line = (error or "unknown error").strip().splitlines()[0] if error and error.strip() else "unknown error"
+        return cls(status=status, error=first_line, **kwargs)
+

@@ -1,0 +1,23 @@
+"""Exit statuses of the ``autotune`` command."""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["ExitStatus"]
+
+
+class ExitStatus(enum.IntEnum):
+    """Process exit codes; scripts can rely on them."""
+
+    SUCCESS = 0
+    #: The engine or a dependency failed in a way no restart could absorb.
+    ERROR = 1
+    #: Bad input: a bad search space, an unknown study, a bad flag. The message names the field and the fix.
+    BAD_INPUT = 2
+    #: ``audit --strict`` found a configuration the engine changed silently.
+    CHANGED = 3
+    #: Nothing to act on yet, e.g. ``export`` of a study whose verification has not finished.
+    NO_RESULT = 4
+    #: Ctrl-C; the study is saved and the same command resumes.
+    INTERRUPTED = 130

@@ -1,0 +1,471 @@
+"""The study: an Optuna ask/tell loop over fresh-restart trials, then verification of the best against the baseline.
+
+Everything a study learns is in Optuna's storage (SQLite under ``mlruns/`` by default), written as it
+happens, so the same command after Ctrl-C or ``kill -9`` resumes: finished trials are kept, trials left
+RUNNING are marked failed and retried, and verification restarts already run are not run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.engines import EngineBackend
+from autotune.events import StudyObserver, notify
+from autotune.measure import TrialSummary, measure_restart, summarize
+from autotune.racing import Decision, RacingPolicy, RacingPruner, incumbent_values
+from autotune.records import EngineConfig, RestartResult
+from autotune.space import Infeasible, SearchSpace
+from autotune.verify import BASELINE, CANDIDATE, Candidate, Verification, run_verification
+
+__all__ = [
+    "DEFAULT_STORAGE",
+    "Interrupted",
+    "StudyContext",
+    "StudyOptions",
+    "TrialRecord",
+    "load_study",
+    "run_study",
+]
+
+DEFAULT_STORE_DIR = "mlruns"
+DEFAULT_STORAGE = f"sqlite:///{DEFAULT_STORE_DIR}/optuna.db"
+#: Search restart j of every trial uses seed base + j, so trials are compared on matched restarts.
+SEARCH_SEED_OFFSET = 0
+#: Verification rounds use fresh seeds the search never saw.
+VERIFY_SEED_OFFSET = 50_000
+#: Give up after this many suggestions in a row that start no engine (duplicates, infeasible): space exhausted.
+MAX_IDLE_SUGGESTIONS = 30
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class Interrupted(Exception):
+    """The user pressed Ctrl-C; everything finished so far is saved and the same command resumes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyOptions:
+    """How a study runs.
+
+    Attributes:
+        study_name: Optuna study name (also the MLflow parent run's name).
+        storage: Optuna storage URL (SQLite by default; PostgreSQL for several workers).
+        workdir: Per-study working files (engine caches, logs) go under ``workdir/<study_name>``.
+        trials: Search trials to finish (resuming counts those already finished).
+        policy: Restarts per trial and racing.
+        top_k: Configurations verified against the baseline at the end.
+        verify_restarts: Counted restarts per verified configuration.
+        budget_restarts: Engine starts for the whole study (search + verification), or ``None``.
+        budget_minutes: Engine wall minutes for the whole study, or ``None``.
+        sampler: ``tpe`` (default) or ``gp``.
+        seed: Sampler seed and restart-seed base.
+        confidence: Interval coverage.
+        interval_method: ``t`` or ``bca``.
+        fresh: Delete an existing study of the same name first.
+        verify: Run the verification phase.
+        command: The command line that started the study (recorded for provenance).
+    """
+
+    study_name: str
+    storage: str = DEFAULT_STORAGE
+    workdir: str = os.path.join(DEFAULT_STORE_DIR, "autotune")
+    trials: int = 20
+    policy: RacingPolicy = RacingPolicy()
+    top_k: int = 3
+    verify_restarts: int = 3
+    budget_restarts: int | None = None
+    budget_minutes: float | None = None
+    sampler: str = "tpe"
+    seed: int = 0
+    confidence: float = 0.95
+    interval_method: str = "t"
+    fresh: bool = False
+    verify: bool = True
+    command: tuple[str, ...] = ()
+
+    def search_seed(self, restart: int) -> int:
+        return self.seed * 100_000 + SEARCH_SEED_OFFSET + restart
+
+    def verify_seed(self, rnd: int) -> int:
+        return self.seed * 100_000 + VERIFY_SEED_OFFSET + rnd
+
+    @property
+    def verify_reserve(self) -> int:
+        """Engine starts held back from the search for verification (top-k plus the baseline)."""
+        return (self.top_k + 1) * self.verify_restarts if self.verify else 0
+
+
+@dataclasses.dataclass
+class StudyContext:
+    """What observers see: the study, its space, engine and options."""
+
+    options: StudyOptions
+    space: SearchSpace
+    engine: EngineBackend
+    engine_info: Mapping[str, Any]
+    study: optuna.Study
+    cache_dir: str
+    resumed: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialRecord:
+    """One finished search trial, as observers and reports see it."""
+
+    number: int
+    state: str
+    config: EngineConfig
+    restarts: tuple[RestartResult, ...]
+    summary: TrialSummary | None
+    reason: str | None = None
+    duplicate_of: int | None = None
+
+    @classmethod
+    def from_frozen(cls, trial: FrozenTrial) -> TrialRecord | None:
+        attrs = trial.user_attrs
+        if "config" not in attrs:
+            return None
+        summary = attrs.get("summary")
+        return cls(
+            number=trial.number,
+            state=trial.state.name,
+            config=EngineConfig.from_dict(attrs["config"]),
+            restarts=tuple(RestartResult.from_dict(r) for r in attrs.get("restarts", [])),
+            summary=None if summary is None else TrialSummary.from_dict(summary),
+            reason=attrs.get("failure") or attrs.get("infeasible"),
+            duplicate_of=attrs.get("duplicate_of"),
+        )
+
+
+# -- opening and recovering ------------------------------------------------------------------------------
+
+
+def make_sampler(name: str, seed: int) -> tuple[optuna.samplers.BaseSampler, str]:
+    """The sampler and a sentence saying why, recorded in the study's metadata."""
+    if name == "tpe":
+        sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed, n_startup_trials=6)
+        why = ("TPE (multivariate, group): handles the conditional space (draft only when K > 0) natively; "
+               "it is told the mean over matched restarts of each trial")
+        return sampler, why
+    if name == "gp":
+        # The objective is a noisy mean over restarts: the GP must model observation noise.
+        sampler = optuna.samplers.GPSampler(seed=seed, deterministic_objective=False, n_startup_trials=6)
+        why = ("GP (deterministic_objective=False): a noisy objective; it fits a noise term rather than "
+               "interpolating lucky restarts")
+        return sampler, why
+    raise ValueError(f"unknown sampler {name!r}: use 'tpe' or 'gp'")
+
+
+def ensure_sqlite_dir(storage: str) -> None:
+    """Create the directory of a ``sqlite:///path`` URL, so the default store works on a fresh clone."""
+    if storage.startswith("sqlite:///"):
+        path = storage[len("sqlite:///"):]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
+def open_study(options: StudyOptions) -> tuple[optuna.Study, bool]:
+    """Create or load the study. Returns ``(study, resumed)``."""
+    ensure_sqlite_dir(options.storage)
+    storage = optuna.storages.RDBStorage(options.storage, heartbeat_interval=None)
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    if options.fresh and options.study_name in names:
+        optuna.delete_study(study_name=options.study_name, storage=storage)
+        names.discard(options.study_name)
+    sampler, _ = make_sampler(options.sampler, options.seed)
+    pruner = RacingPruner(options.policy) if options.policy.racing else optuna.pruners.NopPruner()
+    resumed = options.study_name in names
+    study = optuna.create_study(study_name=options.study_name, storage=storage, sampler=sampler, pruner=pruner,
+                                direction="maximize", load_if_exists=True)
+    return study, resumed
+
+
+def load_study(study_name: str, storage: str = DEFAULT_STORAGE) -> optuna.Study:
+    """Load an existing study read-only (reports, export, tracking).
+
+    Raises:
+        KeyError: no such study; the message lists the studies there are.
+    """
+    ensure_sqlite_dir(storage)
+    names = sorted(s.study_name for s in optuna.get_all_study_summaries(storage))
+    if study_name not in names:
+        have = ", ".join(names) if names else "none"
+        raise KeyError(f"no study named {study_name!r} in {storage} (studies there: {have})")
+    return optuna.load_study(study_name=study_name, storage=storage)
+
+
+def recover_interrupted(study: optuna.Study) -> int:
+    """Fail trials left RUNNING by a killed process and enqueue their parameters again. Returns the count."""
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+        study._storage.set_trial_user_attr(t._trial_id, "failure", "interrupted: process stopped mid-trial")
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        if t.params:
+            study.enqueue_trial(dict(t.params), skip_if_exists=False)
+        n += 1
+    return n
+
+
+# -- budget ----------------------------------------------------------------------------------------------
+
+
+def _trial_restarts(study: optuna.Study) -> list[dict[str, Any]]:
+    return [r for t in study.get_trials(deepcopy=False) for r in t.user_attrs.get("restarts", [])]
+
+
+def _verify_restarts(study: optuna.Study) -> list[dict[str, Any]]:
+    progress = study.user_attrs.get("verify_progress", {})
+    return [r for rs in progress.values() for r in rs]
+
+
+def budget_used(study: optuna.Study) -> tuple[int, float]:
+    """Engine starts and engine wall minutes spent so far (search and verification)."""
+    runs = _trial_restarts(study) + _verify_restarts(study)
+    return len(runs), sum(float(r.get("wall_s") or 0.0) for r in runs) / 60.0
+
+
+def _search_may_start(study: optuna.Study, options: StudyOptions, extra: int) -> bool:
+    """Whether ``extra`` more search restarts fit the budget with verification's share held back."""
+    used, minutes = budget_used(study)
+    reserve = options.verify_reserve
+    if options.budget_restarts is not None and used + extra + reserve > options.budget_restarts:
+        return False
+    if options.budget_minutes is not None:
+        per_restart = minutes / used if used else 0.0
+        if minutes + (extra + reserve) * per_restart > options.budget_minutes:
+            return False
+    return True
+
+
+# -- the search ------------------------------------------------------------------------------------------
+
+
+def _finished_search_trials(study: optuna.Study) -> int:
+    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return sum(1 for t in study.get_trials(deepcopy=False, states=done)
+               if not t.user_attrs.get("interrupted") and "infeasible" not in t.user_attrs)
+
+
+def _find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial | None:
+    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    for t in study.get_trials(deepcopy=False, states=done):
+        if (t.number != number and t.user_attrs.get("config_key") == key and not t.user_attrs.get("interrupted")
+                and "duplicate_of" not in t.user_attrs):
+            return t
+    return None
+
+
+def _tell_duplicate(study: optuna.Study, trial: optuna.Trial, original: FrozenTrial) -> None:
+    trial.set_user_attr("duplicate_of", original.number)
+    if original.state == TrialState.COMPLETE:
+        study.tell(trial, original.value)
+    else:
+        study.tell(trial, state=original.state)
+
+
+def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
+                   observers: Sequence[StudyObserver]) -> TrialRecord:
+    """Run restarts of ``config`` until racing says stop; record every restart on the trial as it lands."""
+    options, study = ctx.options, ctx.study
+    policy = options.policy
+    restarts: list[RestartResult] = []
+    values: list[float] = []
+
+    def on_result(result: RestartResult) -> None:
+        restarts.append(result)
+        trial.set_user_attr("restarts", [r.to_dict() for r in restarts])
+        notify(observers, "on_restart", ctx, "search", f"trial {trial.number}", result)
+
+    state, reason = TrialState.COMPLETE, None
+    limit = policy.max_restarts if policy.racing else policy.min_restarts
+    for j in range(limit):
+        ran = measure_restart(ctx.engine, config, ctx.space.workload, restart=j,
+                              seed=options.search_seed(j), on_result=on_result)
+        last = ran[-1]
+        if not last.ok:
+            state, reason = TrialState.FAIL, f"restart {j} {last.status}: {last.error}"
+            break
+        values.append(float(last.value))  # type: ignore[arg-type]
+        trial.report(float(last.value), step=j)  # type: ignore[arg-type]
+        if trial.should_prune():
+            state, reason = TrialState.PRUNED, "raced out: interval below the incumbent's"
+            break
+        decision = policy.decide(values, incumbent_values(study, trial.number, n=len(values)))
+        if decision != Decision.MORE:
+            break
+        if not _search_may_start(study, options, 1):
+            break  # budget: keep what we have
+    summary = summarize(config, restarts, options.confidence, options.interval_method)
+    trial.set_user_attr("summary", summary.to_dict())
+    trial.set_user_attr("resolved_differs", summary.resolved_differs)
+    if summary.differences:
+        trial.set_user_attr("differences", list(summary.differences))
+    if reason:
+        trial.set_user_attr("failure" if state == TrialState.FAIL else "pruned_reason", reason)
+    if state == TrialState.COMPLETE:
+        study.tell(trial, summary.mean)
+    else:
+        study.tell(trial, state=state)
+    return TrialRecord(trial.number, state.name, config, tuple(restarts), summary,
+                       reason if state == TrialState.FAIL else None)
+
+
+def _search(ctx: StudyContext, observers: Sequence[StudyObserver]) -> None:
+    study, options = ctx.study, ctx.options
+    idle = 0
+    while _finished_search_trials(study) < options.trials and idle < MAX_IDLE_SUGGESTIONS:
+        if not _search_may_start(study, options, options.policy.min_restarts):
+            break
+        trial = study.ask()
+        try:
+            config = ctx.space.suggest(trial)
+        except Infeasible as exc:
+            trial.set_user_attr("infeasible", str(exc))
+            study.tell(trial, state=TrialState.PRUNED)
+            idle += 1
+            continue
+        trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr("config_key", config.key())
+        trial.set_user_attr("label", config.label())
+        duplicate = _find_duplicate(study, config.key(), trial.number)
+        if duplicate is not None:
+            _tell_duplicate(study, trial, duplicate)
+            idle += 1
+            continue
+        idle = 0
+        notify(observers, "on_trial_start", ctx, trial.number, config)
+        try:
+            record = _measure_trial(ctx, trial, config, observers)
+        except KeyboardInterrupt:
+            _abandon(study, trial)
+            raise
+        notify(observers, "on_trial_end", ctx, record)
+
+
+def _abandon(study: optuna.Study, trial: optuna.Trial) -> None:
+    """Ctrl-C mid-trial: fail it as interrupted and queue its parameters to run again on resume."""
+    trial.set_user_attr("interrupted", True)
+    trial.set_user_attr("failure", "interrupted by user (Ctrl-C)")
+    study.tell(trial, state=TrialState.FAIL)
+    study.enqueue_trial(dict(trial.params), skip_if_exists=False)
+
+
+# -- verification ----------------------------------------------------------------------------------------
+
+
+def select_candidates(study: optuna.Study, space: SearchSpace, top_k: int) -> list[Candidate]:
+    """Top-k distinct completed configurations by search mean, then the baseline."""
+    baseline = space.baseline()
+    complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if "config" in t.user_attrs and "duplicate_of" not in t.user_attrs and t.value is not None
+                and not math.isnan(t.value)]
+    complete.sort(key=lambda t: t.value, reverse=True)  # type: ignore[arg-type, return-value]
+    chosen: list[Candidate] = []
+    seen = {baseline.key()}
+    for t in complete:
+        key = t.user_attrs["config_key"]
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(Candidate(CANDIDATE, EngineConfig.from_dict(t.user_attrs["config"]), t.number, t.value))
+        if len(chosen) == top_k:
+            break
+    base_trial = next((t for t in complete if t.user_attrs["config_key"] == baseline.key()), None)
+    chosen.append(Candidate(BASELINE, baseline, None if base_trial is None else base_trial.number,
+                            None if base_trial is None else base_trial.value))
+    return chosen
+
+
+def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verification:
+    study, options = ctx.study, ctx.options
+    stored = study.user_attrs.get("verify_candidates")
+    if stored is None:
+        candidates = select_candidates(study, ctx.space, options.top_k)
+        study.set_user_attr("verify_candidates", [c.to_dict() for c in candidates])
+    else:
+        candidates = [Candidate.from_dict(c) for c in stored]
+
+    def on_result(cand: Candidate, result: RestartResult) -> None:
+        notify(observers, "on_restart", ctx, "verify", f"verify {cand.config.label()}", result)
+
+    verification = run_verification(
+        ctx.engine, ctx.space.workload, candidates, options.verify_restarts, options.verify_seed,
+        done=study.user_attrs.get("verify_progress", {}),
+        on_result=on_result,
+        save_progress=lambda progress: study.set_user_attr("verify_progress", progress),
+        confidence=options.confidence, interval_method=options.interval_method,
+    )
+    study.set_user_attr("verification", verification.to_dict())
+    notify(observers, "on_verification_end", ctx, verification)
+    return verification
+
+
+# -- the whole study -------------------------------------------------------------------------------------
+
+
+def _record_metadata(ctx: StudyContext) -> None:
+    options, study = ctx.options, ctx.study
+    _, why = make_sampler(options.sampler, options.seed)
+    meta = {
+        "space_name": ctx.space.name,
+        "space_file": ctx.space.source,
+        "engine": dict(ctx.engine_info),
+        "model": ctx.space.engine_args.get("model"),
+        "workload": ctx.space.workload.to_dict(),
+        "sampler": options.sampler,
+        "sampler_why": why,
+        "racing": dataclasses.asdict(options.policy),
+        "top_k": options.top_k,
+        "verify_restarts": options.verify_restarts,
+        "budget_restarts": options.budget_restarts,
+        "budget_minutes": options.budget_minutes,
+        "trials": options.trials,
+        "seed": options.seed,
+        "command": list(options.command),
+        "baseline": ctx.space.baseline().to_dict(),
+    }
+    if "meta" not in study.user_attrs:
+        study.set_user_attr("meta", meta)
+    study.set_user_attr("space_yaml", Path(ctx.space.source).read_text() if os.path.exists(ctx.space.source)
+                        else json.dumps(dict(ctx.space.raw)))
+
+
+def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
+              observers: Sequence[StudyObserver] = ()) -> optuna.Study:
+    """Run (or resume) a whole study: baselines, search, verification. Returns the Optuna study.
+
+    Raises:
+        Interrupted: Ctrl-C; everything finished so far is stored and the same command resumes.
+    """
+    study, resumed = open_study(options)
+    cache_dir = os.path.join(options.workdir, options.study_name)
+    os.makedirs(cache_dir, exist_ok=True)
+    engine.cache_dir = engine.cache_dir or cache_dir
+    ctx = StudyContext(options, space, engine, engine.describe(), study, cache_dir, resumed)
+    recover_interrupted(study)
+    if not study.trials:
+        for params in space.baseline_params():
+            study.enqueue_trial(params)
+    _record_metadata(ctx)
+    notify(observers, "on_study_start", ctx)
+    try:
+        _search(ctx, observers)
+        if options.verify and "verification" not in study.user_attrs:
+            _verify(ctx, observers)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; finished work is saved in {options.storage} - run the same command "
+                          "again to resume") from None
+    from autotune.report import build_report
+
+    notify(observers, "on_study_end", ctx, build_report(study))
+    return study
