@@ -58,7 +58,8 @@ class StudyOptions:
 
     Attributes:
         study_name: Optuna study name (also the MLflow parent run's name).
-        storage: Optuna storage URL (SQLite by default; PostgreSQL for several workers).
+        storage: Optuna storage URL (SQLite by default; PostgreSQL for several workers; ``memory`` keeps
+            nothing, for benchmarks).
         workdir: Per-study working files (engine caches, logs) go under ``workdir/<study_name>``.
         trials: Search trials to finish (resuming counts those already finished).
         policy: Restarts per trial and racing.
@@ -173,10 +174,17 @@ def ensure_sqlite_dir(storage: str) -> None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
+def make_storage(url: str) -> optuna.storages.BaseStorage:
+    """Optuna storage for ``url``: ``memory`` (benchmarks and tests, nothing persisted) or an SQLAlchemy URL."""
+    if url == "memory":
+        return optuna.storages.InMemoryStorage()
+    ensure_sqlite_dir(url)
+    return optuna.storages.RDBStorage(url, heartbeat_interval=None)
+
+
 def open_study(options: StudyOptions) -> tuple[optuna.Study, bool]:
     """Create or load the study. Returns ``(study, resumed)``."""
-    ensure_sqlite_dir(options.storage)
-    storage = optuna.storages.RDBStorage(options.storage, heartbeat_interval=None)
+    storage = make_storage(options.storage)
     names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
     if options.fresh and options.study_name in names:
         optuna.delete_study(study_name=options.study_name, storage=storage)
