@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -153,7 +154,9 @@ class TrialRecord:
 def make_sampler(name: str, seed: int) -> tuple[optuna.samplers.BaseSampler, str]:
     """The sampler and a sentence saying why, recorded in the study's metadata."""
     if name == "tpe":
-        sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed, n_startup_trials=6)
+        with warnings.catch_warnings():  # group= is "experimental" but is what makes TPE handle the conditional space
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed, n_startup_trials=6)
         why = ("TPE (multivariate, group): handles the conditional space (draft only when K > 0) natively; "
                "it is told the mean over matched restarts of each trial")
         return sampler, why
@@ -275,6 +278,9 @@ def _find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial |
 
 def _tell_duplicate(study: optuna.Study, trial: optuna.Trial, original: FrozenTrial) -> None:
     trial.set_user_attr("duplicate_of", original.number)
+    if original.user_attrs.get("failure"):
+        trial.set_user_attr("failure", f"same configuration as trial {original.number}: "
+                                       f"{original.user_attrs['failure']}")
     if original.state == TrialState.COMPLETE:
         study.tell(trial, original.value)
     else:
@@ -461,9 +467,10 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
     engine.cache_dir = engine.cache_dir or cache_dir
     ctx = StudyContext(options, space, engine, engine.describe(), study, cache_dir, resumed)
     recover_interrupted(study)
-    if not study.trials:
+    if not study.user_attrs.get("baselines_enqueued"):
         for params in space.baseline_params():
             study.enqueue_trial(params)
+        study.set_user_attr("baselines_enqueued", True)
     _record_metadata(ctx)
     notify(observers, "on_study_start", ctx)
     try:

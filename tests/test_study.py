@@ -1,0 +1,175 @@
+"""The study end to end on a table-driven engine: baselines, failures, warnings, verification, resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.racing import RacingPolicy
+from autotune.records import Resolved
+from autotune.report import build_report, render_report
+from autotune.space import parse_space
+from autotune.study import Interrupted, StudyOptions, run_study
+from tests import slow_study
+from tests.fakes import SMALL_SPACE, TableEngine, by_params
+
+TRUTH = {("FULL_AND_PIECEWISE", 2): 300.0, ("FULL_AND_PIECEWISE", 1): 250.0, ("PIECEWISE", 2): 220.0,
+         ("NONE", 0): 40.0, ("default", 0): 200.0}
+
+
+def _options(tmp_path: Path, **kw) -> StudyOptions:
+    base = dict(study_name="t", storage=f"sqlite:///{tmp_path}/optuna.db", workdir=str(tmp_path / "work"),
+                trials=12, policy=RacingPolicy(min_restarts=3, racing=False), top_k=3, verify_restarts=3, seed=1)
+    base.update(kw)
+    return StudyOptions(**base)
+
+
+def test_baselines_run_first_and_verification_finds_the_true_best(tmp_path):
+    space = parse_space(SMALL_SPACE)
+    study = run_study(space, TableEngine(by_params(TRUTH)), _options(tmp_path, trials=20))
+    first, second = sorted(study.trials, key=lambda t: t.number)[:2]
+    assert first.params["num_speculative_tokens"] == 0 and first.params["cudagraph_mode"] == "default"
+    assert second.params["draft"] == "ngram" and second.params["cudagraph_mode"] == "default"
+    report = build_report(study)
+    assert report["winner"]["config"]["compilation_config"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+    assert report["winner"]["config"]["speculative_config"]["num_speculative_tokens"] == 2
+    assert report["baseline"]["config"]["compilation_config"] == {}
+    assert report["verdict"] == "faster" and report["winner"]["speedup"]["ci_low"] > 1.2
+    assert report["winner"]["n"] == 3
+    text = render_report(report)
+    assert "WINNER" in text and "Verdict: FASTER" in text
+
+
+def test_verification_overrules_a_lucky_search_best(tmp_path):
+    space = parse_space(SMALL_SPACE)
+
+    def lucky(cfg):  # a mediocre config that ran 60% fast in every search restart, never again
+        return cfg.params.get("cudagraph_mode") == "PIECEWISE" and cfg.params.get("num_speculative_tokens") == 2
+
+    engine = TableEngine(by_params(TRUTH), lucky=lucky, lucky_factor=1.6)
+    opts = _options(tmp_path, trials=30, top_k=3)
+    optuna.create_study(study_name="t", storage=opts.storage).enqueue_trial(
+        {"cudagraph_mode": "PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 2, "draft": "ngram"})
+    study = run_study(space, engine, opts)
+    report = build_report(study)
+    search_best = max((t for t in study.trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
+    assert search_best.params["cudagraph_mode"] == "PIECEWISE"  # the search was fooled ...
+    winner = report["winner"]["config"]
+    assert winner["compilation_config"].get("cudagraph_mode") == "FULL_AND_PIECEWISE"  # ... verification was not
+    lucky_entry = next(e for e in report["verification"]["entries"] if e["trial_number"] == search_best.number)
+    assert lucky_entry["mean"] < report["winner"]["mean"]
+
+
+def test_a_failing_config_fails_its_trial_and_the_study_goes_on(tmp_path):
+    space = parse_space(SMALL_SPACE)
+    engine = TableEngine(by_params(TRUTH), fail=lambda c: c.params.get("cudagraph_mode") == "PIECEWISE")
+    study = run_study(space, engine, _options(tmp_path, trials=15))
+    failed = [t for t in study.trials if t.state == TrialState.FAIL]
+    assert failed and all("engine rejected the configuration" in t.user_attrs["failure"] for t in failed)
+    # no restarts wasted after a failure, and none at all on a repeat of a failed configuration
+    assert all(len(t.user_attrs.get("restarts", [])) == (0 if "duplicate_of" in t.user_attrs else 1) for t in failed)
+    report = build_report(study)
+    assert report["winner"] is not None and report["failures"]
+    assert "engine rejected" in render_report(report)
+
+
+def test_silent_changes_are_flagged_on_trial_and_report(tmp_path):
+    space = parse_space(SMALL_SPACE)
+
+    def resolve(cfg):  # the engine runs FULL_AND_PIECEWISE as PIECEWISE and rounds sizes when speculating
+        mode = cfg.cudagraph_mode
+        sizes = cfg.capture_sizes
+        if mode == "FULL_AND_PIECEWISE" and cfg.num_speculative_tokens:
+            mode = "PIECEWISE"
+        if sizes and cfg.num_speculative_tokens:
+            step = 1 + cfg.num_speculative_tokens
+            sizes = tuple(sorted({max(step, s - s % step) for s in sizes}))
+        return Resolved(cudagraph_mode=mode, cudagraph_capture_sizes=sizes)
+
+    study = run_study(space, TableEngine(by_params(TRUTH), resolve=resolve), _options(tmp_path, trials=15))
+    flagged = [t for t in study.trials if t.user_attrs.get("resolved_differs")]
+    assert flagged
+    assert any("cudagraph_mode: configured FULL_AND_PIECEWISE -> resolved PIECEWISE" in d
+               for t in flagged for d in t.user_attrs["differences"])
+    text = render_report(build_report(study))
+    assert "WARNING: the engine silently changed the configuration" in text
+    assert "configured FULL_AND_PIECEWISE -> resolved PIECEWISE" in text
+
+
+class _Interrupting(TableEngine):
+    def __init__(self, *a, stop_at: int, **kw):
+        super().__init__(*a, **kw)
+        self.stop_at = stop_at
+
+    def run_restart(self, config, workload, *, restart, seed):
+        if len(self.calls) == self.stop_at:
+            self.calls.append(("ctrl-c", seed))
+            raise KeyboardInterrupt
+        return super().run_restart(config, workload, restart=restart, seed=seed)
+
+
+def test_ctrl_c_keeps_finished_trials_and_resume_retries_the_interrupted_one(tmp_path):
+    space = parse_space(SMALL_SPACE)
+    opts = _options(tmp_path, trials=6)
+    with pytest.raises(Interrupted, match="run the same command again to resume"):
+        run_study(space, _Interrupting(by_params(TRUTH), stop_at=7), opts)
+    study = optuna.load_study(study_name="t", storage=opts.storage)
+    before = {t.number: t.value for t in study.trials if t.state == TrialState.COMPLETE}
+    interrupted = [t for t in study.trials if t.user_attrs.get("interrupted")]
+    assert len(before) == 2 and len(interrupted) == 1
+    run_study(space, TableEngine(by_params(TRUTH)), opts)
+    study = optuna.load_study(study_name="t", storage=opts.storage)
+    after = {t.number: t.value for t in study.trials if t.state == TrialState.COMPLETE}
+    assert all(after[n] == v for n, v in before.items())  # nothing lost, nothing re-measured
+    retried = [t for t in study.trials if t.params == interrupted[0].params and t.state == TrialState.COMPLETE]
+    assert retried, "the interrupted trial's parameters run again on resume"
+    assert "verification" in study.user_attrs
+
+
+def _restarts_recorded(db: Path) -> int:
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=1) as con:
+            rows = con.execute("select value_json from trial_user_attributes where key='restarts'").fetchall()
+    except sqlite3.OperationalError:
+        return 0
+    return sum(row[0].count('"status"') for row in rows)
+
+
+def test_resume_after_kill_9_loses_no_finished_trial(tmp_path):
+    db = tmp_path / "optuna.db"
+    storage = f"sqlite:///{db}"
+    workdir = str(tmp_path / "work")
+    proc = subprocess.Popen([sys.executable, "-m", "tests.slow_study", storage, workdir, "0.15"],
+                            cwd=Path(__file__).resolve().parents[1], start_new_session=True)
+    deadline = time.monotonic() + 60
+    while _restarts_recorded(db) < 8 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    study = optuna.load_study(study_name="resume", storage=storage)
+    complete_before = {t.number: t.value for t in study.trials if t.state == TrialState.COMPLETE}
+    running = [t for t in study.trials if t.state == TrialState.RUNNING]
+    assert len(complete_before) >= 2 and len(running) == 1
+
+    space = parse_space(SMALL_SPACE)
+    run_study(space, TableEngine(by_params(slow_study.TRUTH)), slow_study.options(storage, workdir))
+    study = optuna.load_study(study_name="resume", storage=storage)
+    by_number = {t.number: t for t in study.trials}
+    assert all(by_number[n].value == v for n, v in complete_before.items())
+    stale = by_number[running[0].number]
+    assert stale.state == TrialState.FAIL and stale.user_attrs["interrupted"]
+    assert any(t.params == running[0].params and t.state == TrialState.COMPLETE for t in study.trials)
+    finished = [t for t in study.trials if t.state != TrialState.RUNNING and not t.user_attrs.get("interrupted")]
+    assert len(finished) >= 6 and "verification" in study.user_attrs
