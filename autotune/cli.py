@@ -86,6 +86,8 @@ def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_di
     space_engine = section.pop("name", None)
     per_engine = {k: section.pop(k) for k in list(section) if k in ENGINES and isinstance(section[k], dict)}
     chosen = name or space_engine or "vllm"
+    if chosen not in ENGINES:
+        raise UsageError(f"--engine {chosen!r} is not an engine: choose one of {', '.join(sorted(ENGINES))}")
     engine_opts = dict(per_engine.get(chosen, {}))
     if chosen == space_engine:
         engine_opts = {**section, **engine_opts}  # flat options belong to the space's own engine

@@ -1,0 +1,52 @@
+"""The command line, called in-process: exit statuses and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main, raw_main
+from autotune.status import ExitStatus
+
+
+def _run(argv, capsys):
+    out = io.StringIO()
+    status = raw_main(argv, out=out)
+    err = capsys.readouterr().err
+    return status, out.getvalue(), err
+
+
+def test_bad_yaml_is_a_one_line_error_naming_the_field(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("engine_args: {model: org/m}\nworkload: {concurrency: 4}\nsearch:\n  num_speculative_tokens: "
+                   "{low: 0, high: lots}\n")
+    status, _, err = _run(["tune", "--space", str(bad), "--storage", f"sqlite:///{tmp_path}/o.db",
+                           "--no-mlflow"], capsys)
+    assert status == ExitStatus.BAD_INPUT
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "search.num_speculative_tokens.high" in lines[0] and "fix:" in lines[0]
+
+
+def test_unknown_engine_is_bad_input(tmp_path, capsys):
+    status, _, err = _run(["tune", "--space", "search_spaces/gb10.yaml", "--engine", "tensorrt",
+                           "--storage", f"sqlite:///{tmp_path}/o.db", "--no-mlflow"], capsys)
+    assert status == ExitStatus.BAD_INPUT and "--engine 'tensorrt' is not an engine" in err
+
+
+def test_report_without_studies_says_what_to_run(tmp_path, capsys):
+    status, _, err = _run(["report", "--storage", f"sqlite:///{tmp_path}/empty.db"], capsys)
+    assert status == ExitStatus.BAD_INPUT and "make demo" in err
+
+
+def test_bad_flag_is_usage_error(capsys):
+    assert main(["tune", "--trials", "many"]) == ExitStatus.BAD_INPUT
+    assert "invalid int value" in capsys.readouterr().err
+
+
+def test_engine_opt_needs_key_value(tmp_path, capsys):
+    status, _, err = _run(["tune", "--space", "search_spaces/gb10.yaml", "--engine", "sim", "--engine-opt",
+                           "profile", "--storage", f"sqlite:///{tmp_path}/o.db", "--no-mlflow"], capsys)
+    assert status == ExitStatus.BAD_INPUT and "expected KEY=VALUE" in err
