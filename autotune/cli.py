@@ -8,6 +8,7 @@ winner as a ``vllm serve --config`` YAML, CLI flags or ``LLM`` kwargs), ``ui`` (
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -122,6 +123,8 @@ def _configure_tune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ci-method", choices=("t", "bca"), default="t", help="interval for a trial's mean")
     p.add_argument("--fresh", action="store_true", help="delete a study of the same name and start over")
+    p.add_argument("--enqueue", action="append", metavar="K=V,K=V",
+                   help="a configuration to try early, e.g. num_speculative_tokens=3,draft=ngram (repeatable)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI "
                    "or sqlite:///mlruns/mlflow.db)")
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
@@ -147,6 +150,28 @@ def _simulator_check(engine: Any, space: Any, report: dict[str, Any]) -> None:
     winner_true = engine.true_throughput(EngineConfig.from_dict(report["winner"]["config"]), space.workload) or 0.0
     report["simulator_check"] = {"winner_true": winner_true, "best_true": best, "best_label": best_label,
                                  "ratio_to_best": winner_true / best}
+
+
+def _enqueue_params(space: Any, item: str) -> dict[str, Any]:
+    """``--enqueue cudagraph_mode=FULL,num_speculative_tokens=3,draft=ngram`` -> validated trial parameters."""
+    from autotune.space import DEFAULT, Infeasible
+
+    params = parse_kv([p for p in item.split(",") if p.strip()], "--enqueue")
+    full = {"cudagraph_mode": DEFAULT, "capture_sizes": DEFAULT, "num_speculative_tokens": 0, **params}
+    unknown = set(full) - {"cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft"}
+    if unknown:
+        raise UsageError(f"--enqueue {item!r}: unknown parameter(s) {', '.join(sorted(unknown))}; use "
+                         "cudagraph_mode, capture_sizes, num_speculative_tokens, draft")
+    if full["num_speculative_tokens"] and "draft" not in full:
+        full["draft"] = space.drafts[0].name
+    try:
+        space.config_from_params(full)
+    except (KeyError, Infeasible) as exc:
+        raise UsageError(f"--enqueue {item!r}: {exc.args[0]}; pick choices declared in {space.source}") from None
+    if full["cudagraph_mode"] not in space.modes:
+        raise UsageError(f"--enqueue {item!r}: cudagraph_mode {full['cudagraph_mode']!r} is not in the space; "
+                         f"use one of {', '.join(space.modes)}")
+    return full
 
 
 def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
@@ -175,6 +200,8 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         interval_method=args.ci_method, fresh=args.fresh, verify=not args.no_verify,
         command=tuple(["autotune", *sys.argv[1:]] if sys.argv and "autotune" in sys.argv[0] else ()),
     )
+    enqueue = [_enqueue_params(space, item) for item in args.enqueue or ()]
+    options = dataclasses.replace(options, enqueue=tuple(enqueue))
     observers: list[Any] = [ProgressPrinter(quiet=args.quiet)]
     if not args.no_mlflow:
         from autotune.tracking import MlflowTracker

@@ -75,6 +75,7 @@ class StudyOptions:
         fresh: Delete an existing study of the same name first.
         verify: Run the verification phase.
         command: The command line that started the study (recorded for provenance).
+        enqueue: Parameter sets to try right after the baselines (new studies only).
     """
 
     study_name: str
@@ -93,6 +94,7 @@ class StudyOptions:
     fresh: bool = False
     verify: bool = True
     command: tuple[str, ...] = ()
+    enqueue: tuple[Mapping[str, Any], ...] = ()
 
     def search_seed(self, restart: int) -> int:
         return self.seed * 100_000 + SEARCH_SEED_OFFSET + restart
@@ -468,8 +470,8 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
     ctx = StudyContext(options, space, engine, engine.describe(), study, cache_dir, resumed)
     recover_interrupted(study)
     if not study.user_attrs.get("baselines_enqueued"):
-        for params in space.baseline_params():
-            study.enqueue_trial(params)
+        for params in [*space.baseline_params(), *options.enqueue]:
+            study.enqueue_trial(dict(params))
         study.set_user_attr("baselines_enqueued", True)
     _record_metadata(ctx)
     notify(observers, "on_study_start", ctx)

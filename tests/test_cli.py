@@ -50,3 +50,10 @@ def test_engine_opt_needs_key_value(tmp_path, capsys):
     status, _, err = _run(["tune", "--space", "search_spaces/gb10.yaml", "--engine", "sim", "--engine-opt",
                            "profile", "--storage", f"sqlite:///{tmp_path}/o.db", "--no-mlflow"], capsys)
     assert status == ExitStatus.BAD_INPUT and "expected KEY=VALUE" in err
+
+
+def test_enqueue_rejects_choices_the_space_lacks(tmp_path, capsys):
+    status, _, err = _run(["tune", "--space", "search_spaces/gb10.yaml", "--engine", "sim", "--enqueue",
+                           "num_speculative_tokens=2,draft=eagle9", "--storage", f"sqlite:///{tmp_path}/o.db",
+                           "--no-mlflow"], capsys)
+    assert status == ExitStatus.BAD_INPUT and "drafts has no choice 'eagle9'" in err
