@@ -75,6 +75,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
             "budget_restarts": meta.get("budget_restarts"),
             "budget_minutes": meta.get("budget_minutes"),
         },
+        "search_stopped": study.user_attrs.get("search_stopped"),
         "verification": None,
         "winner": None,
         "baseline": None,
@@ -119,7 +120,10 @@ def render_report(report: Mapping[str, Any]) -> str:
                  f"  |  engine starts {b['restarts_used']}"
                  + (f" of {b['budget_restarts']}" if b.get("budget_restarts") else "")
                  + f", {b['minutes_used']:.1f} engine-minutes"
+                 + (" (simulated)" if engine.get("simulated") else "")
                  + (f" (verification: {b['verification_restarts']} starts)" if "verification_restarts" in b else ""))
+    if report.get("search_stopped"):
+        lines.append(f"Search stopped early: {report['search_stopped']}.")
     lines.append("")
     winner, baseline = report.get("winner"), report.get("baseline")
     if winner is None:
