@@ -1,0 +1,734 @@
+"""The performance model behind the ``sim`` engine: every constant and every rule, in one place.
+
+The simulator answers two questions about an :class:`~autotune.records.EngineConfig`:
+
+1. *What would vLLM actually run?* (:func:`plan_config`) - the configured CUDA-graph mode and capture sizes after
+   the engine-version rules that silently change them, the model runner, async scheduling, and whether graph
+   capture would run out of memory.
+2. *How fast would that decode?* (:func:`steady_throughput`) - output tokens/s in steady state, without noise,
+   coldness or warm-up (the engine in :mod:`autotune.engines.sim` adds those).
+
+Decode step time (milliseconds), for ``B`` sequences verifying ``K`` draft tokens (``n = B*(1+K)`` tokens)::
+
+    step = forward(target, n, graph) + cpu + draft
+    forward(m, n, graph) = gpu(m, n) + pad + launch(m, graph)
+    gpu(m, n)    = weight_scale * (weight_ms + expert_ms * (1 - (1 - expert_touch_p)**n)) + token_scale * token_ms * n
+    launch(eager)     = launch_scale * launch_ms
+    launch(piecewise) = launch_scale * (launch_ms * attn_launch_frac + piecewise_replay_ms)   # attention is eager
+    launch(full)      = launch_scale * full_replay_ms
+    cpu   = cpu_scale * (sched_ms * (1 - async_hidden_frac if async else 1) + spec_fixed_ms + spec_per_token_ms*K)
+    draft = cpu_scale * lookup(B) + steps * (forward(drafter, B, draft_graph) + cpu_scale * drafter.fixed_ms)
+    tokens per step = B * accept_len,   accept_len = 1 + sum_i prod_{j<=i} alpha_j,   alpha_j = a * d**(j-1)
+
+A batch of ``n`` tokens replays the graph of the smallest captured size ``>= n`` (padding costs
+``pad_scale * PAD_COST_FRACTION`` of the padded tokens' GPU time); with no captured size ``>= n`` it runs eagerly.
+Each pass is ``ceil(num_prompts / B)`` waves of one prefill step plus ``output_len / accept_len`` decode steps.
+
+Hardware profiles (multipliers on the H200-calibrated model costs below, plus noise and start-up):
+
+=================================  ===========  ===========  ==========
+constant                           ``h200``     ``gb10``     ``flat``
+=================================  ===========  ===========  ==========
+weight_scale (weight reads)        1.0          17.0         0.0
+token_scale (per-token compute)    1.0          4.0          100.0
+launch_scale (kernel launches)     1.0          1.8          0.0
+cpu_scale (scheduler, drafting)    1.0          1.4          0.0
+pad_scale                          1.0          1.0          0.0
+uniform-batch full graphs          yes (FA3)    no           yes
+spec+default mode -> NONE before   -            0.27.0       -
+capture_limit_tokens               1024         512          1024
+noise_sd (restart, lognormal)      0.035        0.06         0.035
+shared_noise_share (of variance)   0.3          0.3          0.3
+pass_noise_sd                      0.008        0.015        0.008
+cold_slowdown                      0.30-0.60    0.30-0.60    0.30-0.60
+first_pass_slowdown                0.05-0.45    0.10-0.50    0.05-0.45
+init_s / compile warm / cold       18 / 8 / 45  40 / 20 / 110  18 / 8 / 45
+capture_s per graph                0.5          1.5          0.5
+=================================  ===========  ===========  ==========
+
+Model profiles (H200 milliseconds; ``dense`` is calibrated to the 1.2B dense Llama of
+``shared/reference/h200_vllm026_summary.txt`` at 4 sequences on vLLM 0.26.0; ``moe`` is a sparse MoE routing each
+token to 8 of 128 experts, loosely anchored to that reference's small MoE and shaped to the GB10 seed note):
+
+=================================  ===========  ===========
+constant                           ``dense``    ``moe``
+=================================  ===========  ===========
+weight_ms                          0.55         0.55
+expert_ms / expert_touch_p         0 / 0        0.45 / 0.0625
+token_ms (decode, per token)       0.010        0.012
+prefill_token_ms                   0.002        0.003
+launch_ms (eager step)             5.4          10.0
+attn_launch_frac                   0.30         0.20
+piecewise / full replay_ms         0.15 / 0.03  0.25 / 0.03
+sched_ms / async_hidden_frac       1.5 / 0.30   1.5 / 0.30
+spec_fixed_ms / spec_per_token_ms  0.60 / 0.12  0.60 / 0.12
+capture_limit_factor               1.0          0.5
+startup_scale                      1.0          2.5
+=================================  ===========  ===========
+
+Drafters (per model profile; a draft "step" proposes one token for every sequence): ``ngram``/``suffix`` are a
+CPU lookup (0.1 ms + 0.05 ms per sequence); ``draft_model`` is a small model run ``K`` times (0.35 ms Python
+overhead per step plus its own forward, 1.1 ms of launches when eager); ``eagle``/``eagle3``/``mtp`` are one-layer
+heads run ``K`` times; ``medusa`` runs its heads once. Acceptance profiles ``(a, d)`` are in :data:`ACCEPTANCE`
+(ngram 0.85/0.80 on repetitive prompts, 0.15/0.50 otherwise; draft_model 0.82/0.96; eagle3 0.80/0.93; mtp 0.88/0.85).
+
+Restart mechanics (used by :mod:`autotune.engines.sim`): padding costs ``PAD_COST_FRACTION`` = 0.25 of the padded
+tokens' GPU time; pass ``j`` of a process runs at ``1 - s * WARMUP_DECAY**j`` (``WARMUP_DECAY`` = 0.08, ``s`` drawn
+from ``first_pass_slowdown``); warm-up settles at ``WARMUP_SETTLED_REL`` = 3%; start-up time jitters by
+``STARTUP_JITTER`` = 5%; reported acceptance by ``ACCEPT_NOISE_SD`` = 1%; a draft model adds ``DRAFT_LOAD_S`` = 4 s
+of start-up and leaves ``DRAFT_MODEL_CAPTURE_SHARE`` = 0.5 of the capture memory.
+
+Engine-version rules (applied by :func:`plan_config`, in this order):
+
+* ``enforce_eager`` -> NONE.
+* Speculation with the *default* mode on a profile whose stack disables capture (``gb10`` before 0.27.0) ->
+  NONE, silently (the seed note's trap: no log line at default verbosity).
+* Speculation on an attention backend without uniform-batch full-graph support (``gb10``): FULL and
+  FULL_AND_PIECEWISE -> PIECEWISE, FULL_DECODE_ONLY -> NONE, each with a WARNING note.
+* Speculation with full graphs: capture sizes rounded up to multiples of ``1+K``, silently (seen on H200 with
+  vLLM 0.26.0: ``[1,2,4,8]`` became ``[4,8]``).
+* vLLM >= 0.26.0 uses Model Runner V2 with async scheduling, except ``draft_model`` (before 0.28.0): V1 runner,
+  async scheduling off, no full graphs for the drafter (WARNING notes, as vLLM 0.26.0 prints them). Before 0.26.0
+  everything runs on V1 without async scheduling. The 0.27.0 and 0.28.0 boundaries are invented for the
+  simulation; only the 0.26.0 behaviour was observed.
+* Capture OOM when the largest captured size exceeds ``capture_limit_tokens * capture_limit_factor`` (halved with
+  a ``draft_model``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from autotune.records import EngineConfig, Resolved, Workload
+
+__all__ = [
+    "ACCEPTANCE",
+    "HARDWARE",
+    "MODELS",
+    "AcceptanceProfile",
+    "DrafterCost",
+    "ForwardCost",
+    "HardwareProfile",
+    "ModelProfile",
+    "Plan",
+    "Rejected",
+    "accept_len",
+    "batch_size",
+    "decode_step_ms",
+    "default_capture_sizes",
+    "parse_version",
+    "plan_config",
+    "prefill_step_ms",
+    "round_sizes_for_spec",
+    "startup_seconds",
+    "steady_throughput",
+]
+
+# -- vLLM facts ------------------------------------------------------------------------------------------
+
+NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE = (
+    "NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+#: Modes that capture full graphs for decode batches.
+FULL_MODES = (FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE)
+#: Modes that capture piecewise graphs (attention left out of the graph, run eagerly).
+PIECEWISE_MODES = (PIECEWISE, FULL_AND_PIECEWISE)
+#: vLLM's default ``cudagraph_mode`` (since 0.11).
+DEFAULT_MODE = FULL_AND_PIECEWISE
+#: vLLM's default ``max_num_seqs`` when the config does not set it.
+VLLM_DEFAULT_MAX_NUM_SEQS = 256
+#: vLLM caps its default largest capture size here.
+DEFAULT_MAX_CAPTURE_SIZE = 512
+#: vLLM prints compilation mode 3 (VLLM_COMPILE) for every reference run, NONE included.
+COMPILE_MODE = "3"
+
+#: Version from which Model Runner V2 (with async scheduling) is the default, as observed on 0.26.0.
+V2_RUNNER_SINCE = (0, 26, 0)
+#: Invented: the version from which V2 runs ``draft_model`` with full graphs and async scheduling.
+DRAFT_MODEL_ON_V2_SINCE = (0, 28, 0)
+
+#: Speculative methods the simulator models; others are rejected at start-up like vLLM does.
+SPEC_METHODS = ("ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp", "medusa")
+
+#: Graph kinds a forward pass can run under.
+EAGER, GRAPH_PIECEWISE, GRAPH_FULL = "eager", "piecewise", "full"
+
+#: Share of the padded tokens' extra GPU time that padding costs (padding is nearly free when memory-bound).
+PAD_COST_FRACTION = 0.25
+#: Warm-up factor for pass j of a process: 1 - first_pass_slowdown * WARMUP_DECAY**j.
+WARMUP_DECAY = 0.08
+#: Warm-up stops when two consecutive warm-up passes are within this relative difference.
+WARMUP_SETTLED_REL = 0.03
+#: Relative sd of the start-up time.
+STARTUP_JITTER = 0.05
+#: Relative sd of the reported acceptance length around its expectation.
+ACCEPT_NOISE_SD = 0.01
+#: Extra start-up seconds to load a draft model.
+DRAFT_LOAD_S = 4.0
+#: Share of the capture-memory limit left when a draft model is loaded too.
+DRAFT_MODEL_CAPTURE_SHARE = 0.5
+
+
+class Rejected(ValueError):
+    """vLLM would refuse this configuration at start-up (the restart fails; the engine stays usable)."""
+
+
+# -- profiles --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class HardwareProfile:
+    """A simulated machine: multipliers on the model costs, engine-rule switches, noise and start-up.
+
+    Attributes:
+        name: Profile name (``h200``, ``gb10``, ``flat``).
+        gpu_name: What :meth:`SimEngine.describe` reports.
+        attention_backend: Named in the notes of the backend rule.
+        weight_scale: Multiplier on weight-read GPU time (memory bandwidth).
+        token_scale: Multiplier on per-token GPU time (compute).
+        launch_scale: Multiplier on kernel-launch and graph-replay time (host CPU and driver).
+        cpu_scale: Multiplier on scheduler, spec bookkeeping and drafter CPU time.
+        pad_scale: Multiplier on padding cost.
+        uniform_batch_full_graphs: The attention backend captures full graphs for uniform multi-token batches
+            (spec verification); without it, spec downgrades full modes.
+        spec_default_capture_off_before: Versions below this disable capture for spec + default mode.
+        capture_limit_tokens: Largest capture size that fits in memory (scaled by the model profile).
+        noise_sd: Restart-to-restart relative sd (lognormal).
+        shared_noise_share: Share of the restart variance shared by all configs at one seed (machine drift).
+        pass_noise_sd: Pass-to-pass relative sd inside one process.
+        cold_slowdown: Range of the throughput loss of a cold first start.
+        first_pass_slowdown: Range of the throughput loss of the first pass in a process.
+        init_s: Seconds to start the engine and load a dense model's weights.
+        compile_warm_s: Compile seconds with a warm cache.
+        compile_cold_s: Compile seconds with a cold cache.
+        capture_s: Seconds per captured graph.
+        shutdown_s: Seconds to stop the engine.
+    """
+
+    name: str
+    gpu_name: str
+    attention_backend: str
+    weight_scale: float
+    token_scale: float
+    launch_scale: float
+    cpu_scale: float
+    pad_scale: float
+    uniform_batch_full_graphs: bool
+    spec_default_capture_off_before: tuple[int, ...] | None
+    capture_limit_tokens: int
+    noise_sd: float
+    shared_noise_share: float
+    pass_noise_sd: float
+    cold_slowdown: tuple[float, float]
+    first_pass_slowdown: tuple[float, float]
+    init_s: float
+    compile_warm_s: float
+    compile_cold_s: float
+    capture_s: float
+    shutdown_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ForwardCost:
+    """One model's forward pass on the H200 reference, in milliseconds.
+
+    Attributes:
+        weight_ms: Reading the always-used weights once per step (attention, dense MLP, router).
+        token_ms: Extra GPU time per decode token in the batch.
+        expert_ms: Reading *all* expert weights once; a step reads the experts its tokens touch.
+        expert_touch_p: Probability that one token touches a given expert (top_k / num_experts).
+        launch_ms: Kernel-launch and Python overhead of one eager forward.
+        attn_launch_frac: Share of ``launch_ms`` in attention, which piecewise graphs leave eager.
+        piecewise_replay_ms: Replaying the piecewise graphs of one forward.
+        full_replay_ms: Replaying one full graph.
+    """
+
+    weight_ms: float
+    token_ms: float
+    launch_ms: float
+    attn_launch_frac: float
+    piecewise_replay_ms: float
+    full_replay_ms: float
+    expert_ms: float = 0.0
+    expert_touch_p: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class DrafterCost:
+    """What proposing draft tokens costs for one speculative method.
+
+    Attributes:
+        forward: The drafter's forward pass, ``None`` for CPU-only drafting (ngram).
+        fixed_ms: CPU overhead per draft step that graphs do not remove (runner bookkeeping).
+        lookup_ms: CPU lookup per target step (ngram matching).
+        lookup_per_seq_ms: Extra CPU lookup per sequence.
+        steps_per_k: True if the drafter runs once per draft token (sequential), False if once per step.
+        loads_model: True if a separate draft model is loaded (start-up time, capture memory).
+    """
+
+    forward: ForwardCost | None
+    fixed_ms: float = 0.0
+    lookup_ms: float = 0.0
+    lookup_per_seq_ms: float = 0.0
+    steps_per_k: bool = True
+    loads_model: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelProfile:
+    """A simulated target model and its drafters, on the H200 reference.
+
+    Attributes:
+        name: Profile name (``dense``, ``moe``).
+        target: The target model's forward cost.
+        prefill_token_ms: GPU time per prompt token in prefill.
+        sched_ms: Scheduler, sampling and output processing per step.
+        async_hidden_frac: Share of ``sched_ms`` that async scheduling overlaps with the GPU.
+        spec_fixed_ms: Speculative bookkeeping per step (rejection sampling, metadata).
+        spec_per_token_ms: Speculative bookkeeping per draft token per step.
+        drafters: Cost per speculative method.
+        capture_limit_factor: Multiplier on the hardware's capture-memory limit.
+        startup_scale: Multiplier on the hardware's init and compile time (bigger models load longer).
+    """
+
+    name: str
+    target: ForwardCost
+    prefill_token_ms: float
+    sched_ms: float
+    async_hidden_frac: float
+    spec_fixed_ms: float
+    spec_per_token_ms: float
+    drafters: Mapping[str, DrafterCost]
+    capture_limit_factor: float
+    startup_scale: float
+
+
+@dataclasses.dataclass(frozen=True)
+class AcceptanceProfile:
+    """Per-position conditional acceptance ``alpha_j = a * d**(j-1)`` of draft token ``j``."""
+
+    a: float
+    d: float
+
+    def cumulative(self, k: int) -> list[float]:
+        """Probability that draft tokens 1..j are all accepted, for j = 1..k."""
+        out, p = [], 1.0
+        for j in range(k):
+            p *= self.a * self.d**j
+            out.append(p)
+        return out
+
+
+HARDWARE: dict[str, HardwareProfile] = {
+    "h200": HardwareProfile(
+        name="h200", gpu_name="simulated H200", attention_backend="FLASH_ATTN",
+        weight_scale=1.0, token_scale=1.0, launch_scale=1.0, cpu_scale=1.0, pad_scale=1.0,
+        uniform_batch_full_graphs=True, spec_default_capture_off_before=None, capture_limit_tokens=1024,
+        noise_sd=0.035, shared_noise_share=0.3, pass_noise_sd=0.008,
+        cold_slowdown=(0.30, 0.60), first_pass_slowdown=(0.05, 0.45),
+        init_s=18.0, compile_warm_s=8.0, compile_cold_s=45.0, capture_s=0.5, shutdown_s=3.0,
+    ),
+    # GB10: ~17x less memory bandwidth than H200, a modest host CPU (launches ~1.8x dearer), an attention
+    # backend without uniform-batch full graphs, and a stack whose spec + default mode disables capture.
+    "gb10": HardwareProfile(
+        name="gb10", gpu_name="simulated GB10", attention_backend="TRITON_ATTN",
+        weight_scale=17.0, token_scale=4.0, launch_scale=1.8, cpu_scale=1.4, pad_scale=1.0,
+        uniform_batch_full_graphs=False, spec_default_capture_off_before=(0, 27, 0), capture_limit_tokens=512,
+        noise_sd=0.06, shared_noise_share=0.3, pass_noise_sd=0.015,
+        cold_slowdown=(0.30, 0.60), first_pass_slowdown=(0.10, 0.50),
+        init_s=40.0, compile_warm_s=20.0, compile_cold_s=110.0, capture_s=1.5, shutdown_s=5.0,
+    ),
+    # Flat: pure per-token compute, no launch, CPU or padding cost. A step costs the same per token whatever
+    # the graph mode, and speculation pays (1+K) tokens of compute for accept_len < 1+K tokens of output,
+    # so no configuration beats the baseline: a landscape for measuring false wins.
+    "flat": HardwareProfile(
+        name="flat", gpu_name="simulated flat GPU", attention_backend="FLASH_ATTN",
+        weight_scale=0.0, token_scale=100.0, launch_scale=0.0, cpu_scale=0.0, pad_scale=0.0,
+        uniform_batch_full_graphs=True, spec_default_capture_off_before=None, capture_limit_tokens=1024,
+        noise_sd=0.035, shared_noise_share=0.3, pass_noise_sd=0.008,
+        cold_slowdown=(0.30, 0.60), first_pass_slowdown=(0.05, 0.45),
+        init_s=18.0, compile_warm_s=8.0, compile_cold_s=45.0, capture_s=0.5, shutdown_s=3.0,
+    ),
+}
+
+_NGRAM = DrafterCost(forward=None, lookup_ms=0.10, lookup_per_seq_ms=0.05)
+
+
+def _drafters(draft_model_weight_ms: float) -> dict[str, DrafterCost]:
+    # The draft model's eager launches (1.1 ms) and per-step runner overhead (0.35 ms) are calibrated on the
+    # reference: dm3 with piecewise drafter ~2030 tok/s, with an eager drafter (FULL mode) ~1500 tok/s.
+    small_model = ForwardCost(weight_ms=draft_model_weight_ms, token_ms=0.002, launch_ms=1.1, attn_launch_frac=0.35,
+                              piecewise_replay_ms=0.05, full_replay_ms=0.02)
+    head = ForwardCost(weight_ms=0.04, token_ms=0.002, launch_ms=0.35, attn_launch_frac=0.35,
+                       piecewise_replay_ms=0.03, full_replay_ms=0.02)
+    return {
+        "ngram": _NGRAM,
+        "suffix": _NGRAM,
+        "draft_model": DrafterCost(forward=small_model, fixed_ms=0.35, loads_model=True),
+        "eagle": DrafterCost(forward=head, fixed_ms=0.08, loads_model=True),
+        "eagle3": DrafterCost(forward=head, fixed_ms=0.08, loads_model=True),
+        "mtp": DrafterCost(forward=head, fixed_ms=0.08),
+        "medusa": DrafterCost(forward=head, fixed_ms=0.08, steps_per_k=False, loads_model=True),
+    }
+
+
+MODELS: dict[str, ModelProfile] = {
+    "dense": ModelProfile(
+        name="dense",
+        target=ForwardCost(weight_ms=0.55, token_ms=0.010, launch_ms=5.4, attn_launch_frac=0.30,
+                           piecewise_replay_ms=0.15, full_replay_ms=0.03),
+        prefill_token_ms=0.002, sched_ms=1.5, async_hidden_frac=0.30, spec_fixed_ms=0.60, spec_per_token_ms=0.12,
+        drafters=_drafters(draft_model_weight_ms=0.06), capture_limit_factor=1.0, startup_scale=1.0,
+    ),
+    # A sparse MoE: each token reads the experts it routes to, so verification batches read more weights;
+    # many more kernels per layer (router, permute, grouped GEMMs) make eager steps far dearer.
+    "moe": ModelProfile(
+        name="moe",
+        target=ForwardCost(weight_ms=0.55, token_ms=0.012, launch_ms=10.0, attn_launch_frac=0.20,
+                           piecewise_replay_ms=0.25, full_replay_ms=0.03, expert_ms=0.45, expert_touch_p=0.0625),
+        prefill_token_ms=0.003, sched_ms=1.5, async_hidden_frac=0.30, spec_fixed_ms=0.60, spec_per_token_ms=0.12,
+        drafters=_drafters(draft_model_weight_ms=0.10), capture_limit_factor=0.5, startup_scale=2.5,
+    ),
+}
+
+#: Acceptance per method. ngram only hits on repetitive prompts; draft models degrade slowly with position.
+ACCEPTANCE: dict[str, AcceptanceProfile] = {
+    "ngram": AcceptanceProfile(a=0.85, d=0.80),
+    "suffix": AcceptanceProfile(a=0.85, d=0.80),
+    "draft_model": AcceptanceProfile(a=0.82, d=0.96),
+    "eagle": AcceptanceProfile(a=0.72, d=0.92),
+    "eagle3": AcceptanceProfile(a=0.80, d=0.93),
+    "mtp": AcceptanceProfile(a=0.88, d=0.85),
+    "medusa": AcceptanceProfile(a=0.65, d=0.85),
+}
+#: Prompt lookup on non-repetitive prompts rarely finds a match.
+NGRAM_RANDOM_PROMPTS = AcceptanceProfile(a=0.15, d=0.50)
+_LOOKUP_METHODS = ("ngram", "suffix")
+
+
+# -- what vLLM runs --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the simulated worker runs for one configuration (the simulator's view of start-up).
+
+    Attributes:
+        mode: Resolved cudagraph mode.
+        sizes: Resolved capture sizes (sorted; empty for NONE).
+        k: Draft tokens per step (0 when speculation is off).
+        method: Speculative method, ``None`` when off.
+        max_num_seqs: The engine's sequence limit.
+        model_runner: ``v1`` or ``v2``.
+        async_scheduling: Whether async scheduling overlaps CPU work with the GPU.
+        drafter_full_graphs: Whether the drafter may replay full graphs.
+        notes: WARNING lines vLLM would print about changes to the plan.
+        oom_error: The capture OOM message, ``None`` if capture fits.
+    """
+
+    mode: str
+    sizes: tuple[int, ...]
+    k: int
+    method: str | None
+    max_num_seqs: int
+    model_runner: str
+    async_scheduling: bool
+    drafter_full_graphs: bool
+    notes: tuple[str, ...]
+    oom_error: str | None
+
+    def resolved(self, hw: HardwareProfile) -> Resolved:
+        """The plan as :class:`Resolved` (what a real engine's start-up would report)."""
+        details: dict[str, Any] = {
+            "model_runner": self.model_runner,
+            "async_scheduling": self.async_scheduling,
+            "attention_backend": hw.attention_backend,
+        }
+        if self.method is not None:
+            details["speculative_method"] = self.method
+            details["num_speculative_tokens"] = self.k
+        return Resolved(cudagraph_mode=self.mode, cudagraph_capture_sizes=self.sizes, compile_mode=COMPILE_MODE,
+                        details=details, notes=self.notes)
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """``"0.26.0"`` -> ``(0, 26, 0)``; local/pre-release suffixes (``0.26.0rc1+cu130``) are ignored.
+
+    Raises:
+        ValueError: no leading ``MAJOR.MINOR`` numbers.
+    """
+    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(text))
+    if not match:
+        raise ValueError(f"not a version: {text!r}")
+    return tuple(int(part) for part in match.groups(default="0"))
+
+
+def default_capture_sizes(max_num_seqs: int, k: int) -> list[int]:
+    """vLLM's default capture sizes: 1, 2, 4, then every 8 up to ``2 * max_num_seqs * (1+K)`` (at most 512).
+
+    Matches the reference: 4 sequences give ``[1,2,4,8]``; with K=3, ``[1,2,4,8,16,24,32]`` before rounding.
+    """
+    largest = min(DEFAULT_MAX_CAPTURE_SIZE, 2 * max_num_seqs * (1 + k))
+    sizes = [s for s in (1, 2, 4) if s <= largest]
+    return sizes + list(range(8, largest + 1, 8))
+
+
+def round_sizes_for_spec(sizes: Sequence[int], k: int) -> list[int]:
+    """Round each size up to a multiple of ``1+K`` and drop duplicates, as vLLM does without a log line."""
+    step = 1 + k
+    return sorted({step * math.ceil(s / step) for s in sizes})
+
+
+def _drafter(model: ModelProfile, method: str | None) -> DrafterCost | None:
+    if method is None:
+        return None
+    return model.drafters[method]
+
+
+def _bare_mode(configured: Any) -> str | None:
+    # vLLM accepts "piecewise" and prints "CUDAGraphMode.PIECEWISE"; compare on the bare upper-case name.
+    if configured is None:
+        return None
+    mode = str(configured).rsplit(".", 1)[-1].upper()
+    if mode not in (NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE):
+        raise Rejected(f"unknown cudagraph_mode {configured!r}")
+    return mode
+
+
+def _check_spec(config: EngineConfig) -> tuple[int, str | None]:
+    k = config.num_speculative_tokens
+    if k <= 0:
+        return 0, None
+    method = config.spec_method
+    if method is None:
+        raise Rejected("speculative_config.method is missing")
+    if method not in SPEC_METHODS:
+        raise Rejected(f"speculative method {method!r} is not supported; choose one of {', '.join(SPEC_METHODS)}")
+    return k, str(method)
+
+
+def _rule_spec_default_capture(hw: HardwareProfile, version: tuple[int, ...], configured: str | None,
+                               k: int, mode: str) -> str:
+    # The seed note's trap: spec on, capture off, nothing printed. Only when the mode was left to the engine.
+    cutoff = hw.spec_default_capture_off_before
+    if k and configured is None and cutoff is not None and version < cutoff:
+        return NONE
+    return mode
+
+
+def _rule_backend_uniform_batch(hw: HardwareProfile, k: int, mode: str) -> tuple[str, list[str]]:
+    # Verification batches have 1+K tokens per sequence; a backend that only captures single-token decode
+    # cannot give them full graphs, so vLLM downgrades the mode at start-up and says so.
+    if not k or hw.uniform_batch_full_graphs or mode not in FULL_MODES:
+        return mode, []
+    new_mode = NONE if mode == FULL_DECODE_ONLY else PIECEWISE
+    note = (f"WARNING [gpu_model_runner.py] CUDAGraphMode.{mode} is not supported with spec-decode for attention "
+            f"backend {hw.attention_backend} (support: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); "
+            f"setting cudagraph_mode={new_mode}")
+    return new_mode, [note]
+
+
+def _rule_model_runner(version: tuple[int, ...], method: str | None) -> tuple[str, bool, bool, list[str]]:
+    """Model runner, async scheduling, drafter full graphs, and the notes vLLM prints about them."""
+    if version < V2_RUNNER_SINCE:
+        return "v1", False, method != "draft_model", []
+    if method == "draft_model" and version < DRAFT_MODEL_ON_V2_SINCE:
+        notes = [
+            "WARNING [gpu_model_runner.py] Model Runner V2 does not yet support speculative method 'draft_model'; "
+            "falling back to the V1 model runner.",
+            "WARNING [scheduler.py] Async scheduling is disabled: not supported with speculative method "
+            "'draft_model'.",
+        ]
+        return "v1", False, False, notes
+    return "v2", True, True, []
+
+
+def _capture_oom(hw: HardwareProfile, model: ModelProfile, sizes: Sequence[int], method: str | None) -> str | None:
+    if not sizes:
+        return None
+    limit = hw.capture_limit_tokens * model.capture_limit_factor
+    if method == "draft_model":  # the draft model's weights, KV cache and graphs share the memory
+        limit *= DRAFT_MODEL_CAPTURE_SHARE
+    if max(sizes) > limit:
+        return f"CUDA out of memory while capturing graphs for sizes up to {max(sizes)}"
+    return None
+
+
+def plan_config(config: EngineConfig, hw: HardwareProfile, model: ModelProfile, version: tuple[int, ...]) -> Plan:
+    """Apply vLLM's start-up rules to ``config``: what the worker would actually run.
+
+    Raises:
+        Rejected: vLLM would refuse the configuration (unknown speculative method, ...).
+    """
+    k, method = _check_spec(config)
+    max_num_seqs = int(config.engine_args.get("max_num_seqs", VLLM_DEFAULT_MAX_NUM_SEQS))
+    configured = _bare_mode(config.cudagraph_mode)
+    mode = configured if configured is not None else DEFAULT_MODE
+    if config.engine_args.get("enforce_eager"):
+        mode = NONE
+    mode = _rule_spec_default_capture(hw, version, configured, k, mode)
+    mode, notes = _rule_backend_uniform_batch(hw, k, mode)
+    sizes: list[int] = []
+    if mode != NONE:
+        sizes = list(config.capture_sizes or default_capture_sizes(max_num_seqs, k))
+        if k and mode in FULL_MODES:
+            sizes = round_sizes_for_spec(sizes, k)
+    runner, async_scheduling, drafter_full, runner_notes = _rule_model_runner(version, method)
+    return Plan(
+        mode=mode, sizes=tuple(sorted(sizes)), k=k, method=method, max_num_seqs=max_num_seqs, model_runner=runner,
+        async_scheduling=async_scheduling, drafter_full_graphs=drafter_full, notes=tuple(notes + runner_notes),
+        oom_error=_capture_oom(hw, model, sizes, method),
+    )
+
+
+# -- how fast it runs ------------------------------------------------------------------------------------
+
+
+def _captured_size(n: int, sizes: Sequence[int]) -> int | None:
+    """The smallest captured size that holds ``n`` tokens, ``None`` if none does (the step runs eagerly)."""
+    i = bisect.bisect_left(sizes, n)
+    return sizes[i] if i < len(sizes) else None
+
+
+def _decode_graph(plan: Plan, hw: HardwareProfile, n: int) -> tuple[str, int]:
+    size = _captured_size(n, plan.sizes)
+    if plan.mode == NONE or size is None:
+        return EAGER, n
+    if plan.mode == PIECEWISE:
+        return GRAPH_PIECEWISE, size
+    full_ok = plan.k == 0 or hw.uniform_batch_full_graphs
+    if full_ok:
+        return GRAPH_FULL, size
+    return (GRAPH_PIECEWISE, size) if plan.mode == FULL_AND_PIECEWISE else (EAGER, n)
+
+
+def _prefill_graph(plan: Plan, n: int) -> tuple[str, int]:
+    # Mixed/prefill batches: piecewise graphs in PIECEWISE and FULL_AND_PIECEWISE, full graphs in FULL,
+    # nothing in FULL_DECODE_ONLY; prompts usually exceed every captured size and run eagerly anyway.
+    size = _captured_size(n, plan.sizes)
+    if size is None or plan.mode in (NONE, FULL_DECODE_ONLY):
+        return EAGER, n
+    return (GRAPH_FULL if plan.mode == FULL else GRAPH_PIECEWISE), size
+
+
+def _drafter_graph(plan: Plan, n: int) -> tuple[str, int]:
+    size = _captured_size(n, plan.sizes)
+    if size is None:
+        return EAGER, n
+    if plan.drafter_full_graphs and plan.mode in FULL_MODES:
+        return GRAPH_FULL, size
+    if plan.mode in PIECEWISE_MODES:
+        return GRAPH_PIECEWISE, size
+    return EAGER, n
+
+
+def _gpu_ms(cost: ForwardCost, n: int, hw: HardwareProfile, token_ms: float | None = None) -> float:
+    per_token = cost.token_ms if token_ms is None else token_ms
+    experts = cost.expert_ms * (1.0 - (1.0 - cost.expert_touch_p) ** n)
+    return hw.weight_scale * (cost.weight_ms + experts) + hw.token_scale * per_token * n
+
+
+def _launch_ms(cost: ForwardCost, graph: str, hw: HardwareProfile) -> float:
+    if graph == EAGER:
+        ms = cost.launch_ms
+    elif graph == GRAPH_PIECEWISE:
+        ms = cost.launch_ms * cost.attn_launch_frac + cost.piecewise_replay_ms
+    else:
+        ms = cost.full_replay_ms
+    return hw.launch_scale * ms
+
+
+def _forward_ms(cost: ForwardCost, n: int, graph: tuple[str, int], hw: HardwareProfile,
+                token_ms: float | None = None) -> float:
+    kind, padded = graph
+    gpu = _gpu_ms(cost, n, hw, token_ms)
+    if padded > n:
+        gpu += hw.pad_scale * PAD_COST_FRACTION * (_gpu_ms(cost, padded, hw, token_ms) - gpu)
+    return gpu + _launch_ms(cost, kind, hw)
+
+
+def _cpu_ms(plan: Plan, hw: HardwareProfile, model: ModelProfile) -> float:
+    sched = model.sched_ms * ((1.0 - model.async_hidden_frac) if plan.async_scheduling else 1.0)
+    spec = (model.spec_fixed_ms + model.spec_per_token_ms * plan.k) if plan.k else 0.0
+    return hw.cpu_scale * (sched + spec)
+
+
+def _draft_ms(plan: Plan, hw: HardwareProfile, model: ModelProfile, b: int) -> float:
+    drafter = _drafter(model, plan.method)
+    if drafter is None or not plan.k:
+        return 0.0
+    total = hw.cpu_scale * (drafter.lookup_ms + drafter.lookup_per_seq_ms * b)
+    if drafter.forward is not None:
+        steps = plan.k if drafter.steps_per_k else 1
+        step = _forward_ms(drafter.forward, b, _drafter_graph(plan, b), hw) + hw.cpu_scale * drafter.fixed_ms
+        total += steps * step
+    return total
+
+
+def decode_step_ms(plan: Plan, hw: HardwareProfile, model: ModelProfile, b: int) -> float:
+    """One decode (or verification) step for ``b`` sequences, in milliseconds."""
+    n = b * (1 + plan.k)
+    target = _forward_ms(model.target, n, _decode_graph(plan, hw, n), hw)
+    return target + _cpu_ms(plan, hw, model) + _draft_ms(plan, hw, model, b)
+
+
+def prefill_step_ms(plan: Plan, hw: HardwareProfile, model: ModelProfile, b: int, input_len: int) -> float:
+    """One prefill step for a wave of ``b`` prompts, in milliseconds."""
+    n = b * input_len
+    forward = _forward_ms(model.target, n, _prefill_graph(plan, n), hw, token_ms=model.prefill_token_ms)
+    return forward + hw.cpu_scale * model.sched_ms
+
+
+def accept_len(config: EngineConfig, workload: Workload) -> float:
+    """Expected acceptance length: 1 + expected accepted draft tokens per step (1.0 without speculation).
+
+    ``speculative_config.synthetic_acceptance_rates`` (vLLM's synthetic rejection sampler, used by the reference
+    probe) overrides the method's profile: entry j is the probability that drafts 1..j are all accepted.
+    """
+    k = config.num_speculative_tokens
+    if k <= 0:
+        return 1.0
+    spec = config.speculative_config or {}
+    rates = spec.get("synthetic_acceptance_rates")
+    if rates:
+        cumulative = [float(r) for r in list(rates)[:k]]
+    else:
+        method = str(spec.get("method"))
+        profile = ACCEPTANCE.get(method, ACCEPTANCE["draft_model"])
+        if method in _LOOKUP_METHODS and not workload.repetitive_prompts:
+            profile = NGRAM_RANDOM_PROMPTS
+        cumulative = profile.cumulative(k)
+    return 1.0 + sum(cumulative)
+
+
+def batch_size(plan: Plan, workload: Workload) -> int:
+    """Sequences decoding together: the workload's concurrency within the engine's limit."""
+    return max(1, min(workload.concurrency, plan.max_num_seqs, workload.num_prompts))
+
+
+def steady_throughput(plan: Plan, config: EngineConfig, workload: Workload, hw: HardwareProfile,
+                      model: ModelProfile) -> float:
+    """True steady-state output tokens/s of a warm engine (no noise, no cold start, no warm-up)."""
+    b = batch_size(plan, workload)
+    length = accept_len(config, workload)
+    waves = math.ceil(workload.num_prompts / b)
+    wave_ms = (prefill_step_ms(plan, hw, model, b, workload.input_len)
+               + workload.output_len / length * decode_step_ms(plan, hw, model, b))
+    return workload.num_prompts * workload.output_len / (waves * wave_ms / 1000.0)
+
+
+def startup_seconds(plan: Plan, hw: HardwareProfile, model: ModelProfile, cold: bool) -> float:
+    """Engine start-up: init and weight load, compile (longer when cold), one capture per graph and size."""
+    graphs_per_size = {NONE: 0, PIECEWISE: 1, FULL: 1, FULL_DECODE_ONLY: 1, FULL_AND_PIECEWISE: 2}[plan.mode]
+    drafter = _drafter(model, plan.method)
+    drafter_graphs = 1 if drafter is not None and drafter.forward is not None and plan.mode != NONE else 0
+    compile_s = hw.compile_cold_s if cold else hw.compile_warm_s
+    seconds = hw.init_s * model.startup_scale + compile_s * model.startup_scale
+    seconds += hw.capture_s * len(plan.sizes) * (graphs_per_size + drafter_graphs)
+    if drafter is not None and drafter.loads_model:
+        seconds += DRAFT_LOAD_S
+    return seconds

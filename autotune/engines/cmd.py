@@ -1,0 +1,312 @@
+"""``cmd``: run any engine through a command that speaks a one-line JSON protocol.
+
+Per restart the command runs as a fresh process in its own session (so a timeout can kill everything it spawned)
+and gets the configuration as JSON on stdin::
+
+    {"config": EngineConfig.to_dict(), "llm_kwargs": config.llm_kwargs(), "workload": Workload.to_dict(),
+     "restart": 0, "seed": 1234}
+
+with ``AUTOTUNE_RESTART``, ``AUTOTUNE_SEED`` and, when the study has a cache directory, ``AUTOTUNE_CACHE_DIR`` in
+its environment. It may log anything; its LAST stdout line must be one JSON object::
+
+    {"status": "ok", "passes_tok_s": [...], "resolved": {"cudagraph_mode": ..., "cudagraph_capture_sizes": [...]},
+     "accept_len": 2.9, "startup_s": 31.0, "warmup_tok_s": [...], "cold": false}
+    {"status": "failed", "error": "CUDA out of memory ..."}
+
+``warmup_tok_s``, ``cold``, ``accept_len``, ``peak_memory_gib`` and the other ``resolved`` fields
+(``compile_mode``, ``details``, ``notes``) are optional. Anything else - a non-zero exit, no JSON, a missing or
+ill-typed field, a timeout - becomes a failed :class:`~autotune.records.RestartResult` with a one-line reason and
+the output's tail; this engine never raises for a bad restart. See ``examples/cmd_engine_example.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from autotune.engines._base import EngineBackend, EngineError
+from autotune.records import EngineConfig, Resolved, RestartResult, RestartStatus, Workload
+
+__all__ = ["CmdEngine", "ProtocolError", "parse_result_line"]
+
+DEFAULT_TIMEOUT_S = 1800.0
+#: Seconds between SIGTERM and SIGKILL when a restart times out.
+DEFAULT_KILL_GRACE_S = 5.0
+#: Lines of output kept in ``log_tail``.
+TAIL_LINES = 40
+#: Longest excerpt of a bad line quoted in an error.
+QUOTE_CHARS = 80
+
+
+class ProtocolError(ValueError):
+    """The command's last stdout line does not follow the protocol (message: what was wrong, one line)."""
+
+
+class CmdEngine(EngineBackend):
+    """Runs each restart as ``command`` with the configuration as JSON on stdin.
+
+    Args:
+        cache_dir: When set, each restart's full output goes to ``cache_dir/logs/<key>-r<restart>.log``
+            and the command gets ``AUTOTUNE_CACHE_DIR`` (for its own compile caches).
+        command: The command, as a list of strings or one shell-style string (split with :func:`shlex.split`).
+        timeout_s: Wall-clock limit per restart (default 1800).
+        kill_grace_s: Seconds between SIGTERM and SIGKILL on timeout (default 5).
+
+    Raises:
+        EngineError: ``command`` missing or malformed, or a bad timeout, naming ``engine.<key>``.
+    """
+
+    name = "cmd"
+    OPTIONS = ("command", "timeout_s", "kill_grace_s")
+
+    def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
+        super().__init__(cache_dir, **options)
+        unknown = sorted(set(options) - set(self.OPTIONS))
+        if unknown:
+            valid = ", ".join(f"engine.{k}" for k in self.OPTIONS)
+            raise EngineError(f"cmd engine: unknown option engine.{unknown[0]}; valid keys: {valid}")
+        self.command = _command(options.get("command"))
+        self.timeout_s = _seconds("timeout_s", options.get("timeout_s", DEFAULT_TIMEOUT_S))
+        self.kill_grace_s = _seconds("kill_grace_s", options.get("kill_grace_s", DEFAULT_KILL_GRACE_S))
+
+    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
+        """Run the command once; never raises for a failing restart."""
+        payload = json.dumps({
+            "config": config.to_dict(),
+            "llm_kwargs": config.llm_kwargs(),
+            "workload": workload.to_dict(),
+            "restart": restart,
+            "seed": seed,
+        }, default=str)
+        started = time.monotonic()
+        try:
+            stdout, stderr, returncode = self._run_process(payload, restart, seed)
+        except OSError as exc:
+            return RestartResult.failure(RestartStatus.FAILED, f"cmd engine: cannot start {self.command[0]!r}: {exc}",
+                                         restart=restart, seed=seed, wall_s=time.monotonic() - started)
+        timed_out = returncode is None
+        wall_s = time.monotonic() - started
+        log_path = self._write_log(config, restart, stdout, stderr)
+        common: dict[str, Any] = {"restart": restart, "seed": seed, "wall_s": wall_s, "log_path": log_path}
+        tail = _tail(stdout, stderr)
+        if timed_out:
+            return RestartResult.failure(RestartStatus.TIMEOUT, f"cmd engine: no result within {self.timeout_s:g}s; "
+                                         "killed the process group", log_tail=tail, **common)
+        try:
+            data = parse_result_line(stdout)
+        except ProtocolError as exc:
+            reason = f"cmd engine: {exc}"
+            if returncode != 0:
+                reason = f"cmd engine: command exited with status {returncode}: {_last_line(stderr or stdout)}"
+            return RestartResult.failure(RestartStatus.FAILED, reason, log_tail=tail, **common)
+        if data["status"] == RestartStatus.FAILED:
+            return RestartResult.failure(RestartStatus.FAILED, data["error"], resolved=data.get("resolved"),
+                                         cold=data.get("cold", False), log_tail=tail, **common)
+        if returncode != 0:
+            return RestartResult.failure(RestartStatus.FAILED, f"cmd engine: command reported ok but exited with "
+                                         f"status {returncode}", log_tail=tail, **common)
+        return RestartResult(status=RestartStatus.OK, **common, **{k: v for k, v in data.items() if k != "status"})
+
+    def describe(self) -> dict[str, Any]:
+        """The engine name and the command it runs."""
+        return {"engine": self.name, "command": list(self.command)}
+
+    # -- internals -----------------------------------------------------------------------------------------
+    def _env(self, restart: int, seed: int) -> dict[str, str]:
+        env = dict(os.environ)
+        env["AUTOTUNE_RESTART"] = str(restart)
+        env["AUTOTUNE_SEED"] = str(seed)
+        if self.cache_dir is not None:
+            env["AUTOTUNE_CACHE_DIR"] = str(self.cache_dir)
+        return env
+
+    def _run_process(self, payload: str, restart: int, seed: int) -> tuple[str, str, int | None]:
+        """Run the command once: stdout, stderr and the exit status (``None`` when it timed out).
+
+        Output goes to temporary files rather than pipes, so a child that outlives the command (and inherits its
+        stdout) can neither block the wait nor fill a pipe; the wait is on the command alone.
+
+        Raises:
+            OSError: the command cannot be started.
+        """
+        def scratch() -> IO[str]:
+            return tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+
+        with scratch() as stdin, scratch() as out, scratch() as err:
+            stdin.write(payload)
+            stdin.seek(0)
+            proc = subprocess.Popen(self.command, stdin=stdin, stdout=out, stderr=err, env=self._env(restart, seed),
+                                    start_new_session=True)
+            returncode = self._wait(proc)
+            out.seek(0)
+            err.seek(0)
+            return out.read(), err.read(), returncode
+
+    def _wait(self, proc: subprocess.Popen[bytes]) -> int | None:
+        """Wait for the command; on timeout stop its whole process group. Returns ``None`` on timeout."""
+        try:
+            returncode: int | None = proc.wait(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            returncode = None
+            _kill_group(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.kill_grace_s)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc, signal.SIGKILL)
+                proc.wait()
+        # Whatever the command left running (an engine core holding GPU memory, a child that ignored SIGTERM)
+        # must not outlive the restart and spoil the next one.
+        _kill_group(proc, signal.SIGKILL)
+        return returncode
+
+    def _write_log(self, config: EngineConfig, restart: int, stdout: str, stderr: str) -> str | None:
+        if self.cache_dir is None:
+            return None
+        path = Path(self.cache_dir) / "logs" / f"{config.key()}-r{restart}.log"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"$ {shlex.join(self.command)}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}")
+        except OSError:
+            return None  # a log we cannot write must not fail the restart
+        return str(path)
+
+
+# -- protocol --------------------------------------------------------------------------------------------
+
+
+def parse_result_line(stdout: str) -> dict[str, Any]:
+    """Parse and type-check the protocol object on the last non-empty stdout line.
+
+    Returns:
+        ``RestartResult`` keyword arguments plus ``status`` (``resolved`` already a :class:`Resolved`).
+
+    Raises:
+        ProtocolError: a one-line description of what was wrong.
+    """
+    line = _last_line(stdout)
+    if not line:
+        raise ProtocolError("no output on stdout (expected a JSON object on the last line)")
+    try:
+        data = json.loads(line)
+    except ValueError:
+        raise ProtocolError(f"last stdout line is not JSON: {_quote(line)}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError(f"last stdout line is JSON but not an object: {_quote(line)}")
+    status = data.get("status")
+    if status == RestartStatus.FAILED:
+        error = data.get("error")
+        out: dict[str, Any] = {"status": status, "error": str(error) if error else "command reported failure"}
+        if data.get("resolved") is not None:
+            out["resolved"] = _resolved(data["resolved"])
+        if isinstance(data.get("cold"), bool):
+            out["cold"] = data["cold"]
+        return out
+    if status != RestartStatus.OK:
+        raise ProtocolError(f"'status' must be \"ok\" or \"failed\", got {status!r}")
+    out = {"status": status, "passes_tok_s": _numbers(data, "passes_tok_s", required=True),
+           "resolved": _resolved(data.get("resolved"))}
+    if "warmup_tok_s" in data and data["warmup_tok_s"] is not None:
+        out["warmup_tok_s"] = _numbers(data, "warmup_tok_s", required=False)
+    for key in ("accept_len", "startup_s", "peak_memory_gib"):
+        if data.get(key) is not None:
+            out[key] = _number(data[key], key)
+    if "cold" in data:
+        if not isinstance(data["cold"], bool):
+            raise ProtocolError(f"'cold' must be true or false, got {data['cold']!r}")
+        out["cold"] = data["cold"]
+    return out
+
+
+def _resolved(value: Any) -> Resolved:
+    if not isinstance(value, Mapping):
+        raise ProtocolError(f"'resolved' must be an object with cudagraph_mode and cudagraph_capture_sizes, "
+                            f"got {value!r}")
+    mode = value.get("cudagraph_mode")
+    if mode is not None and not isinstance(mode, str):
+        raise ProtocolError(f"'resolved.cudagraph_mode' must be a string, got {mode!r}")
+    sizes = value.get("cudagraph_capture_sizes")
+    if sizes is not None and (not isinstance(sizes, list)
+                              or not all(isinstance(s, int) and not isinstance(s, bool) for s in sizes)):
+        raise ProtocolError(f"'resolved.cudagraph_capture_sizes' must be a list of integers, got {sizes!r}")
+    if value.get("details") is not None and not isinstance(value["details"], Mapping):
+        raise ProtocolError("'resolved.details' must be an object")
+    if value.get("notes") is not None and not isinstance(value["notes"], list):
+        raise ProtocolError("'resolved.notes' must be a list of strings")
+    resolved = Resolved.from_dict(value)
+    assert resolved is not None  # value is a mapping, so from_dict returns a record
+    return resolved
+
+
+def _numbers(data: Mapping[str, Any], key: str, *, required: bool) -> tuple[float, ...]:
+    value = data.get(key)
+    if not isinstance(value, list) or (required and not value):
+        raise ProtocolError(f"'{key}' must be a non-empty list of numbers, got {value!r}")
+    return tuple(_number(v, key) for v in value)
+
+
+def _number(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ProtocolError(f"'{key}' must hold finite numbers, got {value!r}")
+    return float(value)
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+
+
+def _command(value: Any) -> list[str]:
+    if value is None:
+        raise EngineError("cmd engine: engine.command is missing; set it to the command that runs one restart, "
+                          "e.g. command: [python, examples/cmd_engine_example.py]")
+    if isinstance(value, str):
+        try:
+            parts = shlex.split(value)
+        except ValueError as exc:
+            raise EngineError(f"cmd engine: engine.command cannot be split ({exc}); quote it properly") from None
+    elif isinstance(value, Sequence) and all(isinstance(p, str) for p in value):
+        parts = list(value)
+    else:
+        raise EngineError(f"cmd engine: engine.command must be a list of strings or a string, got {value!r}")
+    if not parts:
+        raise EngineError("cmd engine: engine.command is empty; give the command that runs one restart")
+    return parts
+
+
+def _seconds(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+        raise EngineError(f"cmd engine: engine.{key} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _kill_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    # The command leads its own session, so its pid is the process group id of everything it started;
+    # a group that is already gone needs no killing.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def _last_line(text: str) -> str:
+    for line in reversed((text or "").splitlines()):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _quote(line: str) -> str:
+    return repr(line if len(line) <= QUOTE_CHARS else line[:QUOTE_CHARS] + "...")
+
+
+def _tail(stdout: str, stderr: str) -> str:
+    lines = (stdout or "").splitlines()[-TAIL_LINES:]
+    if stderr and stderr.strip():
+        lines += ["--- stderr ---", *stderr.splitlines()[-TAIL_LINES:]]
+    return "\n".join(lines)

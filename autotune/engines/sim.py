@@ -1,0 +1,241 @@
+"""``sim``: a seeded, deterministic simulated vLLM that never touches a GPU and never sleeps.
+
+The performance model and its constants live in :mod:`autotune.engines._sim_model`; this module turns a true
+steady-state throughput into what a real restart reports: restart-to-restart noise (partly shared by every
+configuration at one seed, like machine drift), slow cold first starts decided by a compile-cache marker in
+``cache_dir``, a slow first pass in every process, pass-to-pass noise, start-up and wall time in pretend seconds.
+
+:meth:`SimEngine.true_throughput` exposes the noiseless truth for tests and benchmarks only: nothing autotune shows
+about real hardware may come from it. See ``docs/simulator.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+from autotune.engines import _sim_model as model
+from autotune.engines._base import EngineBackend, EngineError
+from autotune.records import EngineConfig, Resolved, RestartResult, RestartStatus, Workload
+
+__all__ = ["SimEngine"]
+
+#: Engine options (the space file's ``engine: sim:`` section) and their defaults.
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "profile": "h200",
+    "model_profile": "dense",
+    "engine_version": "0.26.0",
+    "noise": None,  # None: the hardware profile's restart-to-restart sd
+}
+#: Directory under ``cache_dir`` that holds one marker file per compiled configuration.
+COMPILE_CACHE_DIR = "sim-compile-cache"
+
+
+def _rng(*parts: Any) -> random.Random:
+    """A generator seeded from ``parts`` (stable across processes, unlike ``hash()``)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def _settled(passes: list[float]) -> bool:
+    """Two consecutive warm-up passes within :data:`~_sim_model.WARMUP_SETTLED_REL` of each other."""
+    if len(passes) < 2:
+        return False
+    return abs(passes[-1] - passes[-2]) <= model.WARMUP_SETTLED_REL * passes[-2]
+
+
+class SimEngine(EngineBackend):
+    """A simulated vLLM: seeded, deterministic, thousands of restarts per second.
+
+    Args:
+        cache_dir: Where compile-cache markers go; the first start of a configuration without a marker is cold.
+            ``None`` keeps the markers in memory for the engine's lifetime.
+        profile: Hardware profile: ``h200``, ``gb10`` or ``flat`` (no configuration beats the baseline).
+        model_profile: ``dense`` (small dense model) or ``moe`` (sparse mixture of experts).
+        engine_version: The simulated vLLM version; the start-up rules are keyed on it.
+        noise: Restart-to-restart relative sd (default: the hardware profile's).
+
+    Raises:
+        EngineError: an unknown option or value, naming ``engine.<key>`` and the valid choices.
+    """
+
+    name = "sim"
+
+    def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
+        super().__init__(cache_dir, **options)
+        unknown = sorted(set(options) - set(DEFAULT_OPTIONS))
+        if unknown:
+            valid = ", ".join(f"engine.{k}" for k in DEFAULT_OPTIONS)
+            raise EngineError(f"sim engine: unknown option engine.{unknown[0]}; valid keys: {valid}")
+        opts = {**DEFAULT_OPTIONS, **options}
+        self.hardware = _choice("profile", opts["profile"], model.HARDWARE)
+        self.model = _choice("model_profile", opts["model_profile"], model.MODELS)
+        self.engine_version = str(opts["engine_version"])
+        try:
+            self.version = model.parse_version(self.engine_version)
+        except ValueError:
+            raise EngineError(f"sim engine: engine.engine_version {opts['engine_version']!r} is not a version; "
+                              "write e.g. \"0.26.0\"") from None
+        self.noise_sd = _noise(opts["noise"], self.hardware.noise_sd)
+        self._compiled: set[str] = set()
+        self._plans: dict[str, model.Plan] = {}
+        self._steady: dict[tuple[str, Workload], float] = {}
+
+    # -- public helpers for tests and benchmarks -------------------------------------------------------------
+    def resolve(self, config: EngineConfig) -> Resolved:
+        """What the simulated engine would run for ``config`` (after the engine-version rules).
+
+        Raises:
+            autotune.engines._sim_model.Rejected: vLLM would refuse the configuration.
+        """
+        return self._plan(config).resolved(self.hardware)
+
+    def true_throughput(self, config: EngineConfig, workload: Workload) -> float | None:
+        """The configuration's true mean steady-state tok/s: no noise, no cold start, no warm-up.
+
+        For tests and benchmarks only; nothing shown to users about real hardware comes from it.
+        Returns ``None`` when the configuration cannot run (capture OOM, or vLLM would reject it).
+        """
+        try:
+            plan = self._plan(config)
+        except model.Rejected:
+            return None
+        if plan.oom_error:
+            return None
+        return self._steady_tok_s(plan, config, workload)
+
+    # -- EngineBackend -------------------------------------------------------------------------------------
+    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
+        """One simulated restart: start-up, warm-up until settled, ``workload.timed_passes`` timed passes."""
+        try:
+            plan = self._plan(config)
+        except model.Rejected as exc:
+            return RestartResult.failure(RestartStatus.FAILED, f"sim engine: vLLM rejected the config: {exc}",
+                                         restart=restart, seed=seed, wall_s=self.hardware.init_s, log_tail=str(exc))
+        # Every draw comes from these two generators in a fixed order, so equal inputs give equal results.
+        rng = _rng("restart", config.key(), restart, seed, self.hardware.name, self.model.name, self.engine_version)
+        machine = _rng("machine", seed, self.hardware.name, self.model.name, self.engine_version)
+        cold = self._start_is_cold(config)
+        startup_s = model.startup_seconds(plan, self.hardware, self.model, cold) * _jitter(rng)
+        resolved = plan.resolved(self.hardware)
+        if plan.oom_error:
+            # Capture happens at the end of start-up: the process dies before it is ready.
+            return RestartResult.failure(
+                RestartStatus.FAILED, plan.oom_error, restart=restart, seed=seed, resolved=resolved, cold=cold,
+                wall_s=startup_s, log_tail="\n".join((*plan.notes, f"torch.OutOfMemoryError: {plan.oom_error}")),
+            )
+        level = self._steady_tok_s(plan, config, workload) * self._restart_factor(rng, machine)
+        cold_factor = 1.0 - rng.uniform(*self.hardware.cold_slowdown)
+        if cold:
+            level *= cold_factor
+        warmup, timed = self._passes(level, rng, workload)
+        tokens = workload.num_prompts * workload.output_len
+        wall_s = startup_s + sum(tokens / x for x in (*warmup, *timed)) + self.hardware.shutdown_s
+        return RestartResult(
+            status=RestartStatus.OK, restart=restart, seed=seed, passes_tok_s=tuple(timed), warmup_tok_s=tuple(warmup),
+            startup_s=startup_s, wall_s=wall_s, resolved=resolved, accept_len=self._accept_len(config, workload, rng),
+            cold=cold,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """Engine facts for tracking; ``simulated`` marks every number as coming from the model."""
+        return {
+            "engine": self.name,
+            "engine_version": self.engine_version,
+            "gpu": self.hardware.gpu_name,
+            "profile": self.hardware.name,
+            "model_profile": self.model.name,
+            "simulated": True,
+        }
+
+    # -- internals -----------------------------------------------------------------------------------------
+    def _plan(self, config: EngineConfig) -> model.Plan:
+        key = config.key()
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = model.plan_config(config, self.hardware, self.model, self.version)
+            self._plans[key] = plan
+        return plan
+
+    def _steady_tok_s(self, plan: model.Plan, config: EngineConfig, workload: Workload) -> float:
+        key = (config.key(), workload)
+        value = self._steady.get(key)
+        if value is None:
+            value = model.steady_throughput(plan, config, workload, self.hardware, self.model)
+            self._steady[key] = value
+        return value
+
+    def _compile_key(self, config: EngineConfig) -> str:
+        # A real compile cache is keyed on the config, the model and the engine build.
+        body = f"{config.key()}|{self.hardware.name}|{self.model.name}|{self.engine_version}"
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+    def _start_is_cold(self, config: EngineConfig) -> bool:
+        """True for the first start of a configuration; marks it compiled, as a real compile cache would."""
+        key = self._compile_key(config)
+        if self.cache_dir is None:
+            cold = key not in self._compiled
+            self._compiled.add(key)
+            return cold
+        marker = Path(self.cache_dir) / COMPILE_CACHE_DIR / key
+        if marker.exists():
+            return False
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        return True
+
+    def _restart_factor(self, rng: random.Random, machine: random.Random) -> float:
+        """Lognormal restart noise with mean 1: a machine-drift part shared at one seed plus a per-config part."""
+        sd = self.noise_sd
+        shared = machine.gauss(0.0, sd * math.sqrt(self.hardware.shared_noise_share))
+        own = rng.gauss(0.0, sd * math.sqrt(1.0 - self.hardware.shared_noise_share))
+        return math.exp(shared + own - sd * sd / 2.0)
+
+    def _passes(self, level: float, rng: random.Random, workload: Workload) -> tuple[list[float], list[float]]:
+        """Warm-up passes until two consecutive settle (within the workload's bounds), then the timed passes.
+
+        Pass ``j`` of a process runs at ``1 - first_pass_slowdown * WARMUP_DECAY**j`` of ``level``, so a warm-up cut
+        short leaks its slowness into the timed passes, as it would on a real engine.
+        """
+        first = rng.uniform(*self.hardware.first_pass_slowdown)
+
+        def one_pass(j: int) -> float:
+            return level * (1.0 - first * model.WARMUP_DECAY**j) * math.exp(rng.gauss(0.0, self.hardware.pass_noise_sd))
+
+        warmup: list[float] = []
+        while len(warmup) < workload.max_warmup_passes:
+            if len(warmup) >= workload.warmup_passes and _settled(warmup):
+                break
+            warmup.append(one_pass(len(warmup)))
+        timed = [one_pass(len(warmup) + i) for i in range(workload.timed_passes)]
+        return warmup, timed
+
+    def _accept_len(self, config: EngineConfig, workload: Workload, rng: random.Random) -> float | None:
+        k = config.num_speculative_tokens
+        if k <= 0:
+            return None
+        measured = model.accept_len(config, workload) * math.exp(rng.gauss(0.0, model.ACCEPT_NOISE_SD))
+        return min(measured, 1.0 + k)
+
+
+def _choice(key: str, value: Any, table: dict[str, Any]) -> Any:
+    try:
+        return table[str(value)]
+    except KeyError:
+        raise EngineError(f"sim engine: engine.{key} {value!r} is unknown; choose one of "
+                          f"{', '.join(sorted(table))}") from None
+
+
+def _noise(value: Any, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
+        raise EngineError(f"sim engine: engine.noise must be a relative sd >= 0 (e.g. 0.03), got {value!r}")
+    return float(value)
+
+
+def _jitter(rng: random.Random) -> float:
+    return math.exp(rng.gauss(0.0, model.STARTUP_JITTER))

@@ -1,0 +1,246 @@
+"""The cmd engine: protocol, failures as data, timeouts that kill the whole process group."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.engines import EngineError, make_engine
+from autotune.engines.cmd import CmdEngine
+from autotune.engines.sim import SimEngine
+from autotune.records import EngineConfig, Workload
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "cmd_engine_example.py"
+WL = Workload(num_prompts=4, output_len=64, timed_passes=2)
+CONFIG = EngineConfig(engine_args={"model": "m", "max_num_seqs": 4},
+                      compilation_config={"cudagraph_mode": "FULL", "cudagraph_capture_sizes": [4, 8, 16]},
+                      speculative_config={"method": "ngram", "num_speculative_tokens": 3},
+                      params={"cudagraph_mode": "FULL"}, draft="ngram")
+
+GOOD_RESULT = {"status": "ok", "passes_tok_s": [100.0, 102.5], "warmup_tok_s": [60.0],
+               "resolved": {"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [4, 8, 16],
+                            "notes": ["setting cudagraph_mode=PIECEWISE"]},
+               "accept_len": 2.5, "startup_s": 12.0, "cold": True}
+
+
+def script(tmp_path: Path, body: str, name: str = "engine.py") -> list[str]:
+    """A Python script in ``tmp_path`` as a command."""
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return [sys.executable, str(path)]
+
+
+def printing(tmp_path: Path, last_line: str, exit_code: int = 0) -> list[str]:
+    """A command that logs a little, then prints ``last_line`` last."""
+    return script(tmp_path, f"""
+        import sys
+        sys.stdin.read()
+        print("INFO loading model", flush=True)
+        print("some warning", file=sys.stderr)
+        print({last_line!r})
+        sys.exit({exit_code})
+    """)
+
+
+def run(engine: CmdEngine, restart: int = 0, seed: int = 7):
+    return engine.run_restart(CONFIG, WL, restart=restart, seed=seed)
+
+
+def test_good_command_gets_the_request_and_its_result_is_parsed(tmp_path):
+    seen = tmp_path / "seen.json"
+    command = script(tmp_path, f"""
+        import json, os, sys
+        request = json.load(sys.stdin)
+        env = {{k: os.environ.get(k) for k in ("AUTOTUNE_RESTART", "AUTOTUNE_SEED", "AUTOTUNE_CACHE_DIR")}}
+        open({str(seen)!r}, "w").write(json.dumps({{"request": request, "env": env}}))
+        print("INFO engine ready")
+        print(json.dumps({GOOD_RESULT!r}))
+    """)
+    engine = CmdEngine(cache_dir=str(tmp_path / "cache"), command=command)
+    result = run(engine, restart=2, seed=41)
+    assert result.ok and result.status == "ok"
+    assert result.passes_tok_s == (100.0, 102.5) and result.warmup_tok_s == (60.0,)
+    assert result.value == pytest.approx(101.25)
+    assert result.resolved is not None and result.resolved.cudagraph_mode == "PIECEWISE"
+    assert result.resolved.cudagraph_capture_sizes == (4, 8, 16)
+    assert result.accept_len == 2.5 and result.startup_s == 12.0 and result.cold is True
+    assert (result.restart, result.seed) == (2, 41)
+    assert result.wall_s is not None and 0 < result.wall_s < 30
+    assert result.error is None and result.log_tail is None
+    got = json.loads(seen.read_text())
+    assert got["request"] == {"config": CONFIG.to_dict(), "llm_kwargs": CONFIG.llm_kwargs(),
+                              "workload": WL.to_dict(), "restart": 2, "seed": 41}
+    assert got["env"] == {"AUTOTUNE_RESTART": "2", "AUTOTUNE_SEED": "41", "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache")}
+    assert result.log_path == str(tmp_path / "cache" / "logs" / f"{CONFIG.key()}-r2.log")
+    assert "INFO engine ready" in Path(result.log_path).read_text()
+
+
+def test_bad_json_line_is_a_failed_restart_with_the_output_kept(tmp_path):
+    engine = CmdEngine(cache_dir=str(tmp_path), command=printing(tmp_path, "Traceback (most recent call last): {"))
+    result = run(engine)
+    assert result.status == "failed" and not result.ok
+    assert result.error == "cmd engine: last stdout line is not JSON: 'Traceback (most recent call last): {'"
+    assert result.log_tail is not None and "INFO loading model" in result.log_tail and "some warning" in result.log_tail
+    log = Path(result.log_path or "")
+    assert log.parent == tmp_path / "logs" and "some warning" in log.read_text()
+
+
+def test_crashing_command_reports_its_exit_status_and_traceback(tmp_path):
+    command = script(tmp_path, """
+        import sys
+        sys.stdin.read()
+        print("INFO starting")
+        raise RuntimeError("engine core died")
+    """)
+    result = run(CmdEngine(command=command))
+    assert result.status == "failed"
+    assert result.error == "cmd engine: command exited with status 1: RuntimeError: engine core died"
+    assert result.log_tail is not None and "Traceback (most recent call last)" in result.log_tail
+    assert result.log_path is None  # no cache_dir, no log file
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie nobody reaped yet counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return state != "Z"
+
+
+def gone(pid: int, within_s: float = 3.0) -> bool:
+    """True once ``pid`` has died (killed processes take a moment to disappear)."""
+    deadline = time.monotonic() + within_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_hanging_command_is_killed_with_its_children(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    command = script(tmp_path, f"""
+        import subprocess, sys, time
+        sys.stdin.read()
+        child = subprocess.Popen(["sleep", "300"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        print("INFO waiting forever", flush=True)
+        time.sleep(300)
+    """)
+    engine = CmdEngine(command=command, timeout_s=1.0, kill_grace_s=2.0)
+    started = time.monotonic()
+    result = run(engine)
+    assert result.status == "timeout" and not result.ok
+    assert "no result within 1s" in (result.error or "")
+    assert result.log_tail is not None and "INFO waiting forever" in result.log_tail
+    assert result.wall_s is not None and 1.0 <= result.wall_s < 6.0 and time.monotonic() - started < 8.0
+    assert gone(int(pid_file.read_text()))
+
+
+def test_children_that_ignore_sigterm_are_killed_too(tmp_path):
+    pid_file = tmp_path / "stubborn.pid"
+    command = script(tmp_path, f"""
+        import subprocess, sys, time
+        sys.stdin.read()
+        code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+        child = subprocess.Popen([sys.executable, "-c", code])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        time.sleep(300)
+    """)
+    result = run(CmdEngine(command=command, timeout_s=1.0, kill_grace_s=0.5))
+    assert result.status == "timeout"
+    assert gone(int(pid_file.read_text()))
+
+
+def test_a_child_left_running_neither_delays_the_result_nor_survives_it(tmp_path):
+    pid_file = tmp_path / "leftover.pid"
+    command = script(tmp_path, f"""
+        import json, subprocess, sys
+        sys.stdin.read()
+        child = subprocess.Popen(["sleep", "300"])  # inherits stdout, like an engine core process
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        print(json.dumps({GOOD_RESULT!r}))
+    """)
+    started = time.monotonic()
+    result = run(CmdEngine(command=command, timeout_s=30))
+    assert result.ok and time.monotonic() - started < 10
+    assert gone(int(pid_file.read_text()))
+
+
+def test_failed_status_object_is_a_failed_restart(tmp_path):
+    line = json.dumps({"status": "failed", "error": "CUDA out of memory while capturing graphs for sizes up to 512",
+                       "resolved": {"cudagraph_mode": "FULL", "cudagraph_capture_sizes": [512]}})
+    result = run(CmdEngine(command=printing(tmp_path, line)))
+    assert result.status == "failed"
+    assert result.error == "CUDA out of memory while capturing graphs for sizes up to 512"
+    assert result.resolved is not None and result.resolved.cudagraph_capture_sizes == (512,)
+
+
+@pytest.mark.parametrize(("payload", "problem"), [
+    ({"status": "ok"}, "'passes_tok_s' must be a non-empty list of numbers"),
+    ({**GOOD_RESULT, "passes_tok_s": ["fast"]}, "'passes_tok_s' must hold finite numbers"),
+    ({**GOOD_RESULT, "resolved": None}, "'resolved' must be an object"),
+    ({**GOOD_RESULT, "resolved": {"cudagraph_capture_sizes": "4,8"}}, "must be a list of integers"),
+    ({**GOOD_RESULT, "accept_len": "2.5"}, "'accept_len' must hold finite numbers"),
+    ({**GOOD_RESULT, "cold": "yes"}, "'cold' must be true or false"),
+    ({**GOOD_RESULT, "status": "done"}, "'status' must be \"ok\" or \"failed\""),
+    ([1, 2, 3], "JSON but not an object"),
+])
+def test_missing_or_ill_typed_fields_say_what_was_wrong(tmp_path, payload, problem):
+    result = run(CmdEngine(command=printing(tmp_path, json.dumps(payload))))
+    assert result.status == "failed"
+    assert result.error is not None and result.error.startswith("cmd engine: ") and problem in result.error
+    assert "\n" not in result.error
+
+
+def test_ok_line_with_nonzero_exit_is_not_trusted(tmp_path):
+    result = run(CmdEngine(command=printing(tmp_path, json.dumps(GOOD_RESULT), exit_code=3)))
+    assert result.status == "failed" and "status 3" in (result.error or "")
+
+
+def test_missing_executable_is_a_failed_restart(tmp_path):
+    result = run(CmdEngine(command=[str(tmp_path / "no-such-engine")]))
+    assert result.status == "failed" and "cannot start" in (result.error or "")
+
+
+def test_options_are_validated():
+    with pytest.raises(EngineError, match=r"engine\.command is missing"):
+        make_engine("cmd")
+    with pytest.raises(EngineError, match=r"engine\.command"):
+        CmdEngine(command=[1, 2])
+    with pytest.raises(EngineError, match=r"engine\.timeout_s"):
+        CmdEngine(command="true", timeout_s=0)
+    with pytest.raises(EngineError, match=r"engine\.retries.*engine\.command"):
+        CmdEngine(command="true", retries=2)
+    engine = make_engine("cmd", command="python3 -m my_engine --flag 'a b'")
+    assert isinstance(engine, CmdEngine)
+    assert engine.command == ["python3", "-m", "my_engine", "--flag", "a b"]
+    assert engine.timeout_s == 1800 and engine.describe() == {"engine": "cmd", "command": engine.command}
+
+
+def test_example_wrapper_reproduces_the_sim_engine(tmp_path):
+    """The example drives the sim engine in a subprocess: same inputs, same numbers, through JSON."""
+    engine = CmdEngine(cache_dir=str(tmp_path / "cmd"), command=[sys.executable, str(EXAMPLE), "--profile", "gb10"])
+    direct = SimEngine(cache_dir=str(tmp_path / "direct"), profile="gb10")
+    for restart in range(2):
+        via_cmd = engine.run_restart(CONFIG, WL, restart=restart, seed=restart)
+        expected = direct.run_restart(CONFIG, WL, restart=restart, seed=restart)
+        assert via_cmd.ok and via_cmd.cold == (restart == 0)
+        assert via_cmd.passes_tok_s == expected.passes_tok_s
+        assert via_cmd.warmup_tok_s == expected.warmup_tok_s
+        assert via_cmd.resolved == expected.resolved
+        assert via_cmd.accept_len == expected.accept_len and via_cmd.startup_s == expected.startup_s
