@@ -210,11 +210,11 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     try:
         study = run_study(space, engine, options, observers)
     except Interrupted as exc:
-        for obs in observers:
-            obs.close()
         print(f"autotune: {exc}", file=sys.stderr)
         return ExitStatus.INTERRUPTED
     finally:
+        for obs in observers:
+            obs.close()  # an error must not leave MLflow runs marked RUNNING
         engine.close()
     report = build_report(study)
     _simulator_check(engine, space, report)
@@ -269,6 +269,32 @@ def _report(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     return ExitStatus.SUCCESS
 
 
+# -- track -----------------------------------------------------------------------------------------------
+
+
+def _configure_track(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--study", required=True, help="the study to log (e.g. one copied back from a GPU box)")
+    add_store_args(p)
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default as for tune)")
+
+
+def _track(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    from autotune.study import load_study
+    from autotune.tracking import TrackingError, log_study
+
+    try:
+        study = load_study(args.study, args.storage)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+    try:
+        run_id = log_study(study, tracking_uri=args.tracking_uri)
+    except TrackingError as exc:
+        print(f"autotune: error: {exc}", file=sys.stderr)
+        return ExitStatus.ERROR
+    print(f"Logged study {args.study} to MLflow (parent run {run_id}); open it with `make ui`.", file=out)
+    return ExitStatus.SUCCESS
+
+
 # -- main ------------------------------------------------------------------------------------------------
 
 
@@ -287,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="Print a study's result (--json for the same as JSON).")
     _configure_report(p)
     p.set_defaults(handler=_report)
+    p = sub.add_parser("track", help="Log a finished study to MLflow (studies run with --no-mlflow elsewhere).")
+    _configure_track(p)
+    p.set_defaults(handler=_track)
     for name, (module_name, help_text) in EXTERNAL_COMMANDS.items():
         try:
             module = importlib.import_module(module_name)

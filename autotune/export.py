@@ -1,0 +1,224 @@
+"""``autotune export``: the verified winner as a ``vllm serve --config`` YAML, a command line, or LLM kwargs.
+
+All three come from one translation, :meth:`autotune.records.EngineConfig.llm_kwargs`, which is also what the
+engines ran, so the exported configuration is the measured one:
+
+* ``vllm-yaml``: flat ``vllm serve`` long option names with dashes (``max-num-seqs: 4``), with
+  ``compilation-config`` and ``speculative-config`` as maps and the model under ``model``;
+* ``cli``: the equivalent ``vllm serve MODEL ...`` line, JSON-valued config options, shell-quoted;
+* ``json``: keyword arguments for ``vllm.LLM(**kwargs)``.
+
+The YAML and the command line start with comment lines recording the study, the measured throughput with its
+interval, the baseline, the speedup and verdict, the engine version and the date. JSON has no comments, so the
+same facts go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import sys
+from collections.abc import Mapping
+from typing import IO, Any
+
+import yaml
+
+from autotune.records import EngineConfig
+from autotune.status import ExitStatus
+
+__all__ = [
+    "FORMATS",
+    "NoResult",
+    "configure_parser",
+    "header_lines",
+    "render",
+    "run",
+    "to_cli",
+    "to_llm_kwargs",
+    "to_vllm_yaml",
+    "winner_config",
+]
+
+FORMATS = ("vllm-yaml", "cli", "json")
+#: The two nested configs vLLM takes as JSON on its command line and as maps in a config file.
+_JSON_OPTIONS = ("compilation_config", "speculative_config")
+
+
+class NoResult(Exception):
+    """The study has no verified winner to export; the message says how to get one."""
+
+
+def winner_config(report: Mapping[str, Any]) -> EngineConfig:
+    """The verified winner's configuration.
+
+    Raises:
+        NoResult: the study's verification has not finished.
+    """
+    winner = report.get("winner")
+    if not winner or not winner.get("config"):
+        study = report.get("study", "?")
+        raise NoResult(f"study {study!r} has no finished verification, so there is no winner to export: run "
+                       f"`autotune tune --study {study}` again (same space) to finish it")
+    return EngineConfig.from_dict(winner["config"])
+
+
+def to_llm_kwargs(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for ``vllm.LLM(**kwargs)``: the winner exactly as the engines ran it."""
+    return winner_config(report).llm_kwargs()
+
+
+def _option(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _config_file_entries(report: Mapping[str, Any]) -> dict[str, Any]:
+    """``vllm serve --config`` entries: dashed long names, the model first, unset (``None``) values left out."""
+    kwargs = to_llm_kwargs(report)
+    entries: dict[str, Any] = {}
+    if "model" in kwargs:
+        entries["model"] = kwargs.pop("model")
+    for key, value in kwargs.items():
+        if value is not None:
+            entries[_option(key)] = value
+    return entries
+
+
+def _fmt_tok_s(entry: Mapping[str, Any] | None) -> str:
+    if not entry or entry.get("mean") is None:
+        return "not measured"
+    text = f"{entry['mean']:.1f} tok/s (n={entry.get('n', '?')})"
+    if entry.get("ci_low") is not None and entry.get("ci_high") is not None:
+        text += f", 95% CI [{entry['ci_low']:.1f}, {entry['ci_high']:.1f}]"
+    return text
+
+
+def header_lines(report: Mapping[str, Any], today: str | None = None) -> list[str]:
+    """Provenance of the export, one fact per line (without comment markers)."""
+    winner, baseline = report.get("winner") or {}, report.get("baseline")
+    meta = report.get("meta") or {}
+    engine = meta.get("engine") or {}
+    version = engine.get("engine_version") or engine.get("vllm") or engine.get("version") or "unknown"
+    speedup = winner.get("speedup") or {}
+    if report.get("winner_is_baseline"):
+        verdict = "the baseline won: no configuration beat the engine defaults"
+    elif speedup.get("speedup") is not None:
+        ci = (f" [{speedup['ci_low']:.2f}, {speedup['ci_high']:.2f}] ({speedup['confidence'] * 100:.1f}% CI)"
+              if speedup.get("ci_low") is not None else "")
+        verdict = f"x{speedup['speedup']:.2f}{ci} - {report.get('verdict', speedup.get('verdict'))}"
+    else:
+        verdict = str(report.get("verdict", "unknown"))
+    from autotune import __version__
+
+    return [
+        f"autotune study {report.get('study')}: verified winner {winner.get('label')}",
+        f"throughput: {_fmt_tok_s(winner)} on {engine.get('gpu') or 'unknown GPU'}",
+        f"baseline (engine defaults): {_fmt_tok_s(baseline)}",
+        f"speedup over baseline: {verdict}",
+        f"engine: {engine.get('engine', 'unknown')} {version}; exported {today or datetime.date.today().isoformat()} "
+        f"by autotune {__version__}",
+    ]
+
+
+def _comment(lines: list[str]) -> str:
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def to_vllm_yaml(report: Mapping[str, Any], today: str | None = None) -> str:
+    """A config file for ``vllm serve --config FILE`` with a provenance header."""
+    body = yaml.safe_dump(_config_file_entries(report), sort_keys=False, default_flow_style=False)
+    usage = "use: vllm serve --config THIS_FILE"
+    return _comment([*header_lines(report, today), usage]) + body
+
+
+def _cli_tokens(key: str, value: Any) -> list[str]:
+    flag = f"--{_option(key)}"
+    if key in _JSON_OPTIONS or isinstance(value, dict):
+        return [flag, json.dumps(value, separators=(", ", ": "))]
+    if isinstance(value, bool):
+        # vLLM's boolean options are --x / --no-x pairs.
+        return [flag if value else f"--no-{_option(key)}"]
+    if isinstance(value, (list, tuple)):
+        return [flag, *(str(v) for v in value)]
+    return [flag, str(value)]
+
+
+def to_cli(report: Mapping[str, Any], today: str | None = None) -> str:
+    """The ``vllm serve MODEL ...`` command line, one option per line, shell-quoted, with the header."""
+    kwargs = to_llm_kwargs(report)
+    parts = ["vllm serve" + (f" {shlex.quote(str(kwargs.pop('model')))}" if "model" in kwargs else "")]
+    for key, value in kwargs.items():
+        if value is not None:
+            parts.append(shlex.join(_cli_tokens(key, value)))
+    return _comment(header_lines(report, today)) + " \\\n    ".join(parts) + "\n"
+
+
+def render(report: Mapping[str, Any], fmt: str, today: str | None = None) -> str:
+    """The winner in ``fmt`` (one of :data:`FORMATS`)."""
+    if fmt == "vllm-yaml":
+        return to_vllm_yaml(report, today)
+    if fmt == "cli":
+        return to_cli(report, today)
+    if fmt == "json":
+        return json.dumps(to_llm_kwargs(report), indent=2) + "\n"
+    raise ValueError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
+
+
+# -- the command -----------------------------------------------------------------------------------------
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Options of ``autotune export``."""
+    from autotune.cli import add_store_args
+
+    parser.add_argument("--study", help="study name (default: the most recent study in the store)")
+    parser.add_argument("--format", choices=FORMATS, default="vllm-yaml",
+                        help="vllm-yaml (for vllm serve --config), cli (a vllm serve line) or json "
+                             "(LLM(**kwargs)); default: %(default)s")
+    parser.add_argument("--out", metavar="PATH", help="write to PATH instead of stdout")
+    add_store_args(parser)
+
+
+def run(args: argparse.Namespace, out: IO[str]) -> int:
+    """Export the study's verified winner.
+
+    Returns:
+        ``SUCCESS``; ``NO_RESULT`` when the study has no finished verification.
+
+    Raises:
+        autotune.cli.UsageError: unknown study (the message lists the studies there are).
+    """
+    from autotune.cli import UsageError, latest_study_name
+    from autotune.report import build_report
+    from autotune.study import load_study
+
+    if args.out and args.format == "vllm-yaml" and not args.out.endswith((".yaml", ".yml")):
+        raise UsageError(f"--out {args.out}: vllm serve --config only reads .yaml/.yml files; "
+                         "name it e.g. winner.yaml")
+    name = args.study or latest_study_name(args.storage)
+    try:
+        study = load_study(name, args.storage)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+    report = build_report(study)
+    try:
+        text = render(report, args.format)
+    except NoResult as exc:
+        print(f"autotune: {exc}", file=sys.stderr)
+        return ExitStatus.NO_RESULT
+    if report.get("verdict") != "faster":
+        print(f"autotune: warning: the winner of {name!r} is no better than the baseline (verdict: "
+              f"{report.get('verdict')}); exporting it anyway - the engine defaults serve as well",
+              file=sys.stderr)
+    if args.format == "json":
+        sys.stderr.write(_comment(header_lines(report)))
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text)
+        hint = {"vllm-yaml": f"vllm serve --config {shlex.quote(args.out)}", "cli": f"sh {shlex.quote(args.out)}",
+                "json": f"vllm.LLM(**json.load(open({args.out!r})))"}[args.format]
+        print(f"autotune: wrote {args.out} ({hint})", file=sys.stderr)
+    else:
+        out.write(text)
+    return ExitStatus.SUCCESS

