@@ -32,3 +32,13 @@ tune: install
 
 report: install
 	$(PY) -m autotune report $(if $(STUDY),--study $(STUDY))
+
+.PHONY: ui export
+
+# The MLflow UI on 127.0.0.1 (PORT=5000 by default) against mlruns/mlflow.db; Ctrl-C stops it.
+ui: install
+	$(PY) -m autotune ui $(if $(PORT),--port $(PORT))
+
+# The verified winner of STUDY (default: the latest study) as FORMAT=vllm-yaml|cli|json, to OUT or stdout.
+export: install
+	$(PY) -m autotune export $(if $(STUDY),--study $(STUDY)) $(if $(FORMAT),--format $(FORMAT)) $(if $(OUT),--out $(OUT))
