@@ -1,0 +1,430 @@
+"""The real vLLM engine: every restart is a fresh process running vLLM's offline ``LLM`` API.
+
+autotune itself never imports vLLM. Each restart launches :mod:`._runner` (a stdlib-only script) in the
+interpreter that holds vLLM - this one by default, another venv (``engine.python``) or a container
+(``engine.launcher``) - in its own process group, with start-up and measurement deadlines. The runner reports
+what vLLM resolved at start-up (the worker's cudagraph mode and capture sizes, with multiprocessing off so the
+frontend sees them); :mod:`._logparse` adds every start-up log line that changed the plan.
+
+Engine options (the space's ``engine:`` section or ``--engine-opt KEY=VALUE``):
+
+``python``             interpreter with vLLM (default: this one)
+``launcher``           command prefix ending in an interpreter, e.g. ``[docker, run, -i, --rm, IMAGE, python3]``
+``mode``               ``offline`` (default; the ``LLM`` API) or ``serve`` (``vllm serve`` + ``vllm bench serve``)
+``startup_timeout_s``  seconds until the engine is ready (default 900)
+``measure_timeout_s``  seconds for warm-up and timed passes after that (default 900)
+``env``                extra environment for the engine process (e.g. ``VLLM_CPU_KVCACHE_SPACE: 2``)
+``cache_root``         ``VLLM_CACHE_ROOT`` (default: ``<cache_dir>/vllm-cache``, study-local)
+``extra_args``         extra ``LLM(**kwargs)`` / ``vllm serve`` arguments merged over the configuration
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.engines._base import EngineBackend, EngineError
+from autotune.engines.vllm._launcher import LaunchResult, launch
+from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
+from autotune.records import EngineConfig, Resolved, RestartResult, RestartStatus, Workload
+
+if TYPE_CHECKING:
+    from autotune.space import SearchSpace
+
+__all__ = ["RUNNER_PATH", "VllmEngine", "VllmOptions"]
+
+#: The runner script, executed by path in the engine's interpreter (it imports only the stdlib and vLLM).
+RUNNER_PATH = Path(__file__).resolve().with_name("_runner.py")
+MODES = ("offline", "serve")
+#: Relative throughput difference under which two consecutive warm-up passes count as steady.
+STEADY_TOLERANCE = 0.03
+_PROBE_TIMEOUT_S = 180.0
+#: Keys the search owns: setting them through extra_args would silently override the searched value.
+_SEARCHED_KEYS = ("compilation_config", "speculative_config")
+# Imports vLLM and reports versions and the accelerator; run with `python -c` in the engine's interpreter.
+_PROBE_SOURCE = r"""
+import json, subprocess
+import vllm, torch
+facts = {"vllm": vllm.__version__, "torch": torch.__version__, "cuda": torch.version.cuda, "gpu": None}
+if torch.cuda.is_available():
+    facts["gpu"] = torch.cuda.get_device_name(0)
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        facts["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except Exception:
+        facts["driver"] = None
+print("AUTOTUNE_RESULT " + json.dumps(facts), flush=True)
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class VllmOptions:
+    """Validated engine options (see the module docstring)."""
+
+    python: str | None = None
+    launcher: tuple[str, ...] | None = None
+    mode: str = "offline"
+    startup_timeout_s: float = 900.0
+    measure_timeout_s: float = 900.0
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    cache_root: str | None = None
+    extra_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> VllmOptions:
+        """Validate raw options.
+
+        Raises:
+            EngineError: an unknown key or a bad value, naming ``engine.<key>`` and the fix.
+        """
+        fields = {f.name for f in dataclasses.fields(cls)}
+        for key in options:
+            if key not in fields:
+                raise EngineError(f"vllm engine: unknown option engine.{key}; use one of: {', '.join(sorted(fields))}")
+        kwargs: dict[str, Any] = {}
+        if options.get("python") is not None:
+            kwargs["python"] = _text(options["python"], "python", "a path like /opt/venv/bin/python")
+        if options.get("launcher") is not None:
+            kwargs["launcher"] = _command(options["launcher"])
+        if "python" in kwargs and "launcher" in kwargs:
+            raise EngineError("vllm engine: engine.python and engine.launcher are both set; the launcher already "
+                              "ends in its interpreter (e.g. [docker, run, -i, IMAGE, python3]): keep one")
+        if options.get("mode") is not None:
+            mode = str(options["mode"])
+            if mode not in MODES:
+                raise EngineError(f"vllm engine: engine.mode {mode!r} is unknown; use one of: {', '.join(MODES)}")
+            kwargs["mode"] = mode
+        for key in ("startup_timeout_s", "measure_timeout_s"):
+            if options.get(key) is not None:
+                kwargs[key] = _positive(options[key], key)
+        if options.get("env") is not None:
+            kwargs["env"] = _env(options["env"])
+        if options.get("cache_root") is not None:
+            kwargs["cache_root"] = _text(options["cache_root"], "cache_root", "a directory path")
+        if options.get("extra_args") is not None:
+            kwargs["extra_args"] = _extra_args(options["extra_args"])
+        return cls(**kwargs)
+
+    def interpreter(self) -> list[str]:
+        """The command prefix that runs Python where vLLM lives."""
+        if self.launcher:
+            return list(self.launcher)
+        return [self.python or sys.executable]
+
+    def interpreter_label(self) -> str:
+        return shlex.join(self.interpreter())
+
+
+def _text(value: Any, key: str, example: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise EngineError(f"vllm engine: engine.{key} must be {example}, got {value!r}")
+    return value
+
+
+def _command(value: Any) -> tuple[str, ...]:
+    parts = shlex.split(value) if isinstance(value, str) else value
+    if not isinstance(parts, (list, tuple)) or not parts or not all(isinstance(p, (str, int, float)) for p in parts):
+        raise EngineError("vllm engine: engine.launcher must be a command prefix ending in an interpreter, "
+                          f"e.g. [docker, run, -i, --rm, --gpus, all, IMAGE, python3]; got {value!r}")
+    return tuple(str(p) for p in parts)
+
+
+def _positive(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise EngineError(f"vllm engine: engine.{key} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _env(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise EngineError(f"vllm engine: engine.env must be a mapping of NAME: value, got {value!r}")
+    out = {}
+    for key, val in value.items():
+        if isinstance(val, (Mapping, list, tuple)) or val is None:
+            raise EngineError(f"vllm engine: engine.env.{key} must be a string or number, got {val!r}")
+        out[str(key)] = str(val).lower() if isinstance(val, bool) else str(val)
+    return out
+
+
+def _extra_args(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise EngineError(f"vllm engine: engine.extra_args must be a mapping of LLM arguments, got {value!r}")
+    out = {}
+    for key, val in value.items():
+        norm = str(key).replace("-", "_")
+        if norm in _SEARCHED_KEYS:
+            raise EngineError(f"vllm engine: engine.extra_args.{key} is set by the search; "
+                              "declare it under 'search:' in the space instead")
+        out[norm] = val
+    return out
+
+
+def _absolute_if_local(ref: Any) -> Any:
+    # A local model path relative to the current directory must survive the runner's own cwd and the log.
+    if isinstance(ref, str) and ref and os.path.exists(ref):
+        return os.path.abspath(ref)
+    return ref
+
+
+def _engine_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The speculative config as vLLM takes it: local draft paths absolute, synthetic rates cut to K.
+
+    vLLM wants exactly K ``synthetic_acceptance_rates`` (one per draft position), while a space declares one
+    draft for every searched K. The rates are per-position and unconditional, so the first K entries of a
+    longer list are that same acceptance profile for K draft tokens.
+    """
+    out = dict(spec)
+    if "model" in out:
+        out["model"] = _absolute_if_local(out["model"])
+    rates = out.get("synthetic_acceptance_rates")
+    k = int(out.get("num_speculative_tokens") or 0)
+    if isinstance(rates, (list, tuple)) and k and len(rates) > k:
+        out["synthetic_acceptance_rates"] = list(rates)[:k]
+    return out
+
+
+class VllmEngine(EngineBackend):
+    """Real vLLM, one fresh process per restart (see the module docstring for the options).
+
+    Args:
+        cache_dir: Study-local directory for the compile cache, cold-start markers and engine logs
+            (a temporary directory when ``None``).
+        options: Engine options; validated here.
+
+    Raises:
+        EngineError: an unknown option or a bad value.
+    """
+
+    name = "vllm"
+
+    def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
+        super().__init__(cache_dir, **options)
+        self.settings = VllmOptions.parse(options)
+        self._facts: dict[str, Any] | None = None
+        self._scratch: str | None = None
+
+    # -- EngineBackend ---------------------------------------------------------------------------------
+    def check(self, space: SearchSpace) -> None:
+        """Model paths exist, and the configured interpreter imports vLLM (its version is kept).
+
+        Raises:
+            SpaceError: a model path is missing.
+            EngineError: vLLM cannot be imported there.
+        """
+        space.check_model_paths()
+        if self.settings.mode == "serve" and space.engine_args.get("skip_tokenizer_init"):
+            raise EngineError("vllm engine: engine.mode serve needs a tokenizer (vllm bench serve builds text "
+                              "prompts), but engine_args.skip_tokenizer_init is set; use engine.mode offline, "
+                              "or a model with a tokenizer (engine_args.tokenizer)")
+        self._facts = self.probe()
+
+    def describe(self) -> Mapping[str, Any]:
+        """Engine name, vLLM version, GPU, driver and CUDA version (probing vLLM once if needed)."""
+        if self._facts is None:
+            try:
+                self._facts = self.probe()
+            except EngineError:
+                return {"engine": self.name, "mode": self.settings.mode}
+        facts = self._facts
+        out: dict[str, Any] = {
+            "engine": self.name,
+            "engine_version": facts.get("vllm"),
+            "mode": self.settings.mode,
+            "interpreter": self.settings.interpreter_label(),
+            "torch": facts.get("torch"),
+            "gpu": facts.get("gpu") or "none (CPU)",
+        }
+        if facts.get("cuda"):
+            out["cuda"] = facts["cuda"]
+        if facts.get("driver"):
+            out["driver"] = facts["driver"]
+        return out
+
+    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
+        """One fresh engine process: start, warm up until steady, time the passes, stop the whole group."""
+        marker = self.cold_marker(config)
+        cold = not marker.exists()
+        request = self.request(config, workload, seed)
+        outcome = launch(
+            [*self.settings.interpreter(), str(RUNNER_PATH)],
+            log_path=self.log_path(config, restart, seed),
+            startup_timeout_s=self.settings.startup_timeout_s,
+            measure_timeout_s=self.settings.measure_timeout_s,
+            env=self.process_env(),
+            stdin_text=json.dumps(request),
+        )
+        if outcome.ready is not None:
+            # The compile cache now holds this configuration: later starts of it are warm.
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        return self.to_result(outcome, config, restart=restart, seed=seed, cold=cold)
+
+    # -- pieces (public so the audit and tests can use them) --------------------------------------------
+    def probe(self) -> dict[str, Any]:
+        """Import vLLM in the configured interpreter and return its facts.
+
+        Raises:
+            EngineError: vLLM cannot be imported there (the message names the interpreter and the fix).
+        """
+        argv = [*self.settings.interpreter(), "-c", _PROBE_SOURCE]
+        # A throw-away log: check() runs before the study has chosen its cache directory.
+        with tempfile.TemporaryDirectory(prefix="autotune-probe-") as tmp:
+            outcome = launch(argv, log_path=Path(tmp) / "probe.log", startup_timeout_s=_PROBE_TIMEOUT_S,
+                             measure_timeout_s=_PROBE_TIMEOUT_S, env=self.process_env(with_cache=False))
+            text = Path(outcome.log_path).read_text(errors="replace") if Path(outcome.log_path).exists() else ""
+        if outcome.result is not None and outcome.returncode == 0:
+            return dict(outcome.result)
+        if outcome.error:
+            why = outcome.error
+        elif outcome.timed_out:
+            why = f"importing vllm took more than {_PROBE_TIMEOUT_S:g} s"
+        else:
+            why = failure_reason(text)
+        raise EngineError(
+            f"vllm engine: cannot import vllm with {self.settings.interpreter_label()} ({why}); install vllm "
+            "there, or set engine.python / engine.launcher, or use --engine sim"
+        )
+
+    def request(self, config: EngineConfig, workload: Workload, seed: int) -> dict[str, Any]:
+        """The runner's JSON request for one restart."""
+        kwargs = config.llm_kwargs()
+        kwargs.update(self.settings.extra_args)
+        kwargs["model"] = _absolute_if_local(kwargs.get("model"))
+        spec = kwargs.get("speculative_config")
+        if spec:
+            kwargs["speculative_config"] = _engine_spec(spec)
+        kwargs.setdefault("seed", seed)
+        return {
+            "mode": self.settings.mode,
+            "llm_kwargs": kwargs,
+            "workload": workload.to_dict(),
+            "seed": seed,
+            "env": self.runner_env(),
+            "steady_tolerance": STEADY_TOLERANCE,
+        }
+
+    def runner_env(self, with_cache: bool = True) -> dict[str, str]:
+        """Variables the runner sets before importing vLLM (they also reach a container this way)."""
+        env: dict[str, str] = {}
+        if self.settings.mode == "offline":
+            # In-process worker: the frontend's config objects are the worker's resolved view.
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if with_cache:
+            env["VLLM_CACHE_ROOT"] = self.cache_root()
+        env.update(self.settings.env)
+        return env
+
+    def process_env(self, with_cache: bool = True) -> dict[str, str]:
+        """The engine process's environment: ours plus the runner's variables, unbuffered output."""
+        env = dict(os.environ)
+        env.update(self.runner_env(with_cache))
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def work_dir(self) -> Path:
+        """The study-local directory (``cache_dir``), or a temporary one when none was given."""
+        if self.cache_dir:
+            return Path(self.cache_dir)
+        if self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="autotune-vllm-")
+        return Path(self._scratch)
+
+    def cache_root(self) -> str:
+        """``VLLM_CACHE_ROOT`` for the engine: the option, else study-local."""
+        return self.settings.cache_root or str(self.work_dir() / "vllm-cache")
+
+    def cold_marker(self, config: EngineConfig) -> Path:
+        """The file whose presence says this configuration has started before with this cache."""
+        return self.work_dir() / "started" / f"{config.key()}.started"
+
+    def log_path(self, config: EngineConfig, restart: int, seed: int) -> Path:
+        """A new log file for one restart (restart indices repeat across rounds, so a timestamp is added)."""
+        folder = self.work_dir() / "logs" / config.key()
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = folder / f"{stamp}-r{restart}-s{seed}.log"
+        n = 1
+        while path.exists():
+            n += 1
+            path = folder / f"{stamp}-r{restart}-s{seed}-{n}.log"
+        return path
+
+    def to_result(self, outcome: LaunchResult, config: EngineConfig, *, restart: int, seed: int,
+                  cold: bool) -> RestartResult:
+        """Turn a finished launch into a :class:`RestartResult` (a failure is data, never an exception)."""
+        text = Path(outcome.log_path).read_text(errors="replace") if Path(outcome.log_path).exists() else ""
+        resolved = build_resolved(outcome.ready, text)
+        common: dict[str, Any] = {
+            "restart": restart, "seed": seed, "cold": cold, "wall_s": outcome.wall_s, "startup_s": outcome.startup_s,
+            "resolved": resolved, "log_path": outcome.log_path,
+        }
+        if outcome.error:
+            return RestartResult.failure(RestartStatus.FAILED, outcome.error, **common)
+        if outcome.timed_out:
+            return RestartResult.failure(RestartStatus.TIMEOUT, self._timeout_reason(outcome.timed_out),
+                                         log_tail=outcome.tail, **common)
+        result = outcome.result
+        if outcome.returncode != 0 or result is None or "passes_tok_s" not in result:
+            sizes = config.capture_sizes or (resolved.cudagraph_capture_sizes if resolved else None)
+            reason = failure_reason(text, error=dict(outcome.failure or {}) or None,
+                                    capture_sizes=sizes, ready=outcome.ready is not None)
+            if outcome.returncode and outcome.returncode < 0 and outcome.failure is None:
+                reason = f"engine killed by signal {-outcome.returncode} ({reason})"
+            return RestartResult.failure(RestartStatus.FAILED, reason, log_tail=outcome.tail, **common)
+        return RestartResult(
+            status=RestartStatus.OK,
+            passes_tok_s=tuple(float(x) for x in result["passes_tok_s"]),
+            warmup_tok_s=tuple(float(x) for x in result.get("warmup_tok_s") or ()),
+            accept_len=result.get("accept_len"),
+            peak_memory_gib=result.get("peak_memory_gib"),
+            **common,
+        )
+
+    def _timeout_reason(self, phase: str) -> str:
+        if phase == "startup":
+            return (f"engine start-up exceeded {self.settings.startup_timeout_s:g} s "
+                    "(raise engine.startup_timeout_s if compiling is just slow)")
+        return (f"measurement exceeded {self.settings.measure_timeout_s:g} s after start-up "
+                "(raise engine.measure_timeout_s or shrink the workload)")
+
+
+def build_resolved(ready: Mapping[str, Any] | None, log_text: str) -> Resolved | None:
+    """What the engine ran: the runner's resolved config plus every start-up log line that changed the plan.
+
+    Returns ``None`` when the engine died before saying anything about its configuration.
+    """
+    findings = parse_startup_log(log_text)
+    reported = dict((ready or {}).get("resolved") or {})
+    if not reported and ready is not None:
+        # Serve mode: the worker lives in the server's engine-core process; its start-up log is what we have.
+        reported = parse_engine_config(log_text) or {}
+    if not reported and not findings.notes:
+        return None
+    details = findings.details()
+    # The engine's own config objects are authoritative; the log fills in what they do not say.
+    details.update({k: v for k, v in dict(reported.get("details") or {}).items() if v is not None})
+    sizes = reported.get("cudagraph_capture_sizes")
+    return Resolved(
+        cudagraph_mode=_mode_name(reported.get("cudagraph_mode")),
+        cudagraph_capture_sizes=None if sizes is None else tuple(int(s) for s in sizes),
+        compile_mode=reported.get("compile_mode"),
+        details=details,
+        notes=findings.notes,
+    )
+
+
+def _mode_name(mode: Any) -> str | None:
+    # vLLM prints CUDAGraphMode members as "CUDAGraphMode.PIECEWISE"; records use the bare name.
+    if mode is None:
+        return None
+    return re.sub(r"^CUDAGraphMode\.", "", str(mode))
+

