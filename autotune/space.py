@@ -179,6 +179,11 @@ class SearchSpace:
             if draft.max_k is not None and k > draft.max_k:
                 raise Infeasible(f"draft {draft.name!r} allows at most {draft.max_k} speculative tokens, got {k}")
             spec = {**dict(draft.fragment), "num_speculative_tokens": k}
+            rates = spec.get("synthetic_acceptance_rates")
+            if isinstance(rates, list):
+                # Rates are per draft position and vLLM wants exactly K of them: a space lists them for its
+                # largest K, each configuration takes the first K, so the exported config starts as measured.
+                spec["synthetic_acceptance_rates"] = rates[:k]
         clean = {key: params[key] for key in ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft")
                  if key in params and not (key == "capture_sizes" and mode == "NONE")
                  and not (key == "draft" and k == 0)}

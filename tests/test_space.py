@@ -162,3 +162,12 @@ def test_shipped_spaces_load():
         space = load_space(path)
         assert space.all_params(), path
         assert space.baseline().speculative_config is None
+
+
+def test_synthetic_acceptance_rates_are_cut_to_k():
+    draft = {"d": {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4,
+                   "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.8, 0.6, 0.5, 0.4]}}
+    space = parse_space(_space(search__drafts=draft))
+    cfg = space.config_from_params({"cudagraph_mode": "FULL", "capture_sizes": "default",
+                                    "num_speculative_tokens": 2, "draft": "d"})
+    assert cfg.speculative_config["synthetic_acceptance_rates"] == [0.8, 0.6]
