@@ -157,6 +157,9 @@ def render_report(report: Mapping[str, Any]) -> str:
                   if sp.get("ci_low") is not None else "")
             lines.append(f"Verdict: {report['verdict'].upper()} - winner is {sp.get('speedup', float('nan')):.2f}x "
                          f"the baseline{ci}")
+        if winner.get("differences"):
+            lines.append("WARNING: the winner itself did not run as configured: " + "; ".join(winner["differences"])
+                         + ". Its throughput is what the engine resolved to; export it knowing that.")
     if report["warnings"]:
         lines.append("")
         lines.append(f"WARNING: the engine silently changed the configuration in {len(report['warnings'])} "
