@@ -5,6 +5,13 @@ trial) on matched restart seeds: it stops early (Optuna prunes it) once its inte
 incumbent's, gets another restart while the two intervals overlap, and completes otherwise. The pruning
 decision goes through Optuna's pruner interface, one intermediate value per restart, so it shows in Optuna's
 own records and plots.
+
+The intervals use the study's pooled restart-to-restart noise. Restart noise is multiplicative and about the
+same for every configuration of one engine on one machine, so every trial's restarts estimate it; pooled on the
+log scale over the whole study it has dozens of degrees of freedom after a few trials. A trial's own two
+restarts have one: Student's t for one degree of freedom is 12.7, which makes a two-restart interval span
+about +-9 standard deviations, so nothing could ever be decided at two restarts. Racing only steers the
+search; the verdict the user gets comes from verification, which uses each configuration's own restarts.
 """
 
 from __future__ import annotations
@@ -13,12 +20,22 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+from scipy import stats
 
 from autotune.measure import interval
 
-__all__ = ["Decision", "RacingPolicy", "RacingPruner", "incumbent_values"]
+__all__ = [
+    "Decision",
+    "Noise",
+    "RacingPolicy",
+    "RacingPruner",
+    "decide_trial",
+    "incumbent_values",
+    "pooled_noise",
+]
 
 
 class Decision:
@@ -30,6 +47,26 @@ class Decision:
 
 
 @dataclasses.dataclass(frozen=True)
+class Noise:
+    """Restart-to-restart noise pooled over a study, on the log scale (a relative sd).
+
+    Attributes:
+        sd: Pooled standard deviation of log throughput within a configuration.
+        df: Its degrees of freedom: restarts minus configurations, over every configuration pooled.
+    """
+
+    sd: float
+    df: int
+
+    def interval(self, values: Sequence[float], confidence: float) -> tuple[float, float]:
+        """Interval for the (geometric) mean of ``values`` with this noise: ``exp(mean log +- t * sd / sqrt(n))``."""
+        logs = np.log(np.asarray(values, dtype=float))
+        half = float(stats.t.ppf(0.5 + confidence / 2.0, self.df)) * self.sd / math.sqrt(logs.size)
+        centre = float(logs.mean())
+        return math.exp(centre - half), math.exp(centre + half)
+
+
+@dataclasses.dataclass(frozen=True)
 class RacingPolicy:
     """How many restarts a trial gets.
 
@@ -38,27 +75,54 @@ class RacingPolicy:
         max_restarts: Cap per trial. With ``racing=False`` every trial gets exactly ``min_restarts``.
         confidence: Interval coverage used for the overlap test.
         racing: Adaptive restarts and early stops on (default) or off.
+        pooled: Use the study's pooled noise for the intervals (default); off, each trial's own restarts.
+        only_ahead: Add restarts only to a challenger whose mean is ahead of the incumbent's on the same seeds
+            (default); off, to every challenger whose interval overlaps the incumbent's.
     """
 
     min_restarts: int = 2
     max_restarts: int = 6
     confidence: float = 0.95
     racing: bool = True
+    pooled: bool = True
+    only_ahead: bool = True
 
-    def decide(self, values: Sequence[float], incumbent: Sequence[float] | None) -> str:
-        """Decide after a restart, given this trial's values and the incumbent's on the same seeds."""
+    def interval(self, values: Sequence[float], noise: Noise | None) -> tuple[float, float]:
+        """The interval racing uses for ``values``: pooled noise when known, else their own spread."""
+        if noise is not None and self.pooled and all(v > 0 for v in values):
+            return noise.interval(values, self.confidence)
+        return interval(values, self.confidence)
+
+    def decide(self, values: Sequence[float], incumbent: Sequence[float] | None, noise: Noise | None = None) -> str:
+        """Decide after a restart, given this trial's values and the incumbent's on the same seeds.
+
+        Args:
+            values: This trial's counted restarts, in restart order.
+            incumbent: The incumbent's restarts on the same seeds (``None`` if there is no incumbent yet).
+            noise: The study's pooled noise (``None``: each side's own spread, as in :func:`measure.interval`).
+        """
         n = len(values)
+        comparable = self.racing and bool(incumbent) and (noise is not None or (n >= 2 and len(incumbent) >= 2))
+        if not comparable:
+            return Decision.MORE if n < self.min_restarts else Decision.COMPLETE
+        low, high = self.interval(values, noise)
+        inc_low, inc_high = self.interval(incumbent, noise)
+        if high < inc_low:
+            return Decision.PRUNE  # from the first restart on, once the study's noise says it is hopeless
         if n < self.min_restarts:
             return Decision.MORE
-        if not self.racing or not incumbent or len(incumbent) < 2:
-            return Decision.COMPLETE
-        low, high = interval(values, self.confidence)
-        inc_low, inc_high = interval(incumbent, self.confidence)
-        if high < inc_low:
-            return Decision.PRUNE
         if low > inc_high or n >= self.max_restarts:
             return Decision.COMPLETE
+        if self.only_ahead and np.mean(values) <= np.mean(incumbent):
+            # Behind on the same seeds: more restarts could at best prove a tie or a loss, which the search
+            # learns as well from this mean. Restarts go to challengers that may be the new best.
+            return Decision.COMPLETE
         return Decision.MORE
+
+
+def _values(trial: FrozenTrial) -> list[float]:
+    values = [trial.intermediate_values[s] for s in sorted(trial.intermediate_values)]
+    return [v for v in values if not math.isnan(v)]
 
 
 def incumbent_values(study: optuna.Study, exclude_number: int, n: int | None = None) -> list[float] | None:
@@ -77,11 +141,43 @@ def incumbent_values(study: optuna.Study, exclude_number: int, n: int | None = N
             best = t
     if best is None:
         return None
-    values = [best.intermediate_values[s] for s in sorted(best.intermediate_values)]
-    values = [v for v in values if not math.isnan(v)]
+    values = _values(best)
     if n is not None and len(values) > n:
         values = values[: max(n, 2)]
     return values
+
+
+def pooled_noise(study: optuna.Study, exclude_number: int, current: Sequence[float] = ()) -> Noise | None:
+    """The study's restart noise: within-configuration spread of log throughput, pooled over every trial.
+
+    Args:
+        study: The study; finished trials with two or more restarts contribute.
+        exclude_number: The trial being decided (its restarts are passed as ``current`` instead).
+        current: That trial's restarts so far.
+
+    Returns:
+        ``None`` until some configuration has two restarts.
+    """
+    groups = [_values(t) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+              if t.number != exclude_number and "duplicate_of" not in t.user_attrs]
+    groups.append(list(current))
+    squares, df = 0.0, 0
+    for g in groups:
+        if len(g) < 2 or min(g) <= 0:
+            continue
+        logs = np.log(np.asarray(g, dtype=float))
+        squares += float(((logs - logs.mean()) ** 2).sum())
+        df += logs.size - 1
+    if df == 0:
+        return None
+    return Noise(math.sqrt(squares / df), df)
+
+
+def decide_trial(study: optuna.Study, number: int, values: Sequence[float], policy: RacingPolicy) -> str:
+    """The racing decision for trial ``number`` after its latest restart (``values``, in restart order)."""
+    incumbent = incumbent_values(study, number, n=len(values))
+    noise = pooled_noise(study, number, values) if policy.pooled else None
+    return policy.decide(values, incumbent, noise)
 
 
 class RacingPruner(optuna.pruners.BasePruner):
@@ -95,6 +191,4 @@ class RacingPruner(optuna.pruners.BasePruner):
         self.policy = policy
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        values = [trial.intermediate_values[s] for s in sorted(trial.intermediate_values)]
-        incumbent = incumbent_values(study, trial.number, n=len(values))
-        return self.policy.decide(values, incumbent) == Decision.PRUNE
+        return decide_trial(study, trial.number, _values(trial), self.policy) == Decision.PRUNE

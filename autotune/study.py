@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.engines import EngineBackend
 from autotune.events import StudyObserver, notify
 from autotune.measure import TrialSummary, measure_restart, summarize
-from autotune.racing import Decision, RacingPolicy, RacingPruner, incumbent_values
+from autotune.racing import Decision, RacingPolicy, RacingPruner, decide_trial
 from autotune.records import EngineConfig, RestartResult
 from autotune.space import Infeasible, SearchSpace
 from autotune.verify import BASELINE, CANDIDATE, Candidate, Verification, run_verification
@@ -168,7 +168,11 @@ def make_sampler(name: str, seed: int) -> tuple[optuna.samplers.BaseSampler, str
         why = ("GP (deterministic_objective=False): a noisy objective; it fits a noise term rather than "
                "interpolating lucky restarts")
         return sampler, why
-    raise ValueError(f"unknown sampler {name!r}: use 'tpe' or 'gp'")
+    if name == "random":
+        # The benchmark's control: the same racing and verification with no model of the space at all.
+        why = "random: uniform over the space, no model; a control for what the model-based samplers add"
+        return optuna.samplers.RandomSampler(seed=seed), why
+    raise ValueError(f"unknown sampler {name!r}: use 'tpe', 'gp' or 'random'")
 
 
 def ensure_sqlite_dir(storage: str) -> None:
@@ -316,7 +320,7 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
         if trial.should_prune():
             state, reason = TrialState.PRUNED, "raced out: interval below the incumbent's"
             break
-        decision = policy.decide(values, incumbent_values(study, trial.number, n=len(values)))
+        decision = decide_trial(study, trial.number, values, policy)
         if decision != Decision.MORE:
             break
         if not _search_may_start(study, options, 1):
@@ -339,7 +343,11 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
 def _search(ctx: StudyContext, observers: Sequence[StudyObserver]) -> None:
     study, options = ctx.study, ctx.options
     idle = 0
-    while _finished_search_trials(study) < options.trials and idle < MAX_IDLE_SUGGESTIONS:
+    while _finished_search_trials(study) < options.trials:
+        if idle >= MAX_IDLE_SUGGESTIONS:
+            study.set_user_attr("search_stopped", f"{idle} suggestions in a row were repeats or infeasible: "
+                                                  "the sampler has converged on what it measured")
+            break
         if not _search_may_start(study, options, options.policy.min_restarts):
             break
         trial = study.ask()
