@@ -96,6 +96,10 @@ def write_space(tmp: Path) -> Path:
     return path
 
 
+#: Fixed restarts per trial, so an interruption lands at a known point whatever racing decides.
+FIXED = RacingPolicy(min_restarts=3, racing=False)
+
+
 def options(tmp: Path, **kw: Any) -> StudyOptions:
     defaults = dict(study_name="fake-study", storage=f"sqlite:///{tmp}/optuna.db", workdir=str(tmp / "work"),
                     trials=6, policy=RacingPolicy(min_restarts=2, max_restarts=3), top_k=2, verify_restarts=2,
@@ -326,7 +330,8 @@ def test_parent_has_space_command_report_and_plots(finished: dict[str, Any], tmp
 def test_interrupted_study_resumes_into_the_same_parent_without_duplicates(tmp_path: Path) -> None:
     tracker = MlflowTracker(tracking_uri=store(tmp_path), stream=io.StringIO())
     with pytest.raises(Interrupted):
-        run_study(load_space(write_space(tmp_path)), FakeEngine(interrupt_after=8), options(tmp_path), [tracker])
+        run_study(load_space(write_space(tmp_path)), FakeEngine(interrupt_after=6), options(tmp_path, policy=FIXED),
+                  [tracker])
     tracker.close()  # what the CLI does on Ctrl-C
     client = client_for(tmp_path)
     first = client.get_run(tracker.parent_run_id)
