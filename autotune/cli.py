@@ -248,16 +248,21 @@ def latest_study_name(storage: str) -> str:
     return summaries[-1].study_name
 
 
-def _report(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
-    from autotune.report import build_report, render_report
+def open_named_study(args: argparse.Namespace) -> Any:
+    """The study ``--study`` names in ``--storage`` (the latest one without ``--study``), or a UsageError."""
     from autotune.study import load_study
 
     name = args.study or latest_study_name(args.storage)
     try:
-        study = load_study(name, args.storage)
+        return load_study(name, args.storage)
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from None
-    report = build_report(study)
+
+
+def _report(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    from autotune.report import build_report, render_report
+
+    report = build_report(open_named_study(args))
     if args.json == "-":
         json.dump(report, out, indent=2, default=str)
         out.write("\n")
@@ -279,13 +284,9 @@ def _configure_track(p: argparse.ArgumentParser) -> None:
 
 
 def _track(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
-    from autotune.study import load_study
     from autotune.tracking import TrackingError, log_study
 
-    try:
-        study = load_study(args.study, args.storage)
-    except KeyError as exc:
-        raise UsageError(str(exc.args[0])) from None
+    study = open_named_study(args)
     try:
         run_id = log_study(study, tracking_uri=args.tracking_uri)
     except TrackingError as exc:

@@ -189,26 +189,20 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
     Raises:
         autotune.cli.UsageError: unknown study (the message lists the studies there are).
     """
-    from autotune.cli import UsageError, latest_study_name
+    from autotune.cli import UsageError, open_named_study
     from autotune.report import build_report
-    from autotune.study import load_study
 
     if args.out and args.format == "vllm-yaml" and not args.out.endswith((".yaml", ".yml")):
         raise UsageError(f"--out {args.out}: vllm serve --config only reads .yaml/.yml files; "
                          "name it e.g. winner.yaml")
-    name = args.study or latest_study_name(args.storage)
-    try:
-        study = load_study(name, args.storage)
-    except KeyError as exc:
-        raise UsageError(str(exc.args[0])) from None
-    report = build_report(study)
+    report = build_report(open_named_study(args))
     try:
         text = render(report, args.format)
     except NoResult as exc:
         print(f"autotune: {exc}", file=sys.stderr)
         return ExitStatus.NO_RESULT
     if report.get("verdict") != "faster":
-        print(f"autotune: warning: the winner of {name!r} is no better than the baseline (verdict: "
+        print(f"autotune: warning: the winner of {report['study']!r} is no better than the baseline (verdict: "
               f"{report.get('verdict')}); exporting it anyway - the engine defaults serve as well",
               file=sys.stderr)
     if args.format == "json":
