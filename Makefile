@@ -42,3 +42,12 @@ ui: install
 # The verified winner of STUDY (default: the latest study) as FORMAT=vllm-yaml|cli|json, to OUT or stdout.
 export: install
 	$(PY) -m autotune export $(if $(STUDY),--study $(STUDY)) $(if $(FORMAT),--format $(FORMAT)) $(if $(OUT),--out $(OUT))
+
+.PHONY: bench
+
+# The tuner against random search, a coarse grid and naive TPE, scored on the simulator's ground truth
+# (docs/benchmarks.md): gb10/h200/flat x budgets 30/60/120 x 20 seeds, a minute or two on 2 cores.
+# BENCH_ARGS="--seeds 2 --budgets 30" for a quick look, "--no-mlflow" to skip MLflow.
+BENCH_ARGS ?=
+bench: install
+	$(PY) -m autotune bench $(BENCH_ARGS)

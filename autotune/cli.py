@@ -109,12 +109,14 @@ def _configure_tune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study", help="study name (default: <space>-<engine>-<model>)")
     add_store_args(p)
     p.add_argument("--workdir", default=os.path.join("mlruns", "autotune"), help="engine caches and logs")
-    p.add_argument("--trials", type=int, default=20, help="search trials (default: %(default)s)")
+    p.add_argument("--trials", type=int, default=None,
+                   help="search trials (default: 20; with --budget-restarts, as many as the budget allows)")
     p.add_argument("--restarts", type=int, default=None,
                    help="restarts per trial: the starting number with racing (default 2), fixed without (default 3)")
     p.add_argument("--max-restarts", type=int, default=6, help="racing cap per trial (default: %(default)s)")
     p.add_argument("--no-racing", action="store_true", help="give every trial exactly --restarts restarts")
-    p.add_argument("--top-k", type=int, default=3, help="configurations verified at the end (default: %(default)s)")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="configurations verified at the end (default: 3; with --budget-restarts, 1 per 30 starts)")
     p.add_argument("--verify-restarts", type=int, default=3, help="restarts per verified configuration")
     p.add_argument("--no-verify", action="store_true", help="skip the verification phase")
     p.add_argument("--budget-restarts", type=int, help="engine starts for the whole study, verification included")
@@ -184,7 +186,10 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     engine_name = args.engine or space.engine.get("name") or "vllm"
     study_name = args.study or default_study_name(space, engine_name)
     engine = build_engine(space, args.engine, parse_kv(args.engine_opt, "--engine-opt"))
-    for flag, value in (("--trials", args.trials), ("--max-restarts", args.max_restarts),
+    # A restart budget is the limit the user chose: a default trial count must not stop the study first (no
+    # trial costs less than one engine start, so the budget itself bounds the trials).
+    trials = args.trials if args.trials is not None else (args.budget_restarts or 20)
+    for flag, value in (("--trials", trials), ("--max-restarts", args.max_restarts),
                         ("--verify-restarts", args.verify_restarts)):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
@@ -192,7 +197,7 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     if restarts < 1 or restarts > args.max_restarts and not args.no_racing:
         raise UsageError(f"--restarts must be between 1 and --max-restarts ({args.max_restarts}), got {restarts}")
     options = StudyOptions(
-        study_name=study_name, storage=args.storage, workdir=args.workdir, trials=args.trials,
+        study_name=study_name, storage=args.storage, workdir=args.workdir, trials=trials,
         policy=RacingPolicy(min_restarts=restarts, max_restarts=max(restarts, args.max_restarts),
                             racing=not args.no_racing),
         top_k=args.top_k, verify_restarts=args.verify_restarts, budget_restarts=args.budget_restarts,

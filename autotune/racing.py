@@ -2,16 +2,17 @@
 
 A trial starts with a few restarts. After each one it is compared with the incumbent (the best completed
 trial) on matched restart seeds: it stops early (Optuna prunes it) once its interval lies wholly below the
-incumbent's, gets another restart while the two intervals overlap, and completes otherwise. The pruning
-decision goes through Optuna's pruner interface, one intermediate value per restart, so it shows in Optuna's
-own records and plots.
+incumbent's, gets another restart while the two intervals overlap and its mean is ahead of the incumbent's, and
+completes otherwise. The pruning decision goes through Optuna's pruner interface, one intermediate value per
+restart, so it shows in Optuna's own records and plots.
 
 The intervals use the study's pooled restart-to-restart noise. Restart noise is multiplicative and about the
 same for every configuration of one engine on one machine, so every trial's restarts estimate it; pooled on the
 log scale over the whole study it has dozens of degrees of freedom after a few trials. A trial's own two
 restarts have one: Student's t for one degree of freedom is 12.7, which makes a two-restart interval span
-about +-9 standard deviations, so nothing could ever be decided at two restarts. Racing only steers the
-search; the verdict the user gets comes from verification, which uses each configuration's own restarts.
+about +-9 standard deviations, so nothing could ever be decided at two restarts. With the noise known, a
+hopeless trial can be pruned after its first restart. Racing only steers the search; the verdict the user gets
+comes from verification, which uses each configuration's own restarts.
 """
 
 from __future__ import annotations
@@ -142,8 +143,8 @@ def incumbent_values(study: optuna.Study, exclude_number: int, n: int | None = N
     if best is None:
         return None
     values = _values(best)
-    if n is not None and len(values) > n:
-        values = values[: max(n, 2)]
+    if n is not None:
+        values = values[: max(n, 1)]
     return values
 
 

@@ -239,7 +239,8 @@ def _normalise_mode(mode: Any) -> str | None:
 def config_differences(config: EngineConfig, resolved: Resolved | None) -> list[Difference]:
     """Fields the engine resolved differently from what was configured.
 
-    Only fields the configuration set explicitly are compared: an engine default has nothing to differ from.
+    Fields the configuration set are compared with what ran. A field left to the engine has nothing to differ
+    from, with one exception: a default capture mode that resolved to ``NONE`` (graphs silently off).
     """
     if resolved is None:
         return []
@@ -248,6 +249,10 @@ def config_differences(config: EngineConfig, resolved: Resolved | None) -> list[
     got_mode = _normalise_mode(resolved.cudagraph_mode)
     if want_mode is not None and got_mode is not None and want_mode != got_mode:
         diffs.append(Difference("cudagraph_mode", want_mode, got_mode))
+    elif want_mode is None and got_mode == "NONE":
+        # The seed note's trap: nothing asked for eager execution, yet the engine turned graph capture off
+        # (e.g. because speculation is on). An engine default is never "no graphs" on a GPU.
+        diffs.append(Difference("cudagraph_mode", "default (graphs on)", got_mode))
     want_sizes = config.capture_sizes
     got_sizes = resolved.cudagraph_capture_sizes
     if want_sizes is not None and got_sizes is not None and tuple(sorted(got_sizes)) != want_sizes:

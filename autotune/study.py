@@ -45,6 +45,10 @@ SEARCH_SEED_OFFSET = 0
 VERIFY_SEED_OFFSET = 50_000
 #: Give up after this many suggestions in a row that start no engine (duplicates, infeasible): space exhausted.
 MAX_IDLE_SUGGESTIONS = 30
+#: Without ``top_k``: verify one configuration per this many budgeted engine starts, 1 to :data:`MAX_TOP_K`.
+STARTS_PER_VERIFIED = 30
+#: Configurations verified by default (and the most a restart budget scales to).
+MAX_TOP_K = 3
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -64,7 +68,8 @@ class StudyOptions:
         workdir: Per-study working files (engine caches, logs) go under ``workdir/<study_name>``.
         trials: Search trials to finish (resuming counts those already finished).
         policy: Restarts per trial and racing.
-        top_k: Configurations verified against the baseline at the end.
+        top_k: Configurations verified against the baseline at the end; ``None`` (default) scales it to
+            ``budget_restarts`` (see :attr:`verify_top_k`).
         verify_restarts: Counted restarts per verified configuration.
         budget_restarts: Engine starts for the whole study (search + verification), or ``None``.
         budget_minutes: Engine wall minutes for the whole study, or ``None``.
@@ -83,7 +88,7 @@ class StudyOptions:
     workdir: str = os.path.join(DEFAULT_STORE_DIR, "autotune")
     trials: int = 20
     policy: RacingPolicy = RacingPolicy()
-    top_k: int = 3
+    top_k: int | None = None
     verify_restarts: int = 3
     budget_restarts: int | None = None
     budget_minutes: float | None = None
@@ -103,9 +108,22 @@ class StudyOptions:
         return self.seed * 100_000 + VERIFY_SEED_OFFSET + rnd
 
     @property
+    def verify_top_k(self) -> int:
+        """Configurations to verify: ``top_k`` if set, else one per 30 budgeted starts (1 to 3; 3 with no budget).
+
+        Verifying three configurations and the baseline in three rounds costs 12 starts: 40% of a 30-start
+        budget, every one of them a search trial not run. The benchmark (docs/benchmarks.md) measured the split.
+        """
+        if self.top_k is not None:
+            return self.top_k
+        if self.budget_restarts is None:
+            return MAX_TOP_K
+        return max(1, min(MAX_TOP_K, self.budget_restarts // STARTS_PER_VERIFIED))
+
+    @property
     def verify_reserve(self) -> int:
         """Engine starts held back from the search for verification (top-k plus the baseline)."""
-        return (self.top_k + 1) * self.verify_restarts if self.verify else 0
+        return (self.verify_top_k + 1) * self.verify_restarts if self.verify else 0
 
 
 @dataclasses.dataclass
@@ -414,7 +432,7 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
     study, options = ctx.study, ctx.options
     stored = study.user_attrs.get("verify_candidates")
     if stored is None:
-        candidates = select_candidates(study, ctx.space, options.top_k)
+        candidates = select_candidates(study, ctx.space, options.verify_top_k)
         study.set_user_attr("verify_candidates", [c.to_dict() for c in candidates])
     else:
         candidates = [Candidate.from_dict(c) for c in stored]
@@ -449,7 +467,7 @@ def _record_metadata(ctx: StudyContext) -> None:
         "sampler": options.sampler,
         "sampler_why": why,
         "racing": dataclasses.asdict(options.policy),
-        "top_k": options.top_k,
+        "top_k": options.verify_top_k,
         "verify_restarts": options.verify_restarts,
         "budget_restarts": options.budget_restarts,
         "budget_minutes": options.budget_minutes,

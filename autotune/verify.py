@@ -184,7 +184,11 @@ def _conclude(
 ) -> Verification:
     per_key = {c.config.key(): tuple(RestartResult.from_dict(d) for d in progress.get(c.config.key(), []))
                for c in candidates}
-    summaries = {c.config.key(): summarize(c.config, per_key[c.config.key()], confidence, interval_method)
+    # The winner is the highest of several means, so its own 95% interval would cover its true mean less than
+    # 95% of the time. Intervals at the Bonferroni level over the family cover every member at once, the
+    # winner included (docs/benchmarks.md: coverage rose from 92-94% to 96-99% on the simulator).
+    family = 1.0 - (1.0 - confidence) / max(1, len(candidates))
+    summaries = {c.config.key(): summarize(c.config, per_key[c.config.key()], family, interval_method)
                  for c in candidates}
     base = next(c for c in candidates if c.role == BASELINE)
     base_summary = summaries[base.config.key()]
