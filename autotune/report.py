@@ -147,7 +147,10 @@ def render_report(report: Mapping[str, Any]) -> str:
                     extra = f"  x{sp['speedup']:.2f}"
             if e["status"] != "ok":
                 extra += f"  FAILED: {e['failure']}"
-            lines.append(f"{tag:<10}{e['label']:<{width}}  {_fmt_ci(e)}{extra}")
+            lines.append(f"{tag:<10}{e['label']:<{width}}  {_fmt_ci(e).replace('95% CI', 'CI')}{extra}")
+        n_family = len(report["verification"]["entries"])
+        lines.append(f"(intervals hold jointly at 95% for these {n_family} configurations: each is a "
+                     f"{100 - 5 / n_family:.2f}% interval, so picking the best does not shrink the winner's)")
         lines.append("")
         if report.get("winner_is_baseline"):
             lines.append("Verdict: no configuration beat the baseline - keep the engine defaults.")
