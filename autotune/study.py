@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -491,6 +492,10 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
     """
     study, resumed = open_study(options)
     cache_dir = os.path.join(options.workdir, options.study_name)
+    if options.fresh:
+        # Starting over means cold caches too: a study-local compile cache left by the deleted study would make
+        # its first starts look warm.
+        shutil.rmtree(cache_dir, ignore_errors=True)
     os.makedirs(cache_dir, exist_ok=True)
     engine.cache_dir = engine.cache_dir or cache_dir
     ctx = StudyContext(options, space, engine, engine.describe(), study, cache_dir, resumed)

@@ -173,3 +173,17 @@ def test_resume_after_kill_9_loses_no_finished_trial(tmp_path):
     assert any(t.params == running[0].params and t.state == TrialState.COMPLETE for t in study.trials)
     finished = [t for t in study.trials if t.state != TrialState.RUNNING and not t.user_attrs.get("interrupted")]
     assert len(finished) >= 6 and "verification" in study.user_attrs
+
+
+def test_fresh_study_starts_with_cold_caches(tmp_path):
+    from autotune.engines.sim import SimEngine
+
+    space = parse_space({**SMALL_SPACE, "name": "fresh"})
+    opts = _options(tmp_path, trials=3, verify=False, fresh=True)
+
+    def colds():
+        study = run_study(space, SimEngine(profile="h200"), opts)
+        return sum(r["cold"] for t in study.trials for r in t.user_attrs.get("restarts", []))
+
+    first = colds()
+    assert first >= 2 and colds() == first  # a second --fresh run pays the same cold starts again
