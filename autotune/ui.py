@@ -7,6 +7,7 @@ which then stops the whole group (MLflow starts uvicorn workers under it) and ex
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -87,10 +88,8 @@ def _ready(url: str) -> bool:
 
 
 def _signal_group(proc: subprocess.Popen[Any], sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # the group is already gone
         os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass  # already gone
 
 
 class _Stopper:
