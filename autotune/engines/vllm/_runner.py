@@ -227,6 +227,21 @@ def is_steady(tok_s: list[float], tolerance: float) -> bool:
     return top > 0 and abs(a - b) / top <= tolerance
 
 
+def measurement(startup_s: float, resolved: Any, device: Any, warmups: list[dict[str, Any]],
+                timed: list[dict[str, Any]], before: dict[str, Any], peak_gib: float | None) -> dict[str, Any]:
+    """The restart's result as the engine reads it, the same for offline and serve mode."""
+    return {
+        "startup_s": startup_s,
+        "resolved": resolved,
+        "device": device,
+        "warmup_tok_s": [p["tok_s"] for p in warmups],
+        "passes_tok_s": [p["tok_s"] for p in timed],
+        "tokens_per_pass": timed[0]["tokens"] if timed else None,
+        "accept_len": accept_length(before, timed[-1]["counters"]) if timed else None,
+        "peak_memory_gib": peak_gib,
+    }
+
+
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     """Build the engine, report readiness, warm up, time the passes; returns the result payload."""
     # The frontend must see the worker's resolved config: keep the worker in this process.
@@ -254,17 +269,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     warmups = warm_up(passes, workload, float(request.get("steady_tolerance", 0.03)))
     before = spec_counters(llm)
     timed = [passes.run("timed", i) for i in range(int(workload.get("timed_passes", 1)))]
-    accept = accept_length(before, timed[-1]["counters"]) if timed else None
-    return {
-        "startup_s": startup_s,
-        "resolved": resolved,
-        "device": device,
-        "warmup_tok_s": [p["tok_s"] for p in warmups],
-        "passes_tok_s": [p["tok_s"] for p in timed],
-        "tokens_per_pass": timed[0]["tokens"] if timed else None,
-        "accept_len": accept,
-        "peak_memory_gib": peak_memory_gib(),
-    }
+    return measurement(startup_s, resolved, device, warmups, timed, before, peak_memory_gib())
 
 
 # -- serve mode -------------------------------------------------------------------------------------------
@@ -388,16 +393,7 @@ def serve_measure(request: dict[str, Any]) -> dict[str, Any]:
         timed = [passes.run("timed", i) for i in range(int(request["workload"].get("timed_passes", 1)))]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # every pass is already in the log as an AUTOTUNE_PASS line
-    return {
-        "startup_s": startup_s,
-        "resolved": None,
-        "device": device,
-        "warmup_tok_s": [p["tok_s"] for p in warmups],
-        "passes_tok_s": [p["tok_s"] for p in timed],
-        "tokens_per_pass": timed[0]["tokens"] if timed else None,
-        "accept_len": accept_length(before, timed[-1]["counters"]) if timed else None,
-        "peak_memory_gib": None,
-    }
+    return measurement(startup_s, None, device, warmups, timed, before, None)
 
 
 def main() -> int:
