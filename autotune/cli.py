@@ -60,7 +60,7 @@ def default_study_name(space: Any, engine: str) -> str:
 
 
 def add_store_args(parser: argparse.ArgumentParser) -> None:
-    from autotune.study import DEFAULT_STORAGE
+    from autotune.ledger import DEFAULT_STORAGE
 
     parser.add_argument("--storage", default=os.environ.get("AUTOTUNE_STORAGE", DEFAULT_STORAGE),
                         help="Optuna storage URL (default: %(default)s; PostgreSQL for several workers)")
@@ -213,7 +213,7 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
 
         observers.append(MlflowTracker(tracking_uri=args.tracking_uri))
     try:
-        study = run_study(space, engine, options, observers)
+        ledger = run_study(space, engine, options, observers)
     except Interrupted as exc:
         print(f"autotune: {exc}", file=sys.stderr)
         return ExitStatus.INTERRUPTED
@@ -221,7 +221,7 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         for obs in observers:
             obs.close()  # an error must not leave MLflow runs marked RUNNING
         engine.close()
-    report = build_report(study)
+    report = build_report(ledger)
     _simulator_check(engine, space, report)
     print(render_report(report), file=out)
     if args.json:
@@ -239,29 +239,11 @@ def _configure_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="write JSON to PATH (or stdout)")
 
 
-def latest_study_name(storage: str) -> str:
-    """The most recently started study in ``storage``."""
-    import optuna
-
-    from autotune.study import ensure_sqlite_dir
-
-    ensure_sqlite_dir(storage)
-    summaries = optuna.get_all_study_summaries(storage)
-    if not summaries:
-        raise UsageError(f"no studies in {storage}: run `make demo` or `autotune tune` first")
-    summaries.sort(key=lambda s: s.datetime_start.timestamp() if s.datetime_start else 0.0)
-    return summaries[-1].study_name
-
-
 def open_named_study(args: argparse.Namespace) -> Any:
-    """The study ``--study`` names in ``--storage`` (the latest one without ``--study``), or a UsageError."""
-    from autotune.study import load_study
+    """The ledger of the study ``--study`` names in ``--storage`` (the latest one without ``--study``)."""
+    from autotune import ledger
 
-    name = args.study or latest_study_name(args.storage)
-    try:
-        return load_study(name, args.storage)
-    except KeyError as exc:
-        raise UsageError(str(exc.args[0])) from None
+    return ledger.load(args.study or ledger.latest_study_name(args.storage), args.storage)
 
 
 def _report(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
@@ -291,9 +273,9 @@ def _configure_track(p: argparse.ArgumentParser) -> None:
 def _track(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.tracking import TrackingError, log_study
 
-    study = open_named_study(args)
+    ledger = open_named_study(args)
     try:
-        run_id = log_study(study, tracking_uri=args.tracking_uri)
+        run_id = log_study(ledger, tracking_uri=args.tracking_uri)
     except TrackingError as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)
         return ExitStatus.ERROR
@@ -338,11 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
 def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """Run the chosen subcommand; bad input becomes a one-line error and a non-zero status."""
     from autotune.engines import EngineError
+    from autotune.ledger import LedgerError
     from autotune.space import SpaceError
 
     try:
         return ExitStatus(args.handler(args, out))
-    except (SpaceError, UsageError) as exc:
+    except (SpaceError, UsageError, LedgerError) as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)
         return ExitStatus.BAD_INPUT
     except EngineError as exc:

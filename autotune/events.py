@@ -1,17 +1,42 @@
-"""Study observers: progress display and tracking hook into the study through one small base class."""
+"""What observers see of a study: the context, and one small base class for the events.
+
+Progress display and tracking hook into the study here. The study calls observers; it never builds a report
+for them: an observer that wants one builds it from :attr:`StudyContext.ledger`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from autotune.records import EngineConfig, RestartResult
+from autotune.ledger import Ledger, TrialRecord
+from autotune.records import EngineConfig, EngineFacts, RestartResult
 
 if TYPE_CHECKING:
-    from autotune.study import StudyContext, TrialRecord
+    from autotune.engines import EngineBackend
+    from autotune.options import StudyOptions
+    from autotune.space import SearchSpace
     from autotune.verify import Verification
 
-__all__ = ["StudyObserver", "notify"]
+__all__ = ["StudyContext", "StudyObserver", "notify"]
+
+
+@dataclasses.dataclass
+class StudyContext:
+    """What observers see: the study's ledger, its space, engine and options."""
+
+    options: StudyOptions
+    space: SearchSpace
+    engine: EngineBackend
+    engine_info: EngineFacts
+    ledger: Ledger
+    resumed: bool = False
+
+    @property
+    def study(self) -> Any:
+        """The Optuna study."""
+        return self.ledger.study
 
 
 class StudyObserver:
@@ -36,8 +61,8 @@ class StudyObserver:
     def on_verification_end(self, ctx: StudyContext, verification: Verification) -> None:
         """The verification phase finished."""
 
-    def on_study_end(self, ctx: StudyContext, report: Mapping[str, Any]) -> None:
-        """The study finished; ``report`` is :func:`autotune.report.build_report`'s dict."""
+    def on_study_end(self, ctx: StudyContext) -> None:
+        """Search and verification are done; everything is in ``ctx.ledger``."""
 
     def close(self) -> None:
         """Release resources (progress bars, open runs)."""

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import optuna
     from matplotlib.figure import Figure
 
-    from autotune.study import TrialRecord
+    from autotune.ledger import Ledger, TrialRecord
 
 __all__ = [
     "PLOT_FILES",
@@ -204,12 +204,12 @@ def _one_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
-def save_study_plots(study: optuna.Study, report: Mapping[str, Any],
+def save_study_plots(ledger: Ledger, report: Mapping[str, Any],
                      out_dir: str | Path) -> tuple[list[Path], dict[str, str]]:
     """Draw every plot that this study supports into ``out_dir``.
 
     Args:
-        study: The Optuna study.
+        ledger: The study.
         report: :func:`autotune.report.build_report`'s dict for it.
         out_dir: Directory for the PNG files (created if missing).
 
@@ -217,11 +217,11 @@ def save_study_plots(study: optuna.Study, report: Mapping[str, Any],
         ``(written, skipped)``: the PNG paths written, and plot name -> one-line reason for those skipped.
     """
     from autotune.records import EngineConfig
-    from autotune.study import TrialRecord
 
+    study = ledger.study
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    records = [r for r in (TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False)) if r is not None]
+    records = ledger.trial_records()
     baseline = report.get("meta", {}).get("baseline")
     baseline_key = EngineConfig.from_dict(baseline).key() if baseline else None
     draw = {

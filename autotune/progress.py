@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from typing import IO, Any
 
 from tqdm import tqdm
@@ -39,7 +38,6 @@ class ProgressPrinter(StudyObserver):
         self.quiet = quiet
         self.bar: tqdm | None = None
         self.config: EngineConfig | None = None
-        self.configs: dict[str, EngineConfig] = {}
 
     def _write(self, text: str) -> None:
         if self.quiet:
@@ -50,9 +48,7 @@ class ProgressPrinter(StudyObserver):
             print(text, file=self.stream)
 
     def on_study_start(self, ctx: Any) -> None:
-        from autotune.study import _finished_search_trials
-
-        done = _finished_search_trials(ctx.study)
+        done = ctx.ledger.finished_search_trials()
         verb = "Resuming" if ctx.resumed else "Starting"
         self._write(f"{verb} study {ctx.options.study_name} ({ctx.space.name}, engine {ctx.engine.name}); "
                     f"{done} of {ctx.options.trials} trials already done")
@@ -80,7 +76,7 @@ class ProgressPrinter(StudyObserver):
     def on_verification_end(self, ctx: Any, verification: Any) -> None:
         self._write(f"verification done: {verification.restarts_used} engine starts")
 
-    def on_study_end(self, ctx: Any, report: Mapping[str, Any]) -> None:
+    def on_study_end(self, ctx: Any) -> None:
         self.close()
 
     def close(self) -> None:

@@ -160,7 +160,7 @@ def pooled_noise(study: optuna.Study, exclude_number: int, current: Sequence[flo
         ``None`` until some configuration has two restarts.
     """
     groups = [_values(t) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-              if t.number != exclude_number and "duplicate_of" not in t.user_attrs]
+              if t.number != exclude_number]  # a repeat of a trial reports no restarts of its own: no values
     groups.append(list(current))
     squares, df = 0.0, 0
     for g in groups:

@@ -7,6 +7,7 @@ their ``to_dict``/``from_dict`` pairs, so there is one JSON shape per concept.
 * :class:`EngineConfig` - what we ask the engine for, in vLLM's own names.
 * :class:`Resolved` - what the engine says it actually ran after start-up.
 * :class:`RestartResult` - one fresh engine process: status, passes, resolved config, error.
+* :class:`EngineFacts` - which engine ran: name, version, GPU, driver, CUDA.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "Detail",
     "Difference",
     "EngineConfig",
+    "EngineFacts",
     "RestartResult",
     "RestartStatus",
     "Resolved",
@@ -174,6 +177,91 @@ class EngineConfig:
         )
 
 
+class Detail:
+    """The fixed keys of :attr:`Resolved.details`: every engine reports a fact under the same name.
+
+    The vLLM runner (``engines/vllm/_runner.py``) runs in vLLM's interpreter without autotune, so it spells
+    these names itself; a test holds it to them.
+    """
+
+    #: The speculative method the engine runs (``ngram``, ``draft_model``, ...; ``None`` when off).
+    SPEC_METHOD = "speculative_method"
+    #: Draft tokens per step the engine runs (0 when off).
+    NUM_SPECULATIVE_TOKENS = "num_speculative_tokens"
+    #: ``v1`` or ``v2``.
+    MODEL_RUNNER = "model_runner"
+    ASYNC_SCHEDULING = "async_scheduling"
+    ATTENTION_BACKEND = "attention_backend"
+    #: The capture mode a start-up log line switched to.
+    LOG_CUDAGRAPH_MODE = "log_cudagraph_mode"
+    #: Graph-capture progress per capture label.
+    GRAPHS_CAPTURED = "graphs_captured"
+    #: Where the resolved configuration was read from, when not the worker itself.
+    RESOLVED_FROM = "resolved_from"
+    #: Names older engines and stored studies used -> the fixed name.
+    LEGACY = {"spec_method": SPEC_METHOD}
+
+    @classmethod
+    def normalise(cls, details: Mapping[str, Any]) -> dict[str, Any]:
+        """``details`` under the fixed names (a legacy name gives way to the fixed one when both are there)."""
+        out = {cls.LEGACY.get(k, k): v for k, v in details.items() if k in cls.LEGACY}
+        out.update({k: v for k, v in details.items() if k not in cls.LEGACY})
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineFacts:
+    """Which engine ran, as far as it knows: what tracking tags, reports and exports name.
+
+    Attributes:
+        name: Registry name (``sim``, ``cmd``, ``vllm``).
+        version: The engine's version (vLLM's for ``vllm`` and ``sim``).
+        gpu: Accelerator name.
+        driver: GPU driver version.
+        cuda: CUDA version.
+        simulated: Every number comes from the simulator.
+        extra: Other engine-specific facts (``mode``, ``command``, ``profile``, ...).
+    """
+
+    name: str | None = None
+    version: str | None = None
+    gpu: str | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    simulated: bool = False
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    #: Stored name -> field; older studies and engines used the alternatives.
+    _ALIASES = {
+        "engine": "name", "engine_version": "version", "version": "version", "vllm": "version",
+        "gpu": "gpu", "gpu_name": "gpu", "device": "gpu", "driver": "driver", "driver_version": "driver",
+        "cuda": "cuda", "cuda_version": "cuda", "simulated": "simulated",
+    }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored shape: ``engine``, ``engine_version``, ``gpu``, ``driver``, ``cuda``, ``simulated`` (when
+        true) and the extra facts; unknown facts are left out."""
+        out: dict[str, Any] = {"engine": self.name, "engine_version": self.version, "gpu": self.gpu,
+                               "driver": self.driver, "cuda": self.cuda}
+        out = {k: v for k, v in out.items() if v is not None}
+        if self.simulated:
+            out["simulated"] = True
+        out.update({k: v for k, v in self.extra.items() if k not in out})
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> EngineFacts:
+        kw: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in (data or {}).items():
+            field = cls._ALIASES.get(key)
+            if field is None:
+                extra[key] = value
+            elif value not in (None, "") and field not in kw:
+                kw[field] = bool(value) if field == "simulated" else value if field == "name" else str(value)
+        return cls(**kw, extra=extra)
+
+
 @dataclasses.dataclass(frozen=True)
 class Resolved:
     """What the engine actually ran, read back after start-up.
@@ -212,7 +300,7 @@ class Resolved:
             cudagraph_mode=data.get("cudagraph_mode"),
             cudagraph_capture_sizes=None if sizes is None else tuple(int(s) for s in sizes),
             compile_mode=None if data.get("compile_mode") is None else str(data.get("compile_mode")),
-            details=dict(data.get("details") or {}),
+            details=Detail.normalise(data.get("details") or {}),
             notes=tuple(data.get("notes") or ()),
         )
 

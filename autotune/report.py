@@ -13,9 +13,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.ledger import Ledger
 from autotune.measure import format_mean
-from autotune.study import TrialRecord, budget_used
-from autotune.verify import Verification
 
 __all__ = ["build_report", "render_report"]
 
@@ -46,25 +45,26 @@ def _entry_dict(entry: Any) -> dict[str, Any]:
     return out
 
 
-def build_report(study: optuna.Study) -> dict[str, Any]:
+def build_report(study: Ledger | optuna.Study) -> dict[str, Any]:
     """Everything a person (or a script) needs to judge the study, as a JSON-ready dict."""
-    trials = study.get_trials(deepcopy=False)
-    records = [r for r in (TrialRecord.from_frozen(t) for t in trials) if r is not None]
-    meta = study.user_attrs.get("meta", {})
+    ledger = study if isinstance(study, Ledger) else Ledger(study)
+    trials = ledger.study.get_trials(deepcopy=False)
+    records = ledger.trial_records()
+    meta = ledger.meta().to_dict() if ledger.has_meta() else {}
     counts = {s.name.lower(): 0 for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
     for t in trials:
-        if t.state.name.lower() in counts and "duplicate_of" not in t.user_attrs and "infeasible" not in t.user_attrs:
+        if t.state.name.lower() in counts and not ledger.is_duplicate(t) and not ledger.is_infeasible(t):
             counts[t.state.name.lower()] += 1
-    counts["duplicates"] = sum(1 for t in trials if "duplicate_of" in t.user_attrs)
-    counts["infeasible"] = sum(1 for t in trials if "infeasible" in t.user_attrs)
+    counts["duplicates"] = sum(1 for t in trials if ledger.is_duplicate(t))
+    counts["infeasible"] = sum(1 for t in trials if ledger.is_infeasible(t))
     warnings = [{"trial": r.number, "label": r.config.label(), "differences": list(r.summary.differences)}
                 for r in records if r.summary is not None and r.summary.differences and r.duplicate_of is None]
     failures = [{"trial": r.number, "label": r.config.label(), "reason": r.reason}
                 for r in records if r.state == "FAIL" and r.reason and r.duplicate_of is None]
-    restarts_used, minutes_used = budget_used(study)
-    verification_raw = study.user_attrs.get("verification")
+    restarts_used, minutes_used = ledger.budget_used()
+    v = ledger.verification()
     report: dict[str, Any] = {
-        "study": study.study_name,
+        "study": ledger.name,
         "meta": meta,
         "trials": counts,
         "warnings": warnings,
@@ -75,7 +75,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
             "budget_restarts": meta.get("budget_restarts"),
             "budget_minutes": meta.get("budget_minutes"),
         },
-        "search_stopped": study.user_attrs.get("search_stopped"),
+        "search_stopped": ledger.search_stopped(),
         "verification": None,
         "winner": None,
         "baseline": None,
@@ -83,9 +83,8 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     if complete:
         best = max(complete, key=lambda t: t.value)  # type: ignore[arg-type, return-value]
-        report["search_best"] = {"trial": best.number, "label": best.user_attrs.get("label"), "mean": best.value}
-    if verification_raw is not None:
-        v = Verification.from_dict(verification_raw)
+        report["search_best"] = {"trial": best.number, "label": ledger.label(best), "mean": best.value}
+    if v is not None:
         entries = [_entry_dict(e) for e in v.entries]
         report["verification"] = {"entries": entries, "restarts_per_config": v.restarts_per_config,
                                   "restarts_used": v.restarts_used, "minutes_used": round(v.minutes_used, 3)}

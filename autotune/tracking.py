@@ -3,7 +3,7 @@
 The tracker talks to MLflow through ``MlflowClient`` (never the fluent API's global "active run") and is
 idempotent: every run carries tags saying what it stands for (``autotune.trial_number``,
 ``autotune.config_key``), and a run is complete once it carries ``autotune.logged``. So a study resumed after
-Ctrl-C continues the same parent run (its id is kept in the Optuna study's user attrs), finishes the trial
+Ctrl-C continues the same parent run (its id is kept in the study's ledger), finishes the trial
 run that the interruption left open, and logs nothing twice; :func:`log_study` replays a study that ran
 elsewhere (``--no-mlflow`` on a GPU box) through the same code.
 
@@ -30,17 +30,15 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from autotune.events import StudyObserver
-from autotune.records import EngineConfig, RestartResult
+from autotune.ledger import Ledger, StudyMeta, TrialRecord
+from autotune.records import EngineConfig, EngineFacts, RestartResult
 
 if TYPE_CHECKING:
-    import optuna
-
-    from autotune.study import StudyContext, TrialRecord
+    from autotune.events import StudyContext
     from autotune.verify import Verification
 
 __all__ = [
     "DEFAULT_TRACKING_URI",
-    "PARENT_RUN_ATTR",
     "MlflowTracker",
     "TrackingError",
     "config_params",
@@ -51,8 +49,6 @@ __all__ = [
 ]
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
-#: Optuna study user attr holding the parent run's id, so a resumed study continues the same run.
-PARENT_RUN_ATTR = "mlflow_parent_run_id"
 #: Tells MLflow 3's UI this is classic model development (a runs table), not a GenAI experiment (traces).
 EXPERIMENT_KIND = "custom_model_development"
 
@@ -66,14 +62,6 @@ KIND_STUDY, KIND_TRIAL, KIND_VERIFY = "study", "trial", "verification"
 
 #: Trial state -> MLflow run status. A pruned trial is a normal outcome (raced out), not a failure.
 _RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}
-#: Tag name -> engine_info keys that may hold it (engines name their facts slightly differently).
-_ENGINE_FACTS = {
-    "engine": ("engine",),
-    "engine_version": ("engine_version", "version", "vllm"),
-    "gpu": ("gpu", "gpu_name", "device"),
-    "driver": ("driver", "driver_version"),
-    "cuda_version": ("cuda_version", "cuda"),
-}
 #: Tracking stops for the rest of the session after this many failed operations in a row (the store is down).
 MAX_FAILURES_IN_A_ROW = 3
 #: MLflow HTTP client settings for a tracking server, unless the user set them: ~15 s of retries, not ~4 minutes.
@@ -127,16 +115,9 @@ def _short_model(model: Any) -> str:
     return os.path.basename(text) if local else text
 
 
-def _fact(info: Mapping[str, Any], name: str) -> Any:
-    for key in _ENGINE_FACTS[name]:
-        if info.get(key) not in (None, ""):
-            return info[key]
-    return None
-
-
-def experiment_name(model: Any, engine_info: Mapping[str, Any]) -> str:
+def experiment_name(model: Any, facts: EngineFacts) -> str:
     """``autotune/<model>/<gpu>``: runs of one model on one kind of hardware are comparable."""
-    gpu = _fact(engine_info, "gpu") or f"{engine_info.get('engine', 'engine')}-no-gpu"
+    gpu = facts.gpu or f"{facts.name or 'engine'}-no-gpu"
     return f"autotune/{_short_model(model)}/{gpu}"
 
 
@@ -173,10 +154,12 @@ def config_params(config: EngineConfig, prefix: str = "") -> dict[str, str]:
     return {f"{prefix}{k}": v for k, v in out.items()}
 
 
-def engine_tags(engine_info: Mapping[str, Any]) -> dict[str, str]:
+def engine_tags(facts: EngineFacts) -> dict[str, str]:
     """Tags for the engine, its version, the GPU, driver and CUDA version, as far as the engine knows them."""
-    tags = {name: str(value) for name in _ENGINE_FACTS if (value := _fact(engine_info, name)) is not None}
-    for key, value in engine_info.items():
+    named = {"engine": facts.name, "engine_version": facts.version, "gpu": facts.gpu, "driver": facts.driver,
+             "cuda_version": facts.cuda}
+    tags = {name: str(value) for name, value in named.items() if value is not None}
+    for key, value in facts.to_dict().items():
         if value is not None and isinstance(value, (str, int, float, bool)):
             tags.setdefault(f"engine_info.{key}", str(value))
     return tags
@@ -289,25 +272,24 @@ class _Session:
             return None
         return run if run.info.lifecycle_stage == "active" else None
 
-    def open_parent(self, study: optuna.Study, experiment_id: str, meta: Mapping[str, Any]) -> tuple[str, bool]:
-        """The study's parent run: the one recorded in the study's user attrs if it exists, else a new one.
+    def open_parent(self, ledger: Ledger, experiment_id: str, meta: StudyMeta) -> tuple[str, bool]:
+        """The study's parent run: the one recorded in the study's ledger if it exists, else a new one.
 
         Returns:
             ``(run_id, created)``.
         """
-        known = study.user_attrs.get(PARENT_RUN_ATTR)
+        known = ledger.mlflow_parent_run_id()
         run = self.get_run(known) if known else None
         if run is not None:
             if run.info.status != "RUNNING":
                 self.client.update_run(run.info.run_id, status="RUNNING")
             return run.info.run_id, False
-        engine_info = meta.get("engine") or {}
-        tags = {TAG_KIND: KIND_STUDY, TAG_STUDY: study.study_name, "mlflow.source.name": "autotune",
-                "mlflow.source.type": "LOCAL", "space": str(meta.get("space_name", "")), **engine_tags(engine_info)}
-        created = self.client.create_run(experiment_id, run_name=study.study_name, tags=tags)
+        tags = {TAG_KIND: KIND_STUDY, TAG_STUDY: ledger.name, "mlflow.source.name": "autotune",
+                "mlflow.source.type": "LOCAL", "space": str(meta.space_name or ""), **engine_tags(meta.engine)}
+        created = self.client.create_run(experiment_id, run_name=ledger.name, tags=tags)
         run_id = created.info.run_id
         self.log(run_id, params=_study_params(meta))
-        study.set_user_attr(PARENT_RUN_ATTR, run_id)
+        ledger.record_mlflow_parent_run_id(run_id)
         return run_id, True
 
     def children(self, experiment_id: str, parent_id: str) -> dict[tuple[str, str], _Child]:
@@ -373,16 +355,15 @@ class _Session:
         self.client.set_terminated(run_id, status=status, end_time=end_ms)
 
 
-def _study_params(meta: Mapping[str, Any]) -> dict[str, str]:
+def _study_params(meta: StudyMeta) -> dict[str, str]:
     """Study-level params for the parent run, from the metadata the study records once."""
-    params: dict[str, Any] = {k: meta.get(k) for k in ("space_name", "model", "sampler", "trials", "top_k",
-                                                        "verify_restarts", "budget_restarts", "budget_minutes",
-                                                        "seed")}
-    params.update({f"racing.{k}": v for k, v in (meta.get("racing") or {}).items()})
-    params.update({f"workload.{k}": v for k, v in (meta.get("workload") or {}).items()})
-    baseline = meta.get("baseline")
-    if baseline:
-        params.update({k: v for k, v in EngineConfig.from_dict(baseline).engine_args.items()})
+    params: dict[str, Any] = {k: getattr(meta, k) for k in ("space_name", "model", "sampler", "trials", "top_k",
+                                                             "verify_restarts", "budget_restarts",
+                                                             "budget_minutes", "seed")}
+    params.update({f"racing.{k}": v for k, v in meta.racing.items()})
+    params.update({f"workload.{k}": v for k, v in meta.workload.items()})
+    if meta.baseline is not None:
+        params.update({k: v for k, v in meta.baseline.engine_args.items()})
     return {k: _param_value(v) for k, v in params.items() if v is not None}
 
 
@@ -393,7 +374,7 @@ def _trial_name(number: int, config: EngineConfig) -> str:
     return f"trial {number:03d} {config.label()}"
 
 
-def _trial_tags(study_name: str, number: int, config: EngineConfig, engine_info: Mapping[str, Any]) -> dict[str, str]:
+def _trial_tags(study_name: str, number: int, config: EngineConfig, engine_info: EngineFacts) -> dict[str, str]:
     return {TAG_KIND: KIND_TRIAL, TAG_STUDY: study_name, TAG_TRIAL: str(number), TAG_CONFIG_KEY: config.key(),
             "label": config.label(), **engine_tags(engine_info)}
 
@@ -432,13 +413,14 @@ def _result_tags(summary: Any, state: str, reason: str | None) -> dict[str, str]
 class _StudyLog:
     """Everything one study logs, against one parent run; every method is safe to call twice."""
 
-    def __init__(self, session: _Session, study: optuna.Study, meta: Mapping[str, Any]) -> None:
+    def __init__(self, session: _Session, ledger: Ledger, meta: StudyMeta) -> None:
         self.session = session
-        self.study = study
+        self.ledger = ledger
+        self.study = ledger.study
         self.meta = meta
-        self.engine_info: Mapping[str, Any] = meta.get("engine") or {}
-        self.experiment_id = session.experiment_id(experiment_name(meta.get("model"), self.engine_info))
-        self.parent_id, self.created = session.open_parent(study, self.experiment_id, meta)
+        self.engine_info = meta.engine
+        self.experiment_id = session.experiment_id(experiment_name(meta.model, self.engine_info))
+        self.parent_id, self.created = session.open_parent(ledger, self.experiment_id, meta)
         self._children = session.children(self.experiment_id, self.parent_id)
 
     def provenance(self, space_path: str | None, command: Sequence[str]) -> None:
@@ -446,8 +428,8 @@ class _StudyLog:
         s = self.session
         if space_path and os.path.isfile(space_path):
             s.client.log_artifact(self.parent_id, space_path)
-        elif self.study.user_attrs.get("space_yaml"):
-            s.client.log_text(self.parent_id, self.study.user_attrs["space_yaml"], "space.yaml")
+        elif self.ledger.space_yaml():
+            s.client.log_text(self.parent_id, self.ledger.space_yaml(), "space.yaml")
         if command:
             s.client.log_text(self.parent_id, shlex.join(command) + "\n", "command.txt")
 
@@ -505,11 +487,9 @@ class _StudyLog:
         """Log every finished trial that has no complete run yet (resumes, tracking outages, log_study)."""
         from optuna.trial import TrialState
 
-        from autotune.study import TrialRecord
-
         done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
         for trial in self.study.get_trials(deepcopy=False, states=done):
-            record = TrialRecord.from_frozen(trial)
+            record = self.ledger.trial_record(trial)
             if record is None or record.duplicate_of is not None:
                 continue  # infeasible (never started) or a repeat of another trial: nothing was measured
             self.log_trial(record, _ms(trial.datetime_start), _ms(trial.datetime_complete))
@@ -540,11 +520,9 @@ class _StudyLog:
                            "FINISHED" if entry.summary.status == "ok" else "FAILED")
 
     def sync_verification(self) -> None:
-        from autotune.verify import Verification
-
-        raw = self.study.user_attrs.get("verification")
-        if raw is not None:
-            self.log_verification(Verification.from_dict(raw))
+        verification = self.ledger.verification()
+        if verification is not None:
+            self.log_verification(verification)
 
     # the study's end -------------------------------------------------------------------------------------
 
@@ -569,7 +547,7 @@ class _StudyLog:
         from autotune.plots import save_study_plots
 
         with tempfile.TemporaryDirectory(prefix="autotune-plots-") as tmp:
-            written, skipped = save_study_plots(self.study, report, tmp)
+            written, skipped = save_study_plots(self.ledger, report, tmp)
             for path in written:
                 self.session.client.log_artifact(self.parent_id, str(path), artifact_path="plots")
         if skipped:
@@ -696,8 +674,8 @@ class MlflowTracker(StudyObserver):
     @_guarded
     def on_study_start(self, ctx: StudyContext) -> None:
         session = _Session(self.tracking_uri)
-        meta = ctx.study.user_attrs.get("meta") or _meta_from_context(ctx)
-        self._log = _StudyLog(session, ctx.study, meta)
+        meta = ctx.ledger.meta() if ctx.ledger.has_meta() else _meta_from_context(ctx)
+        self._log = _StudyLog(session, ctx.ledger, meta)
         self.parent_run_id = self._log.parent_id
         if self._log.created:
             command = list(ctx.options.command) or [os.path.basename(sys.executable), *sys.argv]
@@ -737,9 +715,12 @@ class MlflowTracker(StudyObserver):
             self._log.log_verification(verification)
 
     @_guarded
-    def on_study_end(self, ctx: StudyContext, report: Mapping[str, Any]) -> None:
+    def on_study_end(self, ctx: StudyContext) -> None:
         if self._log is None:
             return
+        from autotune.report import build_report
+
+        report = build_report(ctx.ledger)
         # Separate steps: trials missing from MLflow must not cost the verification runs or the outcome.
         self._attempt("on_study_end/sync_trials", self._log.sync_trials)
         # A resumed study whose verification finished in an earlier session has no on_verification_end.
@@ -764,22 +745,22 @@ class MlflowTracker(StudyObserver):
         self._ended = True
 
 
-def _meta_from_context(ctx: StudyContext) -> dict[str, Any]:
-    """Study metadata when the study did not record its own (storage ``memory`` in tests and benchmarks)."""
-    return {"space_name": ctx.space.name, "model": ctx.space.engine_args.get("model"),
-            "engine": dict(ctx.engine_info), "baseline": ctx.space.baseline().to_dict()}
+def _meta_from_context(ctx: StudyContext) -> StudyMeta:
+    """Study metadata when the study did not record its own."""
+    return StudyMeta(space_name=ctx.space.name, model=ctx.space.engine_args.get("model"), engine=ctx.engine_info,
+                     baseline=ctx.space.baseline())
 
 
 # -- after the fact --------------------------------------------------------------------------------------
 
 
-def log_study(study: optuna.Study, space_path: str | None = None, tracking_uri: str | None = None) -> str:
+def log_study(ledger: Ledger, space_path: str | None = None, tracking_uri: str | None = None) -> str:
     """Log a finished (or partial) study that ran without tracking, e.g. on a GPU box with ``--no-mlflow``.
 
     Safe to repeat: what is logged already is not logged again, and the same parent run is continued.
 
     Args:
-        study: The Optuna study (e.g. loaded from an ``optuna.db`` copied back from the GPU box).
+        ledger: The study (e.g. loaded from an ``optuna.db`` copied back from the GPU box).
         space_path: The search space file to attach; default the copy the study stored.
         tracking_uri: MLflow tracking URI (default as for :class:`MlflowTracker`).
 
@@ -793,16 +774,16 @@ def log_study(study: optuna.Study, space_path: str | None = None, tracking_uri: 
 
     try:
         session = _Session(tracking_uri)
-        meta = study.user_attrs.get("meta") or {}
-        log = _StudyLog(session, study, meta)
+        meta = ledger.meta()
+        log = _StudyLog(session, ledger, meta)
         if log.created:
-            log.provenance(space_path, list(meta.get("command") or ()))
+            log.provenance(space_path, list(meta.command))
         log.sync_trials()
         log.sync_verification()
-        log.finish_study(build_report(study), lambda text: _log.info("MLflow: %s", text))
+        log.finish_study(build_report(ledger), lambda text: _log.info("MLflow: %s", text))
     except TrackingError:
         raise
     except Exception as exc:  # noqa: BLE001 - one line naming the store, not an MLflow traceback
-        raise TrackingError(f"could not log study {study.study_name!r} to {resolve_tracking_uri(tracking_uri)}: "
+        raise TrackingError(f"could not log study {ledger.name!r} to {resolve_tracking_uri(tracking_uri)}: "
                             f"{_one_line(exc)}; check the tracking URI (--tracking-uri)") from exc
     return log.parent_id

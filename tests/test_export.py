@@ -71,9 +71,9 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     storage = make_study(tmp, "winner")
     make_study(tmp, "flat", flat=True, trials=3)
     make_study(tmp, "unverified", verify=False, trials=2)
-    import optuna
+    from autotune import ledger
 
-    report = build_report(optuna.load_study(study_name="winner", storage=storage))
+    report = build_report(ledger.load("winner", storage))
     return {"tmp": tmp, "storage": storage, "report": report}
 
 

@@ -15,7 +15,9 @@ from optuna.trial import TrialState, create_trial
 from autotune.racing import Decision, Noise, RacingPolicy, RacingPruner, incumbent_values, pooled_noise
 from autotune.report import build_report, render_report
 from autotune.space import parse_space
-from autotune.study import StudyOptions, budget_used, make_sampler, run_study
+from autotune.ledger import Ledger
+from autotune.options import VERIFY_SEED_OFFSET
+from autotune.study import StudyOptions, make_sampler, run_study
 from autotune.verify import BASELINE, CANDIDATE, Candidate, run_verification
 from tests.fakes import SMALL_SPACE, TableEngine, by_params
 
@@ -56,7 +58,7 @@ def _options(tmp_path: Path, **kw) -> StudyOptions:
     return StudyOptions(**base)
 
 
-def _run_enqueued(tmp_path: Path, params: list[dict], engine: TableEngine, **kw) -> optuna.Study:
+def _run_enqueued(tmp_path: Path, params: list[dict], engine: TableEngine, **kw) -> Ledger:
     """A study that runs exactly ``params`` first, in order (pre-enqueued ahead of the baselines)."""
     options = _options(tmp_path, trials=len(params), **kw)
     study = optuna.create_study(study_name=options.study_name, storage=options.storage, direction="maximize")
@@ -65,8 +67,8 @@ def _run_enqueued(tmp_path: Path, params: list[dict], engine: TableEngine, **kw)
     return run_study(parse_space(SMALL_SPACE), engine, options)
 
 
-def _by_params(study: optuna.Study, params: dict) -> optuna.trial.FrozenTrial:
-    return next(t for t in study.trials if t.params == params)
+def _by_params(ledger: Ledger, params: dict) -> optuna.trial.FrozenTrial:
+    return next(t for t in ledger.study.trials if t.params == params)
 
 
 # -- the policy ------------------------------------------------------------------------------------------
@@ -111,7 +113,7 @@ def test_policy_without_racing_never_prunes():
 
 
 @pytest.fixture()
-def raced(tmp_path: Path) -> tuple[optuna.Study, TableEngine]:
+def raced(tmp_path: Path) -> tuple[Ledger, TableEngine]:
     engine = TableEngine(by_params(TRUTH), noise=0.01)
     return _run_enqueued(tmp_path, ORDER, engine), engine
 
@@ -124,8 +126,8 @@ def test_a_clearly_worse_config_is_pruned_through_optuna(raced):
     # intermediate value at step 0.
     assert sorted(worse.intermediate_values) == [0]
     assert worse.intermediate_values[0] < 50.0
-    assert "raced out" in worse.user_attrs["pruned_reason"]
-    assert len(worse.user_attrs["restarts"]) == 1
+    assert "raced out" in study.pruned_reason(worse)
+    assert len(study.restarts(worse)) == 1
 
 
 def test_a_close_config_gets_more_restarts_up_to_the_cap(raced):
@@ -158,8 +160,8 @@ def test_every_trial_runs_the_same_seeds_in_the_same_order(raced):
     longest = max(seeds_by_config.values(), key=len)
     for seeds in seeds_by_config.values():
         assert seeds == longest[: len(seeds)]  # restart j of every trial ran seed j
-    for t in study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        assert [r["seed"] for r in t.user_attrs["restarts"]] == longest[: len(t.user_attrs["restarts"])]
+    for t in study.study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        assert [r.seed for r in study.restarts(t)] == longest[: len(study.restarts(t))]
 
 
 def _trial(values: list[float], state: TrialState = TrialState.COMPLETE) -> optuna.trial.FrozenTrial:
@@ -230,10 +232,10 @@ def test_pooled_noise_decides_at_two_restarts_what_a_trials_own_spread_cannot():
 def test_cold_restarts_are_recorded_not_counted_and_rerun_warm_on_the_same_seed(tmp_path):
     engine = ColdFirstEngine(by_params(TRUTH), noise=0.01)
     study = _run_enqueued(tmp_path, ORDER, engine)
-    for t in study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        restarts = t.user_attrs["restarts"]
-        assert restarts[0]["cold"] and not any(r["cold"] for r in restarts[1:])
-        assert restarts[0]["seed"] == restarts[1]["seed"]
+    for t in study.study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        restarts = study.restarts(t)
+        assert restarts[0].cold and not any(r.cold for r in restarts[1:])
+        assert restarts[0].seed == restarts[1].seed
         assert len(t.intermediate_values) == len(restarts) - 1  # the cold start is never an observation
     # Racing decided on warm values exactly as without cold starts.
     assert _by_params(study, WORSE).state == TrialState.PRUNED
@@ -245,7 +247,7 @@ def test_verification_reruns_a_cold_start_warm_and_counts_it_in_its_cost():
     space = parse_space(SMALL_SPACE)
     engine = ColdFirstEngine(by_params(TRUTH), noise=0.01)
     candidates = [Candidate(CANDIDATE, space.config_from_params(BETTER)), Candidate(BASELINE, space.baseline())]
-    verification = run_verification(engine, space.workload, candidates, restarts=3, seed_for=lambda r: 50_000 + r)
+    verification = run_verification(engine, space.workload, candidates, restarts=3, seed_for=lambda r: VERIFY_SEED_OFFSET + r)
     for entry in verification.entries:
         assert entry.summary.n == 3 and entry.summary.n_cold == 1
         assert entry.restarts[0].cold and entry.restarts[0].seed == entry.restarts[1].seed
@@ -262,22 +264,22 @@ def test_a_study_never_exceeds_its_restart_budget_verification_included(tmp_path
     options = _options(tmp_path, trials=200, verify=True, top_k=2, verify_restarts=3, budget_restarts=budget,
                        seed=budget)
     study = run_study(parse_space(SMALL_SPACE), engine_cls(by_params(TRUTH), noise=0.03), options)
-    used, _ = budget_used(study)
+    used, _ = study.budget_used()
     assert used <= budget
-    assert "verification" in study.user_attrs  # the verification share was held back, not spent on search
+    assert study.verification() is not None  # the verification share was held back, not spent on search
     report = build_report(study)
-    assert report["budget"]["verification_restarts"] == study.user_attrs["verification"]["restarts_used"] > 0
+    assert report["budget"]["verification_restarts"] == study.verification().restarts_used > 0
     assert f"of {budget}" in render_report(report) and "verification:" in render_report(report)
 
 
 def test_a_minutes_budget_stops_the_study(tmp_path):
     options = _options(tmp_path, trials=200, verify=True, top_k=2, verify_restarts=2, budget_minutes=20.0)
     study = run_study(parse_space(SMALL_SPACE), TableEngine(by_params(TRUTH)), options)  # 1 engine-minute a start
-    used, minutes = budget_used(study)
-    finished = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    used, minutes = study.budget_used()
+    finished = [t for t in study.study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     assert len(finished) < 200
     assert minutes <= 20.0 and used <= 20
-    assert "verification" in study.user_attrs
+    assert study.verification() is not None
 
 
 # -- what the sampler is told ----------------------------------------------------------------------------
@@ -292,21 +294,21 @@ def test_gp_sampler_is_not_told_the_objective_is_deterministic():
 
 def test_tpe_is_told_the_mean_of_matched_restarts_and_metadata_says_which_sampler(raced):
     study, _ = raced
-    meta = study.user_attrs["meta"]
-    assert meta["sampler"] == "tpe" and "mean" in meta["sampler_why"]
-    for t in study.trials:
+    meta = study.meta()
+    assert meta.sampler == "tpe" and "mean" in meta.sampler_why
+    for t in study.study.trials:
         if t.state != TrialState.COMPLETE:
             continue
         warm = [t.intermediate_values[s] for s in sorted(t.intermediate_values)]
         assert t.value == pytest.approx(sum(warm) / len(warm))
-        assert t.value == pytest.approx(t.user_attrs["summary"]["mean"])
+        assert t.value == pytest.approx(study.summary(t).mean)
 
 
 def test_gp_study_records_its_sampler(tmp_path):
     study = _run_enqueued(tmp_path, [INCUMBENT, BETTER], TableEngine(by_params(TRUTH)), sampler="gp")
-    assert study.user_attrs["meta"]["sampler"] == "gp"
-    assert "deterministic_objective=False" in study.user_attrs["meta"]["sampler_why"]
-    assert not math.isnan(study.best_value)
+    assert study.meta().sampler == "gp"
+    assert "deterministic_objective=False" in study.meta().sampler_why
+    assert not math.isnan(study.study.best_value)
 
 
 @pytest.mark.parametrize(("budget", "top_k"), [(None, 3), (20, 1), (30, 1), (59, 1), (60, 2), (119, 3), (500, 3)])
@@ -324,7 +326,7 @@ def test_verified_intervals_hold_for_the_whole_family_the_winner_included():
     engine = TableEngine(by_params(TRUTH), noise=0.03)
     candidates = [Candidate(CANDIDATE, space.config_from_params(p)) for p in (CLOSE, BEHIND, BETTER)]
     candidates.append(Candidate(BASELINE, space.baseline()))
-    verification = run_verification(engine, space.workload, candidates, restarts=3, seed_for=lambda r: 50_000 + r)
+    verification = run_verification(engine, space.workload, candidates, restarts=3, seed_for=lambda r: VERIFY_SEED_OFFSET + r)
     for entry in verification.entries:
         low, high = interval(entry.summary.values, 1 - 0.05 / 4)
         assert (entry.summary.ci_low, entry.summary.ci_high) == pytest.approx((low, high))

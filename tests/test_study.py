@@ -13,6 +13,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune import ledger as ledger_mod
 from autotune.racing import RacingPolicy
 from autotune.records import Resolved
 from autotune.report import build_report, render_report
@@ -35,7 +36,7 @@ def _options(tmp_path: Path, **kw) -> StudyOptions:
 def test_baselines_run_first_and_verification_finds_the_true_best(tmp_path):
     space = parse_space(SMALL_SPACE)
     study = run_study(space, TableEngine(by_params(TRUTH)), _options(tmp_path, trials=20))
-    first, second = sorted(study.trials, key=lambda t: t.number)[:2]
+    first, second = sorted(study.study.trials, key=lambda t: t.number)[:2]
     assert first.params["num_speculative_tokens"] == 0 and first.params["cudagraph_mode"] == "default"
     assert second.params["draft"] == "ngram" and second.params["cudagraph_mode"] == "default"
     report = build_report(study)
@@ -60,7 +61,7 @@ def test_verification_overrules_a_lucky_search_best(tmp_path):
         {"cudagraph_mode": "PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 2, "draft": "ngram"})
     study = run_study(space, engine, opts)
     report = build_report(study)
-    search_best = max((t for t in study.trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
+    search_best = max((t for t in study.study.trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
     assert search_best.params["cudagraph_mode"] == "PIECEWISE"  # the search was fooled ...
     winner = report["winner"]["config"]
     assert winner["compilation_config"].get("cudagraph_mode") == "FULL_AND_PIECEWISE"  # ... verification was not
@@ -72,10 +73,10 @@ def test_a_failing_config_fails_its_trial_and_the_study_goes_on(tmp_path):
     space = parse_space(SMALL_SPACE)
     engine = TableEngine(by_params(TRUTH), fail=lambda c: c.params.get("cudagraph_mode") == "PIECEWISE")
     study = run_study(space, engine, _options(tmp_path, trials=15))
-    failed = [t for t in study.trials if t.state == TrialState.FAIL]
-    assert failed and all("engine rejected the configuration" in t.user_attrs["failure"] for t in failed)
+    failed = [r for r in study.trial_records() if r.state == "FAIL"]
+    assert failed and all("engine rejected the configuration" in r.reason for r in failed)
     # no restarts wasted after a failure, and none at all on a repeat of a failed configuration
-    assert all(len(t.user_attrs.get("restarts", [])) == (0 if "duplicate_of" in t.user_attrs else 1) for t in failed)
+    assert all(len(r.restarts) == (0 if r.duplicate_of is not None else 1) for r in failed)
     report = build_report(study)
     assert report["winner"] is not None and report["failures"]
     assert "engine rejected" in render_report(report)
@@ -95,10 +96,10 @@ def test_silent_changes_are_flagged_on_trial_and_report(tmp_path):
         return Resolved(cudagraph_mode=mode, cudagraph_capture_sizes=sizes)
 
     study = run_study(space, TableEngine(by_params(TRUTH), resolve=resolve), _options(tmp_path, trials=15))
-    flagged = [t for t in study.trials if t.user_attrs.get("resolved_differs")]
+    flagged = [r for r in study.trial_records() if r.summary is not None and r.summary.resolved_differs]
     assert flagged
     assert any("cudagraph_mode: configured FULL_AND_PIECEWISE -> resolved PIECEWISE" in d
-               for t in flagged for d in t.user_attrs["differences"])
+               for r in flagged for d in r.summary.differences)
     text = render_report(build_report(study))
     assert "WARNING: the engine silently changed the configuration" in text
     assert "configured FULL_AND_PIECEWISE -> resolved PIECEWISE" in text
@@ -121,27 +122,32 @@ def test_ctrl_c_keeps_finished_trials_and_resume_retries_the_interrupted_one(tmp
     opts = _options(tmp_path, trials=6)
     with pytest.raises(Interrupted, match="run the same command again to resume"):
         run_study(space, _Interrupting(by_params(TRUTH), stop_at=7), opts)
-    study = optuna.load_study(study_name="t", storage=opts.storage)
-    before = {t.number: t.value for t in study.trials if t.state == TrialState.COMPLETE}
-    interrupted = [t for t in study.trials if t.user_attrs.get("interrupted")]
+    ledger = ledger_mod.load("t", opts.storage)
+    before = {r.number: r.value for r in ledger.trial_records() if r.state == "COMPLETE"}
+    interrupted = [r for r in ledger.trial_records() if r.interrupted]
     assert len(before) == 2 and len(interrupted) == 1
+    assert interrupted[0].reason == "interrupted by user (Ctrl-C)"
     run_study(space, TableEngine(by_params(TRUTH)), opts)
-    study = optuna.load_study(study_name="t", storage=opts.storage)
-    after = {t.number: t.value for t in study.trials if t.state == TrialState.COMPLETE}
+    ledger = ledger_mod.load("t", opts.storage)
+    after = {r.number: r.value for r in ledger.trial_records() if r.state == "COMPLETE"}
     assert all(after[n] == v for n, v in before.items())  # nothing lost, nothing re-measured
-    retried = [t for t in study.trials if t.params == interrupted[0].params and t.state == TrialState.COMPLETE]
+    retried = [r for r in ledger.trial_records() if r.config == interrupted[0].config and r.state == "COMPLETE"]
     assert retried, "the interrupted trial's parameters run again on resume"
-    assert "verification" in study.user_attrs
+    assert ledger.verification() is not None
 
 
 def _restarts_recorded(db: Path) -> int:
+    """Restarts the child has stored so far, read with plain SQLite: cheap enough to poll, and it never races the
+    child's creation of Optuna's schema."""
     import sqlite3
+
+    from autotune.ledger import _RESTARTS_KEY
 
     if not db.exists():
         return 0
     try:
         with sqlite3.connect(db, timeout=1) as con:
-            rows = con.execute("select value_json from trial_user_attributes where key='restarts'").fetchall()
+            rows = con.execute("select value_json from trial_user_attributes where key=?", (_RESTARTS_KEY,)).fetchall()
     except sqlite3.OperationalError:
         return 0
     return sum(row[0].count('"status"') for row in rows)
@@ -165,14 +171,15 @@ def test_resume_after_kill_9_loses_no_finished_trial(tmp_path):
 
     space = parse_space(SMALL_SPACE)
     run_study(space, TableEngine(by_params(slow_study.TRUTH)), slow_study.options(storage, workdir))
-    study = optuna.load_study(study_name="resume", storage=storage)
+    ledger = ledger_mod.load("resume", storage)
+    study = ledger.study
     by_number = {t.number: t for t in study.trials}
     assert all(by_number[n].value == v for n, v in complete_before.items())
     stale = by_number[running[0].number]
-    assert stale.state == TrialState.FAIL and stale.user_attrs["interrupted"]
+    assert stale.state == TrialState.FAIL and ledger.interrupted(stale)
     assert any(t.params == running[0].params and t.state == TrialState.COMPLETE for t in study.trials)
-    finished = [t for t in study.trials if t.state != TrialState.RUNNING and not t.user_attrs.get("interrupted")]
-    assert len(finished) >= 6 and "verification" in study.user_attrs
+    finished = [t for t in study.trials if t.state != TrialState.RUNNING and not ledger.interrupted(t)]
+    assert len(finished) >= 6 and ledger.verification() is not None
 
 
 def test_fresh_study_starts_with_cold_caches(tmp_path):
@@ -182,8 +189,8 @@ def test_fresh_study_starts_with_cold_caches(tmp_path):
     opts = _options(tmp_path, trials=3, verify=False, fresh=True)
 
     def colds():
-        study = run_study(space, SimEngine(profile="h200"), opts)
-        return sum(r["cold"] for t in study.trials for r in t.user_attrs.get("restarts", []))
+        ledger = run_study(space, SimEngine(profile="h200"), opts)
+        return sum(r.cold for t in ledger.trial_records() for r in t.restarts)
 
     first = colds()
     assert first >= 2 and colds() == first  # a second --fresh run pays the same cold starts again

@@ -19,11 +19,13 @@ from autotune.engines import EngineBackend
 from autotune.plots import PLOT_FILES, save_study_plots
 from autotune.racing import RacingPolicy
 from autotune.records import EngineConfig, RestartResult, RestartStatus, Resolved, Workload
+from autotune import ledger as ledger_mod
+from autotune.ledger import Ledger, TrialRecord
+from autotune.records import EngineFacts
 from autotune.report import build_report
 from autotune.space import load_space
-from autotune.study import Interrupted, StudyOptions, TrialRecord, run_study
+from autotune.study import Interrupted, StudyOptions, run_study
 from autotune.tracking import (
-    PARENT_RUN_ATTR,
     MlflowTracker,
     TrackingError,
     config_params,
@@ -129,7 +131,7 @@ def store(tmp: Path) -> str:
 
 
 def tracked_study(tmp: Path, stream: io.StringIO | None = None, engine: FakeEngine | None = None,
-                  **kw: Any) -> tuple[optuna.Study, MlflowTracker]:
+                  **kw: Any) -> tuple[Ledger, MlflowTracker]:
     tracker = MlflowTracker(tracking_uri=store(tmp), stream=stream or io.StringIO())
     study = run_study(load_space(write_space(tmp)), engine or FakeEngine(), options(tmp, **kw), [tracker])
     return study, tracker
@@ -145,10 +147,9 @@ def child_runs(client: Any, parent: Any, kind: str) -> list[Any]:
     return [r for r in runs if r.data.tags.get("autotune.kind") == kind]
 
 
-def measured_trials(study: optuna.Study) -> list[TrialRecord]:
-    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    records = [TrialRecord.from_frozen(t) for t in study.get_trials(states=done)]
-    return [r for r in records if r is not None and r.duplicate_of is None]
+def measured_trials(ledger: Ledger) -> list[TrialRecord]:
+    done = ("COMPLETE", "PRUNED", "FAIL")
+    return [r for r in ledger.trial_records() if r.state in done and r.duplicate_of is None]
 
 
 def artifact_paths(client: Any, run_id: str, path: str | None = None) -> set[str]:
@@ -165,7 +166,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     stream = io.StringIO()
     study, tracker = tracked_study(tmp, stream)
     client = client_for(tmp)
-    parent = client.get_run(study.user_attrs[PARENT_RUN_ATTR])
+    parent = client.get_run(study.mlflow_parent_run_id())
     return {"tmp": tmp, "study": study, "tracker": tracker, "client": client, "parent": parent, "stream": stream}
 
 
@@ -193,10 +194,12 @@ def test_config_params_use_vllm_names_and_always_name_the_searched_settings() ->
 
 
 def test_experiment_name_is_model_and_gpu_and_engine_tags_map_known_facts() -> None:
-    assert experiment_name("Qwen/Qwen3-0.6B", {"gpu": "NVIDIA H200"}) == "autotune/Qwen/Qwen3-0.6B/NVIDIA H200"
-    assert experiment_name("/data/models/llama-3b/", {"gpu": "simulated GB10"}) == "autotune/llama-3b/simulated GB10"
-    assert experiment_name("m/x", {"engine": "vllm", "gpu": None}) == "autotune/m/x/vllm-no-gpu"
-    tags = engine_tags({"engine": "vllm", "vllm": "0.11.0", "gpu": "H200", "driver": "570", "cuda": "12.8"})
+    facts = EngineFacts.from_dict
+    assert experiment_name("Qwen/Qwen3-0.6B", facts({"gpu": "NVIDIA H200"})) == "autotune/Qwen/Qwen3-0.6B/NVIDIA H200"
+    assert (experiment_name("/data/models/llama-3b/", facts({"gpu": "simulated GB10"}))
+            == "autotune/llama-3b/simulated GB10")
+    assert experiment_name("m/x", facts({"engine": "vllm", "gpu": None})) == "autotune/m/x/vllm-no-gpu"
+    tags = engine_tags(facts({"engine": "vllm", "vllm": "0.11.0", "gpu": "H200", "driver": "570", "cuda": "12.8"}))
     assert tags["engine"] == "vllm" and tags["engine_version"] == "0.11.0" and tags["gpu"] == "H200"
     assert tags["driver"] == "570" and tags["cuda_version"] == "12.8"
 
@@ -339,15 +342,15 @@ def test_interrupted_study_resumes_into_the_same_parent_without_duplicates(tmp_p
     cut_short = [r for r in child_runs(client, first, "trial") if not r.data.tags.get("autotune.logged")]
     assert len(cut_short) == 1 and cut_short[0].info.status == "KILLED"
     # Restarts are logged as they land, so those measured before Ctrl-C are in MLflow already.
-    cut = next(t for t in optuna.load_study(study_name="fake-study", storage=f"sqlite:///{tmp_path}/optuna.db").trials
-               if t.user_attrs.get("interrupted"))
-    counted = [r for r in cut.user_attrs.get("restarts", []) if r["status"] == "ok" and not r["cold"]]
+    cut = next(r for r in ledger_mod.load("fake-study", f"sqlite:///{tmp_path}/optuna.db").trial_records()
+               if r.interrupted)
+    counted = [r for r in cut.restarts if r.ok and not r.cold]
     assert counted, "the test should interrupt a trial after a counted restart"
     live = client.get_metric_history(cut_short[0].info.run_id, "restart_tok_s")
-    assert [h.value for h in live] == pytest.approx([sum(r["passes_tok_s"]) / 3 for r in counted], rel=1e-5)
+    assert [h.value for h in live] == pytest.approx([r.value for r in counted], rel=1e-5)
 
     study, tracker = tracked_study(tmp_path)
-    parent = client.get_run(study.user_attrs[PARENT_RUN_ATTR])
+    parent = client.get_run(study.mlflow_parent_run_id())
     assert parent.info.run_id == first.info.run_id and tracker.problems == []
     assert parent.info.status == "FINISHED"
     runs = child_runs(client, parent, "trial")
@@ -367,10 +370,10 @@ def test_interrupted_study_resumes_into_the_same_parent_without_duplicates(tmp_p
 def test_resumed_study_with_more_trials_adds_only_new_trials(tmp_path: Path) -> None:
     study, _ = tracked_study(tmp_path, trials=3, verify=False)
     client = client_for(tmp_path)
-    parent_id = study.user_attrs[PARENT_RUN_ATTR]
+    parent_id = study.mlflow_parent_run_id()
     before = {r.info.run_id for r in child_runs(client, client.get_run(parent_id), "trial")}
     study, _ = tracked_study(tmp_path, trials=5)
-    parent = client.get_run(study.user_attrs[PARENT_RUN_ATTR])
+    parent = client.get_run(study.mlflow_parent_run_id())
     after = child_runs(client, parent, "trial")
     assert parent.info.run_id == parent_id
     assert before < {r.info.run_id for r in after}
@@ -381,7 +384,7 @@ def test_resumed_study_with_more_trials_adds_only_new_trials(tmp_path: Path) -> 
 def test_log_study_after_the_fact_is_complete_and_idempotent(tmp_path: Path) -> None:
     space_path = write_space(tmp_path)
     study = run_study(load_space(space_path), FakeEngine(), options(tmp_path, trials=4))  # as with --no-mlflow
-    assert PARENT_RUN_ATTR not in study.user_attrs
+    assert study.mlflow_parent_run_id() is None
     uri = store(tmp_path)
     parent_id = log_study(study, space_path=str(space_path), tracking_uri=uri)
     client = client_for(tmp_path)
@@ -392,7 +395,7 @@ def test_log_study_after_the_fact_is_complete_and_idempotent(tmp_path: Path) -> 
     assert "plots/optimization_history.png" in artifact_paths(client, parent_id)
     assert parent.info.status == "FINISHED"
     # Trial runs keep the study's own timing, not the time of logging.
-    t0 = min(t.datetime_start for t in study.trials if t.datetime_start)
+    t0 = min(t.datetime_start for t in study.study.trials if t.datetime_start)
     assert min(r.info.start_time for r in trials) <= int(t0.timestamp() * 1000) + 1000
 
     again = log_study(study, space_path=str(space_path), tracking_uri=uri)
@@ -411,7 +414,7 @@ def test_unreachable_store_warns_once_and_the_study_completes(tmp_path: Path) ->
     tracker = MlflowTracker(tracking_uri="bogus-scheme://nowhere", stream=stream)
     study = run_study(load_space(write_space(tmp_path)), FakeEngine(), options(tmp_path, trials=3, top_k=1),
                       [tracker])
-    assert "verification" in study.user_attrs
+    assert study.verification() is not None
     lines = [line for line in stream.getvalue().splitlines() if line]
     assert len(lines) == 1 and "MLflow tracking is off" in lines[0] and "--no-mlflow" in lines[0]
 
@@ -426,12 +429,12 @@ def test_failing_operation_mid_study_warns_once_and_the_study_completes(tmp_path
     monkeypatch.setattr(tracking._StudyLog, "log_trial", broken)
     stream = io.StringIO()
     study, tracker = tracked_study(tmp_path, stream, trials=4, top_k=1)
-    assert "verification" in study.user_attrs and len(tracker.problems) >= 2
+    assert study.verification() is not None and len(tracker.problems) >= 2
     text = stream.getvalue()
     assert text.count("MLflow tracking problem") == 1 and "503" in text and "long body" not in text
     # Verification and the parent's outcome are still logged.
     client = client_for(tmp_path)
-    parent = client.get_run(study.user_attrs[PARENT_RUN_ATTR])
+    parent = client.get_run(study.mlflow_parent_run_id())
     assert parent.info.status == "FINISHED" and "verdict" in parent.data.tags
 
 
@@ -439,7 +442,7 @@ def test_missing_mlflow_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.setitem(sys.modules, "mlflow", None)
     study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/o.db")
     with pytest.raises(TrackingError, match=r"pip install 'mlflow>=3.1'.*--no-mlflow"):
-        log_study(study, tracking_uri=f"sqlite:///{tmp_path}/m.db")
+        log_study(Ledger(study), tracking_uri=f"sqlite:///{tmp_path}/m.db")
     stream = io.StringIO()
     tracker = MlflowTracker(tracking_uri=f"sqlite:///{tmp_path}/m.db", stream=stream)
     run_study(load_space(write_space(tmp_path)), FakeEngine(), options(tmp_path, trials=2, verify=False), [tracker])
@@ -455,7 +458,7 @@ def test_default_store_is_sqlite_under_mlruns(tmp_path: Path, monkeypatch: pytes
                       options(tmp_path, trials=2, verify=False), [tracker])
     assert tracker.problems == []
     client = mlflow.MlflowClient("sqlite:///mlruns/mlflow.db")
-    parent = client.get_run(study.user_attrs[PARENT_RUN_ATTR])
+    parent = client.get_run(study.mlflow_parent_run_id())
     artifacts = Path(parent.info.artifact_uri.removeprefix("file://"))
     assert artifacts.is_relative_to(tmp_path / "mlruns") and (artifacts / "command.txt").is_file()
 

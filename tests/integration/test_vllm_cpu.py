@@ -110,7 +110,7 @@ def test_audit_strict_exits_nonzero_on_the_cpu_downgrade(space, cache_dir: str) 
 
 
 def test_cli_tune_with_ngram_flags_the_piecewise_downgrade(tmp_path: Path, cache_dir: str) -> None:
-    import optuna
+    from autotune import ledger
 
     from autotune.cli import main
 
@@ -128,22 +128,19 @@ def test_cli_tune_with_ngram_flags_the_piecewise_downgrade(tmp_path: Path, cache
         "--enqueue", "cudagraph_mode=PIECEWISE,capture_sizes=tiny,num_speculative_tokens=3,draft=ngram",
     ])
     assert code == 0
-    study = optuna.load_study(study_name="cpu-tiny-it", storage=storage)
-    trials = {t.user_attrs["label"]: t for t in study.trials if "label" in t.user_attrs}
-    assert len(trials) == 3, list(trials)
-    for trial in trials.values():
-        restarts = trial.user_attrs["restarts"]
-        counted = [r for r in restarts if r["status"] == "ok" and not r["cold"]]
-        assert len(counted) == 2, restarts
-        assert all(min(r["passes_tok_s"]) > 0 for r in counted)
-    spec_trials = [t for t in trials.values() if t.user_attrs["config"]["speculative_config"]]
+    records = {r.config.label(): r for r in ledger.load("cpu-tiny-it", storage).trial_records()}
+    assert len(records) == 3, list(records)
+    for record in records.values():
+        counted = [r for r in record.restarts if r.ok and not r.cold]
+        assert len(counted) == 2, record.restarts
+        assert all(min(r.passes_tok_s) > 0 for r in counted)
+    spec_trials = [r for r in records.values() if r.config.speculative_config]
     assert spec_trials
-    for trial in spec_trials:
-        assert all(r["accept_len"] > 1.0 for r in trial.user_attrs["restarts"] if r["status"] == "ok")
-    piecewise = [t for t in trials.values() if t.user_attrs["config"]["compilation_config"].get("cudagraph_mode")
-                 == "PIECEWISE"]
+    for record in spec_trials:
+        assert all(r.accept_len > 1.0 for r in record.restarts if r.ok)
+    piecewise = [r for r in records.values() if r.config.cudagraph_mode == "PIECEWISE"]
     assert len(piecewise) == 1
-    assert SILENT_DOWNGRADE in piecewise[0].user_attrs["differences"]
+    assert SILENT_DOWNGRADE in piecewise[0].summary.differences
     report = json.loads(report_path.read_text())
     assert any(SILENT_DOWNGRADE in w["differences"] for w in report["warnings"])
 
