@@ -59,7 +59,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: IO[str]) -> int:
     """The ``audit`` subcommand."""
-    from autotune.cli import load_space_for, parse_kv
+    from autotune.cli_helpers import load_space_for, parse_kv
 
     space = load_space_for(args)
     params = parse_kv(args.params, "--params")
@@ -99,7 +99,7 @@ def run_audit(
     Raises:
         SpaceError, EngineError, KeyError: bad space, unusable engine or unknown parameter choice.
     """
-    from autotune.cli import build_engine
+    from autotune.cli_helpers import build_engine
 
     config = config_for_audit(space, params)
     backend = build_engine(space, engine, dict(engine_options), cache_dir=cache_dir)

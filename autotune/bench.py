@@ -257,19 +257,17 @@ def _run_autotune(space: SearchSpace, engine: SimEngine, budget: int, seed: int,
         # The budget is the binding limit, so the trial cap must not be: no trial costs less than one start.
         options = StudyOptions(study_name=f"bench-{sampler}-{seed}", storage="memory", workdir=workdir,
                                trials=budget, budget_restarts=budget, sampler=sampler, seed=seed)
-        study = run_study(space, engine, options)
-        report = build_report(study)
-    counts = report["trials"]
-    trials = counts["complete"] + counts["pruned"] + counts["fail"]
-    winner = report.get("winner")
-    used, minutes = report["budget"]["restarts_used"], float(report["budget"]["minutes_used"])
+        report = build_report(run_study(space, engine, options))
+    counts = report.trials
+    trials = counts.complete + counts.pruned + counts.fail
+    winner = report.winner
+    used, minutes = report.budget.restarts_used, float(report.budget.minutes_used)
     if winner is None:  # no verification (budget too small for it): the user is handed nothing
         return Pick(None, None, None, False, used, minutes, trials)
     ci = None
-    if winner["ci_low"] is not None and winner["ci_high"] is not None:
-        ci = (float(winner["ci_low"]), float(winner["ci_high"]))
-    return Pick(EngineConfig.from_dict(winner["config"]), winner["mean"], ci, report.get("verdict") == "faster",
-                used, minutes, trials)
+    if winner.ci_low is not None and winner.ci_high is not None:
+        ci = (float(winner.ci_low), float(winner.ci_high))
+    return Pick(winner.config, winner.mean, ci, report.verdict == "faster", used, minutes, trials)
 
 
 def grid_points(space: SearchSpace) -> list[dict[str, Any]]:

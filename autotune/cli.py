@@ -9,93 +9,27 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import os
-import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from autotune import __version__
+from autotune import __version__, audit, bench, export, ui
+from autotune.cli_helpers import (
+    UsageError,
+    add_store_args,
+    build_engine,
+    default_study_name,
+    load_space_for,
+    open_named_study,
+    parse_kv,
+)
 from autotune.status import ExitStatus
 
-__all__ = ["main", "raw_main"]
+__all__ = ["SUBCOMMANDS", "Subcommand", "UsageError", "main", "raw_main"]
 
 DEFAULT_SPACE = "search_spaces/default.yaml"
-
-#: Subcommands contributed by their own modules: each has ``configure_parser(parser)`` and ``run(args)``.
-EXTERNAL_COMMANDS = {
-    "export": ("autotune.export", "Export the verified winner as a vllm serve YAML, CLI flags or LLM kwargs."),
-    "ui": ("autotune.ui", "Start the MLflow UI on 127.0.0.1 against the project's store."),
-    "audit": ("autotune.audit", "Start the engine once: configured vs resolved, side by side."),
-    "bench": ("autotune.bench", "Benchmark the tuner against other strategies on simulated ground truth."),
-}
-
-
-class UsageError(Exception):
-    """Bad command-line input; the message names the flag and the fix."""
-
-
-# -- shared helpers --------------------------------------------------------------------------------------
-
-
-def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
-    """``["k=v", ...]`` -> dict, values parsed as YAML scalars/lists (``sizes=[1,2,4]``, ``K=3``)."""
-    import yaml
-
-    out: dict[str, Any] = {}
-    for item in items or ():
-        if "=" not in item:
-            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE, e.g. {flag} num_speculative_tokens=3")
-        key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
-    return out
-
-
-def default_study_name(space: Any, engine: str) -> str:
-    model = str(space.engine_args.get("model", "model")).rstrip("/")
-    base = f"{space.name}-{engine}-{os.path.basename(model) or model}"
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", base)
-
-
-def add_store_args(parser: argparse.ArgumentParser) -> None:
-    from autotune.ledger import DEFAULT_STORAGE
-
-    parser.add_argument("--storage", default=os.environ.get("AUTOTUNE_STORAGE", DEFAULT_STORAGE),
-                        help="Optuna storage URL (default: %(default)s; PostgreSQL for several workers)")
-
-
-def load_space_for(args: argparse.Namespace) -> Any:
-    from autotune.space import load_space
-
-    space = load_space(args.space)
-    if getattr(args, "model", None):
-        space = space.with_model(args.model)
-    return space
-
-
-def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_dir: str | None = None) -> Any:
-    """The engine named on the command line, else the space's ``engine.name``, else ``vllm``.
-
-    Engine options come from the space's ``engine:`` section: ``engine.<name>: {...}`` per engine, or flat
-    keys for the space's own engine; ``--engine-opt`` overrides both.
-    """
-    from autotune.engines import ENGINES, make_engine
-
-    section = dict(space.engine)
-    space_engine = section.pop("name", None)
-    per_engine = {k: section.pop(k) for k in list(section) if k in ENGINES and isinstance(section[k], dict)}
-    chosen = name or space_engine or "vllm"
-    if chosen not in ENGINES:
-        raise UsageError(f"--engine {chosen!r} is not an engine: choose one of {', '.join(sorted(ENGINES))}")
-    engine_opts = dict(per_engine.get(chosen, {}))
-    if chosen == space_engine:
-        engine_opts = {**section, **engine_opts}  # flat options belong to the space's own engine
-    engine_opts.update(options)
-    engine = make_engine(chosen, cache_dir=cache_dir, **engine_opts)
-    engine.check(space)
-    return engine
 
 
 # -- tune ------------------------------------------------------------------------------------------------
@@ -134,26 +68,6 @@ def _configure_tune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="only the progress bar and the final report")
 
 
-def _simulator_check(engine: Any, space: Any, report: dict[str, Any]) -> None:
-    """For the sim engine only: where the winner's true throughput stands against the best in the space."""
-    if getattr(engine, "name", None) != "sim" or not report.get("winner"):
-        return
-    from autotune.records import EngineConfig
-
-    truths = []
-    for params in space.all_params():
-        cfg = space.config_from_params(params)
-        value = engine.true_throughput(cfg, space.workload)
-        if value is not None:
-            truths.append((value, cfg.label()))
-    if not truths:
-        return
-    best, best_label = max(truths)
-    winner_true = engine.true_throughput(EngineConfig.from_dict(report["winner"]["config"]), space.workload) or 0.0
-    report["simulator_check"] = {"winner_true": winner_true, "best_true": best, "best_label": best_label,
-                                 "ratio_to_best": winner_true / best}
-
-
 def _enqueue_params(space: Any, item: str) -> dict[str, Any]:
     """``--enqueue cudagraph_mode=FULL,num_speculative_tokens=3,draft=ngram`` -> validated trial parameters."""
     from autotune.space import DEFAULT, Infeasible
@@ -179,7 +93,7 @@ def _enqueue_params(space: Any, item: str) -> dict[str, Any]:
 def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.progress import ProgressPrinter
     from autotune.racing import RacingPolicy
-    from autotune.report import build_report, render_report
+    from autotune.report import build_report
     from autotune.study import Interrupted, StudyOptions, run_study
 
     space = load_space_for(args)
@@ -208,12 +122,17 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     enqueue = [_enqueue_params(space, item) for item in args.enqueue or ()]
     options = dataclasses.replace(options, enqueue=tuple(enqueue))
     observers: list[Any] = [ProgressPrinter(quiet=args.quiet)]
+    tracker = None
     if not args.no_mlflow:
         from autotune.tracking import MlflowTracker
 
-        observers.append(MlflowTracker(tracking_uri=args.tracking_uri))
+        tracker = MlflowTracker(tracking_uri=args.tracking_uri)
+        observers.append(tracker)
     try:
         ledger = run_study(space, engine, options, observers)
+        # One report per tune: the one MLflow logged (when tracking worked) is the one printed.
+        report = (tracker.report if tracker is not None and tracker.report is not None
+                  else build_report(ledger, engine=engine, space=space))
     except Interrupted as exc:
         print(f"autotune: {exc}", file=sys.stderr)
         return ExitStatus.INTERRUPTED
@@ -221,13 +140,15 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         for obs in observers:
             obs.close()  # an error must not leave MLflow runs marked RUNNING
         engine.close()
-    report = build_report(ledger)
-    _simulator_check(engine, space, report)
-    print(render_report(report), file=out)
+    print(report.render(), file=out)
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=2, default=str)
+        _write_json(args.json, report.to_json())
     return ExitStatus.SUCCESS
+
+
+def _write_json(path: str, data: Any) -> None:
+    with open(path, "w") as fh:
+        json.dump(data, fh, indent=2, default=str)
 
 
 # -- report ----------------------------------------------------------------------------------------------
@@ -239,25 +160,17 @@ def _configure_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="write JSON to PATH (or stdout)")
 
 
-def open_named_study(args: argparse.Namespace) -> Any:
-    """The ledger of the study ``--study`` names in ``--storage`` (the latest one without ``--study``)."""
-    from autotune import ledger
-
-    return ledger.load(args.study or ledger.latest_study_name(args.storage), args.storage)
-
-
 def _report(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
-    from autotune.report import build_report, render_report
+    from autotune.report import build_report
 
     report = build_report(open_named_study(args))
     if args.json == "-":
-        json.dump(report, out, indent=2, default=str)
+        json.dump(report.to_json(), out, indent=2, default=str)
         out.write("\n")
     else:
-        print(render_report(report), file=out)
+        print(report.render(), file=out)
         if args.json:
-            with open(args.json, "w") as fh:
-                json.dump(report, fh, indent=2, default=str)
+            _write_json(args.json, report.to_json())
     return ExitStatus.SUCCESS
 
 
@@ -283,6 +196,36 @@ def _track(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     return ExitStatus.SUCCESS
 
 
+# -- the registry --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Subcommand:
+    """One ``autotune`` subcommand: its name, one line of help, its flags and what it runs."""
+
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, IO[str]], int]
+
+
+#: Every subcommand, in the order ``--help`` lists them. A new one is a module with ``configure_parser`` and
+#: ``run`` (importing shared helpers from :mod:`autotune.cli_helpers`, never from here) and one line below.
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand("tune", "Run or resume a tuning study.", _configure_tune, _tune),
+    Subcommand("report", "Print a study's result (--json for the same as JSON).", _configure_report, _report),
+    Subcommand("track", "Log a finished study to MLflow (studies run with --no-mlflow elsewhere).",
+               _configure_track, _track),
+    Subcommand("export", "Export the verified winner as a vllm serve YAML, CLI flags or LLM kwargs.",
+               export.configure_parser, export.run),
+    Subcommand("ui", "Start the MLflow UI on 127.0.0.1 against the project's store.", ui.configure_parser, ui.run),
+    Subcommand("audit", "Start the engine once: configured vs resolved, side by side.",
+               audit.configure_parser, audit.run),
+    Subcommand("bench", "Benchmark the tuner against other strategies on simulated ground truth.",
+               bench.configure_parser, bench.run),
+)
+
+
 # -- main ------------------------------------------------------------------------------------------------
 
 
@@ -295,25 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    p = sub.add_parser("tune", help="Run or resume a tuning study.")
-    _configure_tune(p)
-    p.set_defaults(handler=_tune)
-    p = sub.add_parser("report", help="Print a study's result (--json for the same as JSON).")
-    _configure_report(p)
-    p.set_defaults(handler=_report)
-    p = sub.add_parser("track", help="Log a finished study to MLflow (studies run with --no-mlflow elsewhere).")
-    _configure_track(p)
-    p.set_defaults(handler=_track)
-    for name, (module_name, help_text) in EXTERNAL_COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        module.configure_parser(p)
-        p.set_defaults(handler=lambda args, out, module=module: module.run(args, out))
+    for command in SUBCOMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        command.configure(p)
+        p.set_defaults(handler=command.run)
     return parser
 
 

@@ -20,12 +20,13 @@ import datetime
 import json
 import shlex
 import sys
-from collections.abc import Mapping
 from typing import IO, Any
 
 import yaml
 
+from autotune.cli_helpers import UsageError, add_store_args, open_named_study
 from autotune.records import EngineConfig
+from autotune.report import Report, VerifiedRow, build_report
 from autotune.status import ExitStatus
 
 __all__ = [
@@ -50,21 +51,19 @@ class NoResult(Exception):
     """The study has no verified winner to export; the message says how to get one."""
 
 
-def winner_config(report: Mapping[str, Any]) -> EngineConfig:
+def winner_config(report: Report) -> EngineConfig:
     """The verified winner's configuration.
 
     Raises:
         NoResult: the study's verification has not finished.
     """
-    winner = report.get("winner")
-    if not winner or not winner.get("config"):
-        study = report.get("study", "?")
-        raise NoResult(f"study {study!r} has no finished verification, so there is no winner to export: run "
-                       f"`autotune tune --study {study}` again (same space) to finish it")
-    return EngineConfig.from_dict(winner["config"])
+    if report.winner is None:
+        raise NoResult(f"study {report.study!r} has no finished verification, so there is no winner to export: run "
+                       f"`autotune tune --study {report.study}` again (same space) to finish it")
+    return report.winner.config
 
 
-def to_llm_kwargs(report: Mapping[str, Any]) -> dict[str, Any]:
+def to_llm_kwargs(report: Report) -> dict[str, Any]:
     """Keyword arguments for ``vllm.LLM(**kwargs)``: the winner exactly as the engines ran it."""
     return winner_config(report).llm_kwargs()
 
@@ -73,7 +72,7 @@ def _option(name: str) -> str:
     return name.replace("_", "-")
 
 
-def _config_file_entries(report: Mapping[str, Any]) -> dict[str, Any]:
+def _config_file_entries(report: Report) -> dict[str, Any]:
     """``vllm serve --config`` entries: dashed long names, the model first, unset (``None``) values left out."""
     kwargs = to_llm_kwargs(report)
     entries: dict[str, Any] = {}
@@ -85,39 +84,34 @@ def _config_file_entries(report: Mapping[str, Any]) -> dict[str, Any]:
     return entries
 
 
-def _fmt_tok_s(entry: Mapping[str, Any] | None) -> str:
-    if not entry or entry.get("mean") is None:
+def _fmt_tok_s(row: VerifiedRow | None) -> str:
+    if row is None or row.mean is None:
         return "not measured"
-    text = f"{entry['mean']:.1f} tok/s (n={entry.get('n', '?')})"
-    if entry.get("ci_low") is not None and entry.get("ci_high") is not None:
-        text += f", 95% CI [{entry['ci_low']:.1f}, {entry['ci_high']:.1f}]"
+    text = f"{row.mean:.1f} tok/s (n={row.n})"
+    if row.ci_low is not None and row.ci_high is not None:
+        text += f", 95% CI [{row.ci_low:.1f}, {row.ci_high:.1f}]"
     return text
 
 
-def header_lines(report: Mapping[str, Any], today: str | None = None) -> list[str]:
+def header_lines(report: Report, today: str | None = None) -> list[str]:
     """Provenance of the export, one fact per line (without comment markers)."""
-    winner, baseline = report.get("winner") or {}, report.get("baseline")
-    meta = report.get("meta") or {}
-    engine = meta.get("engine") or {}
-    version = engine.get("engine_version") or engine.get("vllm") or engine.get("version") or "unknown"
-    speedup = winner.get("speedup") or {}
-    if report.get("winner_is_baseline"):
+    winner, engine = report.winner, report.meta.engine
+    speedup = None if winner is None else winner.speedup
+    if report.winner_is_baseline:
         verdict = "the baseline won: no configuration beat the engine defaults"
-    elif speedup.get("speedup") is not None:
-        ci = (f" [{speedup['ci_low']:.2f}, {speedup['ci_high']:.2f}] ({speedup['confidence'] * 100:.1f}% CI)"
-              if speedup.get("ci_low") is not None else "")
-        verdict = f"x{speedup['speedup']:.2f}{ci} - {report.get('verdict', speedup.get('verdict'))}"
+    elif speedup is not None:
+        verdict = f"x{speedup.speedup:.2f}{speedup.interval_text()} - {report.verdict or speedup.verdict}"
     else:
-        verdict = str(report.get("verdict", "unknown"))
+        verdict = str(report.verdict or "unknown")
     from autotune import __version__
 
     return [
-        f"autotune study {report.get('study')}: verified winner {winner.get('label')}",
-        f"throughput: {_fmt_tok_s(winner)} on {engine.get('gpu') or 'unknown GPU'}",
-        f"baseline (engine defaults): {_fmt_tok_s(baseline)}",
+        f"autotune study {report.study}: verified winner {None if winner is None else winner.label}",
+        f"throughput: {_fmt_tok_s(winner)} on {engine.gpu or 'unknown GPU'}",
+        f"baseline (engine defaults): {_fmt_tok_s(report.baseline)}",
         f"speedup over baseline: {verdict}",
-        f"engine: {engine.get('engine', 'unknown')} {version}; exported {today or datetime.date.today().isoformat()} "
-        f"by autotune {__version__}",
+        f"engine: {engine.name or 'unknown'} {engine.version or 'unknown'}; exported "
+        f"{today or datetime.date.today().isoformat()} by autotune {__version__}",
     ]
 
 
@@ -125,7 +119,7 @@ def _comment(lines: list[str]) -> str:
     return "".join(f"# {line}\n" for line in lines)
 
 
-def to_vllm_yaml(report: Mapping[str, Any], today: str | None = None) -> str:
+def to_vllm_yaml(report: Report, today: str | None = None) -> str:
     """A config file for ``vllm serve --config FILE`` with a provenance header."""
     body = yaml.safe_dump(_config_file_entries(report), sort_keys=False, default_flow_style=False)
     usage = "use: vllm serve --config THIS_FILE"
@@ -144,7 +138,7 @@ def _cli_tokens(key: str, value: Any) -> list[str]:
     return [flag, str(value)]
 
 
-def to_cli(report: Mapping[str, Any], today: str | None = None) -> str:
+def to_cli(report: Report, today: str | None = None) -> str:
     """The ``vllm serve MODEL ...`` command line, one option per line, shell-quoted, with the header."""
     kwargs = to_llm_kwargs(report)
     parts = ["vllm serve" + (f" {shlex.quote(str(kwargs.pop('model')))}" if "model" in kwargs else "")]
@@ -154,7 +148,7 @@ def to_cli(report: Mapping[str, Any], today: str | None = None) -> str:
     return _comment(header_lines(report, today)) + " \\\n    ".join(parts) + "\n"
 
 
-def render(report: Mapping[str, Any], fmt: str, today: str | None = None) -> str:
+def render(report: Report, fmt: str, today: str | None = None) -> str:
     """The winner in ``fmt`` (one of :data:`FORMATS`)."""
     if fmt == "vllm-yaml":
         return to_vllm_yaml(report, today)
@@ -170,8 +164,6 @@ def render(report: Mapping[str, Any], fmt: str, today: str | None = None) -> str
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Options of ``autotune export``."""
-    from autotune.cli import add_store_args
-
     parser.add_argument("--study", help="study name (default: the most recent study in the store)")
     parser.add_argument("--format", choices=FORMATS, default="vllm-yaml",
                         help="vllm-yaml (for vllm serve --config), cli (a vllm serve line) or json "
@@ -187,11 +179,9 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
         ``SUCCESS``; ``NO_RESULT`` when the study has no finished verification.
 
     Raises:
-        autotune.cli.UsageError: unknown study (the message lists the studies there are).
+        UsageError: a bad ``--out`` name.
+        autotune.ledger.LedgerError: unknown study (the message lists the studies there are).
     """
-    from autotune.cli import UsageError, open_named_study
-    from autotune.report import build_report
-
     if args.out and args.format == "vllm-yaml" and not args.out.endswith((".yaml", ".yml")):
         raise UsageError(f"--out {args.out}: vllm serve --config only reads .yaml/.yml files; "
                          "name it e.g. winner.yaml")
@@ -201,9 +191,9 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
     except NoResult as exc:
         print(f"autotune: {exc}", file=sys.stderr)
         return ExitStatus.NO_RESULT
-    if report.get("verdict") != "faster":
-        print(f"autotune: warning: the winner of {report['study']!r} is no better than the baseline (verdict: "
-              f"{report.get('verdict')}); exporting it anyway - the engine defaults serve as well",
+    if report.verdict != "faster":
+        print(f"autotune: warning: the winner of {report.study!r} is no better than the baseline (verdict: "
+              f"{report.verdict}); exporting it anyway - the engine defaults serve as well",
               file=sys.stderr)
     if args.format == "json":
         sys.stderr.write(_comment(header_lines(report)))

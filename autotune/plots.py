@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from autotune.ledger import Ledger, TrialRecord
+    from autotune.report import Report
 
 __all__ = [
     "PLOT_FILES",
@@ -168,28 +169,26 @@ def throughput_by_mode_and_k(records: Sequence[TrialRecord], baseline_key: str |
     return fig
 
 
-def winner_vs_baseline(report: Mapping[str, Any]) -> Figure:
+def winner_vs_baseline(report: Report) -> Figure:
     """The verified winner and the baseline, restart by restart (matched seeds), with their intervals.
 
     Raises:
         PlotSkipped: the study has no verification yet.
     """
-    winner, baseline = report.get("winner"), report.get("baseline")
-    if not winner or not baseline:
+    winner, baseline = report.winner, report.baseline
+    if winner is None or baseline is None:
         raise PlotSkipped("no verification yet")
     fig, ax = plt.subplots(figsize=(8, 5))
-    entries = [("baseline", baseline)] if report.get("winner_is_baseline") else [("winner", winner),
-                                                                                  ("baseline", baseline)]
+    entries = [("baseline", baseline)] if report.winner_is_baseline else [("winner", winner), ("baseline", baseline)]
     for name, entry in entries:
-        values = entry.get("values") or []
-        line = ax.plot(range(len(values)), values, marker="o", label=f"{name}: {entry['label']}")[0]
-        if entry.get("ci_low") is not None and entry.get("ci_high") is not None:
-            ax.axhspan(entry["ci_low"], entry["ci_high"], color=line.get_color(), alpha=0.15)
+        values = list(entry.values)
+        line = ax.plot(range(len(values)), values, marker="o", label=f"{name}: {entry.label}")[0]
+        if entry.ci_low is not None and entry.ci_high is not None:
+            ax.axhspan(entry.ci_low, entry.ci_high, color=line.get_color(), alpha=0.15)
     title = "Verification: fresh interleaved restarts"
-    speedup = winner.get("speedup")
-    if speedup and not report.get("winner_is_baseline"):
-        ci = (f" [{speedup['ci_low']:.2f}, {speedup['ci_high']:.2f}]" if speedup.get("ci_low") is not None else "")
-        title += f"\nspeedup x{speedup['speedup']:.2f}{ci} - {report.get('verdict', speedup.get('verdict'))}"
+    speedup = winner.speedup
+    if speedup is not None and not report.winner_is_baseline:
+        title += f"\nspeedup {speedup.oneliner()} - {report.verdict or speedup.verdict}"
     ax.set_title(title)
     ax.set_xlabel("verification round (same seed for every configuration)")
     ax.set_ylabel("output tok/s")
@@ -204,26 +203,24 @@ def _one_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
-def save_study_plots(ledger: Ledger, report: Mapping[str, Any],
+def save_study_plots(ledger: Ledger, report: Report,
                      out_dir: str | Path) -> tuple[list[Path], dict[str, str]]:
     """Draw every plot that this study supports into ``out_dir``.
 
     Args:
         ledger: The study.
-        report: :func:`autotune.report.build_report`'s dict for it.
+        report: Its :class:`~autotune.report.Report`.
         out_dir: Directory for the PNG files (created if missing).
 
     Returns:
         ``(written, skipped)``: the PNG paths written, and plot name -> one-line reason for those skipped.
     """
-    from autotune.records import EngineConfig
-
     study = ledger.study
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     records = ledger.trial_records()
-    baseline = report.get("meta", {}).get("baseline")
-    baseline_key = EngineConfig.from_dict(baseline).key() if baseline else None
+    baseline = report.meta.baseline
+    baseline_key = None if baseline is None else baseline.key()
     draw = {
         "optimization_history": lambda: optimization_history(study),
         "param_importances": lambda: param_importances(study),

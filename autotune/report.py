@@ -1,185 +1,435 @@
 """The report: a table a person reads in ten seconds, and the same facts as JSON.
 
-Winner, baseline, speedup with its interval and verdict come first; then every configured-vs-resolved
-warning (the trap this tool exists for), failures, and the budget spent.
+:func:`build_report` reads a study's ledger once into a typed :class:`Report`; everything that shows a result
+(the table, ``--json``, export, plots, MLflow, the benchmark) reads that object by attribute. Winner, baseline,
+speedup with its interval and verdict come first; then every configured-vs-resolved warning (the trap this
+tool exists for), failures, and the budget spent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from autotune.ledger import Ledger
-from autotune.measure import format_mean
+from autotune.ledger import Ledger, StudyMeta
+from autotune.measure import Comparison, format_mean
+from autotune.records import EngineConfig
+from autotune.verify import BASELINE, VerifiedConfig
 
-__all__ = ["build_report", "render_report"]
+__all__ = [
+    "Budget",
+    "ChangedConfig",
+    "CompareResult",
+    "FailedTrial",
+    "Report",
+    "SearchBest",
+    "SimulatorCheck",
+    "TrialCounts",
+    "VerifiedRow",
+    "build_report",
+    "render_report",
+    "simulator_check",
+]
 
-
-def _entry_dict(entry: Any) -> dict[str, Any]:
-    s = entry.summary
-    out = {
-        "label": entry.candidate.config.label(),
-        "role": entry.candidate.role,
-        "trial_number": entry.candidate.trial_number,
-        "config": entry.candidate.config.to_dict(),
-        "search_mean": entry.candidate.search_mean,
-        "mean": None if math.isnan(s.mean) else s.mean,
-        "std": None if math.isnan(s.std) else s.std,
-        "ci_low": None if math.isnan(s.ci_low) else s.ci_low,
-        "ci_high": None if math.isnan(s.ci_high) else s.ci_high,
-        "n": s.n,
-        "values": list(s.values),
-        "unstable": s.unstable,
-        "status": s.status,
-        "failure": s.failure,
-        "accept_len": s.accept_len,
-        "differences": list(s.differences),
-        "text": s.describe(),
-    }
-    if entry.comparison is not None:
-        out["speedup"] = entry.comparison.to_dict()
-    return out
+#: Warnings and failures the table lists before pointing at ``--json``.
+_SHOWN_WARNINGS, _SHOWN_FAILURES = 8, 5
 
 
-def build_report(study: Ledger | optuna.Study) -> dict[str, Any]:
-    """Everything a person (or a script) needs to judge the study, as a JSON-ready dict."""
+def _finite_or_none(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
+@dataclasses.dataclass(frozen=True)
+class CompareResult:
+    """A verified configuration against the baseline: speedup, its interval, and the verdict (pyperf style).
+
+    Attributes:
+        speedup: mean(configuration) / mean(baseline).
+        ci_low, ci_high: The speedup's interval at ``confidence`` (``None`` with too few restarts).
+        confidence: The interval's coverage, Bonferroni-corrected for the number of challengers.
+        verdict: ``faster``, ``no significant difference`` or ``slower``.
+        p_value: Welch's t-test on log throughput.
+        comparisons: Challengers compared with the same baseline.
+    """
+
+    speedup: float
+    ci_low: float | None
+    ci_high: float | None
+    confidence: float
+    verdict: str
+    p_value: float | None = None
+    comparisons: int = 1
+
+    @classmethod
+    def from_comparison(cls, c: Comparison) -> CompareResult:
+        return cls(c.speedup, _finite_or_none(c.ci_low), _finite_or_none(c.ci_high), c.confidence, c.verdict,
+                   _finite_or_none(c.p_value), c.comparisons)
+
+    @property
+    def has_interval(self) -> bool:
+        return self.ci_low is not None and self.ci_high is not None
+
+    def oneliner(self) -> str:
+        """``x1.52 [1.33, 1.66]`` (``x1.52`` without an interval)."""
+        if not self.has_interval:
+            return f"x{self.speedup:.2f}"
+        return f"x{self.speedup:.2f} [{self.ci_low:.2f}, {self.ci_high:.2f}]"
+
+    def interval_text(self) -> str:
+        """`` [1.33, 1.66] (98.3% CI)``, or nothing without an interval."""
+        if not self.has_interval:
+            return ""
+        return f" [{self.ci_low:.2f}, {self.ci_high:.2f}] ({self.confidence * 100:.1f}% CI)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high, "p_value": self.p_value,
+                "confidence": self.confidence, "comparisons": self.comparisons, "verdict": self.verdict}
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifiedRow:
+    """One configuration of the verification table: its fresh restarts summarised, and its speedup."""
+
+    label: str
+    role: str
+    trial_number: int | None
+    config: EngineConfig
+    search_mean: float | None
+    mean: float | None
+    std: float | None
+    ci_low: float | None
+    ci_high: float | None
+    values: tuple[float, ...]
+    unstable: bool
+    status: str
+    failure: str | None
+    accept_len: float | None
+    differences: tuple[str, ...]
+    speedup: CompareResult | None = None
+
+    @classmethod
+    def from_verified(cls, entry: VerifiedConfig) -> VerifiedRow:
+        s, cand = entry.summary, entry.candidate
+        return cls(
+            label=cand.config.label(), role=cand.role, trial_number=cand.trial_number, config=cand.config,
+            search_mean=cand.search_mean, mean=_finite_or_none(s.mean), std=_finite_or_none(s.std),
+            ci_low=_finite_or_none(s.ci_low), ci_high=_finite_or_none(s.ci_high), values=tuple(s.values),
+            unstable=s.unstable, status=s.status, failure=s.failure, accept_len=s.accept_len,
+            differences=tuple(s.differences),
+            speedup=None if entry.comparison is None else CompareResult.from_comparison(entry.comparison),
+        )
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.role == BASELINE
+
+    def describe(self) -> str:
+        """``mean ± std tok/s (n=…), 95% CI [low, high]``."""
+        return format_mean(self.values, math.nan if self.ci_low is None else self.ci_low,
+                           math.nan if self.ci_high is None else self.ci_high, self.unstable)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"label": self.label, "role": self.role, "trial_number": self.trial_number,
+               "config": self.config.to_dict(), "search_mean": self.search_mean, "mean": self.mean, "std": self.std,
+               "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n, "values": list(self.values),
+               "unstable": self.unstable, "status": self.status, "failure": self.failure,
+               "accept_len": self.accept_len, "differences": list(self.differences), "text": self.describe()}
+        if self.speedup is not None:
+            out["speedup"] = self.speedup.to_dict()
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialCounts:
+    """Search trials by outcome; repeats of a configuration and infeasible suggestions apart."""
+
+    complete: int = 0
+    pruned: int = 0
+    fail: int = 0
+    duplicates: int = 0
+    infeasible: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangedConfig:
+    """A configuration the engine changed silently: where (a trial, or verification) and how."""
+
+    trial: int | None
+    label: str
+    differences: tuple[str, ...]
+    phase: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"trial": self.trial, "label": self.label, "differences": list(self.differences)}
+        if self.phase is not None:
+            out["phase"] = self.phase
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class FailedTrial:
+    trial: int
+    label: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Engine starts and minutes spent, the limits set, and verification's share."""
+
+    restarts_used: int
+    minutes_used: float
+    budget_restarts: int | None = None
+    budget_minutes: float | None = None
+    verification_restarts: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        if self.verification_restarts is None:
+            del out["verification_restarts"]
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchBest:
+    """The search's best mean: unverified, and biased upwards by selection."""
+
+    trial: int
+    label: str | None
+    mean: float
+
+
+@dataclasses.dataclass(frozen=True)
+class VerificationTable:
+    entries: tuple[VerifiedRow, ...]
+    restarts_per_config: int
+    restarts_used: int
+    minutes_used: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"entries": [e.to_dict() for e in self.entries], "restarts_per_config": self.restarts_per_config,
+                "restarts_used": self.restarts_used, "minutes_used": self.minutes_used}
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatorCheck:
+    """Simulator only: the winner's true throughput against the best configuration in the space."""
+
+    winner_true: float
+    best_true: float
+    best_label: str
+    ratio_to_best: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """Everything a person (or a script) needs to judge a study."""
+
+    study: str
+    meta: StudyMeta
+    trials: TrialCounts
+    warnings: tuple[ChangedConfig, ...]
+    failures: tuple[FailedTrial, ...]
+    budget: Budget
+    search_stopped: str | None = None
+    search_best: SearchBest | None = None
+    verification: VerificationTable | None = None
+    winner: VerifiedRow | None = None
+    baseline: VerifiedRow | None = None
+    verdict: str | None = None
+    simulator_check: SimulatorCheck | None = None
+
+    @property
+    def winner_is_baseline(self) -> bool:
+        return self.winner is not None and self.winner.is_baseline
+
+    def render(self) -> str:
+        """The ten-second table."""
+        return render_report(self)
+
+    def to_json(self) -> dict[str, Any]:
+        """The same facts as a JSON-ready dict (``report --json``, ``report.json`` in MLflow)."""
+        out: dict[str, Any] = {
+            "study": self.study,
+            "meta": self.meta.to_dict(),
+            "trials": dataclasses.asdict(self.trials),
+            "warnings": [w.to_dict() for w in self.warnings],
+            "failures": [dataclasses.asdict(f) for f in self.failures],
+            "budget": self.budget.to_dict(),
+            "search_stopped": self.search_stopped,
+            "verification": None if self.verification is None else self.verification.to_dict(),
+            "winner": None if self.winner is None else self.winner.to_dict(),
+            "baseline": None if self.baseline is None else self.baseline.to_dict(),
+        }
+        if self.search_best is not None:
+            out["search_best"] = dataclasses.asdict(self.search_best)
+        if self.verification is not None:
+            out["verdict"] = self.verdict
+            out["winner_is_baseline"] = self.winner_is_baseline
+        if self.simulator_check is not None:
+            out["simulator_check"] = dataclasses.asdict(self.simulator_check)
+        return out
+
+
+# -- building --------------------------------------------------------------------------------------------
+
+
+def simulator_check(engine: Any, space: Any, winner: EngineConfig) -> SimulatorCheck | None:
+    """For the sim engine only: where the winner's true throughput stands against the best in the space."""
+    if getattr(engine, "name", None) != "sim" or not hasattr(engine, "true_throughput"):
+        return None
+    truths = []
+    for params in space.all_params():
+        cfg = space.config_from_params(params)
+        value = engine.true_throughput(cfg, space.workload)
+        if value is not None:
+            truths.append((value, cfg.label()))
+    if not truths:
+        return None
+    best, best_label = max(truths)
+    winner_true = engine.true_throughput(winner, space.workload) or 0.0
+    return SimulatorCheck(winner_true, best, best_label, winner_true / best)
+
+
+def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any = None) -> Report:
+    """Read the study's record into a :class:`Report`.
+
+    Args:
+        study: The study's ledger (an Optuna study is wrapped in one).
+        engine, space: With the sim engine and its space, the report also says how good the winner truly is.
+    """
     ledger = study if isinstance(study, Ledger) else Ledger(study)
     trials = ledger.study.get_trials(deepcopy=False)
     records = ledger.trial_records()
-    meta = ledger.meta().to_dict() if ledger.has_meta() else {}
-    counts = {s.name.lower(): 0 for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
-    for t in trials:
-        if t.state.name.lower() in counts and not ledger.is_duplicate(t) and not ledger.is_infeasible(t):
-            counts[t.state.name.lower()] += 1
-    counts["duplicates"] = sum(1 for t in trials if ledger.is_duplicate(t))
-    counts["infeasible"] = sum(1 for t in trials if ledger.is_infeasible(t))
-    warnings = [{"trial": r.number, "label": r.config.label(), "differences": list(r.summary.differences)}
+    meta = ledger.meta()
+    counted = [t for t in trials if not ledger.is_duplicate(t) and not ledger.is_infeasible(t)]
+    counts = TrialCounts(
+        complete=sum(1 for t in counted if t.state == TrialState.COMPLETE),
+        pruned=sum(1 for t in counted if t.state == TrialState.PRUNED),
+        fail=sum(1 for t in counted if t.state == TrialState.FAIL),
+        duplicates=sum(1 for t in trials if ledger.is_duplicate(t)),
+        infeasible=sum(1 for t in trials if ledger.is_infeasible(t)),
+    )
+    warnings = [ChangedConfig(r.number, r.config.label(), tuple(r.summary.differences))
                 for r in records if r.summary is not None and r.summary.differences and r.duplicate_of is None]
-    failures = [{"trial": r.number, "label": r.config.label(), "reason": r.reason}
-                for r in records if r.state == "FAIL" and r.reason and r.duplicate_of is None]
+    failures = tuple(FailedTrial(r.number, r.config.label(), r.reason)
+                     for r in records if r.state == "FAIL" and r.reason and r.duplicate_of is None)
     restarts_used, minutes_used = ledger.budget_used()
-    v = ledger.verification()
-    report: dict[str, Any] = {
-        "study": ledger.name,
-        "meta": meta,
-        "trials": counts,
-        "warnings": warnings,
-        "failures": failures,
-        "budget": {
-            "restarts_used": restarts_used,
-            "minutes_used": round(minutes_used, 3),
-            "budget_restarts": meta.get("budget_restarts"),
-            "budget_minutes": meta.get("budget_minutes"),
-        },
-        "search_stopped": ledger.search_stopped(),
-        "verification": None,
-        "winner": None,
-        "baseline": None,
-    }
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+    search_best = None
     if complete:
         best = max(complete, key=lambda t: t.value)  # type: ignore[arg-type, return-value]
-        report["search_best"] = {"trial": best.number, "label": ledger.label(best), "mean": best.value}
+        search_best = SearchBest(best.number, ledger.label(best), float(best.value))  # type: ignore[arg-type]
+    v = ledger.verification()
+    table = winner = baseline = verdict = check = None
     if v is not None:
-        entries = [_entry_dict(e) for e in v.entries]
-        report["verification"] = {"entries": entries, "restarts_per_config": v.restarts_per_config,
-                                  "restarts_used": v.restarts_used, "minutes_used": round(v.minutes_used, 3)}
-        report["budget"]["verification_restarts"] = v.restarts_used
-        report["winner"] = entries[v.winner_index]
-        report["baseline"] = next(e for e in entries if e["role"] == "baseline")
-        report["verdict"] = v.verdict
-        report["winner_is_baseline"] = v.winner.candidate.role == "baseline"
-        for e in entries:
-            for d in e["differences"]:
-                item = {"trial": e["trial_number"], "label": e["label"], "differences": [d], "phase": "verify"}
-                if not any(w["label"] == e["label"] and d in w["differences"] for w in warnings):
-                    warnings.append(item)
-    return report
+        rows = tuple(VerifiedRow.from_verified(e) for e in v.entries)
+        table = VerificationTable(rows, v.restarts_per_config, v.restarts_used, round(v.minutes_used, 3))
+        winner = rows[v.winner_index]
+        baseline = next(r for r in rows if r.is_baseline)
+        verdict = v.verdict
+        warnings += _verification_warnings(rows, warnings)
+        if engine is not None and space is not None:
+            check = simulator_check(engine, space, winner.config)
+    budget = Budget(restarts_used, round(minutes_used, 3), meta.budget_restarts, meta.budget_minutes,
+                    None if v is None else v.restarts_used)
+    return Report(ledger.name, meta, counts, tuple(warnings), failures, budget, ledger.search_stopped(),
+                  search_best, table, winner, baseline, verdict, check)
 
 
-def _fmt_ci(entry: Mapping[str, Any]) -> str:
-    return format_mean(entry["values"], math.nan if entry["ci_low"] is None else entry["ci_low"],
-                       math.nan if entry["ci_high"] is None else entry["ci_high"], entry["unstable"])
+def _verification_warnings(rows: Sequence[VerifiedRow], known: Sequence[ChangedConfig]) -> list[ChangedConfig]:
+    """Silent changes seen in verification that the search's warnings do not list already."""
+    out: list[ChangedConfig] = []
+    for row in rows:
+        for d in row.differences:
+            if not any(w.label == row.label and d in w.differences for w in [*known, *out]):
+                out.append(ChangedConfig(row.trial_number, row.label, (d,), "verify"))
+    return out
 
 
-def render_report(report: Mapping[str, Any]) -> str:
+# -- rendering -------------------------------------------------------------------------------------------
+
+
+def render_report(report: Report) -> str:
     """The ten-second table."""
     lines: list[str] = []
-    meta = report.get("meta", {})
-    engine = meta.get("engine", {})
-    lines.append(f"Study {report['study']}  |  space {meta.get('space_name')}  |  engine {engine.get('engine')}"
-                 f" {engine.get('engine_version', '')}  |  model {meta.get('model')}")
-    t = report["trials"]
-    b = report["budget"]
-    lines.append(f"Trials: {t['complete']} complete, {t['pruned']} raced out, {t['fail']} failed"
-                 f"  |  engine starts {b['restarts_used']}"
-                 + (f" of {b['budget_restarts']}" if b.get("budget_restarts") else "")
-                 + f", {b['minutes_used']:.1f} engine-minutes"
-                 + (" (simulated)" if engine.get("simulated") else "")
-                 + (f" (verification: {b['verification_restarts']} starts)" if "verification_restarts" in b else ""))
-    if report.get("search_stopped"):
-        lines.append(f"Search stopped early: {report['search_stopped']}.")
+    meta, engine = report.meta, report.meta.engine
+    lines.append(f"Study {report.study}  |  space {meta.space_name}  |  engine {engine.name}"
+                 f" {engine.version or ''}  |  model {meta.model}")
+    t, b = report.trials, report.budget
+    lines.append(f"Trials: {t.complete} complete, {t.pruned} raced out, {t.fail} failed"
+                 f"  |  engine starts {b.restarts_used}"
+                 + (f" of {b.budget_restarts}" if b.budget_restarts else "")
+                 + f", {b.minutes_used:.1f} engine-minutes"
+                 + (" (simulated)" if engine.simulated else "")
+                 + (f" (verification: {b.verification_restarts} starts)" if b.verification_restarts is not None
+                    else ""))
+    if report.search_stopped:
+        lines.append(f"Search stopped early: {report.search_stopped}.")
     lines.append("")
-    winner, baseline = report.get("winner"), report.get("baseline")
-    if winner is None:
+    winner, table = report.winner, report.verification
+    if winner is None or table is None:
         lines.append("No verification yet: run `autotune tune` again to finish the study.")
-        if report.get("search_best"):
-            sb = report["search_best"]
-            lines.append(f"Search best so far (unverified, biased upwards): trial {sb['trial']} {sb['label']} "
-                         f"{sb['mean']:.1f} tok/s")
+        if report.search_best is not None:
+            sb = report.search_best
+            lines.append(f"Search best so far (unverified, biased upwards): trial {sb.trial} {sb.label} "
+                         f"{sb.mean:.1f} tok/s")
     else:
-        width = max(len(e["label"]) for e in report["verification"]["entries"])
-        lines.append(f"{'':10}{'configuration':<{width}}  throughput (fresh interleaved restarts)")
-        for e in report["verification"]["entries"]:
-            tag = "WINNER" if e is winner or e["label"] == winner["label"] else (
-                "baseline" if e["role"] == "baseline" else "")
-            extra = ""
-            if "speedup" in e:
-                sp = e["speedup"]
-                if sp.get("ci_low") is not None:
-                    extra = f"  x{sp['speedup']:.2f} [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]"
-                else:
-                    extra = f"  x{sp['speedup']:.2f}"
-            if e["status"] != "ok":
-                extra += f"  FAILED: {e['failure']}"
-            lines.append(f"{tag:<10}{e['label']:<{width}}  {_fmt_ci(e).replace('95% CI', 'CI')}{extra}")
-        n_family = len(report["verification"]["entries"])
-        lines.append(f"(intervals hold jointly at 95% for these {n_family} configurations: each is a "
-                     f"{100 - 5 / n_family:.2f}% interval, so picking the best does not shrink the winner's)")
+        lines += _verification_lines(report, winner, table)
+    if report.warnings:
         lines.append("")
-        if report.get("winner_is_baseline"):
-            lines.append("Verdict: no configuration beat the baseline - keep the engine defaults.")
-        else:
-            sp = winner.get("speedup", {})
-            ci = (f" [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}] ({sp['confidence'] * 100:.1f}% CI)"
-                  if sp.get("ci_low") is not None else "")
-            lines.append(f"Verdict: {report['verdict'].upper()} - winner is {sp.get('speedup', float('nan')):.2f}x "
-                         f"the baseline{ci}")
-        if winner.get("differences"):
-            lines.append("WARNING: the winner itself did not run as configured: " + "; ".join(winner["differences"])
-                         + ". Its throughput is what the engine resolved to; export it knowing that.")
-    if report["warnings"]:
-        lines.append("")
-        lines.append(f"WARNING: the engine silently changed the configuration in {len(report['warnings'])} "
+        lines.append(f"WARNING: the engine silently changed the configuration in {len(report.warnings)} "
                      "configuration(s):")
-        for w in report["warnings"][:8]:
-            where = f"trial {w['trial']}" if w.get("trial") is not None else "verification"
-            lines.append(f"  ! {where} {w['label']}: " + "; ".join(w["differences"]))
-        if len(report["warnings"]) > 8:
-            lines.append(f"  ... and {len(report['warnings']) - 8} more (--json for all)")
-    if report["failures"]:
+        for w in report.warnings[:_SHOWN_WARNINGS]:
+            where = f"trial {w.trial}" if w.trial is not None else "verification"
+            lines.append(f"  ! {where} {w.label}: " + "; ".join(w.differences))
+        if len(report.warnings) > _SHOWN_WARNINGS:
+            lines.append(f"  ... and {len(report.warnings) - _SHOWN_WARNINGS} more (--json for all)")
+    if report.failures:
         lines.append("")
-        lines.append(f"Failed trials ({len(report['failures'])}):")
-        for f in report["failures"][:5]:
-            lines.append(f"  x trial {f['trial']} {f['label']}: {f['reason']}")
-    if report.get("simulator_check"):
-        sc = report["simulator_check"]
+        lines.append(f"Failed trials ({len(report.failures)}):")
+        for f in report.failures[:_SHOWN_FAILURES]:
+            lines.append(f"  x trial {f.trial} {f.label}: {f.reason}")
+    if report.simulator_check is not None:
+        sc = report.simulator_check
         lines.append("")
         lines.append(f"Simulator ground truth (sim engine only): winner's true throughput is "
-                     f"{sc['winner_true']:.1f} tok/s = {sc['ratio_to_best'] * 100:.1f}% of the best configuration "
-                     f"in the space ({sc['best_true']:.1f} tok/s, {sc['best_label']}).")
+                     f"{sc.winner_true:.1f} tok/s = {sc.ratio_to_best * 100:.1f}% of the best configuration "
+                     f"in the space ({sc.best_true:.1f} tok/s, {sc.best_label}).")
     return "\n".join(lines)
+
+
+def _verification_lines(report: Report, winner: VerifiedRow, table: VerificationTable) -> list[str]:
+    lines: list[str] = []
+    width = max(len(e.label) for e in table.entries)
+    lines.append(f"{'':10}{'configuration':<{width}}  throughput (fresh interleaved restarts)")
+    for e in table.entries:
+        tag = "WINNER" if e is winner or e.label == winner.label else ("baseline" if e.is_baseline else "")
+        extra = "" if e.speedup is None else f"  {e.speedup.oneliner()}"
+        if e.status != "ok":
+            extra += f"  FAILED: {e.failure}"
+        lines.append(f"{tag:<10}{e.label:<{width}}  {e.describe().replace('95% CI', 'CI')}{extra}")
+    n_family = len(table.entries)
+    lines.append(f"(intervals hold jointly at 95% for these {n_family} configurations: each is a "
+                 f"{100 - 5 / n_family:.2f}% interval, so picking the best does not shrink the winner's)")
+    lines.append("")
+    if report.winner_is_baseline:
+        lines.append("Verdict: no configuration beat the baseline - keep the engine defaults.")
+    else:
+        sp = winner.speedup
+        speedup = float("nan") if sp is None else sp.speedup
+        ci = "" if sp is None else sp.interval_text()
+        lines.append(f"Verdict: {str(report.verdict).upper()} - winner is {speedup:.2f}x the baseline{ci}")
+    if winner.differences:
+        lines.append("WARNING: the winner itself did not run as configured: " + "; ".join(winner.differences)
+                     + ". Its throughput is what the engine resolved to; export it knowing that.")
+    return lines

@@ -35,6 +35,7 @@ from autotune.records import EngineConfig, EngineFacts, RestartResult
 
 if TYPE_CHECKING:
     from autotune.events import StudyContext
+    from autotune.report import Report
     from autotune.verify import Verification
 
 __all__ = [
@@ -526,16 +527,14 @@ class _StudyLog:
 
     # the study's end -------------------------------------------------------------------------------------
 
-    def finish_study(self, report: Mapping[str, Any], note: Callable[[str], None]) -> None:
+    def finish_study(self, report: Report, note: Callable[[str], None]) -> None:
         """Winner, intervals, verdict, report and plots on the parent run; then close it."""
         s = self.session
         params, metrics, tags = _outcome(report)
         s.log_new(self.parent_id, params=params, metrics=metrics, tags=tags)
-        s.client.log_text(self.parent_id, json.dumps(report, indent=2, default=str), "report.json")
+        s.client.log_text(self.parent_id, json.dumps(report.to_json(), indent=2, default=str), "report.json")
         try:
-            from autotune.report import render_report
-
-            text = render_report(report)
+            text = report.render()
             s.client.log_text(self.parent_id, text + "\n", "report.txt")
             s.log(self.parent_id, tags={"mlflow.note.content": f"```\n{text}\n```"})
         except Exception as exc:  # noqa: BLE001 - the text table is a convenience; the JSON is logged already
@@ -543,7 +542,7 @@ class _StudyLog:
         self.plots(report, note)
         s.finish(self.parent_id, "FINISHED")
 
-    def plots(self, report: Mapping[str, Any], note: Callable[[str], None]) -> None:
+    def plots(self, report: Report, note: Callable[[str], None]) -> None:
         from autotune.plots import save_study_plots
 
         with tempfile.TemporaryDirectory(prefix="autotune-plots-") as tmp:
@@ -556,37 +555,35 @@ class _StudyLog:
                 note(f"plot {name} skipped: {why}")
 
 
-def _outcome(report: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, float], dict[str, str]]:
+def _outcome(report: Report) -> tuple[dict[str, str], dict[str, float], dict[str, str]]:
     """Params, metrics and tags for the parent run from the report: winner, intervals, speedup, verdict."""
     params: dict[str, str] = {}
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = {f"trials_{k}": float(v) for k, v in dataclasses.asdict(report.trials).items()}
     tags: dict[str, str] = {}
-    counts = report.get("trials") or {}
-    for key in ("complete", "pruned", "fail", "duplicates", "infeasible"):
-        if key in counts:
-            metrics[f"trials_{key}"] = float(counts[key])
-    budget = report.get("budget") or {}
-    metrics["restarts_used"] = float(budget.get("restarts_used") or 0)
-    metrics["engine_minutes"] = float(budget.get("minutes_used") or 0.0)
-    if report.get("search_best"):
-        metrics["search_best_tok_s"] = float(report["search_best"]["mean"])
-    tags["warnings"] = str(len(report.get("warnings") or []))
-    winner, baseline = report.get("winner"), report.get("baseline")
-    if winner:
-        params.update(config_params(EngineConfig.from_dict(winner["config"]), prefix="winner."))
-        tags.update({"winner": winner["label"], "verdict": str(report.get("verdict")),
-                     "winner_is_baseline": str(bool(report.get("winner_is_baseline"))).lower()})
-        for name, entry in (("winner", winner), ("baseline", baseline or {})):
-            for field in ("mean", "ci_low", "ci_high"):
-                value = _finite(entry.get(field))
+    metrics["restarts_used"] = float(report.budget.restarts_used)
+    metrics["engine_minutes"] = float(report.budget.minutes_used)
+    if report.search_best is not None:
+        metrics["search_best_tok_s"] = float(report.search_best.mean)
+    tags["warnings"] = str(len(report.warnings))
+    winner, baseline = report.winner, report.baseline
+    if winner is not None:
+        params.update(config_params(winner.config, prefix="winner."))
+        tags.update({"winner": winner.label, "verdict": str(report.verdict),
+                     "winner_is_baseline": str(report.winner_is_baseline).lower()})
+        for name, entry in (("winner", winner), ("baseline", baseline)):
+            if entry is None:
+                continue
+            for field, metric in (("mean", "mean_tok_s"), ("ci_low", "ci_low"), ("ci_high", "ci_high")):
+                value = _finite(getattr(entry, field))
                 if value is not None:
-                    metrics[f"{name}_{'mean_tok_s' if field == 'mean' else field}"] = value
-        speedup = winner.get("speedup") or {}
-        for field, metric in (("speedup", "speedup"), ("ci_low", "speedup_ci_low"), ("ci_high", "speedup_ci_high"),
-                              ("confidence", "speedup_confidence")):
-            value = _finite(speedup.get(field))
-            if value is not None:
-                metrics[metric] = value
+                    metrics[f"{name}_{metric}"] = value
+        if winner.speedup is not None:
+            sp = winner.speedup
+            for metric, raw in (("speedup", sp.speedup), ("speedup_ci_low", sp.ci_low),
+                                ("speedup_ci_high", sp.ci_high), ("speedup_confidence", sp.confidence)):
+                value = _finite(raw)
+                if value is not None:
+                    metrics[metric] = value
     return params, metrics, tags
 
 
@@ -621,6 +618,8 @@ class MlflowTracker(StudyObserver):
     Attributes:
         problems: One line per tracking operation that failed (the first is also printed).
         parent_run_id: The study's parent run, once the study started.
+        report: The report logged at the study's end (built once, from the study's context: the CLI prints
+            this same object).
     """
 
     def __init__(self, tracking_uri: str | None = None, stream: IO[str] | None = None) -> None:
@@ -628,6 +627,7 @@ class MlflowTracker(StudyObserver):
         self.stream = stream or sys.stderr
         self.problems: list[str] = []
         self.parent_run_id: str | None = None
+        self.report: Report | None = None
         self._off = False
         self._log: _StudyLog | None = None
         self._trial_runs: dict[int, tuple[str, int]] = {}  # trial number -> (run id, restarts logged live)
@@ -720,7 +720,7 @@ class MlflowTracker(StudyObserver):
             return
         from autotune.report import build_report
 
-        report = build_report(ctx.ledger)
+        self.report = report = build_report(ctx.ledger, engine=ctx.engine, space=ctx.space)
         # Separate steps: trials missing from MLflow must not cost the verification runs or the outcome.
         self._attempt("on_study_end/sync_trials", self._log.sync_trials)
         # A resumed study whose verification finished in an earlier session has no on_verification_end.

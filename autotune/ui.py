@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from typing import IO, Any
 
+from autotune.cli_helpers import UsageError
 from autotune.status import ExitStatus
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "configure_parser", "run", "server_command", "ui_url"]
@@ -161,9 +162,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
         ``SUCCESS`` when stopped by Ctrl-C/SIGTERM; ``ERROR`` when the server exits by itself.
 
     Raises:
-        autotune.cli.UsageError: the port is taken.
+        UsageError: the port is taken.
     """
-    from autotune.cli import UsageError
     from autotune.tracking import _sqlite_path, resolve_tracking_uri
 
     uri = resolve_tracking_uri(args.tracking_uri)

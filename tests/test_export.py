@@ -15,8 +15,9 @@ from autotune.cli import raw_main
 from autotune.engines import EngineBackend
 from autotune.export import NoResult, to_cli, to_llm_kwargs, to_vllm_yaml
 from autotune.racing import RacingPolicy
-from autotune.records import EngineConfig, RestartResult, Resolved, Workload
-from autotune.report import build_report
+from autotune.ledger import StudyMeta
+from autotune.records import EngineConfig, EngineFacts, RestartResult, Resolved, Workload
+from autotune.report import Budget, CompareResult, Report, TrialCounts, VerificationTable, VerifiedRow, build_report
 from autotune.space import parse_space
 from autotune.status import ExitStatus
 from autotune.study import StudyOptions, run_study
@@ -77,13 +78,20 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"tmp": tmp, "storage": storage, "report": report}
 
 
-def report_with(config: EngineConfig, verdict: str = "faster") -> dict[str, Any]:
-    entry = {"label": config.label(), "config": config.to_dict(), "mean": 130.0, "ci_low": 128.0, "ci_high": 132.0,
-             "n": 3, "speedup": {"speedup": 1.3, "ci_low": 1.2, "ci_high": 1.4, "confidence": 0.975, "verdict": verdict}}
-    base = {"label": "baseline", "config": {}, "mean": 100.0, "ci_low": 99.0, "ci_high": 101.0, "n": 3}
-    return {"study": "s", "meta": {"engine": {"engine": "vllm", "engine_version": "0.11.0", "gpu": "NVIDIA H200"}},
-            "winner": entry, "baseline": base, "verdict": verdict, "winner_is_baseline": False,
-            "verification": {"entries": [entry, base]}}
+def _row(config: EngineConfig, mean: float, role: str, speedup: CompareResult | None = None) -> VerifiedRow:
+    return VerifiedRow(label=config.label(), role=role, trial_number=None, config=config, search_mean=None, mean=mean,
+                       std=1.0, ci_low=mean - 2.0 if role == "candidate" else mean - 1.0,
+                       ci_high=mean + 2.0 if role == "candidate" else mean + 1.0, values=(mean,) * 3, unstable=False,
+                       status="ok", failure=None, accept_len=None, differences=(), speedup=speedup)
+
+
+def report_with(config: EngineConfig, verdict: str = "faster") -> Report:
+    winner = _row(config, 130.0, "candidate", CompareResult(1.3, 1.2, 1.4, 0.975, verdict))
+    base = _row(EngineConfig(), 100.0, "baseline")
+    meta = StudyMeta(engine=EngineFacts(name="vllm", version="0.11.0", gpu="NVIDIA H200"))
+    return Report(study="s", meta=meta, trials=TrialCounts(), warnings=(), failures=(), budget=Budget(0, 0.0),
+                  verification=VerificationTable((winner, base), 3, 6, 1.0), winner=winner, baseline=base,
+                  verdict=verdict)
 
 
 CONFIG = EngineConfig(
@@ -153,7 +161,7 @@ def test_baseline_winner_exports_only_engine_args() -> None:
 
 def test_no_verification_is_no_result() -> None:
     with pytest.raises(NoResult, match="no finished verification.*autotune tune --study s"):
-        to_vllm_yaml({"study": "s", "winner": None})
+        to_vllm_yaml(Report("s", StudyMeta(), TrialCounts(), (), (), Budget(0, 0.0)))
 
 
 # -- vLLM's own parser -----------------------------------------------------------------------------------
@@ -187,8 +195,8 @@ def test_vllm_parser_reads_the_yaml_and_the_command_line_back(tmp_path: Path) ->
 def test_export_command_writes_each_format(stored: dict[str, Any], tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     storage, report = stored["storage"], stored["report"]
-    assert report["verdict"] == "faster"
-    winner = EngineConfig.from_dict(report["winner"]["config"])
+    assert report.verdict == "faster"
+    winner = report.winner.config
     out = tmp_path / "winner.yaml"
     assert raw_main(["export", "--study", "winner", "--storage", storage, "--out", str(out)]) == ExitStatus.SUCCESS
     assert config_file_to_kwargs(out.read_text()) == winner.llm_kwargs()

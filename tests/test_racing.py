@@ -268,7 +268,7 @@ def test_a_study_never_exceeds_its_restart_budget_verification_included(tmp_path
     assert used <= budget
     assert study.verification() is not None  # the verification share was held back, not spent on search
     report = build_report(study)
-    assert report["budget"]["verification_restarts"] == study.verification().restarts_used > 0
+    assert report.budget.verification_restarts == study.verification().restarts_used > 0
     assert f"of {budget}" in render_report(report) and "verification:" in render_report(report)
 
 

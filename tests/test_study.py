@@ -40,11 +40,11 @@ def test_baselines_run_first_and_verification_finds_the_true_best(tmp_path):
     assert first.params["num_speculative_tokens"] == 0 and first.params["cudagraph_mode"] == "default"
     assert second.params["draft"] == "ngram" and second.params["cudagraph_mode"] == "default"
     report = build_report(study)
-    assert report["winner"]["config"]["compilation_config"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
-    assert report["winner"]["config"]["speculative_config"]["num_speculative_tokens"] == 2
-    assert report["baseline"]["config"]["compilation_config"] == {}
-    assert report["verdict"] == "faster" and report["winner"]["speedup"]["ci_low"] > 1.2
-    assert report["winner"]["n"] == 3
+    assert report.winner.config.cudagraph_mode == "FULL_AND_PIECEWISE"
+    assert report.winner.config.num_speculative_tokens == 2
+    assert report.baseline.config.compilation_config == {}
+    assert report.verdict == "faster" and report.winner.speedup.ci_low > 1.2
+    assert report.winner.n == 3
     text = render_report(report)
     assert "WINNER" in text and "Verdict: FASTER" in text
 
@@ -63,10 +63,9 @@ def test_verification_overrules_a_lucky_search_best(tmp_path):
     report = build_report(study)
     search_best = max((t for t in study.study.trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
     assert search_best.params["cudagraph_mode"] == "PIECEWISE"  # the search was fooled ...
-    winner = report["winner"]["config"]
-    assert winner["compilation_config"].get("cudagraph_mode") == "FULL_AND_PIECEWISE"  # ... verification was not
-    lucky_entry = next(e for e in report["verification"]["entries"] if e["trial_number"] == search_best.number)
-    assert lucky_entry["mean"] < report["winner"]["mean"]
+    assert report.winner.config.cudagraph_mode == "FULL_AND_PIECEWISE"  # ... verification was not
+    lucky_entry = next(e for e in report.verification.entries if e.trial_number == search_best.number)
+    assert lucky_entry.mean < report.winner.mean
 
 
 def test_a_failing_config_fails_its_trial_and_the_study_goes_on(tmp_path):
@@ -78,7 +77,7 @@ def test_a_failing_config_fails_its_trial_and_the_study_goes_on(tmp_path):
     # no restarts wasted after a failure, and none at all on a repeat of a failed configuration
     assert all(len(r.restarts) == (0 if r.duplicate_of is not None else 1) for r in failed)
     report = build_report(study)
-    assert report["winner"] is not None and report["failures"]
+    assert report.winner is not None and report.failures
     assert "engine rejected" in render_report(report)
 
 

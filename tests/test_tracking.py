@@ -297,7 +297,7 @@ def test_verification_runs_one_per_config_and_parent_holds_the_outcome(finished:
     client, parent, study = finished["client"], finished["parent"], finished["study"]
     report = build_report(study)
     verify = child_runs(client, parent, "verification")
-    keys = {e["config"] and EngineConfig.from_dict(e["config"]).key() for e in report["verification"]["entries"]}
+    keys = {e.config.key() for e in report.verification.entries}
     assert {r.data.tags["autotune.config_key"] for r in verify} == keys and len(verify) == len(keys)
     winner_runs = [r for r in verify if r.data.tags["winner"] == "true"]
     assert len(winner_runs) == 1 and winner_runs[0].info.run_name.startswith("verify winner: ")
@@ -305,14 +305,14 @@ def test_verification_runs_one_per_config_and_parent_holds_the_outcome(finished:
         assert len(client.get_metric_history(run.info.run_id, "restart_tok_s")) == 2  # verify_restarts
     parent = client.get_run(parent.info.run_id)
     p, m, t = parent.data.params, parent.data.metrics, parent.data.tags
-    winner_cfg = EngineConfig.from_dict(report["winner"]["config"])
+    winner_cfg = report.winner.config
     assert p["winner.compilation_config.cudagraph_mode"] == (winner_cfg.cudagraph_mode or "default")
     assert p["winner.speculative_config.num_speculative_tokens"] == str(winner_cfg.num_speculative_tokens)
-    assert m["winner_mean_tok_s"] == pytest.approx(report["winner"]["mean"], rel=1e-5)
+    assert m["winner_mean_tok_s"] == pytest.approx(report.winner.mean, rel=1e-5)
     assert m["winner_ci_low"] <= m["winner_mean_tok_s"] <= m["winner_ci_high"]
-    assert m["speedup"] == pytest.approx(report["winner"]["speedup"]["speedup"], rel=1e-5)
+    assert m["speedup"] == pytest.approx(report.winner.speedup.speedup, rel=1e-5)
     assert m["speedup_ci_low"] <= m["speedup"] <= m["speedup_ci_high"]
-    assert t["verdict"] == report["verdict"] and t["winner"] == report["winner"]["label"]
+    assert t["verdict"] == report.verdict and t["winner"] == report.winner.label
     assert parent.info.status == "FINISHED" and parent.info.run_name == "fake-study"
 
 

@@ -1,0 +1,89 @@
+"""What every subcommand shares: usage errors, ``KEY=VALUE`` flags, the store, the space, the engine, a study.
+
+Subcommand modules import these from here, never from :mod:`autotune.cli`, which imports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from autotune.ledger import DEFAULT_STORAGE, Ledger, latest_study_name, load
+
+__all__ = [
+    "UsageError",
+    "add_store_args",
+    "build_engine",
+    "default_study_name",
+    "load_space_for",
+    "open_named_study",
+    "parse_kv",
+]
+
+
+class UsageError(Exception):
+    """Bad command-line input; the message names the flag and the fix."""
+
+
+def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
+    """``["k=v", ...]`` -> dict, values parsed as YAML scalars/lists (``sizes=[1,2,4]``, ``K=3``)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items or ():
+        if "=" not in item:
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE, e.g. {flag} num_speculative_tokens=3")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def default_study_name(space: Any, engine: str) -> str:
+    model = str(space.engine_args.get("model", "model")).rstrip("/")
+    base = f"{space.name}-{engine}-{os.path.basename(model) or model}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", base)
+
+
+def add_store_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--storage", default=os.environ.get("AUTOTUNE_STORAGE", DEFAULT_STORAGE),
+                        help="Optuna storage URL (default: %(default)s; PostgreSQL for several workers)")
+
+
+def load_space_for(args: argparse.Namespace) -> Any:
+    from autotune.space import load_space
+
+    space = load_space(args.space)
+    if getattr(args, "model", None):
+        space = space.with_model(args.model)
+    return space
+
+
+def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_dir: str | None = None) -> Any:
+    """The engine named on the command line, else the space's ``engine.name``, else ``vllm``.
+
+    Engine options come from the space's ``engine:`` section: ``engine.<name>: {...}`` per engine, or flat
+    keys for the space's own engine; ``--engine-opt`` overrides both.
+    """
+    from autotune.engines import ENGINES, make_engine
+
+    section = dict(space.engine)
+    space_engine = section.pop("name", None)
+    per_engine = {k: section.pop(k) for k in list(section) if k in ENGINES and isinstance(section[k], dict)}
+    chosen = name or space_engine or "vllm"
+    if chosen not in ENGINES:
+        raise UsageError(f"--engine {chosen!r} is not an engine: choose one of {', '.join(sorted(ENGINES))}")
+    engine_opts = dict(per_engine.get(chosen, {}))
+    if chosen == space_engine:
+        engine_opts = {**section, **engine_opts}  # flat options belong to the space's own engine
+    engine_opts.update(options)
+    engine = make_engine(chosen, cache_dir=cache_dir, **engine_opts)
+    engine.check(space)
+    return engine
+
+
+def open_named_study(args: argparse.Namespace) -> Ledger:
+    """The ledger of the study ``--study`` names in ``--storage`` (the latest one without ``--study``)."""
+    return load(args.study or latest_study_name(args.storage), args.storage)
