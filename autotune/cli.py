@@ -25,6 +25,7 @@ from autotune.cli_helpers import (
     open_named_study,
     parse_kv,
 )
+from autotune.engines._process import interrupt_on_sigterm
 from autotune.status import ExitStatus
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "UsageError", "main", "raw_main"]
@@ -135,7 +136,7 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
                   else build_report(ledger, engine=engine, space=space))
     except Interrupted as exc:
         print(f"autotune: {exc}", file=sys.stderr)
-        return ExitStatus.INTERRUPTED
+        return ExitStatus.for_signal(exc.signum)
     finally:
         for obs in observers:
             obs.close()  # an error must not leave MLflow runs marked RUNNING
@@ -268,11 +269,15 @@ def raw_main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> E
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return ExitStatus(exc.code if isinstance(exc.code, int) else ExitStatus.BAD_INPUT)
+    # SIGTERM (docker stop, systemd, Slurm) takes Ctrl-C's path: engines stopped, the trial marked interrupted,
+    # MLflow runs closed, the same command resumes.
     try:
-        return program(args, out or sys.stdout)
-    except KeyboardInterrupt:
-        print("autotune: interrupted", file=sys.stderr)
-        return ExitStatus.INTERRUPTED
+        with interrupt_on_sigterm():
+            return program(args, out or sys.stdout)
+    except KeyboardInterrupt as exc:
+        name = getattr(exc, "signal_name", None)
+        print(f"autotune: interrupted{f' by {name}' if name else ''}", file=sys.stderr)
+        return ExitStatus.for_signal(getattr(exc, "signum", None))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

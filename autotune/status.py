@@ -19,5 +19,12 @@ class ExitStatus(enum.IntEnum):
     CHANGED = 3
     #: Nothing to act on yet, e.g. ``export`` of a study whose verification has not finished.
     NO_RESULT = 4
-    #: Ctrl-C; the study is saved and the same command resumes.
+    #: Ctrl-C (SIGINT); the study is saved and the same command resumes.
     INTERRUPTED = 130
+    #: SIGTERM (``docker stop``, systemd, Slurm), handled exactly like Ctrl-C: saved, resumable.
+    TERMINATED = 143
+
+    @classmethod
+    def for_signal(cls, signum: int | None) -> ExitStatus:
+        """The status for an interruption by ``signum`` (SIGINT when unknown)."""
+        return cls.TERMINATED if signum == 15 else cls.INTERRUPTED

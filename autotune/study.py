@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,7 +48,15 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 class Interrupted(Exception):
-    """Ctrl-C or SIGTERM; everything finished so far is saved and the same command resumes."""
+    """Ctrl-C or SIGTERM; everything finished so far is saved and the same command resumes.
+
+    Attributes:
+        signum: The signal that interrupted the study (``SIGINT`` for Ctrl-C).
+    """
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.signum = int(signum)
 
 
 # -- opening ---------------------------------------------------------------------------------------------
@@ -308,6 +317,6 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
             _verify(ctx, observers)
     except KeyboardInterrupt as exc:
         raise Interrupted(f"{_interruption(exc)}; finished work is saved in {options.storage} - run the same "
-                          "command again to resume") from None
+                          "command again to resume", getattr(exc, "signum", signal.SIGINT)) from None
     notify(observers, "on_study_end", ctx)
     return ledger

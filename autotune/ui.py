@@ -7,7 +7,6 @@ which then stops the whole group (MLflow starts uvicorn workers under it) and ex
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import socket
@@ -19,6 +18,7 @@ import urllib.request
 from typing import IO, Any
 
 from autotune.cli_helpers import UsageError
+from autotune.engines._process import EngineProcess
 from autotune.status import ExitStatus
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "configure_parser", "run", "server_command", "ui_url"]
@@ -88,11 +88,6 @@ def _ready(url: str) -> bool:
         return False
 
 
-def _signal_group(proc: subprocess.Popen[Any], sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):  # the group is already gone
-        os.killpg(proc.pid, sig)
-
-
 class _Stopper:
     """SIGINT/SIGTERM handler: ask the server's process group to stop, remember that the user asked.
 
@@ -102,7 +97,7 @@ class _Stopper:
     """
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen[Any] | None = None
+        self.proc: EngineProcess | None = None
         self.signal: int | None = None
         self.deadline = 0.0
         self._old: dict[int, Any] = {}
@@ -116,20 +111,20 @@ class _Stopper:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
 
-    def attach(self, proc: subprocess.Popen[Any]) -> None:
+    def attach(self, proc: EngineProcess) -> None:
         self.proc = proc
         if self.signal is not None:
-            _signal_group(proc, signal.SIGTERM)
+            proc.signal_group(signal.SIGTERM)
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.signal is None:
             self.signal = signum
             self.deadline = time.monotonic() + STOP_GRACE_S
             if self.proc is not None:
-                _signal_group(self.proc, signal.SIGTERM)
+                self.proc.signal_group(signal.SIGTERM)
 
 
-def _supervise(proc: subprocess.Popen[Any], stopper: _Stopper, url: str, out: IO[str]) -> int:
+def _supervise(proc: EngineProcess, stopper: _Stopper, url: str, out: IO[str]) -> int:
     """Wait for the server; announce it once it answers; stop its group on a signal. Returns its status."""
     announced = False
     while True:
@@ -144,14 +139,9 @@ def _supervise(proc: subprocess.Popen[Any], stopper: _Stopper, url: str, out: IO
             announced = True
 
 
-def _stop(proc: subprocess.Popen[Any], stopper: _Stopper) -> int:
-    """The user asked to stop: give the group its grace period, then kill it."""
-    try:
-        proc.wait(timeout=max(0.0, stopper.deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        _signal_group(proc, signal.SIGKILL)
-        proc.wait()
-    _signal_group(proc, signal.SIGKILL)  # workers that outlived the server must not keep the port
+def _stop(proc: EngineProcess, stopper: _Stopper) -> int:
+    """The user asked to stop (SIGTERM went to the group already): what is left of the grace, then the kill."""
+    proc.stop(grace_s=max(0.0, stopper.deadline - time.monotonic()))  # workers must not keep the port
     return 0
 
 
@@ -181,15 +171,11 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
     print(f"Starting the MLflow UI on {url} for {where} ...", file=out, flush=True)
     with _Stopper() as stopper:
         # Own session = own process group: the terminal's Ctrl-C reaches only us, and we stop all of it.
-        proc = subprocess.Popen(server_command(uri, args.host, args.port), start_new_session=True,
-                                env=_server_env())
-        stopper.attach(proc)
-        try:
+        with EngineProcess(server_command(uri, args.host, args.port), env=_server_env()) as proc:
+            # Leaving the block by any route stops the server's group: an unexpected error in here must not
+            # leave an orphaned server behind.
+            stopper.attach(proc)
             code = _supervise(proc, stopper, url, out)
-        finally:
-            if proc.poll() is None:  # an unexpected error in here must not leave an orphaned server behind
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait()
     if code != 0:
         print(f"autotune: the MLflow server exited with status {code}; see its messages above", file=sys.stderr)
         return ExitStatus.ERROR

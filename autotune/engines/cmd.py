@@ -21,12 +21,10 @@ the output's tail; this engine never raises for a bad restart. See ``examples/cm
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import shlex
-import signal
 import subprocess
 import tempfile
 import time
@@ -35,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from autotune.engines._base import EngineBackend, EngineError
+from autotune.engines._process import EngineProcess
 from autotune.records import EngineConfig, Resolved, RestartResult, RestartStatus, Workload
 
 __all__ = ["CmdEngine", "ProtocolError", "parse_result_line"]
@@ -145,29 +144,23 @@ class CmdEngine(EngineBackend):
         with scratch() as stdin, scratch() as out, scratch() as err:
             stdin.write(payload)
             stdin.seek(0)
-            proc = subprocess.Popen(self.command, stdin=stdin, stdout=out, stderr=err, env=self._env(restart, seed),
-                                    start_new_session=True)
-            returncode = self._wait(proc)
+            # Leaving this block by any route - a result, a timeout, Ctrl-C, SIGTERM - stops the command's whole
+            # process group and anything that escaped it: nothing it started may outlive the restart (an engine
+            # core holding GPU memory would spoil the next one) or autotune itself.
+            with EngineProcess(self.command, stdin=stdin, stdout=out, stderr=err,
+                               env=self._env(restart, seed)) as proc:
+                try:
+                    returncode: int | None = proc.wait(timeout=self.timeout_s)
+                except subprocess.TimeoutExpired:
+                    returncode = None
+                survivors = proc.stop(grace_s=self.kill_grace_s)
             out.seek(0)
             err.seek(0)
-            return out.read(), err.read(), returncode
-
-    def _wait(self, proc: subprocess.Popen[bytes]) -> int | None:
-        """Wait for the command; on timeout stop its whole process group. Returns ``None`` on timeout."""
-        try:
-            returncode: int | None = proc.wait(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            returncode = None
-            _kill_group(proc, signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.kill_grace_s)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc, signal.SIGKILL)
-                proc.wait()
-        # Whatever the command left running (an engine core holding GPU memory, a child that ignored SIGTERM)
-        # must not outlive the restart and spoil the next one.
-        _kill_group(proc, signal.SIGKILL)
-        return returncode
+            stderr = err.read()
+            if survivors:
+                stderr += (f"\nautotune: killed {len(survivors)} process(es) that had left the command's process "
+                           f"group: {', '.join(map(str, survivors))}\n")
+            return out.read(), stderr, returncode
 
     def _write_log(self, config: EngineConfig, restart: int, stdout: str, stderr: str) -> str | None:
         if self.cache_dir is None:
@@ -285,13 +278,6 @@ def _seconds(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
         raise EngineError(f"cmd engine: engine.{key} must be a positive number of seconds, got {value!r}")
     return float(value)
-
-
-def _kill_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    # The command leads its own session, so its pid is the process group id of everything it started;
-    # a group that is already gone needs no killing.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
 
 
 def _last_line(text: str) -> str:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from autotune.engines._process import EngineProcess, kill_group
 
 __all__ = [
     "ERROR_MARKER",
@@ -82,64 +83,6 @@ def tail_text(text: str, lines: int = _TAIL_LINES, chars: int = _TAIL_CHARS) -> 
     clean = [line.rsplit("\r", 1)[-1] for line in text.rstrip("\n").split("\n")]
     out = "\n".join(clean[-lines:])
     return out[-chars:]
-
-
-def kill_group(pgid: int, grace_s: float = 5.0) -> None:
-    """Stop a whole process group: SIGTERM, wait up to ``grace_s``, then SIGKILL.
-
-    Callers reap their direct child first (a zombie still counts as a group member); grandchildren that
-    outlive their parent are reaped by init and leave the group when they exit.
-    """
-    if not _group_alive(pgid):
-        return
-    _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not _group_alive(pgid):
-            return
-        time.sleep(0.05)
-    _signal_group(pgid, signal.SIGKILL)
-    # SIGKILL cannot be caught, but the kernel needs a moment to tear processes down.
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and _group_alive(pgid):
-        time.sleep(0.05)
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        # Gone already (or only zombies we cannot signal): nothing left to stop.
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _group_has_live_member(pgid)
-
-
-def _group_has_live_member(pgid: int) -> bool:
-    """Whether any non-zombie process is in ``pgid`` (zombies of reparented grandchildren hold no resources)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return True
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # Fields after the parenthesised command name: state, ppid, pgrp, ...
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 class _LogWatcher:
@@ -235,35 +178,21 @@ def launch(
     start = time.monotonic()
     try:
         with open(log, "wb") as log_fh, open(stdin_file, "rb") as in_fh:
-            proc = subprocess.Popen(
-                list(argv),
-                stdin=in_fh,
-                stdout=log_fh,
-                stderr=subprocess.STDOUT,
-                env=None if env is None else dict(env),
-                cwd=cwd,
-                start_new_session=True,
-            )
+            proc = EngineProcess(argv, stdin=in_fh, stdout=log_fh, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     except OSError as exc:
         return LaunchResult(returncode=None, log_path=str(log), error=f"cannot start {argv[0]!r}: {exc.strerror or exc}")
     finally:
         stdin_file.unlink(missing_ok=True)
     watcher = _LogWatcher(log)
-    try:
+    # Leaving the block by any route (a deadline, Ctrl-C, SIGTERM, an error) stops the group: the engine is in
+    # its own session and would outlive us.
+    with proc:
         timed_out, ready_at = _watch(proc, watcher, start, startup_timeout_s, measure_timeout_s)
-    except BaseException:
-        # Ctrl-C (or any error) while waiting: the engine is in its own session and would outlive us.
-        kill_group(proc.pid, grace_s=kill_grace_s)
-        raise
-    # The session leader's pid is the group id (start_new_session); reap it, then stop the rest of the group.
-    if timed_out is not None:
-        _signal_group(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=kill_grace_s)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
-    kill_group(proc.pid, grace_s=kill_grace_s)
+        survivors = proc.stop(grace_s=kill_grace_s)
+    if survivors:
+        with open(log, "a") as fh:
+            fh.write(f"\nautotune: killed {len(survivors)} process(es) that had left the engine's process group: "
+                     f"{', '.join(map(str, survivors))}\n")
     watcher.finish()
     text = log.read_text(errors="replace") if log.exists() else ""
     return LaunchResult(
@@ -286,7 +215,7 @@ def _stdin_file(log: Path, stdin_text: str | None) -> Path:
 
 
 def _watch(
-    proc: subprocess.Popen[bytes],
+    proc: EngineProcess,
     watcher: _LogWatcher,
     start: float,
     startup_timeout_s: float,

@@ -1,0 +1,328 @@
+"""One engine process and everything it starts: a new session, a deadline, a group kill with grace, a reap.
+
+Every process autotune starts for an engine (a ``cmd`` wrapper, a vLLM runner, the MLflow UI server) goes
+through :class:`EngineProcess`:
+
+* it runs in a fresh session, so it is its own process group: the terminal's Ctrl-C reaches only autotune,
+  and ``killpg`` stops the engine with everything it spawned (compile workers, tokenizer pools, an engine core);
+* stopping is SIGTERM to the group, up to ``grace_s`` for it to exit, then SIGKILL, then waiting until no live
+  member is left (zombies of reparented grandchildren hold nothing);
+* a process that leaves the group (a daemon that double-forks and calls ``setsid``) is still found: every
+  process started for an engine carries a tag in its environment, which its descendants inherit, and anything
+  tagged that outlives the stop is killed and reported. On Linux autotune also becomes a child subreaper
+  (``prctl(PR_SET_CHILD_SUBREAPER)``), so such orphans are re-parented to it rather than to init and their exit
+  status is reaped here instead of lingering.
+
+:func:`interrupt_on_sigterm` makes SIGTERM (``docker stop``, systemd, Slurm) behave like Ctrl-C, so every
+``except KeyboardInterrupt`` cleanup path runs for it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = [
+    "TAG_ENV",
+    "EngineProcess",
+    "SignalInterrupt",
+    "Survivor",
+    "enable_subreaper",
+    "group_alive",
+    "interrupt_on_sigterm",
+    "kill_group",
+    "tagged_processes",
+]
+
+#: Environment variable every engine process (and so every descendant) carries: ``<autotune pid>-<uuid>``.
+TAG_ENV = "AUTOTUNE_PROCESS_TAG"
+#: ``PR_SET_CHILD_SUBREAPER`` from ``<linux/prctl.h>``.
+_PR_SET_CHILD_SUBREAPER = 36
+_POLL_S = 0.05
+#: How long SIGKILLed processes get to disappear (the kernel tears them down asynchronously).
+_KILL_WAIT_S = 5.0
+
+_log = logging.getLogger(__name__)
+_subreaper: bool | None = None
+
+
+class SignalInterrupt(KeyboardInterrupt):
+    """A termination signal delivered as an interruption, so it takes Ctrl-C's cleanup paths.
+
+    Attributes:
+        signum: The signal number.
+        signal_name: ``SIGTERM``.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.signal_name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`SignalInterrupt` (a ``KeyboardInterrupt``) in the main thread.
+
+    Only the first SIGTERM raises: later ones arrive while the interruption is being cleaned up (engines
+    stopped, trials marked, runs closed) and must not cut that short. Outside the main thread this is a no-op.
+    """
+    try:
+        fired = False
+
+        def handler(signum: int, frame: Any) -> None:
+            nonlocal fired
+            if not fired:
+                fired = True
+                raise SignalInterrupt(signum)
+
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def enable_subreaper() -> bool:
+    """Make this process a child subreaper (Linux): orphaned descendants are re-parented to it. Once per process.
+
+    Returns:
+        Whether it is one (``False`` off Linux or if the kernel refused).
+    """
+    global _subreaper
+    if _subreaper is None:
+        _subreaper = False
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+            except (OSError, AttributeError):
+                _subreaper = False
+    return _subreaper
+
+
+@dataclasses.dataclass(frozen=True)
+class Survivor:
+    """A process started for an engine that escaped its process group; it was killed."""
+
+    pid: int
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.pid} ({self.name})"
+
+
+# -- /proc -----------------------------------------------------------------------------------------------
+
+
+def _stat(pid: int) -> tuple[str, str, int, int, int] | None:
+    """``(name, state, ppid, pgrp, session)`` of ``pid`` from ``/proc``, ``None`` when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name = raw[raw.find("(") + 1 : raw.rfind(")")]
+    fields = raw[raw.rfind(")") + 1 :].split()
+    if len(fields) < 4:
+        return None
+    return name, fields[0], int(fields[1]), int(fields[2]), int(fields[3])
+
+
+def _pids() -> list[int]:
+    proc = Path("/proc")
+    return [int(e.name) for e in proc.iterdir() if e.name.isdigit()] if proc.is_dir() else []
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Live processes whose environment carries ``TAG_ENV=tag``: an engine's descendants (a zombie's environment
+    is gone, so zombies are not found here)."""
+    needle = b"\0" + f"{TAG_ENV}={tag}".encode() + b"\0"
+    found = []
+    for pid in _pids():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue  # gone, or not ours to read
+        if needle in b"\0" + environ + b"\0":
+            found.append(pid)
+    return found
+
+
+def _live(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[1] not in ("Z", "X")
+
+
+def _group_has_live_member(pgid: int) -> bool:
+    """Whether any non-zombie process is in ``pgid`` (zombies of reparented grandchildren hold no resources)."""
+    if not Path("/proc").is_dir():
+        return True
+    for pid in _pids():
+        stat = _stat(pid)
+        if stat is not None and stat[3] == pgid and stat[1] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # gone already, or only zombies left
+        os.killpg(pgid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a live (non-zombie) member."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _group_has_live_member(pgid)
+
+
+def kill_group(pgid: int, grace_s: float = 5.0) -> None:
+    """Stop a whole process group: SIGTERM, wait up to ``grace_s``, then SIGKILL and wait until it is gone.
+
+    Callers reap their direct child first (a zombie still counts as a group member for ``killpg``).
+    """
+    if not group_alive(pgid):
+        return
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
+            return
+        time.sleep(_POLL_S)
+    _signal_group(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + _KILL_WAIT_S
+    while time.monotonic() < deadline and group_alive(pgid):
+        time.sleep(_POLL_S)
+
+
+def _reap_orphans(pids: set[int], sessions: set[int]) -> None:
+    """Collect zombie children of ours that were an engine's descendants (re-parented to us, the subreaper).
+
+    A zombie no longer shows its environment, so it is recognised by its pid or its session (an engine's own
+    session, or one a tagged descendant made with setsid). Children we started ourselves are reaped by their
+    ``Popen`` and never match.
+    """
+    me = os.getpid()
+    for pid in _pids():
+        stat = _stat(pid)
+        if stat is None or stat[2] != me or stat[1] != "Z" or not (pid in pids or stat[4] in sessions):
+            continue
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+# -- the process -----------------------------------------------------------------------------------------
+
+
+class EngineProcess:
+    """One process started for an engine, in its own session, stopped with everything it started.
+
+    Use it as a context manager: leaving the block by any route (a result, an error, Ctrl-C, SIGTERM) stops
+    the process group and every escaped descendant.
+
+    Args:
+        argv: The command.
+        stdin, stdout, stderr: As for :class:`subprocess.Popen` (files, not pipes, for long-running engines).
+        env: The environment (``None``: ours); the tag is added.
+        cwd: Working directory.
+
+    Raises:
+        OSError: the command cannot be started.
+    """
+
+    def __init__(self, argv: Sequence[str], *, stdin: IO[Any] | int | None = None,
+                 stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None,
+                 env: Mapping[str, str] | None = None, cwd: str | None = None) -> None:
+        enable_subreaper()
+        self.tag = f"{os.getpid()}-{uuid.uuid4().hex}"
+        full_env = dict(os.environ if env is None else env)
+        full_env[TAG_ENV] = self.tag
+        self.argv = list(argv)
+        self.popen: subprocess.Popen[Any] = subprocess.Popen(
+            self.argv, stdin=stdin, stdout=stdout, stderr=stderr, env=full_env, cwd=cwd, start_new_session=True)
+        self.pid = self.popen.pid
+        self.survivors: list[Survivor] = []
+        self._stopped = False
+
+    def __enter__(self) -> EngineProcess:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the session leader; raises :class:`subprocess.TimeoutExpired` like ``Popen.wait``."""
+        return self.popen.wait(timeout=timeout)
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the whole group (no effect once it is gone)."""
+        _signal_group(self.pid, signal.Signals(sig))
+
+    def stop(self, grace_s: float = 5.0) -> list[Survivor]:
+        """Stop the leader and its group (SIGTERM, ``grace_s``, SIGKILL), reap it, then kill escaped descendants.
+
+        Safe to call twice. Returns the descendants that had left the group (also logged as a warning).
+        """
+        if self._stopped:
+            return self.survivors
+        # Who the engine's descendants are, while they still show their environment: their exits are ours to
+        # collect once they are re-parented here.
+        seen = {pid: stat[4] for pid in tagged_processes(self.tag) if (stat := _stat(pid)) is not None}
+        if self.popen.poll() is None:
+            self.signal_group(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.signal_group(signal.SIGKILL)
+                self.popen.wait()
+        # The leader is reaped; whatever is left of its group (an engine core that ignored SIGTERM) goes now.
+        kill_group(self.pid, grace_s=grace_s)
+        self.survivors = self._kill_escaped(seen)
+        _reap_orphans(set(seen), {self.pid, *seen.values()})
+        self._stopped = True
+        return self.survivors
+
+    def _kill_escaped(self, seen: dict[int, int]) -> list[Survivor]:
+        """Kill tagged processes that outlived the group (they left it with setsid); adds them to ``seen``."""
+        escaped: list[Survivor] = []
+        for pid in tagged_processes(self.tag):
+            stat = _stat(pid)
+            if pid == self.pid or stat is None or not _live(pid):
+                continue
+            escaped.append(Survivor(pid, stat[0]))
+            seen[pid] = stat[4]
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + _KILL_WAIT_S
+        for s in escaped:
+            while time.monotonic() < deadline and _live(s.pid):
+                time.sleep(_POLL_S)
+        if escaped:
+            _log.warning("autotune: killed %d process(es) that had left the engine's process group: %s (command: "
+                         "%s)", len(escaped), ", ".join(map(str, escaped)), " ".join(self.argv)[:200])
+        return escaped

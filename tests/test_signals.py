@@ -1,0 +1,143 @@
+"""Engines never outlive autotune: SIGTERM takes Ctrl-C's path, and a daemon that left its group is caught."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import mlflow
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from autotune import ledger as ledger_mod
+from autotune.engines.cmd import CmdEngine
+from autotune.records import EngineConfig, Workload
+from autotune.status import ExitStatus
+from tests.fakes import SMALL_SPACE
+from tests.test_tracking import store
+
+REPO = Path(__file__).resolve().parents[1]
+RESULT = {"status": "ok", "passes_tok_s": [100.0], "resolved": {"cudagraph_mode": None}}
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie is not: it holds nothing, and is gone once reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _zombie_children() -> list[int]:
+    me, out = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] == "Z" and int(fields[1]) == me:
+            out.append(int(entry.name))
+    return out
+
+
+def _wait_for(path: Path, timeout_s: float, proc: subprocess.Popen | None = None) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
+        if path.exists() and path.read_text().strip():
+            return int(path.read_text())
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def _script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
+def test_a_double_forked_setsid_daemon_does_not_outlive_the_restart(tmp_path: Path) -> None:
+    pidfile = tmp_path / "daemon.pid"
+    engine = _script(tmp_path, "daemonizing.py", f"""
+        import json, os, sys, time
+        sys.stdin.read()
+        if os.fork() == 0:          # the classic daemon: fork, setsid (a new session and group), fork again
+            os.setsid()
+            if os.fork() == 0:
+                open({str(pidfile)!r} + ".tmp", "w").write(f"{{os.getpid()}} {{os.getsid(0)}}")
+                os.rename({str(pidfile)!r} + ".tmp", {str(pidfile)!r})
+                time.sleep(600)
+            os._exit(0)
+        while not os.path.exists({str(pidfile)!r}):
+            time.sleep(0.01)
+        print(json.dumps({RESULT!r}))
+    """)
+    cmd = CmdEngine(cache_dir=str(tmp_path / "cache"), command=[sys.executable, str(engine)], kill_grace_s=1)
+    daemon = None
+    try:
+        result = cmd.run_restart(EngineConfig(), Workload(), restart=0, seed=0)
+        daemon, session = map(int, pidfile.read_text().split())
+        assert result.ok, result.error
+        assert not _alive(daemon), "the setsid daemon escaped the process-group kill"
+        assert f"{daemon} (python" in Path(result.log_path).read_text()  # and the restart's log says so
+        # Re-parented to us (the subreaper), the daemon and the fork that made it were reaped: no zombies kept.
+        assert not Path(f"/proc/{daemon}").exists()
+        assert not [pid for pid in _zombie_children() if os.getsid(pid) == session]
+    finally:
+        if daemon is not None and _alive(daemon):
+            os.kill(daemon, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
+def test_sigterm_during_a_cmd_restart_stops_the_engine_and_saves_the_study(tmp_path: Path) -> None:
+    pidfile = tmp_path / "engine.pid"
+    engine = _script(tmp_path, "slow.py", f"""
+        import os, sys, time
+        sys.stdin.read()
+        open({str(pidfile)!r} + ".tmp", "w").write(str(os.getpid()))
+        os.rename({str(pidfile)!r} + ".tmp", {str(pidfile)!r})
+        time.sleep(600)
+    """)
+    space = {**SMALL_SPACE, "engine": {"name": "cmd", "command": [sys.executable, str(engine)]}}
+    space_path = tmp_path / "space.yaml"
+    space_path.write_text(yaml.safe_dump(space))
+    storage, tracking = f"sqlite:///{tmp_path}/optuna.db", store(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "tune", "--space", str(space_path), "--study", "term", "--storage", storage,
+         "--workdir", str(tmp_path / "work"), "--trials", "2", "--no-verify", "--tracking-uri", tracking, "--quiet"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    engine_pid = None
+    try:
+        engine_pid = _wait_for(pidfile, 120, proc)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if engine_pid is not None and _alive(engine_pid):
+            os.kill(engine_pid, signal.SIGKILL)
+            pytest.fail("the engine outlived autotune")
+    assert proc.returncode == ExitStatus.TERMINATED, err
+    assert "interrupted by SIGTERM" in err and "run the same command again to resume" in err
+    # The interrupted trial is failed as interrupted and queued again: the resume semantics of Ctrl-C.
+    ledger = ledger_mod.load("term", storage)
+    trials = ledger.study.get_trials()
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    (cut,) = [r for r in ledger.trial_records() if r.interrupted]
+    assert cut.state == "FAIL" and cut.reason == "interrupted by SIGTERM"
+    queued = [t.system_attrs.get("fixed_params") for t in trials if t.state == TrialState.WAITING]  # enqueue_trial's
+    assert next(t for t in trials if t.number == cut.number).params in queued
+    # No MLflow run is left RUNNING.
+    client = mlflow.MlflowClient(tracking)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert runs and all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
