@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping
 from typing import IO, Any
 
-from autotune.records import EngineConfig, RestartResult, config_differences
+from autotune.records import Detail, EngineConfig, EngineFacts, RestartResult, config_differences
 from autotune.status import ExitStatus
 
 __all__ = ["AuditRow", "audit_rows", "config_for_audit", "configure_parser", "run", "run_audit"]
@@ -106,7 +106,7 @@ def run_audit(
     try:
         workload = _audit_workload(space.workload)
         result = backend.run_restart(config, workload, restart=0, seed=workload.seed)
-        facts = dict(backend.describe())
+        facts = EngineFacts.of(backend.describe())
     finally:
         backend.close()
     rows = audit_rows(config, result, dict(engine_options))
@@ -158,20 +158,20 @@ def audit_rows(config: EngineConfig, result: RestartResult, engine_options: Mapp
     ]
     env = dict(engine_options.get("env") or {})
     want_runner = {"0": "v1", "1": "v2"}.get(str(env.get("VLLM_USE_V2_MODEL_RUNNER", "")), _UNSET)
-    got_runner = details.get("model_runner")
+    got_runner = details.get(Detail.MODEL_RUNNER)
     rows.append(AuditRow("model_runner", want_runner, _shown(got_runner),
                          want_runner != _UNSET and got_runner is not None and want_runner != got_runner))
     want_async = config.engine_args.get("async_scheduling", _UNSET)
-    got_async = details.get("async_scheduling")
+    got_async = details.get(Detail.ASYNC_SCHEDULING)
     rows.append(AuditRow("async_scheduling", want_async, _shown(got_async),
                          want_async not in (_UNSET, None) and got_async is not None and bool(want_async) != got_async))
     want_spec = config.spec_method or "off"
-    if "spec_method" in details:  # an engine that does not say is not an engine that changed it
-        got_spec = details["spec_method"] or "off"
+    if Detail.SPEC_METHOD in details:  # an engine that does not say is not an engine that changed it
+        got_spec = details[Detail.SPEC_METHOD] or "off"
         rows.append(AuditRow("speculative_method", want_spec, got_spec, want_spec != got_spec))
     else:
         rows.append(AuditRow("speculative_method", want_spec, "?"))
-    got_k = details.get("num_speculative_tokens")
+    got_k = details.get(Detail.NUM_SPECULATIVE_TOKENS)
     rows.append(AuditRow("num_speculative_tokens", config.num_speculative_tokens, _shown(got_k),
                          got_k is not None and int(got_k or 0) != config.num_speculative_tokens))
     return rows
@@ -190,10 +190,8 @@ def _audit_workload(workload: Any) -> Any:
 
 
 def _print_audit(out: IO[str], config: EngineConfig, result: RestartResult, rows: list[AuditRow],
-                 facts: Mapping[str, Any]) -> None:
-    version = facts.get("engine_version") or ""
-    gpu = facts.get("gpu") or ""
-    print(f"audit: {config.label()}   [{facts.get('engine', '?')} {version} {gpu}]".rstrip(), file=out)
+                 facts: EngineFacts) -> None:
+    print(f"audit: {config.label()}   [{facts.name or '?'} {facts.version or ''} {facts.gpu or ''}]".rstrip(), file=out)
     width = max(len(r.field) for r in rows) + 2
     conf_width = max(max(len(str(r.configured)) for r in rows), len("configured")) + 2
     print(f"  {'field':<{width}}{'configured':<{conf_width}}resolved", file=out)
@@ -230,11 +228,11 @@ def _announced(row: AuditRow, notes: tuple[str, ...]) -> bool:
 
 
 def _write_json(path: str, config: EngineConfig, result: RestartResult, rows: list[AuditRow],
-                facts: Mapping[str, Any]) -> None:
+                facts: EngineFacts) -> None:
     payload = {
         "config": config.to_dict(),
         "label": config.label(),
-        "engine": dict(facts),
+        "engine": facts.to_dict(),
         "rows": [dataclasses.asdict(r) for r in rows],
         "changed": [r.field for r in rows if r.changed],
         "restart": result.to_dict(),

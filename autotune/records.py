@@ -250,6 +250,11 @@ class EngineFacts:
         return out
 
     @classmethod
+    def of(cls, facts: EngineFacts | Mapping[str, Any] | None) -> EngineFacts:
+        """``facts`` as :class:`EngineFacts` (an engine outside this package may still describe itself as a dict)."""
+        return facts if isinstance(facts, EngineFacts) else cls.from_dict(facts)
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> EngineFacts:
         kw: dict[str, Any] = {}
         extra: dict[str, Any] = {}

@@ -303,7 +303,7 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
         shutil.rmtree(cache_dir, ignore_errors=True)
     os.makedirs(cache_dir, exist_ok=True)
     engine.cache_dir = engine.cache_dir or cache_dir
-    ctx = StudyContext(options, space, engine, EngineFacts.from_dict(engine.describe()), ledger, resumed)
+    ctx = StudyContext(options, space, engine, EngineFacts.of(engine.describe()), ledger, resumed)
     ledger.recover_interrupted()
     if not ledger.baselines_enqueued():
         for params in [*space.baseline_params(), *options.enqueue]:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from autotune.records import EngineConfig, RestartResult, Workload
+from autotune.records import EngineConfig, EngineFacts, RestartResult, Workload
 
 if TYPE_CHECKING:
     from autotune.space import SearchSpace
@@ -56,9 +55,9 @@ class EngineBackend(abc.ABC):
             EngineError: the engine itself is unusable.
         """
 
-    def describe(self) -> Mapping[str, Any]:
+    def describe(self) -> EngineFacts:
         """Facts for tracking: engine name and version, GPU name, driver, CUDA version, when known."""
-        return {"engine": self.name}
+        return EngineFacts(name=self.name)
 
     def close(self) -> None:
         """Release anything held between restarts (nothing, for most engines)."""

@@ -104,7 +104,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.records import EngineConfig, Resolved, Workload
+from autotune.records import Detail, EngineConfig, Resolved, Workload
 
 __all__ = [
     "ACCEPTANCE",
@@ -444,13 +444,13 @@ class Plan:
     def resolved(self, hw: HardwareProfile) -> Resolved:
         """The plan as :class:`Resolved` (what a real engine's start-up would report)."""
         details: dict[str, Any] = {
-            "model_runner": self.model_runner,
-            "async_scheduling": self.async_scheduling,
-            "attention_backend": hw.attention_backend,
+            Detail.MODEL_RUNNER: self.model_runner,
+            Detail.ASYNC_SCHEDULING: self.async_scheduling,
+            Detail.ATTENTION_BACKEND: hw.attention_backend,
         }
         if self.method is not None:
-            details["speculative_method"] = self.method
-            details["num_speculative_tokens"] = self.k
+            details[Detail.SPEC_METHOD] = self.method
+            details[Detail.NUM_SPECULATIVE_TOKENS] = self.k
         return Resolved(cudagraph_mode=self.mode, cudagraph_capture_sizes=self.sizes, compile_mode=COMPILE_MODE,
                         details=details, notes=self.notes)
 

@@ -34,7 +34,7 @@ from typing import IO, Any
 
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._process import EngineProcess
-from autotune.records import EngineConfig, Resolved, RestartResult, RestartStatus, Workload
+from autotune.records import EngineConfig, EngineFacts, Resolved, RestartResult, RestartStatus, Workload
 
 __all__ = ["CmdEngine", "ProtocolError", "parse_result_line"]
 
@@ -116,9 +116,9 @@ class CmdEngine(EngineBackend):
                                          f"status {returncode}", log_tail=tail, **common)
         return RestartResult(status=RestartStatus.OK, **common, **{k: v for k, v in data.items() if k != "status"})
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EngineFacts:
         """The engine name and the command it runs."""
-        return {"engine": self.name, "command": list(self.command)}
+        return EngineFacts(name=self.name, extra={"command": list(self.command)})
 
     # -- internals -----------------------------------------------------------------------------------------
     def _env(self, restart: int, seed: int) -> dict[str, str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from autotune.engines import _sim_model as model
 from autotune.engines._base import EngineBackend, EngineError
-from autotune.records import EngineConfig, Resolved, RestartResult, RestartStatus, Workload
+from autotune.records import EngineConfig, EngineFacts, Resolved, RestartResult, RestartStatus, Workload
 
 __all__ = ["SimEngine"]
 
@@ -140,16 +140,10 @@ class SimEngine(EngineBackend):
             cold=cold,
         )
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EngineFacts:
         """Engine facts for tracking; ``simulated`` marks every number as coming from the model."""
-        return {
-            "engine": self.name,
-            "engine_version": self.engine_version,
-            "gpu": self.hardware.gpu_name,
-            "profile": self.hardware.name,
-            "model_profile": self.model.name,
-            "simulated": True,
-        }
+        return EngineFacts(name=self.name, version=self.engine_version, gpu=self.hardware.gpu_name, simulated=True,
+                           extra={"profile": self.hardware.name, "model_profile": self.model.name})
 
     # -- internals -----------------------------------------------------------------------------------------
     def _plan(self, config: EngineConfig) -> model.Plan:

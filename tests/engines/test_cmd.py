@@ -229,7 +229,7 @@ def test_options_are_validated():
     engine = make_engine("cmd", command="python3 -m my_engine --flag 'a b'")
     assert isinstance(engine, CmdEngine)
     assert engine.command == ["python3", "-m", "my_engine", "--flag", "a b"]
-    assert engine.timeout_s == 1800 and engine.describe() == {"engine": "cmd", "command": engine.command}
+    assert engine.timeout_s == 1800 and engine.describe().to_dict() == {"engine": "cmd", "command": engine.command}
 
 
 def test_example_wrapper_reproduces_the_sim_engine(tmp_path):

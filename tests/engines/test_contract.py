@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from autotune.engines import EngineBackend, make_engine
-from autotune.records import EngineConfig, RestartResult, RestartStatus, Workload
+from autotune.records import EngineConfig, EngineFacts, RestartResult, RestartStatus, Workload
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cmd_engine_example.py"
 WL = Workload(num_prompts=8, input_len=64, output_len=64, concurrency=4, timed_passes=2)
@@ -91,4 +91,4 @@ def test_a_failing_restart_is_data_not_an_exception(engine):
 
 def test_describe_names_the_engine(engine):
     facts = engine.describe()
-    assert facts["engine"] == engine.name
+    assert isinstance(facts, EngineFacts) and facts.name == engine.name

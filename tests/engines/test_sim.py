@@ -411,6 +411,8 @@ def test_noise_option_and_describe():
     prewarm(quiet, BASE)
     values = [warm_value(quiet, BASE, s) for s in range(20)]
     assert cv(values) < 0.03  # only pass noise is left
-    assert quiet.describe() == {"engine": "sim", "engine_version": "0.26.0", "gpu": "simulated GB10",
-                                "profile": "gb10", "model_profile": "dense", "simulated": True}
+    facts = quiet.describe()
+    assert (facts.name, facts.version, facts.gpu, facts.simulated) == ("sim", "0.26.0", "simulated GB10", True)
+    assert facts.to_dict() == {"engine": "sim", "engine_version": "0.26.0", "gpu": "simulated GB10",
+                               "profile": "gb10", "model_profile": "dense", "simulated": True}
     assert isinstance(make_engine("sim"), SimEngine)

@@ -254,7 +254,7 @@ FAKE_OK = """
     print("WARNING 01-01 00:00:00 [vllm.py:1605] Async scheduling not supported with ngram-based speculative "
           "decoding and will be disabled.")
     resolved = {"cudagraph_mode": "CUDAGraphMode.NONE", "cudagraph_capture_sizes": [], "compile_mode": "NONE",
-                "details": {"spec_method": "ngram", "async_scheduling": False}}
+                "details": {"speculative_method": "ngram", "async_scheduling": False}}
     print("AUTOTUNE_READY " + json.dumps({"startup_s": 0.1, "resolved": resolved}), flush=True)
     print("AUTOTUNE_RESULT " + json.dumps({"passes_tok_s": [100.0, 110.0], "warmup_tok_s": [50.0, 99.0, 100.0],
                                            "accept_len": 2.5, "peak_memory_gib": None}), flush=True)
@@ -377,7 +377,7 @@ def test_check_names_the_interpreter_and_the_fix_when_vllm_is_missing() -> None:
     assert message.startswith("vllm engine: cannot import vllm with ")
     assert "(ModuleNotFoundError: No module named 'vllm')" in message
     assert message.endswith("install vllm there, or set engine.python / engine.launcher, or use --engine sim")
-    assert engine.describe() == {"engine": "vllm", "mode": "offline"}
+    assert engine.describe().to_dict() == {"engine": "vllm", "mode": "offline"}
 
 
 def test_check_caches_the_version_for_describe() -> None:
@@ -386,8 +386,8 @@ def test_check_caches_the_version_for_describe() -> None:
     engine = VllmEngine(launcher=[sys.executable, "-c", fake])
     engine.check(_Space())  # type: ignore[arg-type]
     facts = engine.describe()
-    assert facts["engine_version"] == "9.9.9" and facts["gpu"] == "NVIDIA H200"
-    assert facts["driver"] == "580.1" and facts["cuda"] == "13.0"
+    assert facts.version == "9.9.9" and facts.gpu == "NVIDIA H200"
+    assert facts.driver == "580.1" and facts.cuda == "13.0"
 
 
 # -- the runner's pure parts (it imports only the standard library until it builds the engine) ---------------
@@ -463,7 +463,7 @@ FAKE_AUDIT = """
     rounded = sorted({-(-s // (k + 1)) * (k + 1) for s in sizes if -(-s // (k + 1)) * (k + 1) <= max(sizes)})
     resolved = {"cudagraph_mode": "CUDAGraphMode.FULL_AND_PIECEWISE", "cudagraph_capture_sizes": rounded,
                 "compile_mode": "VLLM_COMPILE",
-                "details": {"spec_method": "ngram", "num_speculative_tokens": k, "model_runner": "v1"}}
+                "details": {"speculative_method": "ngram", "num_speculative_tokens": k, "model_runner": "v1"}}
     print("AUTOTUNE_READY " + json.dumps({"resolved": resolved}), flush=True)
     print("AUTOTUNE_RESULT " + json.dumps({"passes_tok_s": [1000.0], "accept_len": 2.9}), flush=True)
 """

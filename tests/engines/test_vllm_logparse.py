@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from autotune.engines.vllm import build_resolved
 from autotune.engines.vllm._logparse import failure_reason, parse_startup_log, strip_prefix
+from autotune.records import Detail
 
 # Shapes copied from vLLM 0.26 (H200) and 0.32 (CPU) start-up logs.
 GPU_LOG = """\
@@ -123,12 +124,12 @@ def test_no_exception_falls_back_to_the_last_line() -> None:
 def test_build_resolved_merges_runner_facts_over_log_facts() -> None:
     ready = {"resolved": {"cudagraph_mode": "CUDAGraphMode.PIECEWISE", "cudagraph_capture_sizes": [4, 8],
                           "compile_mode": "VLLM_COMPILE",
-                          "details": {"model_runner": "v1", "async_scheduling": False, "spec_method": "draft_model"}}}
+                          "details": {"model_runner": "v1", "async_scheduling": False, "speculative_method": "draft_model"}}}
     resolved = build_resolved(ready, GPU_LOG)
     assert resolved is not None
     assert resolved.cudagraph_mode == "PIECEWISE"
     assert resolved.cudagraph_capture_sizes == (4, 8)
-    assert resolved.details["spec_method"] == "draft_model"
+    assert resolved.details[Detail.SPEC_METHOD] == "draft_model"
     assert resolved.details["graphs_captured"] == {"mixed prefill-decode, PIECEWISE": {"done": 7, "total": 7}}
     assert len(resolved.notes) == 4
 

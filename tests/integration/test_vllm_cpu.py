@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.records import RestartStatus, config_differences
+from autotune.records import Detail, RestartStatus, config_differences
 from autotune.space import load_space
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def test_run_restart_measures_and_reports_the_silent_downgrade(space, cache_dir:
         resolved = result.resolved
         assert resolved is not None
         assert resolved.cudagraph_mode == "NONE"
-        assert resolved.details["spec_method"] == "ngram"
+        assert resolved.details[Detail.SPEC_METHOD] == "ngram"
         assert resolved.details["async_scheduling"] is False
         assert any("Async scheduling not supported with ngram" in n for n in resolved.notes)
         assert SILENT_DOWNGRADE in [str(d) for d in config_differences(config, resolved)]

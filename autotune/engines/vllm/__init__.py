@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines.vllm._launcher import LaunchResult, launch
 from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
-from autotune.records import EngineConfig, Resolved, RestartResult, RestartStatus, Workload
+from autotune.records import Detail, EngineConfig, EngineFacts, Resolved, RestartResult, RestartStatus, Workload
 
 if TYPE_CHECKING:
     from autotune.space import SearchSpace
@@ -228,27 +228,20 @@ class VllmEngine(EngineBackend):
                               "or a model with a tokenizer (engine_args.tokenizer)")
         self._facts = self.probe()
 
-    def describe(self) -> Mapping[str, Any]:
+    def describe(self) -> EngineFacts:
         """Engine name, vLLM version, GPU, driver and CUDA version (probing vLLM once if needed)."""
         if self._facts is None:
             try:
                 self._facts = self.probe()
             except EngineError:
-                return {"engine": self.name, "mode": self.settings.mode}
+                return EngineFacts(name=self.name, extra={"mode": self.settings.mode})
         facts = self._facts
-        out: dict[str, Any] = {
-            "engine": self.name,
-            "engine_version": facts.get("vllm"),
-            "mode": self.settings.mode,
-            "interpreter": self.settings.interpreter_label(),
-            "torch": facts.get("torch"),
-            "gpu": facts.get("gpu") or "none (CPU)",
-        }
-        if facts.get("cuda"):
-            out["cuda"] = facts["cuda"]
-        if facts.get("driver"):
-            out["driver"] = facts["driver"]
-        return out
+        return EngineFacts(
+            name=self.name, version=facts.get("vllm"), gpu=facts.get("gpu") or "none (CPU)",
+            driver=facts.get("driver") or None, cuda=facts.get("cuda") or None,
+            extra={"mode": self.settings.mode, "interpreter": self.settings.interpreter_label(),
+                   "torch": facts.get("torch")},
+        )
 
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         """One fresh engine process: start, warm up until steady, time the passes, stop the whole group."""
@@ -411,7 +404,7 @@ def build_resolved(ready: Mapping[str, Any] | None, log_text: str) -> Resolved |
         return None
     details = findings.details()
     # The engine's own config objects are authoritative; the log fills in what they do not say.
-    details.update({k: v for k, v in dict(reported.get("details") or {}).items() if v is not None})
+    details.update({k: v for k, v in Detail.normalise(reported.get("details") or {}).items() if v is not None})
     sizes = reported.get("cudagraph_capture_sizes")
     return Resolved(
         cudagraph_mode=_mode_name(reported.get("cudagraph_mode")),

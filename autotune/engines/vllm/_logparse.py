@@ -13,6 +13,8 @@ import dataclasses
 import re
 from typing import Any
 
+from autotune.records import Detail
+
 __all__ = ["LogFindings", "failure_reason", "parse_engine_config", "parse_startup_log"]
 
 # vLLM's logger prefix: "(EngineCore_DP0 pid=164) WARNING 05-14 08:25:39 [compilation.py:1390] message".
@@ -67,13 +69,13 @@ class LogFindings:
         """The findings as ``Resolved.details`` entries (only facts the log stated)."""
         out: dict[str, Any] = {}
         if self.model_runner is not None:
-            out["model_runner"] = self.model_runner
+            out[Detail.MODEL_RUNNER] = self.model_runner
         if self.async_scheduling is not None:
-            out["async_scheduling"] = self.async_scheduling
+            out[Detail.ASYNC_SCHEDULING] = self.async_scheduling
         if self.mode_changes:
-            out["log_cudagraph_mode"] = self.mode_changes[-1]
+            out[Detail.LOG_CUDAGRAPH_MODE] = self.mode_changes[-1]
         if self.captures:
-            out["graphs_captured"] = {label: dict(c) for label, c in self.captures.items()}
+            out[Detail.GRAPHS_CAPTURED] = {label: dict(c) for label, c in self.captures.items()}
         return out
 
 
@@ -157,7 +159,7 @@ def parse_engine_config(text: str) -> dict[str, Any] | None:
         "cudagraph_mode": changes_after[-1] if changes_after else (mode["mode"] if mode else None),
         "cudagraph_capture_sizes": None if sizes is None else [int(x) for x in sizes["sizes"].split(",") if x.strip()],
         "compile_mode": compile_mode["mode"] if compile_mode else None,
-        "details": {"resolved_from": "engine-core start-up log (before the worker's capture-size rounding)"},
+        "details": {Detail.RESOLVED_FROM: "engine-core start-up log (before the worker's capture-size rounding)"},
     }
 
 

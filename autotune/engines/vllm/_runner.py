@@ -103,7 +103,8 @@ def resolved_config(llm: Any) -> dict[str, Any]:
     sizes = comp.cudagraph_capture_sizes
     details: dict[str, Any] = {}
     spec = getattr(config, "speculative_config", None)
-    details["spec_method"] = None if spec is None else getattr(spec, "method", None)
+    # Keys are autotune.records.Detail's names (this file cannot import autotune; a test holds them equal).
+    details["speculative_method"] = None if spec is None else getattr(spec, "method", None)
     details["num_speculative_tokens"] = 0 if spec is None else getattr(spec, "num_speculative_tokens", None)
     scheduler = getattr(config, "scheduler_config", None)
     if scheduler is not None and hasattr(scheduler, "async_scheduling"):
