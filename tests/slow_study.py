@@ -7,7 +7,7 @@ import sys
 from autotune.racing import RacingPolicy
 from autotune.space import parse_space
 from autotune.study import StudyOptions, run_study
-from tests.fakes import SMALL_SPACE, TableEngine, by_params
+from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
 TRUTH = {("FULL_AND_PIECEWISE", 2): 300.0, ("FULL_AND_PIECEWISE", 1): 250.0, ("NONE", 0): 40.0}
 
@@ -19,5 +19,5 @@ def options(storage: str, workdir: str, trials: int = 6) -> StudyOptions:
 
 if __name__ == "__main__":
     storage, workdir, sleep_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    engine = TableEngine(by_params(TRUTH), sleep_s=sleep_s)
+    engine = FakeEngine(by_params(TRUTH), sleep_s=sleep_s)
     run_study(parse_space(SMALL_SPACE), engine, options(storage, workdir))

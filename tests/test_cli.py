@@ -57,3 +57,24 @@ def test_enqueue_rejects_choices_the_space_lacks(tmp_path, capsys):
                            "num_speculative_tokens=2,draft=eagle9", "--storage", f"sqlite:///{tmp_path}/o.db",
                            "--no-mlflow"], capsys)
     assert status == ExitStatus.BAD_INPUT and "drafts has no choice 'eagle9'" in err
+
+
+def test_tune_prints_the_report_mlflow_logged_simulator_line_included(tmp_path, capsys):
+    import mlflow
+
+    from tests.conftest import store
+
+    uri = store(tmp_path)
+    argv = ["tune", "--space", "search_spaces/gb10.yaml", "--engine", "sim", "--study", "once", "--trials", "6",
+            "--storage", f"sqlite:///{tmp_path}/o.db", "--workdir", str(tmp_path / "work"), "--tracking-uri", uri,
+            "--json", str(tmp_path / "report.json"), "--quiet"]
+    status, printed, _ = _run(argv, capsys)
+    assert status == ExitStatus.SUCCESS and "Simulator ground truth" in printed
+    client = mlflow.MlflowClient(uri)
+    (parent,) = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])
+                 if r.data.tags.get("autotune.kind") == "study"]
+    logged = Path(client.download_artifacts(parent.info.run_id, "report.txt", str(tmp_path)))
+    assert logged.read_text() == printed  # one report per tune: the printed one is the logged one
+    report_json = Path(client.download_artifacts(parent.info.run_id, "report.json", str(tmp_path / "dl")))
+    assert json.loads(report_json.read_text()) == json.loads((tmp_path / "report.json").read_text())
+    assert json.loads(report_json.read_text())["simulator_check"]["ratio_to_best"] > 0

@@ -12,15 +12,15 @@ import pytest
 import yaml
 
 from autotune.cli import raw_main
-from autotune.engines import EngineBackend
 from autotune.export import NoResult, to_cli, to_llm_kwargs, to_vllm_yaml
 from autotune.racing import RacingPolicy
 from autotune.ledger import StudyMeta
-from autotune.records import EngineConfig, EngineFacts, RestartResult, Resolved, Workload
+from autotune.records import EngineConfig, EngineFacts, Resolved
 from autotune.report import Budget, CompareResult, Report, TrialCounts, VerificationTable, VerifiedRow, build_report
 from autotune.space import parse_space
 from autotune.status import ExitStatus
 from autotune.study import StudyOptions, run_study
+from tests.conftest import FakeEngine
 
 SPACE = {
     "name": "export-space",
@@ -35,26 +35,19 @@ SPACE = {
 }
 
 
-class FakeEngine(EngineBackend):
+def fake_engine(flat: bool = False) -> FakeEngine:
     """Throughput from the configuration alone (plus a little seeded noise); ``flat`` makes all configs equal."""
 
-    name = "fake"
+    def value(config: EngineConfig, restart: int, seed: int) -> float:
+        base = 100.0
+        if not flat:
+            base += {None: 0.0, "NONE": -40.0, "PIECEWISE": 10.0, "FULL": 30.0}[config.cudagraph_mode]
+            base += 12.0 * config.num_speculative_tokens
+        return base + (seed % 3 - 1) * 0.3
 
-    def __init__(self, cache_dir: str | None = None, flat: bool = False, **options: Any) -> None:
-        super().__init__(cache_dir, **options)
-        self.flat = flat
-
-    def describe(self) -> dict[str, Any]:
-        return {"engine": "fake", "engine_version": "9.9.9", "gpu": "Fake GPU"}
-
-    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
-        value = 100.0
-        if not self.flat:
-            value += {None: 0.0, "NONE": -40.0, "PIECEWISE": 10.0, "FULL": 30.0}[config.cudagraph_mode]
-            value += 12.0 * config.num_speculative_tokens
-        value += (seed % 3 - 1) * 0.3
-        return RestartResult("ok", restart=restart, seed=seed, passes_tok_s=(value,) * 3, startup_s=1.0, wall_s=2.0,
-                             resolved=Resolved(cudagraph_mode=config.cudagraph_mode or "FULL_AND_PIECEWISE"))
+    return FakeEngine(value=value, startup_s=1.0, wall_s=2.0,
+                      facts=EngineFacts(name="fake", version="9.9.9", gpu="Fake GPU"),
+                      resolve=lambda c: Resolved(cudagraph_mode=c.cudagraph_mode or "FULL_AND_PIECEWISE"))
 
 
 def make_study(tmp: Path, name: str, flat: bool = False, verify: bool = True, trials: int = 6) -> str:
@@ -62,7 +55,7 @@ def make_study(tmp: Path, name: str, flat: bool = False, verify: bool = True, tr
     options = StudyOptions(study_name=name, storage=storage, workdir=str(tmp / "work"), trials=trials,
                            policy=RacingPolicy(min_restarts=2, max_restarts=2, racing=False), top_k=2,
                            verify_restarts=3, verify=verify)
-    run_study(parse_space(SPACE), FakeEngine(flat=flat), options)
+    run_study(parse_space(SPACE), fake_engine(flat=flat), options)
     return storage
 
 

@@ -13,7 +13,7 @@ from autotune.racing import RacingPolicy
 from autotune.report import build_report, render_report
 from autotune.space import parse_space
 from autotune.study import StudyOptions, run_study
-from tests.fakes import SMALL_SPACE, TableEngine, by_params
+from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
 TRUTH = {("FULL_AND_PIECEWISE", 2): 300.0, ("default", 0): 200.0}
 #: The bare keys autotune wrote before the ledger existed (schema 0): what a study from then holds.
@@ -35,7 +35,7 @@ def _stored_keys(study: optuna.Study) -> tuple[set[str], set[str]]:
 
 
 def test_a_new_study_is_stamped_with_the_schema_and_every_key_is_namespaced(tmp_path):
-    ledger = run_study(parse_space(SMALL_SPACE), TableEngine(by_params(TRUTH)), _options(tmp_path))
+    ledger = run_study(parse_space(SMALL_SPACE), FakeEngine(by_params(TRUTH)), _options(tmp_path))
     assert ledger.version == SCHEMA_VERSION
     study_keys, trial_keys = _stored_keys(ledger.study)
     assert all(k.startswith("autotune:") for k in study_keys | trial_keys)
@@ -48,7 +48,7 @@ def test_a_study_written_before_the_schema_opens_resumes_and_keeps_its_bare_keys
     # A study as the code before the ledger left it: bare keys, no version.
     old = optuna.create_study(study_name="l", storage=opts.storage, direction="maximize")
     old.set_user_attr("baselines_enqueued", False)
-    ledger = run_study(parse_space(SMALL_SPACE), TableEngine(by_params(TRUTH)), opts)
+    ledger = run_study(parse_space(SMALL_SPACE), FakeEngine(by_params(TRUTH)), opts)
     assert ledger.version == 0
     study_keys, trial_keys = _stored_keys(ledger.study)
     assert not any(k.startswith("autotune:") for k in study_keys | trial_keys), "one study, one schema"

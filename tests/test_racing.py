@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -16,10 +15,8 @@ from autotune.racing import Decision, Noise, RacingPolicy, RacingPruner, incumbe
 from autotune.report import build_report, render_report
 from autotune.space import parse_space
 from autotune.ledger import Ledger
-from autotune.options import VERIFY_SEED_OFFSET
 from autotune.study import StudyOptions, make_sampler, run_study
-from autotune.verify import BASELINE, CANDIDATE, Candidate, run_verification
-from tests.fakes import SMALL_SPACE, TableEngine, by_params
+from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
 INCUMBENT = {"cudagraph_mode": "PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 0}
 WORSE = {"cudagraph_mode": "NONE", "num_speculative_tokens": 0}
@@ -34,21 +31,9 @@ TRUTH = {("PIECEWISE", 0): 100.0, ("NONE", 0): 40.0, ("FULL_AND_PIECEWISE", 0): 
 ORDER = [INCUMBENT, WORSE, CLOSE, BEHIND, BETTER]
 
 
-class ColdFirstEngine(TableEngine):
-    """A table engine whose first start of each configuration is cold: 40% slow and flagged, like the H200."""
-
-    def __init__(self, *args, cold_wall_s: float = 90.0, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.cold_wall_s = cold_wall_s
-        self.started: set[str] = set()
-
-    def run_restart(self, config, workload, *, restart, seed):
-        result = super().run_restart(config, workload, restart=restart, seed=seed)
-        if config.key() in self.started or not result.ok:
-            return result
-        self.started.add(config.key())
-        slow = tuple(v * 0.6 for v in result.passes_tok_s)
-        return dataclasses.replace(result, passes_tok_s=slow, cold=True, wall_s=self.cold_wall_s)
+def cold_first_engine(true_mean, **kw) -> FakeEngine:
+    """First start of each configuration cold: 40% slow and flagged, like the H200."""
+    return FakeEngine(true_mean, cold_first=True, **kw)
 
 
 def _options(tmp_path: Path, **kw) -> StudyOptions:
@@ -58,7 +43,7 @@ def _options(tmp_path: Path, **kw) -> StudyOptions:
     return StudyOptions(**base)
 
 
-def _run_enqueued(tmp_path: Path, params: list[dict], engine: TableEngine, **kw) -> Ledger:
+def _run_enqueued(tmp_path: Path, params: list[dict], engine: FakeEngine, **kw) -> Ledger:
     """A study that runs exactly ``params`` first, in order (pre-enqueued ahead of the baselines)."""
     options = _options(tmp_path, trials=len(params), **kw)
     study = optuna.create_study(study_name=options.study_name, storage=options.storage, direction="maximize")
@@ -113,8 +98,8 @@ def test_policy_without_racing_never_prunes():
 
 
 @pytest.fixture()
-def raced(tmp_path: Path) -> tuple[Ledger, TableEngine]:
-    engine = TableEngine(by_params(TRUTH), noise=0.01)
+def raced(tmp_path: Path) -> tuple[Ledger, FakeEngine]:
+    engine = FakeEngine(by_params(TRUTH), noise=0.01)
     return _run_enqueued(tmp_path, ORDER, engine), engine
 
 
@@ -230,7 +215,7 @@ def test_pooled_noise_decides_at_two_restarts_what_a_trials_own_spread_cannot():
 
 
 def test_cold_restarts_are_recorded_not_counted_and_rerun_warm_on_the_same_seed(tmp_path):
-    engine = ColdFirstEngine(by_params(TRUTH), noise=0.01)
+    engine = cold_first_engine(by_params(TRUTH), noise=0.01)
     study = _run_enqueued(tmp_path, ORDER, engine)
     for t in study.study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED)):
         restarts = study.restarts(t)
@@ -243,23 +228,11 @@ def test_cold_restarts_are_recorded_not_counted_and_rerun_warm_on_the_same_seed(
     assert _by_params(study, BETTER).value == pytest.approx(250.0, rel=0.05)
 
 
-def test_verification_reruns_a_cold_start_warm_and_counts_it_in_its_cost():
-    space = parse_space(SMALL_SPACE)
-    engine = ColdFirstEngine(by_params(TRUTH), noise=0.01)
-    candidates = [Candidate(CANDIDATE, space.config_from_params(BETTER)), Candidate(BASELINE, space.baseline())]
-    verification = run_verification(engine, space.workload, candidates, restarts=3, seed_for=lambda r: VERIFY_SEED_OFFSET + r)
-    for entry in verification.entries:
-        assert entry.summary.n == 3 and entry.summary.n_cold == 1
-        assert entry.restarts[0].cold and entry.restarts[0].seed == entry.restarts[1].seed
-    assert verification.restarts_used == 2 * (3 + 1)
-    assert verification.winner.summary.mean == pytest.approx(250.0, rel=0.05)  # not dragged down by the cold start
-
-
 # -- budgets ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("budget", [14, 17, 25, 40])
-@pytest.mark.parametrize("engine_cls", [TableEngine, ColdFirstEngine])
+@pytest.mark.parametrize("engine_cls", [FakeEngine, cold_first_engine])
 def test_a_study_never_exceeds_its_restart_budget_verification_included(tmp_path, budget, engine_cls):
     options = _options(tmp_path, trials=200, verify=True, top_k=2, verify_restarts=3, budget_restarts=budget,
                        seed=budget)
@@ -274,7 +247,7 @@ def test_a_study_never_exceeds_its_restart_budget_verification_included(tmp_path
 
 def test_a_minutes_budget_stops_the_study(tmp_path):
     options = _options(tmp_path, trials=200, verify=True, top_k=2, verify_restarts=2, budget_minutes=20.0)
-    study = run_study(parse_space(SMALL_SPACE), TableEngine(by_params(TRUTH)), options)  # 1 engine-minute a start
+    study = run_study(parse_space(SMALL_SPACE), FakeEngine(by_params(TRUTH)), options)  # 1 engine-minute a start
     used, minutes = study.budget_used()
     finished = [t for t in study.study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     assert len(finished) < 200
@@ -305,28 +278,7 @@ def test_tpe_is_told_the_mean_of_matched_restarts_and_metadata_says_which_sample
 
 
 def test_gp_study_records_its_sampler(tmp_path):
-    study = _run_enqueued(tmp_path, [INCUMBENT, BETTER], TableEngine(by_params(TRUTH)), sampler="gp")
+    study = _run_enqueued(tmp_path, [INCUMBENT, BETTER], FakeEngine(by_params(TRUTH)), sampler="gp")
     assert study.meta().sampler == "gp"
     assert "deterministic_objective=False" in study.meta().sampler_why
     assert not math.isnan(study.study.best_value)
-
-
-@pytest.mark.parametrize(("budget", "top_k"), [(None, 3), (20, 1), (30, 1), (59, 1), (60, 2), (119, 3), (500, 3)])
-def test_the_verification_share_scales_with_the_restart_budget(budget, top_k):
-    options = StudyOptions(study_name="s", budget_restarts=budget)
-    assert options.verify_top_k == top_k
-    assert options.verify_reserve == (top_k + 1) * options.verify_restarts
-    assert StudyOptions(study_name="s", budget_restarts=budget, top_k=5).verify_top_k == 5  # explicit wins
-
-
-def test_verified_intervals_hold_for_the_whole_family_the_winner_included():
-    from autotune.measure import interval
-
-    space = parse_space(SMALL_SPACE)
-    engine = TableEngine(by_params(TRUTH), noise=0.03)
-    candidates = [Candidate(CANDIDATE, space.config_from_params(p)) for p in (CLOSE, BEHIND, BETTER)]
-    candidates.append(Candidate(BASELINE, space.baseline()))
-    verification = run_verification(engine, space.workload, candidates, restarts=3, seed_for=lambda r: VERIFY_SEED_OFFSET + r)
-    for entry in verification.entries:
-        low, high = interval(entry.summary.values, 1 - 0.05 / 4)
-        assert (entry.summary.ci_low, entry.summary.ci_high) == pytest.approx((low, high))

@@ -21,8 +21,7 @@ from autotune import ledger as ledger_mod
 from autotune.engines.cmd import CmdEngine
 from autotune.records import EngineConfig, Workload
 from autotune.status import ExitStatus
-from tests.fakes import SMALL_SPACE
-from tests.test_tracking import store
+from tests.conftest import SMALL_SPACE, store
 
 REPO = Path(__file__).resolve().parents[1]
 RESULT = {"status": "ok", "passes_tok_s": [100.0], "resolved": {"cudagraph_mode": None}}

@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from autotune.space import DEFAULT, Infeasible, SpaceError, load_space, parse_space
-from tests.fakes import SMALL_SPACE
+from tests.conftest import SMALL_SPACE
 
 
 def _space(**changes):

@@ -20,7 +20,7 @@ from autotune.report import build_report, render_report
 from autotune.space import parse_space
 from autotune.study import Interrupted, StudyOptions, run_study
 from tests import slow_study
-from tests.fakes import SMALL_SPACE, TableEngine, by_params
+from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
 TRUTH = {("FULL_AND_PIECEWISE", 2): 300.0, ("FULL_AND_PIECEWISE", 1): 250.0, ("PIECEWISE", 2): 220.0,
          ("NONE", 0): 40.0, ("default", 0): 200.0}
@@ -35,7 +35,7 @@ def _options(tmp_path: Path, **kw) -> StudyOptions:
 
 def test_baselines_run_first_and_verification_finds_the_true_best(tmp_path):
     space = parse_space(SMALL_SPACE)
-    study = run_study(space, TableEngine(by_params(TRUTH)), _options(tmp_path, trials=20))
+    study = run_study(space, FakeEngine(by_params(TRUTH)), _options(tmp_path, trials=20))
     first, second = sorted(study.study.trials, key=lambda t: t.number)[:2]
     assert first.params["num_speculative_tokens"] == 0 and first.params["cudagraph_mode"] == "default"
     assert second.params["draft"] == "ngram" and second.params["cudagraph_mode"] == "default"
@@ -55,7 +55,7 @@ def test_verification_overrules_a_lucky_search_best(tmp_path):
     def lucky(cfg):  # a mediocre config that ran 60% fast in every search restart, never again
         return cfg.params.get("cudagraph_mode") == "PIECEWISE" and cfg.params.get("num_speculative_tokens") == 2
 
-    engine = TableEngine(by_params(TRUTH), lucky=lucky, lucky_factor=1.6)
+    engine = FakeEngine(by_params(TRUTH), lucky=lucky, lucky_factor=1.6)
     opts = _options(tmp_path, trials=30, top_k=3)
     optuna.create_study(study_name="t", storage=opts.storage).enqueue_trial(
         {"cudagraph_mode": "PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 2, "draft": "ngram"})
@@ -70,7 +70,7 @@ def test_verification_overrules_a_lucky_search_best(tmp_path):
 
 def test_a_failing_config_fails_its_trial_and_the_study_goes_on(tmp_path):
     space = parse_space(SMALL_SPACE)
-    engine = TableEngine(by_params(TRUTH), fail=lambda c: c.params.get("cudagraph_mode") == "PIECEWISE")
+    engine = FakeEngine(by_params(TRUTH), fail=lambda c: c.params.get("cudagraph_mode") == "PIECEWISE")
     study = run_study(space, engine, _options(tmp_path, trials=15))
     failed = [r for r in study.trial_records() if r.state == "FAIL"]
     assert failed and all("engine rejected the configuration" in r.reason for r in failed)
@@ -94,7 +94,7 @@ def test_silent_changes_are_flagged_on_trial_and_report(tmp_path):
             sizes = tuple(sorted({max(step, s - s % step) for s in sizes}))
         return Resolved(cudagraph_mode=mode, cudagraph_capture_sizes=sizes)
 
-    study = run_study(space, TableEngine(by_params(TRUTH), resolve=resolve), _options(tmp_path, trials=15))
+    study = run_study(space, FakeEngine(by_params(TRUTH), resolve=resolve), _options(tmp_path, trials=15))
     flagged = [r for r in study.trial_records() if r.summary is not None and r.summary.resolved_differs]
     assert flagged
     assert any("cudagraph_mode: configured FULL_AND_PIECEWISE -> resolved PIECEWISE" in d
@@ -104,29 +104,17 @@ def test_silent_changes_are_flagged_on_trial_and_report(tmp_path):
     assert "configured FULL_AND_PIECEWISE -> resolved PIECEWISE" in text
 
 
-class _Interrupting(TableEngine):
-    def __init__(self, *a, stop_at: int, **kw):
-        super().__init__(*a, **kw)
-        self.stop_at = stop_at
-
-    def run_restart(self, config, workload, *, restart, seed):
-        if len(self.calls) == self.stop_at:
-            self.calls.append(("ctrl-c", seed))
-            raise KeyboardInterrupt
-        return super().run_restart(config, workload, restart=restart, seed=seed)
-
-
 def test_ctrl_c_keeps_finished_trials_and_resume_retries_the_interrupted_one(tmp_path):
     space = parse_space(SMALL_SPACE)
     opts = _options(tmp_path, trials=6)
     with pytest.raises(Interrupted, match="run the same command again to resume"):
-        run_study(space, _Interrupting(by_params(TRUTH), stop_at=7), opts)
+        run_study(space, FakeEngine(by_params(TRUTH), interrupt_after=7), opts)
     ledger = ledger_mod.load("t", opts.storage)
     before = {r.number: r.value for r in ledger.trial_records() if r.state == "COMPLETE"}
     interrupted = [r for r in ledger.trial_records() if r.interrupted]
     assert len(before) == 2 and len(interrupted) == 1
     assert interrupted[0].reason == "interrupted by user (Ctrl-C)"
-    run_study(space, TableEngine(by_params(TRUTH)), opts)
+    run_study(space, FakeEngine(by_params(TRUTH)), opts)
     ledger = ledger_mod.load("t", opts.storage)
     after = {r.number: r.value for r in ledger.trial_records() if r.state == "COMPLETE"}
     assert all(after[n] == v for n, v in before.items())  # nothing lost, nothing re-measured
@@ -169,7 +157,7 @@ def test_resume_after_kill_9_loses_no_finished_trial(tmp_path):
     assert len(complete_before) >= 2 and len(running) == 1
 
     space = parse_space(SMALL_SPACE)
-    run_study(space, TableEngine(by_params(slow_study.TRUTH)), slow_study.options(storage, workdir))
+    run_study(space, FakeEngine(by_params(slow_study.TRUTH)), slow_study.options(storage, workdir))
     ledger = ledger_mod.load("resume", storage)
     study = ledger.study
     by_number = {t.number: t for t in study.trials}

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import functools
 import io
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
 import yaml
-from optuna.trial import TrialState
 
-from autotune.engines import EngineBackend
-from autotune.plots import PLOT_FILES, save_study_plots
-from autotune.racing import RacingPolicy
-from autotune.records import EngineConfig, RestartResult, RestartStatus, Resolved, Workload
 from autotune import ledger as ledger_mod
 from autotune.ledger import Ledger, TrialRecord
-from autotune.records import EngineFacts
+from autotune.plots import PLOT_FILES, save_study_plots
+from autotune.racing import RacingPolicy
+from autotune.records import EngineConfig, EngineFacts, RestartResult, Resolved
 from autotune.report import build_report
 from autotune.space import load_space
 from autotune.study import Interrupted, StudyOptions, run_study
@@ -34,6 +29,8 @@ from autotune.tracking import (
     log_study,
     resolve_tracking_uri,
 )
+
+from tests.conftest import FakeEngine, store
 
 mlflow = pytest.importorskip("mlflow")
 
@@ -53,43 +50,31 @@ ENGINE_INFO = {"engine": "fake", "engine_version": "1.2.3", "gpu": "Fake GPU 80G
 BASE_TOK_S = {None: 100.0, "NONE": 60.0, "PIECEWISE": 110.0, "FULL": 125.0}
 
 
-class FakeEngine(EngineBackend):
-    """Deterministic throughput per configuration; FULL with K=2 always crashes; first starts are cold.
+def _value(config: EngineConfig, restart: int, seed: int) -> float:
+    k = config.num_speculative_tokens
+    return BASE_TOK_S[config.cudagraph_mode] + 9.0 * k + ((seed * 7 + restart * 3) % 5 - 2) * 0.5
 
-    ``FULL`` with speculation resolves to ``FULL_AND_PIECEWISE`` (a silent change, as vLLM does).
-    ``interrupt_after`` raises KeyboardInterrupt on that restart, like Ctrl-C.
-    """
 
-    name = "fake"
+def _crashes(config: EngineConfig) -> str | None:
+    if config.cudagraph_mode == "FULL" and config.num_speculative_tokens == 2:
+        return "RuntimeError: CUDA error: an illegal memory access"
+    return None
 
-    def __init__(self, cache_dir: str | None = None, interrupt_after: int | None = None, **options: Any) -> None:
-        super().__init__(cache_dir, **options)
-        self.interrupt_after = interrupt_after
-        self.calls = 0
-        self.seen: set[str] = set()
 
-    def describe(self) -> dict[str, Any]:
-        return dict(ENGINE_INFO)
+def _resolve(config: EngineConfig) -> Resolved:
+    # FULL with speculation resolves to FULL_AND_PIECEWISE: a silent change, as vLLM makes.
+    mode, k = config.cudagraph_mode, config.num_speculative_tokens
+    return Resolved(cudagraph_mode="FULL_AND_PIECEWISE" if (mode is None or (mode == "FULL" and k)) else mode,
+                    cudagraph_capture_sizes=config.capture_sizes or (1, 2, 4, 8))
 
-    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
-        self.calls += 1
-        if self.interrupt_after is not None and self.calls > self.interrupt_after:
-            raise KeyboardInterrupt
-        mode, k = config.cudagraph_mode, config.num_speculative_tokens
-        if mode == "FULL" and k == 2:
-            return RestartResult.failure(RestartStatus.FAILED, "CUDA error: an illegal memory access",
-                                         restart=restart, seed=seed, wall_s=4.0,
-                                         log_tail="Traceback ...\nRuntimeError: CUDA error: an illegal memory access")
-        value = BASE_TOK_S[mode] + 9.0 * k + ((seed * 7 + restart * 3) % 5 - 2) * 0.5
-        cold = config.key() not in self.seen
-        self.seen.add(config.key())
-        resolved_mode = "FULL_AND_PIECEWISE" if (mode is None or (mode == "FULL" and k)) else mode
-        return RestartResult(
-            RestartStatus.OK, restart=restart, seed=seed, passes_tok_s=(value - 0.5, value, value + 0.5),
-            startup_s=3.0, wall_s=10.0, cold=cold, accept_len=1.0 + 0.6 * k if k else None,
-            resolved=Resolved(cudagraph_mode=resolved_mode,
-                              cudagraph_capture_sizes=config.capture_sizes or (1, 2, 4, 8)),
-        )
+
+def fake_engine(interrupt_after: int | None = None) -> FakeEngine:
+    """Deterministic throughput per configuration; FULL with K=2 always crashes; first starts are cold (not slow);
+    ``interrupt_after`` restarts, then Ctrl-C."""
+    return FakeEngine(value=_value, fail=_crashes, resolve=_resolve, cold_first=True, cold_factor=1.0,
+                      cold_wall_s=10.0, wall_s=10.0, startup_s=3.0, interrupt_after=interrupt_after,
+                      accept_len=lambda c: 1.0 + 0.6 * c.num_speculative_tokens if c.num_speculative_tokens else None,
+                      facts=EngineFacts.from_dict(ENGINE_INFO))
 
 
 def write_space(tmp: Path) -> Path:
@@ -110,30 +95,10 @@ def options(tmp: Path, **kw: Any) -> StudyOptions:
     return StudyOptions(**defaults)
 
 
-@functools.cache
-def _migrated_store() -> bytes:
-    """An empty MLflow store at the current schema: creating one runs ~100 migrations (seconds of fsyncs).
-
-    Cached for the whole session; tests/test_ui.py uses it too.
-    """
-    with tempfile.TemporaryDirectory() as tmp:
-        mlflow.MlflowClient(f"sqlite:///{tmp}/mlflow.db").search_experiments()
-        return (Path(tmp) / "mlflow.db").read_bytes()
-
-
-def store(tmp: Path) -> str:
-    """A fresh tracking store in ``tmp/mlruns`` (a copy of the migrated empty one), as a tracking URI."""
-    db = tmp / "mlruns" / "mlflow.db"
-    if not db.exists():
-        db.parent.mkdir(parents=True, exist_ok=True)
-        db.write_bytes(_migrated_store())
-    return f"sqlite:///{db}"
-
-
 def tracked_study(tmp: Path, stream: io.StringIO | None = None, engine: FakeEngine | None = None,
                   **kw: Any) -> tuple[Ledger, MlflowTracker]:
     tracker = MlflowTracker(tracking_uri=store(tmp), stream=stream or io.StringIO())
-    study = run_study(load_space(write_space(tmp)), engine or FakeEngine(), options(tmp, **kw), [tracker])
+    study = run_study(load_space(write_space(tmp)), engine or fake_engine(), options(tmp, **kw), [tracker])
     return study, tracker
 
 
@@ -333,7 +298,7 @@ def test_parent_has_space_command_report_and_plots(finished: dict[str, Any], tmp
 def test_interrupted_study_resumes_into_the_same_parent_without_duplicates(tmp_path: Path) -> None:
     tracker = MlflowTracker(tracking_uri=store(tmp_path), stream=io.StringIO())
     with pytest.raises(Interrupted):
-        run_study(load_space(write_space(tmp_path)), FakeEngine(interrupt_after=6), options(tmp_path, policy=FIXED),
+        run_study(load_space(write_space(tmp_path)), fake_engine(interrupt_after=6), options(tmp_path, policy=FIXED),
                   [tracker])
     tracker.close()  # what the CLI does on Ctrl-C
     client = client_for(tmp_path)
@@ -383,7 +348,7 @@ def test_resumed_study_with_more_trials_adds_only_new_trials(tmp_path: Path) -> 
 
 def test_log_study_after_the_fact_is_complete_and_idempotent(tmp_path: Path) -> None:
     space_path = write_space(tmp_path)
-    study = run_study(load_space(space_path), FakeEngine(), options(tmp_path, trials=4))  # as with --no-mlflow
+    study = run_study(load_space(space_path), fake_engine(), options(tmp_path, trials=4))  # as with --no-mlflow
     assert study.mlflow_parent_run_id() is None
     uri = store(tmp_path)
     parent_id = log_study(study, space_path=str(space_path), tracking_uri=uri)
@@ -412,7 +377,7 @@ def test_log_study_after_the_fact_is_complete_and_idempotent(tmp_path: Path) -> 
 def test_unreachable_store_warns_once_and_the_study_completes(tmp_path: Path) -> None:
     stream = io.StringIO()
     tracker = MlflowTracker(tracking_uri="bogus-scheme://nowhere", stream=stream)
-    study = run_study(load_space(write_space(tmp_path)), FakeEngine(), options(tmp_path, trials=3, top_k=1),
+    study = run_study(load_space(write_space(tmp_path)), fake_engine(), options(tmp_path, trials=3, top_k=1),
                       [tracker])
     assert study.verification() is not None
     lines = [line for line in stream.getvalue().splitlines() if line]
@@ -445,7 +410,7 @@ def test_missing_mlflow_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_pa
         log_study(Ledger(study), tracking_uri=f"sqlite:///{tmp_path}/m.db")
     stream = io.StringIO()
     tracker = MlflowTracker(tracking_uri=f"sqlite:///{tmp_path}/m.db", stream=stream)
-    run_study(load_space(write_space(tmp_path)), FakeEngine(), options(tmp_path, trials=2, verify=False), [tracker])
+    run_study(load_space(write_space(tmp_path)), fake_engine(), options(tmp_path, trials=2, verify=False), [tracker])
     assert "mlflow is not installed" in stream.getvalue()
 
 
@@ -454,7 +419,7 @@ def test_default_store_is_sqlite_under_mlruns(tmp_path: Path, monkeypatch: pytes
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     tracker = MlflowTracker(stream=io.StringIO())
-    study = run_study(load_space(write_space(tmp_path)), FakeEngine(),
+    study = run_study(load_space(write_space(tmp_path)), fake_engine(),
                       options(tmp_path, trials=2, verify=False), [tracker])
     assert tracker.problems == []
     client = mlflow.MlflowClient("sqlite:///mlruns/mlflow.db")
@@ -477,7 +442,7 @@ def test_store_directory_is_created_on_demand(tmp_path: Path, monkeypatch: pytes
 
 
 def test_plots_skip_what_a_small_study_cannot_show(tmp_path: Path) -> None:
-    study = run_study(load_space(write_space(tmp_path)), FakeEngine(),
+    study = run_study(load_space(write_space(tmp_path)), fake_engine(),
                       options(tmp_path, storage="memory", trials=1, verify=False))
     written, skipped = save_study_plots(study, build_report(study), tmp_path / "plots")
     names = {p.name for p in written}

@@ -23,14 +23,13 @@ from typing import Any
 import pytest
 
 from autotune.cli import raw_main
-from autotune.engines import EngineBackend
 from autotune.racing import RacingPolicy
-from autotune.records import EngineConfig, RestartResult, Resolved, Workload
+from autotune.records import EngineConfig, EngineFacts, Resolved
 from autotune.space import parse_space
 from autotune.status import ExitStatus
 from autotune.study import StudyOptions, run_study
 from autotune.ui import server_command, ui_url
-from tests.test_tracking import store
+from tests.conftest import FakeEngine, store
 
 pytest.importorskip("mlflow")
 
@@ -47,19 +46,15 @@ SPACE = {
 }
 
 
-class FakeEngine(EngineBackend):
+def _value(config: EngineConfig, restart: int, seed: int) -> float:
+    value = {None: 100.0, "NONE": 60.0, "PIECEWISE": 110.0, "FULL": 120.0}[config.cudagraph_mode]
+    return value + 10.0 * config.num_speculative_tokens + (seed % 3 - 1) * 0.7
+
+
+def fake_engine() -> FakeEngine:
     """Deterministic throughput per configuration, for a study worth looking at."""
-
-    name = "fake"
-
-    def describe(self) -> dict[str, Any]:
-        return {"engine": "fake", "engine_version": "1.0", "gpu": "Fake GPU"}
-
-    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
-        value = {None: 100.0, "NONE": 60.0, "PIECEWISE": 110.0, "FULL": 120.0}[config.cudagraph_mode]
-        value += 10.0 * config.num_speculative_tokens + (seed % 3 - 1) * 0.7
-        return RestartResult("ok", restart=restart, seed=seed, passes_tok_s=(value,) * 3, startup_s=2.0,
-                             resolved=Resolved(cudagraph_mode=config.cudagraph_mode or "FULL_AND_PIECEWISE"))
+    return FakeEngine(value=_value, startup_s=2.0, facts=EngineFacts(name="fake", version="1.0", gpu="Fake GPU"),
+                      resolve=lambda c: Resolved(cudagraph_mode=c.cudagraph_mode or "FULL_AND_PIECEWISE"))
 
 
 def free_port() -> int:
@@ -105,7 +100,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Any:
                            trials=5, policy=RacingPolicy(min_restarts=2, max_restarts=2, racing=False), top_k=1,
                            verify_restarts=2)
     tracker = MlflowTracker(tracking_uri=uri, stream=io.StringIO())
-    study = run_study(parse_space(SPACE), FakeEngine(), options, [tracker])
+    study = run_study(parse_space(SPACE), fake_engine(), options, [tracker])
     assert tracker.problems == []
     port = free_port()
     out, err = tmp / "ui.out", tmp / "ui.err"

@@ -1,0 +1,152 @@
+"""What the tests share: one fake engine, the small search space, a migrated MLflow store.
+
+The engine boundary is the only place anything is faked: every study-level test runs the real study loop,
+Optuna storage, racing, verification and report against :class:`FakeEngine`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import random
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from autotune.engines import EngineBackend
+from autotune.options import SEED_STRIDE, VERIFY_SEED_OFFSET
+from autotune.records import EngineConfig, EngineFacts, Resolved, RestartResult, Workload
+
+SMALL_SPACE = {
+    "name": "small",
+    "engine_args": {"model": "org/model", "max_num_seqs": 4},
+    "workload": {"num_prompts": 4, "input_len": 16, "output_len": 16, "concurrency": 4, "timed_passes": 2},
+    "search": {
+        "cudagraph_mode": ["NONE", "PIECEWISE", "FULL_AND_PIECEWISE"],
+        "capture_sizes": {"tiny": [1, 2, 4, 8]},
+        "num_speculative_tokens": {"low": 0, "high": 2},
+        "drafts": {"ngram": {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4}},
+    },
+}
+
+
+def _rng(*parts: Any) -> random.Random:
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+class FakeEngine(EngineBackend):
+    """A table-driven engine: each configuration's truth comes from a function, restarts add seeded noise.
+
+    Args:
+        true_mean: Configuration -> true mean throughput (lognormal ``noise`` per restart and a little per pass).
+        value: Instead of ``true_mean``: ``(config, restart, seed) -> throughput`` exactly, every pass alike.
+        noise: Relative restart-to-restart sd with ``true_mean``.
+        sleep_s: Real seconds each restart takes (for interruption tests).
+        lucky: Configurations that get ``lucky_factor`` on the search's seeds only (verification's are fresh).
+        fail: Configuration -> error message (or ``True``) for configurations whose restarts fail.
+        resolve: Configuration -> what the engine "ran" (default: exactly what was configured).
+        cold_first: The first start of each configuration is cold: ``cold_factor`` slower, ``cold_wall_s`` long.
+        interrupt_after: Raise ``KeyboardInterrupt`` (Ctrl-C) on the restart after this many.
+        facts: What :meth:`describe` says.
+        wall_s, startup_s: Engine time per restart (a budget in minutes counts ``wall_s``).
+        accept_len: Configuration -> acceptance length (default 2.5 with speculation).
+
+    Attributes:
+        calls: ``(config key, seed)`` of every restart, in order.
+    """
+
+    name = "fake"
+
+    def __init__(self, true_mean: Callable[[EngineConfig], float] | None = None, *,
+                 value: Callable[[EngineConfig, int, int], float] | None = None, noise: float = 0.03,
+                 sleep_s: float = 0.0, lucky: Callable[[EngineConfig], bool] | None = None,
+                 lucky_factor: float = 1.5, fail: Callable[[EngineConfig], str | bool | None] | None = None,
+                 resolve: Callable[[EngineConfig], Resolved] | None = None, cold_first: bool = False,
+                 cold_factor: float = 0.6, cold_wall_s: float = 90.0, interrupt_after: int | None = None,
+                 facts: EngineFacts | None = None, wall_s: float = 60.0, startup_s: float = 30.0,
+                 accept_len: Callable[[EngineConfig], float | None] | None = None,
+                 cache_dir: str | None = None) -> None:
+        super().__init__(cache_dir=cache_dir)
+        if (true_mean is None) == (value is None):
+            raise ValueError("give exactly one of true_mean and value")
+        self.true_mean, self.value, self.noise, self.sleep_s = true_mean, value, noise, sleep_s
+        self.lucky, self.lucky_factor, self.fail, self.resolve = lucky, lucky_factor, fail, resolve
+        self.cold_first, self.cold_factor, self.cold_wall_s = cold_first, cold_factor, cold_wall_s
+        self.interrupt_after, self.facts = interrupt_after, facts or EngineFacts(name="fake")
+        self.wall_s, self.startup_s, self.accept_len = wall_s, startup_s, accept_len
+        self.calls: list[tuple[str, int]] = []
+        self.started: set[str] = set()
+
+    def describe(self) -> EngineFacts:
+        return self.facts
+
+    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
+        if self.interrupt_after is not None and len(self.calls) >= self.interrupt_after:
+            self.calls.append(("ctrl-c", seed))
+            raise KeyboardInterrupt
+        self.calls.append((config.key(), seed))
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        failure = self.fail(config) if self.fail is not None else None
+        if failure:
+            error = failure if isinstance(failure, str) else "RuntimeError: engine rejected the configuration"
+            return RestartResult.failure("failed", error, restart=restart, seed=seed, wall_s=self.wall_s / 6,
+                                         log_tail=f"Traceback ...\n{error}")
+        passes = self._passes(config, workload, restart, seed)
+        cold = self.cold_first and config.key() not in self.started
+        self.started.add(config.key())
+        wall_s = self.wall_s
+        if cold:
+            passes = tuple(v * self.cold_factor for v in passes)
+            wall_s = self.cold_wall_s
+        resolved = self.resolve(config) if self.resolve else Resolved(
+            cudagraph_mode=config.cudagraph_mode, cudagraph_capture_sizes=config.capture_sizes)
+        accept = (self.accept_len(config) if self.accept_len is not None
+                  else 2.5 if config.num_speculative_tokens else None)
+        return RestartResult(status="ok", restart=restart, seed=seed, passes_tok_s=passes,
+                             warmup_tok_s=(passes[0] * 0.7,), startup_s=self.startup_s, wall_s=wall_s,
+                             resolved=resolved, accept_len=accept, cold=cold)
+
+    def _passes(self, config: EngineConfig, workload: Workload, restart: int, seed: int) -> tuple[float, ...]:
+        if self.value is not None:
+            return (self.value(config, restart, seed),) * workload.timed_passes
+        assert self.true_mean is not None
+        mean = self.true_mean(config)
+        if self.lucky is not None and self.lucky(config) and seed % SEED_STRIDE < VERIFY_SEED_OFFSET:
+            mean *= self.lucky_factor
+        rng = _rng(config.key(), seed)
+        value = mean * math.exp(rng.gauss(0.0, self.noise))
+        return tuple(value * math.exp(rng.gauss(0.0, 0.005)) for _ in range(workload.timed_passes))
+
+
+def by_params(table: Mapping[tuple[str, int], float], default: float = 100.0) -> Callable[[EngineConfig], float]:
+    """True mean from ``(cudagraph_mode param, K)`` pairs; others get ``default``."""
+
+    def true_mean(config: EngineConfig) -> float:
+        key = (config.params.get("cudagraph_mode", "default"), int(config.params.get("num_speculative_tokens", 0)))
+        return table.get(key, default)
+
+    return true_mean
+
+
+@functools.cache
+def _migrated_store() -> bytes:
+    """An empty MLflow store at the current schema: creating one runs ~100 migrations (seconds of fsyncs)."""
+    import mlflow
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mlflow.MlflowClient(f"sqlite:///{tmp}/mlflow.db").search_experiments()
+        return (Path(tmp) / "mlflow.db").read_bytes()
+
+
+def store(tmp: Path) -> str:
+    """A fresh tracking store in ``tmp/mlruns`` (a copy of the migrated empty one), as a tracking URI."""
+    db = tmp / "mlruns" / "mlflow.db"
+    if not db.exists():
+        db.parent.mkdir(parents=True, exist_ok=True)
+        db.write_bytes(_migrated_store())
+    return f"sqlite:///{db}"
