@@ -9,7 +9,6 @@ and its speedup over the baseline comes with a Bonferroni-corrected interval and
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -205,9 +204,3 @@ def _conclude(
     all_restarts = [r for rs in per_key.values() for r in rs]
     minutes = sum((r.wall_s or 0.0) for r in all_restarts) / 60.0
     return Verification(tuple(entries), winner, restarts, len(all_restarts), minutes)
-
-
-def is_complete(verification: Verification) -> bool:
-    """True when every configuration that did not fail got its counted restarts."""
-    return all(e.summary.status != "ok" or e.summary.n >= verification.restarts_per_config
-               for e in verification.entries) and not math.isnan(verification.winner.summary.mean)
