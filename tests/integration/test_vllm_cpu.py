@@ -59,7 +59,7 @@ def test_run_restart_measures_and_reports_the_silent_downgrade(space, cache_dir:
     engine = _engine(space, cache_dir)
     engine.check(space)
     facts = engine.describe()
-    assert facts["engine"] == "vllm" and facts["engine_version"]
+    assert facts.name == "vllm" and facts.version
     config = space.config_from_params(PIECEWISE_NGRAM)
 
     first = engine.run_restart(config, space.workload, restart=0, seed=0)
