@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import shutil
 import warnings
@@ -26,7 +25,8 @@ from autotune.measure import TrialSummary, measure_restart, summarize
 from autotune.racing import Decision, RacingPolicy, RacingPruner, decide_trial
 from autotune.records import EngineConfig, RestartResult
 from autotune.space import Infeasible, SearchSpace
-from autotune.verify import BASELINE, CANDIDATE, Candidate, Verification, run_verification
+from autotune.verify import Candidate, SearchEvidence, Verification, run_verification
+from autotune.verify import select_candidates as select_verified
 
 __all__ = [
     "DEFAULT_STORAGE",
@@ -72,6 +72,8 @@ class StudyOptions:
         top_k: Configurations verified against the baseline at the end; ``None`` (default) scales it to
             ``budget_restarts`` (see :attr:`verify_top_k`).
         verify_restarts: Counted restarts per verified configuration.
+        verify_max_restarts: Cap on counted restarts for challengers still tied with the leading one (extra
+            verification rounds, the baseline alongside); ``verify_restarts`` turns extra rounds off.
         budget_restarts: Engine starts for the whole study (search + verification), or ``None``.
         budget_minutes: Engine wall minutes for the whole study, or ``None``.
         sampler: ``tpe`` (default) or ``gp``.
@@ -91,6 +93,7 @@ class StudyOptions:
     policy: RacingPolicy = RacingPolicy()
     top_k: int | None = None
     verify_restarts: int = 3
+    verify_max_restarts: int = 5
     budget_restarts: int | None = None
     budget_minutes: float | None = None
     sampler: str = "tpe"
@@ -123,8 +126,15 @@ class StudyOptions:
 
     @property
     def verify_reserve(self) -> int:
-        """Engine starts held back from the search for verification (top-k plus the baseline)."""
-        return (self.verify_top_k + 1) * self.verify_restarts if self.verify else 0
+        """Engine starts held back from the search for verification.
+
+        The common rounds (top-k plus the baseline) and, with two or more challengers, the extra rounds of one
+        near-tie (two challengers and the baseline) up to :attr:`verify_max_restarts`.
+        """
+        if not self.verify:
+            return 0
+        extra = max(0, self.verify_max_restarts - self.verify_restarts) * 3 if self.verify_top_k >= 2 else 0
+        return (self.verify_top_k + 1) * self.verify_restarts + extra
 
 
 @dataclasses.dataclass
@@ -407,26 +417,26 @@ def _abandon(study: optuna.Study, trial: optuna.Trial) -> None:
 
 
 def select_candidates(study: optuna.Study, space: SearchSpace, top_k: int) -> list[Candidate]:
-    """Top-k distinct completed configurations by search mean, then the baseline."""
-    baseline = space.baseline()
-    complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if "config" in t.user_attrs and "duplicate_of" not in t.user_attrs and t.value is not None
-                and not math.isnan(t.value)]
-    complete.sort(key=lambda t: t.value, reverse=True)  # type: ignore[arg-type, return-value]
-    chosen: list[Candidate] = []
-    seen = {baseline.key()}
-    for t in complete:
-        key = t.user_attrs["config_key"]
-        if key in seen:
+    """Up to top-k engine plans by shrunk search estimate, then the baseline (:func:`autotune.verify.select_candidates`)."""
+    evidence = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        attrs = t.user_attrs
+        if "config" not in attrs or "duplicate_of" in attrs or attrs.get("summary") is None:
             continue
-        seen.add(key)
-        chosen.append(Candidate(CANDIDATE, EngineConfig.from_dict(t.user_attrs["config"]), t.number, t.value))
-        if len(chosen) == top_k:
-            break
-    base_trial = next((t for t in complete if t.user_attrs["config_key"] == baseline.key()), None)
-    chosen.append(Candidate(BASELINE, baseline, None if base_trial is None else base_trial.number,
-                            None if base_trial is None else base_trial.value))
-    return chosen
+        summary = TrialSummary.from_dict(attrs["summary"])
+        if summary.values:
+            evidence.append(SearchEvidence.from_summary(t.number, EngineConfig.from_dict(attrs["config"]), summary))
+    return select_verified(evidence, space.baseline(), top_k)
+
+
+def _verify_may_start(study: optuna.Study, options: StudyOptions, extra: int) -> bool:
+    """Whether ``extra`` more verification starts fit the whole study's budget."""
+    used, minutes = budget_used(study)
+    if options.budget_restarts is not None and used + extra > options.budget_restarts:
+        return False
+    if options.budget_minutes is not None and used and minutes + extra * minutes / used > options.budget_minutes:
+        return False
+    return True
 
 
 def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verification:
@@ -447,6 +457,7 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         on_result=on_result,
         save_progress=lambda progress: study.set_user_attr("verify_progress", progress),
         confidence=options.confidence, interval_method=options.interval_method,
+        max_restarts=options.verify_max_restarts, may_start=lambda n: _verify_may_start(study, options, n),
     )
     study.set_user_attr("verification", verification.to_dict())
     notify(observers, "on_verification_end", ctx, verification)
@@ -470,6 +481,7 @@ def _record_metadata(ctx: StudyContext) -> None:
         "racing": dataclasses.asdict(options.policy),
         "top_k": options.verify_top_k,
         "verify_restarts": options.verify_restarts,
+        "verify_max_restarts": options.verify_max_restarts,
         "budget_restarts": options.budget_restarts,
         "budget_minutes": options.budget_minutes,
         "trials": options.trials,
