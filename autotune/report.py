@@ -88,6 +88,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         v = Verification.from_dict(verification_raw)
         entries = [_entry_dict(e) for e in v.entries]
         report["verification"] = {"entries": entries, "restarts_per_config": v.restarts_per_config,
+                                  "max_restarts": v.max_restarts,
                                   "restarts_used": v.restarts_used, "minutes_used": round(v.minutes_used, 3)}
         report["budget"]["verification_restarts"] = v.restarts_used
         report["winner"] = entries[v.winner_index]
@@ -156,7 +157,8 @@ def render_report(report: Mapping[str, Any]) -> str:
             lines.append("Verdict: no configuration beat the baseline - keep the engine defaults.")
         else:
             sp = winner.get("speedup", {})
-            ci = (f" [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}] ({sp['confidence'] * 100:.1f}% CI)"
+            family = (f", Bonferroni over {sp['comparisons']} challengers" if sp.get("comparisons", 1) > 1 else "")
+            ci = (f" [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}] ({sp['confidence'] * 100:.1f}% CI{family})"
                   if sp.get("ci_low") is not None else "")
             lines.append(f"Verdict: {report['verdict'].upper()} - winner is {sp.get('speedup', float('nan')):.2f}x "
                          f"the baseline{ci}")

@@ -48,6 +48,9 @@ def test_baselines_run_first_and_verification_finds_the_true_best(tmp_path):
     assert 3 <= report["winner"]["n"] <= 5
     text = render_report(report)
     assert "WINNER" in text and "Verdict: FASTER" in text
+    # The verdict line states the multiplicity its level is corrected for.
+    challengers = sum(1 for e in report["verification"]["entries"] if e["role"] != "baseline")
+    assert challengers >= 2 and f"CI, Bonferroni over {challengers} challengers)" in text
 
 
 def test_verification_overrules_a_lucky_search_best(tmp_path):
