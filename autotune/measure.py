@@ -15,6 +15,7 @@ hold on lognormal and on normal noise from 3% to 15% CV: ``python -m autotune.be
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -48,6 +49,12 @@ class Verdict:
     FASTER = "faster"
     NOT_SIGNIFICANT = "no significant difference"
     SLOWER = "slower"
+
+
+@functools.lru_cache(maxsize=1024)
+def _t_quantile(q: float, df: float) -> float:
+    # Degrees of freedom are whole numbers here and levels few, so each quantile is computed once per process.
+    return float(stats.t.ppf(q, df))
 
 
 def _log_moments(x: np.ndarray) -> tuple[float, float]:
@@ -87,7 +94,7 @@ def interval(values: Sequence[float], confidence: float = 0.95, method: str = "t
         # An arithmetic t interval at n=2 spans +-12.7 standard errors and went negative (`CI [-47.3, 600.5]`
         # tok/s); on the log scale the same t quantile multiplies and divides instead.
         centre, var = _log_moments(x)
-        half = float(stats.t.ppf(0.5 + confidence / 2.0, x.size - 1)) * math.sqrt(var)
+        half = _t_quantile(0.5 + confidence / 2.0, x.size - 1) * math.sqrt(var)
         return math.exp(centre - half), math.exp(centre + half)
     if method == "bca":
         res = stats.bootstrap((x,), np.mean, confidence_level=confidence, method="BCa",
@@ -122,7 +129,7 @@ def log_ratio_interval(
     if va + vb == 0.0:  # no spread on either side: the ratio is exact
         return math.exp(diff), math.exp(diff), 0.0 if diff != 0.0 else 1.0
     df = max(1.0, math.floor((va + vb) ** 2 / (va * va / (a.size - 1) + vb * vb / (b.size - 1))))
-    half = float(stats.t.ppf(0.5 + confidence / 2.0, df)) * se
+    half = _t_quantile(0.5 + confidence / 2.0, df) * se
     p = float(2.0 * stats.t.sf(abs(diff) / se, df))
     return math.exp(diff - half), math.exp(diff + half), p
 
