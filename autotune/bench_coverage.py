@@ -25,7 +25,7 @@ import multiprocessing
 import sys
 import time
 from collections.abc import Sequence
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 from scipy import stats
@@ -225,7 +225,7 @@ def run(draws: int, seed: int, out: IO[str], cvs: Sequence[float] = (0.03, 0.06,
         results = {i: _cell(c) for i, c in enumerate(cells)}
     got = {(c[0], c[1], tuple(sorted(c[2].items()))): results[i] for i, c in enumerate(cells)}
 
-    def cell(kind: str, *args: object, **kw: object) -> object:
+    def cell(kind: str, *args: object, **kw: object) -> Any:
         return got[(kind, args, tuple(sorted(kw.items())))]
 
     out.write(f"Throughput interval, 95% claimed ({draws} draws a cell; `old t` = the arithmetic t interval it "
@@ -234,8 +234,8 @@ def run(draws: int, seed: int, out: IO[str], cvs: Sequence[float] = (0.03, 0.06,
     out.write("|---|---|" + "---|" * (len(ns) + 2) + "\n")
     for noise in NOISES:
         for cv in cvs:
-            row = [_pct(cell("throughput", "log-t", noise, cv, n, draws, seed)[0]) for n in ns]  # type: ignore[index]
-            old, nonpos = cell("throughput", "t", noise, cv, 2, draws, seed)  # type: ignore[misc]
+            row = [_pct(cell("throughput", "log-t", noise, cv, n, draws, seed)[0]) for n in ns]
+            old, nonpos = cell("throughput", "t", noise, cv, 2, draws, seed)
             out.write(f"| {noise} | {cv:.0%} | " + " | ".join(row) + f" | {_pct(old)} | {_pct(nonpos)} |\n")
 
     out.write(f"\nSpeedup interval, true speedup 1.2, same CV and restarts on both sides ({draws} draws a cell; "
@@ -245,16 +245,16 @@ def run(draws: int, seed: int, out: IO[str], cvs: Sequence[float] = (0.03, 0.06,
     for noise in NOISES:
         for cv in cvs:
             for k, level in ((1, "95%"), (3, "98.33%")):
-                row = [_pct(cell("speedup", "welch-log", noise, cv, n, draws, seed, comparisons=k))  # type: ignore[arg-type]
+                row = [_pct(cell("speedup", "welch-log", noise, cv, n, draws, seed, comparisons=k))
                        for n in ns]
                 old = cell("speedup", "bootstrap", noise, cv, 3, bootstrap_draws, seed, comparisons=k)
-                out.write(f"| {noise} | {cv:.0%} | {level} | " + " | ".join(row) + f" | {_pct(old)} |\n")  # type: ignore[arg-type]
+                out.write(f"| {noise} | {cv:.0%} | {level} | " + " | ".join(row) + f" | {_pct(old)} |\n")
 
     out.write(f"\nSpeedup interval, unequal spread or restarts (challenger / baseline; {draws} draws a cell)\n\n")
     out.write("| noise | CV | n | 95% claimed | 98.33% claimed |\n|---|---|---|---|---|\n")
     for noise in NOISES:
         for cv, ref_cv, n, ref_n in unequal:
-            row = [_pct(cell("speedup", "welch-log", noise, cv, n, draws, seed, comparisons=k,  # type: ignore[arg-type]
+            row = [_pct(cell("speedup", "welch-log", noise, cv, n, draws, seed, comparisons=k,
                              ref_cv=ref_cv, ref_n=ref_n)) for k in (1, 3)]
             out.write(f"| {noise} | {cv:.0%} / {ref_cv:.0%} | {n} / {ref_n} | " + " | ".join(row) + " |\n")
 
@@ -267,7 +267,6 @@ def run(draws: int, seed: int, out: IO[str], cvs: Sequence[float] = (0.03, 0.06,
         for noise in NOISES:
             for cv in (0.03, 0.10, 0.15):
                 r = cell("verify", scenario, noise, cv, verify_draws, seed)
-                assert isinstance(r, VerificationCoverage)
                 out.write(f"| {scenario} {SCENARIOS[scenario]} | {noise} | {cv:.0%} | {_pct(r.speedup_coverage)} "
                           f"| {_pct(r.throughput_coverage)} | {_pct(r.says_faster)} | {r.mean_starts:.1f} |\n")
     out.write(f"\n({time.monotonic() - started:.0f} s wall, {jobs} process(es))\n")

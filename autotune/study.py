@@ -417,7 +417,7 @@ def _abandon(study: optuna.Study, trial: optuna.Trial) -> None:
 
 
 def select_candidates(study: optuna.Study, space: SearchSpace, top_k: int) -> list[Candidate]:
-    """Up to top-k engine plans by shrunk search estimate, then the baseline (:func:`autotune.verify.select_candidates`)."""
+    """Up to top-k engine plans by shrunk search estimate, then the baseline (see :func:`select_verified`)."""
     evidence = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         attrs = t.user_attrs

@@ -8,7 +8,8 @@ from autotune.measure import shrunk_means
 from autotune.records import EngineConfig, Resolved, Workload
 from autotune.space import parse_space
 from autotune.study import StudyOptions, run_study
-from autotune.verify import BASELINE, CANDIDATE, Candidate, SearchEvidence, plan_key, run_verification, select_candidates
+from autotune.verify import (BASELINE, CANDIDATE, Candidate, SearchEvidence, plan_key, run_verification,
+                             select_candidates)
 from tests.fakes import SMALL_SPACE, TableEngine, by_params
 
 WORKLOAD = Workload(timed_passes=2)
@@ -76,7 +77,8 @@ def test_one_lucky_restart_does_not_outrank_several_good_ones():
     assert est[1] > est[0]  # the steady one ranks first once each mean is weighed by its own noise
     assert 121.0 - est[0] > 2 * (raw[1] - est[1]) > 0  # one restart is moved much further than five
     baseline = _cfg(None, None)
-    evidence = [_ev(0, baseline, rng_values[0], mode="FULL"),  # the baseline's restarts inform the estimate too _ev(1, _cfg("PIECEWISE"), lucky_once),
+    # The baseline's restarts inform the estimate too.
+    evidence = [_ev(0, baseline, rng_values[0], mode="FULL"), _ev(1, _cfg("PIECEWISE"), lucky_once),
                 _ev(2, _cfg("FULL_AND_PIECEWISE"), steady), _ev(3, _cfg("NONE"), rng_values[1]),
                 _ev(4, _cfg("PIECEWISE", SPEC), rng_values[2]), _ev(5, _cfg("NONE", SPEC), rng_values[3])]
     assert select_candidates(evidence, baseline, top_k=1)[0].trial_number == 2
@@ -210,8 +212,8 @@ def test_a_study_verifies_one_configuration_per_engine_plan(tmp_path):
     options = StudyOptions(study_name="plans", storage=f"sqlite:///{tmp_path}/optuna.db",
                            workdir=str(tmp_path / "work"), trials=14, top_k=3, seed=3)
     study = run_study(parse_space(SMALL_SPACE), TableEngine(by_params(truth), resolve=resolve), options)
-    searched = {t.user_attrs["config_key"] for t in study.trials
-                if t.value is not None and "duplicate_of" not in t.user_attrs and t.params.get("num_speculative_tokens") == 2}
+    searched = {t.user_attrs["config_key"] for t in study.trials if t.value is not None
+                and "duplicate_of" not in t.user_attrs and t.params.get("num_speculative_tokens") == 2}
     assert len(searched) >= 2  # several configurations of that one plan were measured in the search
     chosen = [Candidate.from_dict(c) for c in study.user_attrs["verify_candidates"]]
     plans = [plan_key(c.config, resolve(c.config).cudagraph_mode, resolve(c.config).cudagraph_capture_sizes)
