@@ -126,15 +126,13 @@ class StudyOptions:
 
     @property
     def verify_reserve(self) -> int:
-        """Engine starts held back from the search for verification.
+        """Engine starts held back from the search for verification (top-k plus the baseline).
 
-        The common rounds (top-k plus the baseline) and, with two or more challengers, the extra rounds of one
-        near-tie (two challengers and the baseline) up to :attr:`verify_max_restarts`.
+        Extra rounds for near-ties get no reserve of their own: they run on what the search left, including the
+        share of a slot that plan sharing freed. Starts held back for them would come out of the search, which
+        is where a budget of tens of starts is short (docs/benchmarks.md).
         """
-        if not self.verify:
-            return 0
-        extra = max(0, self.verify_max_restarts - self.verify_restarts) * 3 if self.verify_top_k >= 2 else 0
-        return (self.verify_top_k + 1) * self.verify_restarts + extra
+        return (self.verify_top_k + 1) * self.verify_restarts if self.verify else 0
 
 
 @dataclasses.dataclass
