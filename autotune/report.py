@@ -28,6 +28,8 @@ def _entry_dict(entry: Any) -> dict[str, Any]:
         "trial_number": entry.candidate.trial_number,
         "config": entry.candidate.config.to_dict(),
         "search_mean": entry.candidate.search_mean,
+        "search_estimate": entry.candidate.estimate,
+        "shares_slot_with": list(entry.candidate.shares_slot_with),
         "mean": None if math.isnan(s.mean) else s.mean,
         "std": None if math.isnan(s.std) else s.std,
         "ci_low": None if math.isnan(s.ci_low) else s.ci_low,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.measure import shrunk_means
+from autotune.report import build_report
 from autotune.records import EngineConfig, Resolved, Workload
 from autotune.space import parse_space
 from autotune.study import StudyOptions, run_study
@@ -220,4 +221,10 @@ def test_a_study_verifies_one_configuration_per_engine_plan(tmp_path):
              for c in chosen if c.role == CANDIDATE]
     assert len(plans) == len(set(plans))
     spec2 = [c for c in chosen if c.config.num_speculative_tokens == 2]
-    assert len(spec2) <= 1
+    assert len(spec2) == 1  # the best plan by far, verified once for all its configurations
+    # The report says which search trials the slot stood for.
+    entries = build_report(study)["verification"]["entries"]
+    entry = next(e for e in entries if e["trial_number"] == spec2[0].trial_number)
+    numbers = {t.number for t in study.trials if t.value is not None and "duplicate_of" not in t.user_attrs
+               and t.user_attrs.get("config_key") in searched}
+    assert entry["shares_slot_with"] and set(entry["shares_slot_with"]) | {entry["trial_number"]} == numbers
