@@ -199,6 +199,7 @@ class StudyMeta:
     racing: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     top_k: int | None = None
     verify_restarts: int | None = None
+    verify_max_restarts: int | None = None
     budget_restarts: int | None = None
     budget_minutes: float | None = None
     trials: int | None = None

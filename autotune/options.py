@@ -36,6 +36,8 @@ class StudyOptions:
         top_k: Configurations verified against the baseline at the end; ``None`` (default) scales it to
             ``budget_restarts`` (see :attr:`verify_top_k`).
         verify_restarts: Counted restarts per verified configuration.
+        verify_max_restarts: Cap on counted restarts for challengers still tied with the leading one (extra
+            verification rounds, the baseline alongside); ``verify_restarts`` turns extra rounds off.
         budget_restarts: Engine starts for the whole study (search + verification), or ``None``.
         budget_minutes: Engine wall minutes for the whole study, or ``None``.
         sampler: ``tpe`` (default) or ``gp``.
@@ -55,6 +57,7 @@ class StudyOptions:
     policy: RacingPolicy = RacingPolicy()
     top_k: int | None = None
     verify_restarts: int = 3
+    verify_max_restarts: int = 5
     budget_restarts: int | None = None
     budget_minutes: float | None = None
     sampler: str = "tpe"
@@ -93,5 +96,10 @@ class StudyOptions:
 
     @property
     def verify_reserve(self) -> int:
-        """Engine starts held back from the search for verification (top-k plus the baseline)."""
+        """Engine starts held back from the search for verification (top-k plus the baseline).
+
+        Extra rounds for near-ties get no reserve of their own: they run on what the search left, including the
+        share of a slot that plan sharing freed. Starts held back for them would come out of the search, which
+        is where a budget of tens of starts is short (docs/benchmarks.md).
+        """
         return (self.verify_top_k + 1) * self.verify_restarts if self.verify else 0

@@ -84,7 +84,8 @@ class CompareResult:
         """`` [1.33, 1.66] (98.3% CI)``, or nothing without an interval."""
         if not self.has_interval:
             return ""
-        return f" [{self.ci_low:.2f}, {self.ci_high:.2f}] ({self.confidence * 100:.1f}% CI)"
+        family = f", Bonferroni over {self.comparisons} challengers" if self.comparisons > 1 else ""
+        return f" [{self.ci_low:.2f}, {self.ci_high:.2f}] ({self.confidence * 100:.1f}% CI{family})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high, "p_value": self.p_value,
@@ -111,13 +112,16 @@ class VerifiedRow:
     accept_len: float | None
     differences: tuple[str, ...]
     speedup: CompareResult | None = None
+    search_estimate: float | None = None
+    shares_slot_with: tuple[int, ...] = ()
 
     @classmethod
     def from_verified(cls, entry: VerifiedConfig) -> VerifiedRow:
         s, cand = entry.summary, entry.candidate
         return cls(
             label=cand.config.label(), role=cand.role, trial_number=cand.trial_number, config=cand.config,
-            search_mean=cand.search_mean, mean=_finite_or_none(s.mean), std=_finite_or_none(s.std),
+            search_mean=cand.search_mean, search_estimate=cand.estimate,
+            shares_slot_with=tuple(cand.shares_slot_with), mean=_finite_or_none(s.mean), std=_finite_or_none(s.std),
             ci_low=_finite_or_none(s.ci_low), ci_high=_finite_or_none(s.ci_high), values=tuple(s.values),
             unstable=s.unstable, status=s.status, failure=s.failure, accept_len=s.accept_len,
             differences=tuple(s.differences),
@@ -139,7 +143,8 @@ class VerifiedRow:
 
     def to_dict(self) -> dict[str, Any]:
         out = {"label": self.label, "role": self.role, "trial_number": self.trial_number,
-               "config": self.config.to_dict(), "search_mean": self.search_mean, "mean": self.mean, "std": self.std,
+               "config": self.config.to_dict(), "search_mean": self.search_mean, "search_estimate": self.search_estimate,
+               "shares_slot_with": list(self.shares_slot_with), "mean": self.mean, "std": self.std,
                "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n, "values": list(self.values),
                "unstable": self.unstable, "status": self.status, "failure": self.failure,
                "accept_len": self.accept_len, "differences": list(self.differences), "text": self.describe()}
@@ -214,9 +219,11 @@ class VerificationTable:
     restarts_per_config: int
     restarts_used: int
     minutes_used: float
+    max_restarts: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"entries": [e.to_dict() for e in self.entries], "restarts_per_config": self.restarts_per_config,
+                "max_restarts": self.max_restarts,
                 "restarts_used": self.restarts_used, "minutes_used": self.minutes_used}
 
 
@@ -333,7 +340,8 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
     table = winner = baseline = verdict = check = None
     if v is not None:
         rows = tuple(VerifiedRow.from_verified(e) for e in v.entries)
-        table = VerificationTable(rows, v.restarts_per_config, v.restarts_used, round(v.minutes_used, 3))
+        table = VerificationTable(rows, v.restarts_per_config, v.restarts_used, round(v.minutes_used, 3),
+                                  v.max_restarts)
         winner = rows[v.winner_index]
         baseline = next(r for r in rows if r.is_baseline)
         verdict = v.verdict

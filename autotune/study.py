@@ -28,7 +28,8 @@ from autotune.options import StudyOptions
 from autotune.racing import Decision, RacingPruner, decide_trial
 from autotune.records import EngineConfig, EngineFacts, RestartResult
 from autotune.space import Infeasible, SearchSpace
-from autotune.verify import BASELINE, CANDIDATE, Candidate, Verification, run_verification
+from autotune.verify import Candidate, SearchEvidence, Verification, run_verification
+from autotune.verify import select_candidates as select_verified
 
 __all__ = [
     "DEFAULT_STORAGE",
@@ -217,24 +218,24 @@ def _abandon(ledger: Ledger, trial: optuna.Trial, reason: str) -> None:
 
 
 def select_candidates(ledger: Ledger, space: SearchSpace, top_k: int) -> list[Candidate]:
-    """Top-k distinct completed configurations by search mean, then the baseline."""
-    baseline = space.baseline()
-    complete = ledger.measured_complete()
-    complete.sort(key=lambda t: t.value, reverse=True)  # type: ignore[arg-type, return-value]
-    chosen: list[Candidate] = []
-    seen = {baseline.key()}
-    for t in complete:
-        key = ledger.config_key(t)
-        if key in seen:
-            continue
-        seen.add(key)
-        chosen.append(Candidate(CANDIDATE, ledger.config(t), t.number, t.value))  # type: ignore[arg-type]
-        if len(chosen) == top_k:
-            break
-    base_trial = next((t for t in complete if ledger.config_key(t) == baseline.key()), None)
-    chosen.append(Candidate(BASELINE, baseline, None if base_trial is None else base_trial.number,
-                            None if base_trial is None else base_trial.value))
-    return chosen
+    """Up to top-k engine plans by shrunk search estimate, then the baseline (see :func:`select_verified`)."""
+    evidence = []
+    for t in ledger.measured_complete():
+        summary = ledger.summary(t)
+        config = ledger.config(t)
+        if summary is not None and summary.values and config is not None:
+            evidence.append(SearchEvidence.from_summary(t.number, config, summary))
+    return select_verified(evidence, space.baseline(), top_k)
+
+
+def _verify_may_start(ledger: Ledger, options: StudyOptions, extra: int) -> bool:
+    """Whether ``extra`` more verification starts fit the whole study's budget."""
+    used, minutes = ledger.budget_used()
+    if options.budget_restarts is not None and used + extra > options.budget_restarts:
+        return False
+    if options.budget_minutes is not None and used and minutes + extra * minutes / used > options.budget_minutes:
+        return False
+    return True
 
 
 def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verification:
@@ -253,6 +254,7 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         on_result=on_result,
         save_progress=ledger.record_verify_progress,
         confidence=options.confidence, interval_method=options.interval_method,
+        max_restarts=options.verify_max_restarts, may_start=lambda n: _verify_may_start(ledger, options, n),
     )
     ledger.record_verification(verification)
     notify(observers, "on_verification_end", ctx, verification)
@@ -276,6 +278,7 @@ def _record_metadata(ctx: StudyContext) -> None:
         racing=dataclasses.asdict(options.policy),
         top_k=options.verify_top_k,
         verify_restarts=options.verify_restarts,
+        verify_max_restarts=options.verify_max_restarts,
         budget_restarts=options.budget_restarts,
         budget_minutes=options.budget_minutes,
         trials=options.trials,

@@ -1,9 +1,12 @@
 """Verification: the best configurations and the baseline, measured again in fresh interleaved restarts.
 
-The search's best mean is biased upwards: among many noisy trials the luckiest looks best. So the top
-configurations are measured again, on fresh seeds, interleaved with the baseline (A B C base A B C base ...)
-so that drift over time hits every configuration alike. The winner is chosen from these restarts alone,
-and its speedup over the baseline comes with a Bonferroni-corrected interval and a verdict.
+The search's best mean is biased upwards: among many noisy trials the luckiest looks best. So candidates are
+chosen by shrunk estimates (:func:`select_candidates`: each configuration's mean pulled toward the others' by its
+own noise, restarts of configurations the engine ran as the same plan pooled), and measured again on fresh
+seeds, interleaved with the baseline (A B C base A B C base ...) so that drift over time hits every
+configuration alike. After the common rounds, extra rounds go only to challengers still tied with the leading
+challenger, the baseline alongside, up to a cap and within the budget. The winner is chosen from these restarts
+alone, and its speedup over the baseline comes with a Bonferroni-corrected interval and a verdict.
 """
 
 from __future__ import annotations
@@ -12,10 +15,18 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from autotune.measure import Comparison, TrialSummary, Verdict, compare, measure_restart, summarize
+from autotune.measure import Comparison, TrialSummary, Verdict, compare, measure_restart, shrunk_means, summarize
 from autotune.records import EngineConfig, RestartResult, Workload
 
-__all__ = ["Candidate", "VerifiedConfig", "Verification", "run_verification"]
+__all__ = [
+    "Candidate",
+    "SearchEvidence",
+    "VerifiedConfig",
+    "Verification",
+    "plan_key",
+    "run_verification",
+    "select_candidates",
+]
 
 BASELINE = "baseline"
 CANDIDATE = "candidate"
@@ -23,21 +34,126 @@ CANDIDATE = "candidate"
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-    """A configuration chosen for verification (the baseline has ``trial_number=None`` when never searched)."""
+    """A configuration chosen for verification (the baseline has ``trial_number=None`` when never searched).
+
+    Attributes:
+        role: ``candidate`` or ``baseline``.
+        config: The configuration verified (the slot's representative, see :func:`select_candidates`).
+        trial_number: Its search trial.
+        search_mean: Mean of the search restarts of every trial in the slot (they ran the same plan).
+        estimate: The shrunk estimate it was chosen by.
+        shares_slot_with: Other search trials that resolved to the same engine plan, verified through this one.
+    """
 
     role: str
     config: EngineConfig
     trial_number: int | None = None
     search_mean: float | None = None
+    estimate: float | None = None
+    shares_slot_with: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"role": self.role, "config": self.config.to_dict(), "trial_number": self.trial_number,
-                "search_mean": self.search_mean}
+                "search_mean": self.search_mean, "estimate": self.estimate,
+                "shares_slot_with": list(self.shares_slot_with)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Candidate:
         return cls(data["role"], EngineConfig.from_dict(data["config"]), data.get("trial_number"),
-                   data.get("search_mean"))
+                   data.get("search_mean"), data.get("estimate"), tuple(data.get("shares_slot_with") or ()))
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchEvidence:
+    """What the search learned about one configuration: its counted restarts and the plan the engine ran.
+
+    Attributes:
+        number: The search trial.
+        config: The configuration.
+        values: Counted restart throughputs.
+        resolved_mode, resolved_sizes: What the engine resolved the capture mode and sizes to (``None``: unknown).
+        ran_as_configured: No silent change was seen.
+    """
+
+    number: int
+    config: EngineConfig
+    values: tuple[float, ...]
+    resolved_mode: str | None = None
+    resolved_sizes: tuple[int, ...] | None = None
+    ran_as_configured: bool = True
+
+    @classmethod
+    def from_summary(cls, number: int, config: EngineConfig, summary: TrialSummary) -> SearchEvidence:
+        return cls(number, config, tuple(summary.values), summary.resolved_mode, summary.resolved_sizes,
+                   not summary.differences)
+
+    @property
+    def plan(self) -> str:
+        return plan_key(self.config, self.resolved_mode, self.resolved_sizes)
+
+
+def plan_key(config: EngineConfig, resolved_mode: str | None, resolved_sizes: Sequence[int] | None) -> str:
+    """Identity of what the engine ran: resolved capture mode and sizes, speculation (method, draft, K), the rest.
+
+    Configurations that differ only in what they asked for (``default`` mode resolving to ``PIECEWISE``, and
+    ``PIECEWISE`` itself) run the same engine plan and have the same true throughput; they share one
+    verification slot. Without a resolved mode the engine did not say what it ran: the configuration is its own
+    plan.
+    """
+    if resolved_mode is None:
+        return "config:" + config.key()
+    compilation = dict(config.compilation_config)
+    compilation["cudagraph_mode"] = str(resolved_mode).rsplit(".", 1)[-1].upper()
+    if resolved_sizes is not None:
+        compilation["cudagraph_capture_sizes"] = sorted(int(x) for x in resolved_sizes)
+    plan = EngineConfig(engine_args=config.engine_args, compilation_config=compilation,
+                        speculative_config=config.speculative_config)
+    return "plan:" + plan.key()
+
+
+def select_candidates(evidence: Sequence[SearchEvidence], baseline: EngineConfig, top_k: int) -> list[Candidate]:
+    """Up to ``top_k`` engine plans by shrunk search estimate, one configuration each, then the baseline.
+
+    Trials that ran the same plan are one slot: their restarts are pooled for the estimate, and the slot is
+    verified through the member that ran as configured (then the most restarts, then the earliest trial), since
+    that is what an exported configuration reproduces. A plan the baseline also ran is the baseline's slot.
+    Plans are ranked by :func:`autotune.measure.shrunk_means`, so one lucky restart does not outrank several
+    good ones; ties fall back to the raw mean, then the earliest trial.
+
+    Args:
+        evidence: Completed search trials with at least one counted restart (the baseline's included).
+        baseline: The baseline configuration.
+        top_k: Challenger slots.
+    """
+    usable = [e for e in evidence if e.values and min(e.values) > 0]
+    plans: dict[str, list[SearchEvidence]] = {}
+    for e in sorted(usable, key=lambda e: e.number):
+        plans.setdefault(e.plan, []).append(e)
+    base_members = [e for e in usable if e.config.key() == baseline.key()]
+    base_plans = {e.plan for e in base_members}
+    keys = list(plans)
+    pooled = [tuple(v for e in plans[k] for v in e.values) for k in keys]
+    estimates = shrunk_means(pooled)
+    raw = [sum(v) / len(v) for v in pooled]
+    order = sorted(range(len(keys)), key=lambda i: (-estimates[i], -raw[i], plans[keys[i]][0].number))
+    chosen: list[Candidate] = []
+    for i in order:
+        if len(chosen) >= top_k:
+            break
+        if keys[i] in base_plans:
+            continue
+        members = plans[keys[i]]
+        rep = min(members, key=lambda e: (not e.ran_as_configured, -len(e.values), e.number))
+        others = tuple(e.number for e in members if e.number != rep.number)
+        chosen.append(Candidate(CANDIDATE, rep.config, rep.number, raw[i], estimates[i], others))
+    base = min(base_members, key=lambda e: e.number) if base_members else None
+    base_estimate = None
+    if base is not None:
+        i = keys.index(base.plan)
+        base_estimate = estimates[i]
+    chosen.append(Candidate(BASELINE, baseline, None if base is None else base.number,
+                            None if base is None else sum(base.values) / len(base.values), base_estimate))
+    return chosen
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,9 +191,11 @@ class Verification:
     Attributes:
         entries: Candidates in search order, the baseline last.
         winner_index: Index into ``entries`` of the configuration with the highest verified mean.
-        restarts_per_config: Counted restarts each configuration was given.
+        restarts_per_config: Counted restarts every configuration was given (the common rounds).
         restarts_used: Engine starts the phase cost (cold warm-ups and failures included).
         minutes_used: Engine wall time the phase cost.
+        max_restarts: Cap on counted restarts for near-ties (extra rounds); equal to ``restarts_per_config``
+            when there were none to give.
     """
 
     entries: tuple[VerifiedConfig, ...]
@@ -85,6 +203,7 @@ class Verification:
     restarts_per_config: int
     restarts_used: int
     minutes_used: float
+    max_restarts: int | None = None
 
     @property
     def winner(self) -> VerifiedConfig:
@@ -108,6 +227,7 @@ class Verification:
             "restarts_per_config": self.restarts_per_config,
             "restarts_used": self.restarts_used,
             "minutes_used": self.minutes_used,
+            "max_restarts": self.max_restarts,
             "verdict": self.verdict,
         }
 
@@ -119,6 +239,7 @@ class Verification:
             int(data["restarts_per_config"]),
             int(data["restarts_used"]),
             float(data["minutes_used"]),
+            None if data.get("max_restarts") is None else int(data["max_restarts"]),
         )
 
 
@@ -137,14 +258,21 @@ def run_verification(
     confidence: float = 0.95,
     interval_method: str = "t",
     alpha: float = 0.05,
+    max_restarts: int | None = None,
+    may_start: Callable[[int], bool] | None = None,
 ) -> Verification:
-    """Measure ``candidates`` (the baseline among them) in ``restarts`` interleaved rounds of fresh restarts.
+    """Measure ``candidates`` (the baseline among them) in interleaved rounds of fresh restarts.
+
+    Every configuration gets ``restarts`` rounds. Then, up to ``max_restarts`` rounds, a round goes to the
+    challengers still tied with the leading challenger (:func:`_contenders`) and the baseline, as long as two
+    challengers are tied and ``may_start`` allows the round's starts. Who gets round ``r`` depends only on the
+    restarts of rounds before ``r``, so a resumed phase makes the same choices and runs nothing twice.
 
     Args:
         engine: The engine backend.
         workload: The workload.
         candidates: Configurations to verify; exactly one has role ``baseline``.
-        restarts: Counted restarts per configuration.
+        restarts: Counted restarts every configuration gets.
         seed_for: Seed of round ``i``; the same for every configuration in a round (matched restarts).
         done: Restarts already run in an earlier, interrupted attempt: ``config key -> [RestartResult dicts]``.
         on_result: Called after every restart.
@@ -152,15 +280,28 @@ def run_verification(
         confidence: Interval coverage for each configuration's mean.
         interval_method: ``t`` or ``bca``.
         alpha: Family-wise error rate of the comparisons with the baseline.
+        max_restarts: Cap on counted restarts of a near-tie (default: ``restarts``, no extra rounds).
+        may_start: ``may_start(n)``: whether ``n`` more engine starts fit the budget (default: always).
     """
     progress: dict[str, list[dict[str, Any]]] = {k: list(v) for k, v in (done or {}).items()}
-    for rnd in range(restarts):
-        for cand in candidates:
+    cap = max(restarts, max_restarts or restarts)
+    contenders = [c for c in candidates if c.role != BASELINE]
+    for rnd in range(cap):
+        if rnd >= restarts:
+            contenders = _contenders(contenders, progress, rnd, confidence)
+            if len(contenders) < 2:
+                break  # the leading challenger is settled: more restarts would not change the winner
+            keep = {c.config.key() for c in contenders}
+            participants = [c for c in candidates if c.config.key() in keep or c.role == BASELINE]
+            todo = [c for c in participants if _needs(c, progress, rnd)]
+            if todo and may_start is not None and not may_start(len(todo)):
+                break
+        else:
+            participants = list(candidates)
+        for cand in participants:
+            if not _needs(cand, progress, rnd):
+                continue
             key = cand.config.key()
-            have = [RestartResult.from_dict(d) for d in progress.get(key, [])]
-            counted = [r for r in have if not (r.ok and r.cold)]
-            if len(counted) > rnd or any(not r.ok for r in have):
-                continue  # already measured this round, or failed earlier: a broken config gets no more starts
 
             def record(result: RestartResult, cand: Candidate = cand, key: str = key) -> None:
                 progress.setdefault(key, []).append(result.to_dict())
@@ -170,7 +311,44 @@ def run_verification(
                     on_result(cand, result)
 
             measure_restart(engine, cand.config, workload, restart=rnd, seed=seed_for(rnd), on_result=record)
-    return _conclude(candidates, progress, restarts, confidence, interval_method, alpha)
+    return _conclude(candidates, progress, restarts, confidence, interval_method, alpha, cap)
+
+
+def _restarts(cand: Candidate, progress: Mapping[str, list[dict[str, Any]]]) -> list[RestartResult]:
+    return [RestartResult.from_dict(d) for d in progress.get(cand.config.key(), [])]
+
+
+def _needs(cand: Candidate, progress: Mapping[str, list[dict[str, Any]]], rnd: int) -> bool:
+    """Whether ``cand`` still has to run round ``rnd``: not yet measured in it, and never failed."""
+    have = _restarts(cand, progress)
+    counted = [r for r in have if r.ok and not r.cold]
+    # A broken configuration gets no more starts.
+    return len(counted) <= rnd and all(r.ok for r in have)
+
+
+def _contenders(current: Sequence[Candidate], progress: Mapping[str, list[dict[str, Any]]], rnd: int,
+                confidence: float) -> list[Candidate]:
+    """The challengers of ``current`` that could still be the best challenger, judged on rounds before ``rnd``.
+
+    The leader is the challenger with the highest mean; a challenger stays while its interval for the ratio to
+    the leader (:func:`compare` at ``confidence``) reaches 1. The set only shrinks, so who ran which round is
+    a function of the rounds before it. The baseline plays no part in the choice: extra rounds chosen by the
+    challenger-vs-baseline comparison would be optional stopping on the verdict itself.
+    """
+    values = {}
+    for cand in current:
+        have = _restarts(cand, progress)
+        if all(r.ok for r in have):
+            counted = [float(r.value) for r in have if r.ok and not r.cold]  # type: ignore[arg-type]
+            if len(counted) >= rnd:
+                values[cand.config.key()] = counted[:rnd]
+    alive = [c for c in current if c.config.key() in values]
+    if len(alive) < 2:
+        return alive
+    leader = max(alive, key=lambda c: sum(values[c.config.key()]) / rnd)
+    lead = values[leader.config.key()]
+    return [c for c in alive if c is leader
+            or compare(values[c.config.key()], lead, alpha=1.0 - confidence).verdict != Verdict.SLOWER]
 
 
 def _conclude(
@@ -180,6 +358,7 @@ def _conclude(
     confidence: float,
     interval_method: str,
     alpha: float,
+    max_restarts: int | None = None,
 ) -> Verification:
     per_key = {c.config.key(): tuple(RestartResult.from_dict(d) for d in progress.get(c.config.key(), []))
                for c in candidates}
@@ -203,4 +382,4 @@ def _conclude(
     winner = max(usable, key=lambda i: entries[i].summary.mean) if usable else len(entries) - 1
     all_restarts = [r for rs in per_key.values() for r in rs]
     minutes = sum((r.wall_s or 0.0) for r in all_restarts) / 60.0
-    return Verification(tuple(entries), winner, restarts, len(all_restarts), minutes)
+    return Verification(tuple(entries), winner, restarts, len(all_restarts), minutes, max_restarts)

@@ -15,7 +15,7 @@ LAYERS = [
     {"autotune.engines", "autotune.racing", "autotune.verify"},
     {"autotune.ledger", "autotune.options", "autotune.events", "autotune.study"},
     {"autotune.report", "autotune.plots", "autotune.tracking", "autotune.progress"},
-    {"autotune.cli", "autotune.cli_helpers", "autotune.export", "autotune.ui", "autotune.audit", "autotune.bench",
+    {"autotune.cli", "autotune.cli_helpers", "autotune.export", "autotune.ui", "autotune.audit", "autotune.bench", "autotune.bench_coverage",
      "autotune.__main__"},
 ]
 

@@ -38,9 +38,27 @@ def test_one_value_has_no_interval():
 
 def test_equal_configs_rarely_declared_faster():
     rng = np.random.default_rng(7)
-    wins = sum(compare(rng.normal(100, 5, 3), rng.normal(100, 5, 3), seed=i).verdict == Verdict.FASTER
-               for i in range(600))
+    wins = sum(compare(rng.normal(100, 5, 3), rng.normal(100, 5, 3)).verdict == Verdict.FASTER
+               for _ in range(600))
     assert wins / 600 <= 0.05
+
+
+def test_throughput_interval_stays_positive_where_the_arithmetic_t_went_negative():
+    # Two restarts far apart: the arithmetic t interval (t = 12.7 at one degree of freedom) was [-47.3, 600.5]-like.
+    low, high = interval([120.0, 480.0])
+    assert 0.0 < low < 120.0 and high > 480.0
+    assert interval([100.0, -5.0]) == (pytest.approx(math.nan, nan_ok=True), pytest.approx(math.nan, nan_ok=True))
+
+
+def test_verdict_is_read_off_the_interval_and_the_p_value_agrees():
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        a, b = rng.lognormal(4.7, 0.1, rng.integers(2, 7)), rng.lognormal(4.6, 0.1, rng.integers(2, 7))
+        c = compare(a, b, comparisons=3)
+        excludes_one = c.ci_low > 1.0 or c.ci_high < 1.0
+        assert (c.verdict != Verdict.NOT_SIGNIFICANT) == excludes_one
+        assert (c.p_value < 0.05 / 3) == excludes_one
+        assert c.ci_low > 0.0
 
 
 def test_clear_speedup_is_faster_and_clear_slowdown_is_slower():

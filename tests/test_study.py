@@ -44,9 +44,14 @@ def test_baselines_run_first_and_verification_finds_the_true_best(tmp_path):
     assert report.winner.config.num_speculative_tokens == 2
     assert report.baseline.config.compilation_config == {}
     assert report.verdict == "faster" and report.winner.speedup.ci_low > 1.2
-    assert report.winner.n == 3
+    # Three common rounds; the truth ignores capture sizes, so a tie with the same mode and K at other sizes may
+    # take the extra rounds up to the cap of 5.
+    assert 3 <= report.winner.n <= 5
     text = render_report(report)
     assert "WINNER" in text and "Verdict: FASTER" in text
+    # The verdict line states the multiplicity its level is corrected for.
+    challengers = sum(1 for e in report.verification.entries if not e.is_baseline)
+    assert challengers >= 2 and f"CI, Bonferroni over {challengers} challengers)" in text
 
 
 def test_verification_overrules_a_lucky_search_best(tmp_path):
