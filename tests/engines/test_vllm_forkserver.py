@@ -102,7 +102,7 @@ def test_forked_restarts_import_vllm_once_and_each_run_in_a_session_of_their_own
     assert len(importers) == 1, "vLLM is imported once, by the forkserver, not by each restart"
     assert importers[0] not in {r["pid"] for r in runs}
     host = engine._host
-    assert host is not None and engine.describe()["start_method"] == "forkserver"
+    assert host is not None and engine.describe().extra["start_method"] == "forkserver"
     forkserver = importers[0]
 
     engine.close()
@@ -277,7 +277,7 @@ def test_a_launcher_means_spawn_and_says_so_once(tmp_path: Path, capsys: pytest.
     script = tmp_path / "runner.py"
     script.write_text('print("AUTOTUNE_RESULT {\\"passes_tok_s\\": [1.0]}", flush=True)\n')
     engine = VllmEngine(cache_dir=str(tmp_path / "study"), launcher=[sys.executable, str(script)])
-    assert engine.describe()["start_method"] == "spawn"
+    assert engine.describe().extra["start_method"] == "spawn"
     for i in range(2):
         assert engine.run_restart(_config("ok"), WORKLOAD, restart=i, seed=i).start_method == "spawn"
     err = capsys.readouterr().err
