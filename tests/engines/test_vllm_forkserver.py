@@ -2,8 +2,8 @@
 
 ``tests/data/fake-vllm`` stands in for vLLM and torch (the real runner runs against it): it logs which process
 imported ``vllm`` and which pid, session and group every engine ran in, and its model name picks a behaviour
-(``fake/ok``, ``fake/hang`` with a SIGTERM-ignoring grandchild, ``fake/segv``). Every test checks that no process
-it caused is left.
+(``fake/ok``, ``fake/hang`` with a SIGTERM-ignoring grandchild, ``fake/segv``, ``fake/daemon`` that leaves
+the group). Every test checks that no process it caused is left.
 """
 
 from __future__ import annotations
@@ -148,6 +148,15 @@ def test_a_host_that_cannot_fork_before_the_deadline_is_a_startup_timeout(engine
     importers = _importers(files["imports"])
     assert len(importers) == 1 and _wait_gone(importers) == [], "the stuck host and its forkserver are stopped"
     assert engine._host is None or not engine._host.alive()
+
+
+def test_a_daemon_that_left_the_forked_restarts_group_is_found_and_killed(engines, files) -> None:
+    engine = engines()
+    result = engine.run_restart(_config("daemon"), WORKLOAD, restart=0, seed=0)
+    assert result.status == RestartStatus.OK, result.error
+    daemon = _records(files["procs"], "daemon")[0]["pid"]
+    assert _wait_gone([daemon]) == []
+    assert "killed 1 process(es) that had left the engine's process group" in Path(result.log_path).read_text()
 
 
 def test_a_crashing_forked_restart_fails_with_its_signal(engines, files) -> None:

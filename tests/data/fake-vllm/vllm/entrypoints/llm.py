@@ -31,6 +31,12 @@ class LLM:
                 fh.write(json.dumps({"kind": "grandchild", "pid": child.pid}) + "\n")
             print("loading forever", flush=True)
             time.sleep(600)
+        if behaviour == "daemon":
+            # Leaves the restart's process group: only its inherited environment (autotune's tag) gives it away.
+            daemon = subprocess.Popen([sys.executable, "-c", "import os, time; time.sleep(600)"],
+                                      start_new_session=True)
+            with open(os.environ["FAKE_VLLM_PROCS"], "a") as fh:
+                fh.write(json.dumps({"kind": "daemon", "pid": daemon.pid}) + "\n")
         if behaviour == "segv":
             os.kill(os.getpid(), signal.SIGSEGV)
         comp = SimpleNamespace(cudagraph_mode="CUDAGraphMode.NONE", cudagraph_capture_sizes=[], mode="NONE")
