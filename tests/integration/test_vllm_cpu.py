@@ -121,7 +121,7 @@ def test_forkserver_and_spawn_restarts_run_the_same_engine(space, cache_dir: str
         assert result.startup_s is not None and 0 < result.startup_s < result.wall_s
         assert all(v > 0 for v in result.passes_tok_s)
         assert result.resolved is not None and result.resolved.cudagraph_mode == "NONE"
-        assert result.resolved.details["spec_method"] == "ngram"
+        assert result.resolved.details[Detail.SPEC_METHOD] == "ngram"
         assert result.resolved == forked[0].resolved
     # The forked restarts found vLLM already imported (the forkserver's preload worked); the spawned one did not.
     assert all('"preloaded": true' in Path(r.log_path).read_text() for r in forked)
