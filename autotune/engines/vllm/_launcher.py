@@ -30,6 +30,7 @@ __all__ = [
     "LaunchResult",
     "kill_group",
     "launch",
+    "supervise",
     "tail_text",
 ]
 
@@ -183,6 +184,28 @@ def launch(
         return LaunchResult(returncode=None, log_path=str(log), error=f"cannot start {argv[0]!r}: {exc.strerror or exc}")
     finally:
         stdin_file.unlink(missing_ok=True)
+    return supervise(proc, log, start, startup_timeout_s=startup_timeout_s, measure_timeout_s=measure_timeout_s,
+                     kill_grace_s=kill_grace_s)
+
+
+def supervise(
+    proc: Any,
+    log: Path,
+    start: float,
+    *,
+    startup_timeout_s: float,
+    measure_timeout_s: float,
+    kill_grace_s: float = 5.0,
+) -> LaunchResult:
+    """Watch a started process's log against the deadlines, then stop its whole group (see :func:`launch`).
+
+    Args:
+        proc: An :class:`~autotune.engines._process.EngineProcess`, or anything with its surface (``pid``, also
+            the group id; ``poll``, ``wait``, ``returncode``, ``stop(grace_s)``, a context manager): a forked
+            restart (:class:`~._forkserver.ForkedProcess`).
+        log: The file receiving its stdout and stderr.
+        start: ``time.monotonic()`` when the start was asked for; start-up seconds count from here.
+    """
     watcher = _LogWatcher(log)
     # Leaving the block by any route (a deadline, Ctrl-C, SIGTERM, an error) stops the group: the engine is in
     # its own session and would outlive us.
@@ -215,7 +238,7 @@ def _stdin_file(log: Path, stdin_text: str | None) -> Path:
 
 
 def _watch(
-    proc: EngineProcess,
+    proc: EngineProcess | Any,
     watcher: _LogWatcher,
     start: float,
     startup_timeout_s: float,

@@ -257,7 +257,8 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     startup_s = time.monotonic() - start
     resolved = resolved_config(llm)
     device = device_facts()
-    emit(READY, {"startup_s": startup_s, "resolved": resolved, "device": device})
+    emit(READY, {"startup_s": startup_s, "resolved": resolved, "device": device,
+                 "preloaded": request.get("preloaded")})
 
     workload = request["workload"]
     vocab = int(llm.llm_engine.model_config.get_vocab_size())
@@ -386,7 +387,8 @@ def serve_measure(request: dict[str, Any]) -> dict[str, Any]:
     startup_s = time.monotonic() - start
     # The worker runs in the server's engine-core process: its resolved config is read from the log instead.
     device = {"vllm": vllm.__version__}
-    emit(READY, {"startup_s": startup_s, "resolved": None, "device": device})
+    emit(READY, {"startup_s": startup_s, "resolved": None, "device": device,
+                 "preloaded": request.get("preloaded")})
     passes = ServePasses(request, port, workdir)
     try:
         warmups = warm_up(passes, request["workload"], float(request.get("steady_tolerance", 0.03)))
@@ -398,8 +400,32 @@ def serve_measure(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
-    """Read the request from stdin, run it, print the markers; exit 1 on any error."""
-    request = json.loads(sys.stdin.read() or "{}")
+    """Spawned restart: read the request from stdin, then :func:`run` it."""
+    run(json.loads(sys.stdin.read() or "{}"))
+    return 0
+
+
+def forked_main(request: dict[str, Any], log_path: str, env: dict[str, str]) -> None:
+    """Forked restart (``_host.py``): become a process group of its own, log to ``log_path``, then :func:`run`.
+
+    The forkserver this process was forked from has imported vLLM but never touched CUDA; CUDA starts here.
+    ``env`` is the environment a spawned restart would get, so both start methods run under the same one.
+    """
+    # First, before anything can start a child: the engine and the host kill the restart by its group.
+    os.setsid()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(env)
+    # Whether the forkserver's preload worked (multiprocessing ignores a preload that fails to import): the
+    # ready marker says so, and the engine tells the user when restarts had to import vLLM themselves.
+    run({**request, "preloaded": "vllm.entrypoints.llm" in sys.modules})
+
+
+def run(request: dict[str, Any]) -> None:
+    """Run one request, print the markers, and leave the process: status 0, or 1 on any error."""
     apply_env(dict(request.get("env") or {}))
     try:
         result = serve_measure(request) if request.get("mode") == "serve" else measure(request)

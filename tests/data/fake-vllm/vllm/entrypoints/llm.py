@@ -1,0 +1,55 @@
+"""A fake ``LLM``: the model name picks the behaviour (see ../../README.md)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+if os.environ.get("FAKE_VLLM_FAIL_IMPORT"):
+    raise ImportError("the fake vLLM was told to fail its import")
+
+
+def _record(kind):
+    path = os.environ.get("FAKE_VLLM_PROCS")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"kind": kind, "pid": os.getpid(), "sid": os.getsid(0), "pgid": os.getpgrp(),
+                                 "cuda_env": os.environ.get("FAKE_MARK")}) + "\n")
+
+
+class LLM:
+    def __init__(self, model, **kwargs):
+        _record("engine")
+        behaviour = str(model).rsplit("/", 1)[-1]
+        if behaviour == "hang":
+            stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+            child = subprocess.Popen([sys.executable, "-c", stubborn])
+            with open(os.environ["FAKE_VLLM_PROCS"], "a") as fh:
+                fh.write(json.dumps({"kind": "grandchild", "pid": child.pid}) + "\n")
+            print("loading forever", flush=True)
+            time.sleep(600)
+        if behaviour == "daemon":
+            # Leaves the restart's process group: only its inherited environment (autotune's tag) gives it away.
+            daemon = subprocess.Popen([sys.executable, "-c", "import os, time; time.sleep(600)"],
+                                      start_new_session=True)
+            with open(os.environ["FAKE_VLLM_PROCS"], "a") as fh:
+                fh.write(json.dumps({"kind": "daemon", "pid": daemon.pid}) + "\n")
+        if behaviour == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        comp = SimpleNamespace(cudagraph_mode="CUDAGraphMode.NONE", cudagraph_capture_sizes=[], mode="NONE")
+        config = SimpleNamespace(compilation_config=comp, speculative_config=None,
+                                 scheduler_config=SimpleNamespace(async_scheduling=True))
+        model_config = SimpleNamespace(get_vocab_size=lambda: 1000)
+        self.llm_engine = SimpleNamespace(vllm_config=config, model_config=model_config)
+        print("INFO fake engine ready", flush=True)
+
+    def generate(self, prompts, params, use_tqdm=False):
+        tokens = int(params.kwargs["max_tokens"])
+        time.sleep(0.01)
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(range(tokens)))]) for _ in prompts]
+
+    def get_metrics(self):
+        return []

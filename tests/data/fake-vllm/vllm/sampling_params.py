@@ -1,0 +1,3 @@
+class SamplingParams:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs

@@ -1,0 +1,1 @@
+"""Preloaded by the forkserver, like vLLM's."""
