@@ -14,7 +14,7 @@ STUDY    ?=
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,postgres]'
 	touch $@
 
 install: $(VENV)/.installed
