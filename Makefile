@@ -51,3 +51,10 @@ export: install
 BENCH_ARGS ?=
 bench: install
 	$(PY) -m autotune bench $(BENCH_ARGS)
+
+.PHONY: bench-scaling
+
+# 1, 2, 4 and 8 workers sharing one study at the same engine-start budget, on simulated time (docs/scaling.md).
+SCALING_ARGS ?=
+bench-scaling: install
+	$(PY) -m autotune bench-scaling $(SCALING_ARGS)

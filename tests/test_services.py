@@ -12,7 +12,8 @@ from autotune.racing import RacingPolicy
 from autotune.report import build_report
 from autotune.space import parse_space
 from autotune.study import StudyOptions, run_study
-from autotune.tracking import PARENT_RUN_ATTR, TAG_KIND, TAG_TRIAL, KIND_TRIAL, MlflowTracker
+from autotune.ledger import Ledger
+from autotune.tracking import KIND_TRIAL, TAG_KIND, TAG_TRIAL, MlflowTracker
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
 pytestmark = pytest.mark.services
@@ -31,15 +32,16 @@ def test_a_study_on_postgresql_logs_to_the_mlflow_server(postgres_url: str, mlfl
     assert tracker.problems == []
 
     # Everything is in PostgreSQL: a fresh connection sees the finished study and its verification.
-    study = optuna.load_study(study_name=options.study_name, storage=postgres_url)
-    report = build_report(study)
-    assert report["winner"]["config"]["params"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
-    measured = {t.number for t in study.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
-                if "duplicate_of" not in t.user_attrs and "config" in t.user_attrs}
+    ledger = Ledger(optuna.load_study(study_name=options.study_name, storage=postgres_url))
+    report = build_report(ledger)
+    assert report.winner is not None and report.winner.config.params["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+    done = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+    measured = {t.number for t in ledger.study.get_trials(states=done)
+                if ledger.has_config(t) and not ledger.is_duplicate(t)}
 
     # ... and on the tracking server: one parent, one child per measured trial.
     client = mlflow.MlflowClient(tracking_uri=mlflow_server_uri)
-    parent = client.get_run(study.user_attrs[PARENT_RUN_ATTR])
+    parent = client.get_run(ledger.mlflow_parent_run_id())
     assert parent.info.status == "FINISHED" and parent.data.tags["verdict"]
     children = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
