@@ -14,7 +14,7 @@ STUDY    ?=
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,postgres]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -51,3 +51,10 @@ export: install
 BENCH_ARGS ?=
 bench: install
 	$(PY) -m autotune bench $(BENCH_ARGS)
+
+.PHONY: bench-scaling
+
+# 1, 2, 4 and 8 workers sharing one study at the same engine-start budget, on simulated time (docs/scaling.md).
+SCALING_ARGS ?=
+bench-scaling: install
+	$(PY) -m autotune bench-scaling $(SCALING_ARGS)

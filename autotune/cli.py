@@ -1,6 +1,7 @@
 """The ``autotune`` command: ``main -> raw_main -> program``, one exit status per outcome.
 
-Subcommands: ``tune`` (run or resume a study), ``report`` (the ten-second table, ``--json``), ``export`` (the
+Subcommands: ``tune`` (run or resume a study; ``--gpus`` runs one worker per GPU), ``worker`` (join a study from
+this or another machine), ``report`` (the ten-second table, ``--json``), ``export`` (the
 winner as a ``vllm serve --config`` YAML, CLI flags or ``LLM`` kwargs), ``ui`` (the MLflow UI), ``audit``
 (configured vs resolved for one configuration), ``bench`` (the tuner against other strategies on the simulator).
 """
@@ -15,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from autotune import __version__, audit, bench, export, ui
+from autotune import __version__, audit, bench, export, scaling, ui, worker
 from autotune.cli_helpers import (
     UsageError,
     add_store_args,
@@ -67,6 +68,7 @@ def _configure_tune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     p.add_argument("--quiet", action="store_true", help="only the progress bar and the final report")
+    worker.add_worker_args(p)
 
 
 def _enqueue_params(space: Any, item: str) -> dict[str, Any]:
@@ -92,10 +94,8 @@ def _enqueue_params(space: Any, item: str) -> dict[str, Any]:
 
 
 def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
-    from autotune.progress import ProgressPrinter
     from autotune.racing import RacingPolicy
-    from autotune.report import build_report
-    from autotune.study import Interrupted, StudyOptions, run_study
+    from autotune.study import StudyOptions
 
     space = load_space_for(args)
     engine_name = args.engine or space.engine.get("name") or "vllm"
@@ -105,7 +105,7 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     # trial costs less than one engine start, so the budget itself bounds the trials).
     trials = args.trials if args.trials is not None else (args.budget_restarts or 20)
     for flag, value in (("--trials", trials), ("--max-restarts", args.max_restarts),
-                        ("--verify-restarts", args.verify_restarts)):
+                        ("--verify-restarts", args.verify_restarts), ("--heartbeat", args.heartbeat)):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     restarts = args.restarts if args.restarts is not None else (3 if args.no_racing else 2)
@@ -119,32 +119,23 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         budget_minutes=args.budget_minutes, sampler=args.sampler, seed=args.seed,
         interval_method=args.ci_method, fresh=args.fresh, verify=not args.no_verify,
         command=tuple(["autotune", *sys.argv[1:]] if sys.argv and "autotune" in sys.argv[0] else ()),
+        heartbeat_s=args.heartbeat,
     )
     enqueue = [_enqueue_params(space, item) for item in args.enqueue or ()]
     options = dataclasses.replace(options, enqueue=tuple(enqueue))
-    observers: list[Any] = [ProgressPrinter(quiet=args.quiet)]
-    tracker = None
-    if not args.no_mlflow:
-        from autotune.tracking import MlflowTracker
+    if args.gpus is None:
+        return worker.run_here(args, space, engine, options, out)
+    groups = worker.gpu_groups_of(args)
+    if options.storage == "memory":
+        raise UsageError("--gpus: workers share the study through a storage: keep the default SQLite file "
+                         "(one machine) or pass --storage postgresql+psycopg2://... (several machines)")
+    from autotune.study import prepare_study
 
-        tracker = MlflowTracker(tracking_uri=args.tracking_uri)
-        observers.append(tracker)
     try:
-        ledger = run_study(space, engine, options, observers)
-        # One report per tune: the one MLflow logged (when tracking worked) is the one printed.
-        report = (tracker.report if tracker is not None and tracker.report is not None
-                  else build_report(ledger, engine=engine, space=space))
-    except Interrupted as exc:
-        print(f"autotune: {exc}", file=sys.stderr)
-        return ExitStatus.for_signal(exc.signum)
+        prepare_study(space, engine, options)  # the study and its baselines exist before any worker starts
     finally:
-        for obs in observers:
-            obs.close()  # an error must not leave MLflow runs marked RUNNING
         engine.close()
-    print(report.render(), file=out)
-    if args.json:
-        _write_json(args.json, report.to_json())
-    return ExitStatus.SUCCESS
+    return worker.run_local_workers_for(args, study_name, groups, out, engine, space)
 
 
 def _write_json(path: str, data: Any) -> None:
@@ -213,7 +204,9 @@ class Subcommand:
 #: Every subcommand, in the order ``--help`` lists them. A new one is a module with ``configure_parser`` and
 #: ``run`` (importing shared helpers from :mod:`autotune.cli_helpers`, never from here) and one line below.
 SUBCOMMANDS: tuple[Subcommand, ...] = (
-    Subcommand("tune", "Run or resume a tuning study.", _configure_tune, _tune),
+    Subcommand("tune", "Run or resume a tuning study (--gpus: one worker per GPU).", _configure_tune, _tune),
+    Subcommand("worker", "Join a running study from this or another machine (--gpus: one worker per GPU).",
+               worker.configure_parser, worker.run),
     Subcommand("report", "Print a study's result (--json for the same as JSON).", _configure_report, _report),
     Subcommand("track", "Log a finished study to MLflow (studies run with --no-mlflow elsewhere).",
                _configure_track, _track),
@@ -224,6 +217,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                audit.configure_parser, audit.run),
     Subcommand("bench", "Benchmark the tuner against other strategies on simulated ground truth.",
                bench.configure_parser, bench.run),
+    Subcommand("bench-scaling", "1, 2, 4 and 8 workers on one study at one start budget, on simulated time.",
+               scaling.configure_parser, scaling.run),
 )
 
 

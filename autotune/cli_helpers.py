@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from autotune.ledger import DEFAULT_STORAGE, Ledger, latest_study_name, load
+from autotune.workers import STORAGE_ENV
 
 __all__ = [
     "UsageError",
@@ -48,8 +49,11 @@ def default_study_name(space: Any, engine: str) -> str:
 
 
 def add_store_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--storage", default=os.environ.get("AUTOTUNE_STORAGE", DEFAULT_STORAGE),
-                        help="Optuna storage URL (default: %(default)s; PostgreSQL for several workers)")
+    # The help never shows the environment's URL: it may hold a password.
+    parser.add_argument("--storage", default=os.environ.get(STORAGE_ENV, DEFAULT_STORAGE),
+                        help=f"Optuna storage URL (default: ${STORAGE_ENV}, else {DEFAULT_STORAGE}, which several "
+                             "workers on one machine share; postgresql+psycopg2://user@host/db for several "
+                             "machines, the password in ~/.pgpass or the URL, never printed or stored)")
 
 
 def load_space_for(args: argparse.Namespace) -> Any:

@@ -7,7 +7,8 @@ for them: an observer that wants one builds it from :attr:`StudyContext.ledger`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.ledger import Ledger, TrialRecord
@@ -24,7 +25,16 @@ __all__ = ["StudyContext", "StudyObserver", "notify"]
 
 @dataclasses.dataclass
 class StudyContext:
-    """What observers see: the study's ledger, its space, engine and options."""
+    """What observers see: the study's ledger, its space, engine and options.
+
+    Attributes:
+        claims: Jobs that must run once however many workers share the study (:class:`autotune.claims.Claims`).
+        concluded: This worker concluded the study (verified, or finished it without verification): the one that
+            logs the outcome; every other worker only logs its own trials.
+        owner: This worker: host, pid, worker index, GPUs.
+        poll_s: Seconds between looks at the study while waiting for other workers.
+        sleep: How waiting passes (``time.sleep``; the scaling benchmark's simulated clock).
+    """
 
     options: StudyOptions
     space: SearchSpace
@@ -32,6 +42,11 @@ class StudyContext:
     engine_info: EngineFacts
     ledger: Ledger
     resumed: bool = False
+    claims: Any = None
+    concluded: bool = False
+    owner: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    poll_s: float = 1.0
+    sleep: Callable[[float], None] = time.sleep
 
     @property
     def study(self) -> Any:

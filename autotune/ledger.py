@@ -22,11 +22,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import re
+import socket
+import time
+import uuid
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.measure import TrialSummary
@@ -34,6 +41,11 @@ from autotune.records import EngineConfig, EngineFacts, RestartResult
 from autotune.verify import Candidate, Verification
 
 __all__ = [
+    "CLAIMS_SUFFIX",
+    "CLAIM_JOB_KEY",
+    "CLAIM_OWNER_KEY",
+    "CLAIM_RESTARTS_KEY",
+    "DEFAULT_HEARTBEAT_S",
     "DEFAULT_STORAGE",
     "DEFAULT_STORE_DIR",
     "SCHEMA_VERSION",
@@ -45,7 +57,12 @@ __all__ = [
     "ensure_sqlite_dir",
     "latest_study_name",
     "load",
+    "claim_attrs",
+    "claim_job",
     "make_storage",
+    "owner_id",
+    "record_claim_restarts",
+    "redact",
     "study_names",
 ]
 
@@ -74,6 +91,9 @@ _VERIFY_PROGRESS_KEY = "autotune:verify_progress"
 _VERIFICATION_KEY = "autotune:verification"
 #: The MLflow parent run of the study, so a resumed study continues the same run.
 _MLFLOW_PARENT_RUN_KEY = "autotune:mlflow_parent_run_id"
+#: A random id written once by the process that created the study; MLflow finds the study's parent run by it
+#: (a name can be reused after ``--fresh``, and Optuna's own study id differs between storages).
+_STUDY_UID_KEY = "autotune:study_uid"
 
 # -- trial user attributes -------------------------------------------------------------------------------
 #: The configuration the trial ran (:class:`~autotune.records.EngineConfig`).
@@ -97,6 +117,39 @@ _INTERRUPTED_KEY = "autotune:interrupted"
 _INFEASIBLE_KEY = "autotune:infeasible"
 #: The trial repeated an earlier trial's configuration; it was told that trial's result and ran nothing.
 _DUPLICATE_OF_KEY = "autotune:duplicate_of"
+#: Who runs the trial (or holds the claim): host, pid, machine, worker index, GPUs (:func:`owner_id`).
+_OWNER_KEY = "autotune:owner"
+#: Engine starts the trial may reach: those it ran plus those it may still run. Workers hold the difference back
+#: from each other's budget, so several workers never start more than the budget between them.
+_PLANNED_STARTS_KEY = "autotune:planned_starts"
+
+# -- claims: a companion study whose trials say which worker does a job that must run once ----------------
+#: Suffix of the companion study holding a study's claims (hidden from study listings).
+CLAIMS_SUFFIX = ":autotune-claims"
+#: The job a claim trial is for (see :mod:`autotune.claims`).
+CLAIM_JOB_KEY = "autotune:claim"
+CLAIM_OWNER_KEY = _OWNER_KEY
+#: What a claim's holder ran for its job (a verification round's restarts).
+CLAIM_RESTARTS_KEY = _RESTARTS_KEY
+#: Jobs: creating the MLflow parent run, each verification round, concluding the verification.
+MLFLOW_PARENT_JOB = "mlflow-parent"
+VERIFY_CONCLUDE_JOB = "verify-conclude"
+#: Without verification: closing the study once its search of this many finished trials is over.
+FINISH_JOB = "finish-after-{}-trials"
+_VERIFY_ROUND_JOB = "verify-round-{}"
+
+# -- storage settings ------------------------------------------------------------------------------------
+#: Seconds between a worker's heartbeats; a trial whose worker was silent for :data:`GRACE_FACTOR` times this
+#: is failed and retried by another worker. An engine start takes 30 s to minutes: a minute or two of delay
+#: before a dead worker's trial is taken over costs little.
+DEFAULT_HEARTBEAT_S = 30
+GRACE_FACTOR = 4
+#: A stale trial is queued again at most this often: a configuration that kills its worker every time must
+#: not keep the study busy forever.
+MAX_RETRIES = 3
+#: SQLite busy timeout for several workers on one file. Measured (docs/scaling.md): 8 processes, 200 trials,
+#: 2,200 storage operations, no "database is locked" error even with SQLite's default 5 s; 30 s is headroom.
+SQLITE_BUSY_TIMEOUT_S = 30
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
@@ -116,21 +169,120 @@ def ensure_sqlite_dir(storage: str) -> None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
-def make_storage(url: str) -> optuna.storages.BaseStorage:
-    """Optuna storage for ``url``: ``memory`` (benchmarks and tests, nothing persisted) or an SQLAlchemy URL."""
+_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^@\s]*@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***`` (storage and tracking URLs, commands)."""
+    return _CREDENTIALS.sub(r"\g<head>***@", text)
+
+
+def _retry_stale(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Heartbeat-stale trials: a search trial is queued again with what it measured; a claim is just taken over."""
+    if study.study_name.endswith(CLAIMS_SUFFIX):
+        return
+    RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES, inherit_intermediate_values=True)(study, trial)
+
+
+def make_storage(url: str | optuna.storages.BaseStorage,
+                 heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> optuna.storages.BaseStorage:
+    """Optuna storage for ``url``: ``memory`` (one process, nothing persisted) or an SQLAlchemy URL.
+
+    A relational storage gets Optuna's heartbeat (``heartbeat_s`` seconds, grace :data:`GRACE_FACTOR` times
+    that) and a stale-trial callback that queues the trial again, so a worker that dies mid-trial leaves work
+    another worker picks up, and a live worker's trial is never failed. A storage object is used as it is
+    (threads sharing an in-memory study, in the scaling benchmark).
+
+    Raises:
+        LedgerError: the storage cannot be opened (a missing driver, a server that refuses); one line, no password.
+    """
+    if isinstance(url, optuna.storages.BaseStorage):
+        return url
     if url == "memory":
         return optuna.storages.InMemoryStorage()
     ensure_sqlite_dir(url)
-    return optuna.storages.RDBStorage(url, heartbeat_interval=None)
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+    if heartbeat_s:
+        kwargs.update(heartbeat_interval=int(heartbeat_s), grace_period=GRACE_FACTOR * int(heartbeat_s),
+                      heartbeat_stale_trial_callback=_retry_stale)
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, **kwargs)
+        except ImportError as exc:
+            driver = "pip install 'autotune[postgres]'" if url.startswith("postgres") else "install its driver"
+            raise LedgerError(f"storage {redact(url)}: the database driver is missing ({exc}): {driver}") from None
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors: first line only, never the URL's password
+            # Workers that start at once on a new database race to create Optuna's tables: the loser's second
+            # attempt finds them there.
+            message = str(exc)
+            if attempt < 2 and any(m in message for m in ("already exists", "UNIQUE constraint", "duplicate key")):
+                time.sleep(0.5 + attempt)
+                continue
+            first = redact((str(exc).strip().splitlines() or [""])[0])[:300]
+            raise LedgerError(f"storage {redact(url)} cannot be opened: {type(exc).__name__}: {first}") from None
+    raise AssertionError("unreachable")
 
 
 def study_names(storage: str | optuna.storages.BaseStorage) -> list[str]:
-    """Names of the studies in ``storage``, oldest first."""
+    """Names of the studies in ``storage``, oldest first (a study's companion claims study is not one)."""
     if isinstance(storage, str):
-        ensure_sqlite_dir(storage)
+        storage = make_storage(storage, heartbeat_s=None)
     summaries = optuna.get_all_study_summaries(storage)
     summaries.sort(key=lambda s: s.datetime_start.timestamp() if s.datetime_start else 0.0)
-    return [s.study_name for s in summaries]
+    return [s.study_name for s in summaries if not s.study_name.endswith(CLAIMS_SUFFIX)]
+
+
+def claim_attrs(job: str, owner: Mapping[str, Any]) -> dict[str, Any]:
+    """The user attributes a new claim trial is created with (:mod:`autotune.claims`)."""
+    return {CLAIM_JOB_KEY: job, CLAIM_OWNER_KEY: dict(owner)}
+
+
+def claim_job(trial: FrozenTrial) -> str | None:
+    """The job a claim trial is for."""
+    return trial.user_attrs.get(CLAIM_JOB_KEY)
+
+
+def record_claim_restarts(storage: optuna.storages.BaseStorage, trial_id: int,
+                          restarts: Mapping[str, Sequence[RestartResult]]) -> None:
+    """What a claim's holder ran for its job so far, by config key (read back by :meth:`Ledger.verify_rounds`)."""
+    storage.set_trial_user_attr(trial_id, CLAIM_RESTARTS_KEY, {k: [r.to_dict() for r in rs] for k, rs in restarts.items()})
+
+
+def _machine() -> str:
+    """This machine (and PID namespace): two processes with the same token can see each other's PIDs."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        pidns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return ""  # not Linux: never judge a peer by its PID
+    return f"{socket.gethostname()}/{boot}/{pidns}"
+
+
+def owner_id(worker: int | None = None, gpus: str | None = None, cache_dir: str | None = None) -> dict[str, Any]:
+    """Who runs a trial or holds a claim: for people reading the record, for same-machine liveness, and for
+    which compile cache its engine starts warm (a configuration's first start in a cache is cold)."""
+    machine = _machine()
+    cache = None if cache_dir is None else f"{machine or socket.gethostname()}:{os.path.realpath(cache_dir)}"
+    return {"host": socket.gethostname(), "pid": os.getpid(), "machine": machine, "worker": worker,
+            "gpus": gpus, "cache": cache}
+
+
+def _pid_dead(owner: Mapping[str, Any]) -> bool:
+    """The owner ran on this machine and its process is gone (a PID reused since then reads as alive: safe)."""
+    machine = owner.get("machine")
+    if not machine or machine != _machine() or not isinstance(owner.get("pid"), int):
+        return False
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def latest_study_name(storage: str) -> str:
@@ -141,16 +293,20 @@ def latest_study_name(storage: str) -> str:
     """
     names = study_names(storage)
     if not names:
-        raise LedgerError(f"no studies in {storage}: run `make demo` or `autotune tune` first")
+        raise LedgerError(f"no studies in {redact(storage)}: run `make demo` or `autotune tune` first")
     return names[-1]
 
 
-def create_or_load(study_name: str, storage: str, *, sampler: optuna.samplers.BaseSampler,
-                   pruner: optuna.pruners.BasePruner, fresh: bool = False) -> tuple[Ledger, bool]:
-    """Open the study for running: create it (stamped with :data:`SCHEMA_VERSION`) or load it to resume.
+def create_or_load(study_name: str, storage: str | optuna.storages.BaseStorage, *,
+                   sampler: optuna.samplers.BaseSampler, pruner: optuna.pruners.BasePruner, fresh: bool = False,
+                   heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> tuple[Ledger, bool]:
+    """Open the study for running: create it (stamped with :data:`SCHEMA_VERSION`) or load it to join or resume.
+
+    Several workers may call this at once: the storage lets exactly one of them create the study (a unique
+    name), and only that one gets ``resumed=False`` and queues the baselines.
 
     Args:
-        fresh: Delete an existing study of that name first.
+        fresh: Delete an existing study of that name (and its claims) first.
 
     Returns:
         ``(ledger, resumed)``.
@@ -158,15 +314,23 @@ def create_or_load(study_name: str, storage: str, *, sampler: optuna.samplers.Ba
     Raises:
         LedgerError: the existing study has a schema this autotune does not read.
     """
-    store = make_storage(storage)
-    names = set(study_names(store))
-    if fresh and study_name in names:
-        optuna.delete_study(study_name=study_name, storage=store)
-        names.discard(study_name)
-    resumed = study_name in names
-    study = optuna.create_study(study_name=study_name, storage=store, sampler=sampler, pruner=pruner,
-                                direction="maximize", load_if_exists=True)
-    return Ledger(study, create=True), resumed
+    store = make_storage(storage, heartbeat_s)
+    names = {s.study_name for s in optuna.get_all_study_summaries(store)}
+    if fresh:
+        for name in (study_name, study_name + CLAIMS_SUFFIX):
+            if name in names:
+                optuna.delete_study(study_name=name, storage=store)
+    try:
+        study = optuna.create_study(study_name=study_name, storage=store, sampler=sampler, pruner=pruner,
+                                    direction="maximize")
+        created = True
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=study_name, storage=store, sampler=sampler, pruner=pruner)
+        created = False
+    ledger = Ledger(study, create=True)
+    if created:
+        ledger._set_study(_STUDY_UID_KEY, uuid.uuid4().hex)
+    return ledger, not created
 
 
 def load(study_name: str, storage: str = DEFAULT_STORAGE) -> Ledger:
@@ -175,11 +339,12 @@ def load(study_name: str, storage: str = DEFAULT_STORAGE) -> Ledger:
     Raises:
         LedgerError: no such study (the message lists the studies there are), or an unreadable schema.
     """
-    names = study_names(storage)
+    store = make_storage(storage, heartbeat_s=None)
+    names = study_names(store)
     if study_name not in names:
         have = ", ".join(sorted(names)) if names else "none"
-        raise LedgerError(f"no study named {study_name!r} in {storage} (studies there: {have})")
-    return Ledger(optuna.load_study(study_name=study_name, storage=storage))
+        raise LedgerError(f"no study named {study_name!r} in {redact(str(storage))} (studies there: {have})")
+    return Ledger(optuna.load_study(study_name=study_name, storage=store))
 
 
 # -- records ---------------------------------------------------------------------------------------------
@@ -206,6 +371,12 @@ class StudyMeta:
     seed: int | None = None
     command: tuple[str, ...] = ()
     baseline: EngineConfig | None = None
+    #: What ``autotune worker`` needs to join the study from another machine without the space file.
+    engine_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    confidence: float | None = None
+    interval_method: str | None = None
+    verify: bool | None = None
+    enqueue: tuple[Mapping[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -214,6 +385,8 @@ class StudyMeta:
         out["racing"] = dict(self.racing)
         out["command"] = list(self.command)
         out["baseline"] = None if self.baseline is None else self.baseline.to_dict()
+        out["engine_options"] = dict(self.engine_options)
+        out["enqueue"] = [dict(p) for p in self.enqueue]
         return out
 
     @classmethod
@@ -226,6 +399,8 @@ class StudyMeta:
         kw["racing"] = dict(data.get("racing") or {})
         kw["command"] = tuple(data.get("command") or ())
         kw["baseline"] = None if not data.get("baseline") else EngineConfig.from_dict(data["baseline"])
+        kw["engine_options"] = dict(data.get("engine_options") or {})
+        kw["enqueue"] = tuple(dict(p) for p in data.get("enqueue") or ())
         return cls(**kw)
 
 
@@ -350,18 +525,6 @@ class Ledger:
         trial.set_user_attr(self._key(_INTERRUPTED_KEY), True)
         trial.set_user_attr(self._key(_FAILURE_KEY), reason)
 
-    def recover_interrupted(self) -> int:
-        """Fail trials left RUNNING by a killed process and enqueue their parameters again. Returns the count."""
-        study, n = self.study, 0
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            study._storage.set_trial_user_attr(t._trial_id, self._key(_INTERRUPTED_KEY), True)
-            study._storage.set_trial_user_attr(t._trial_id, self._key(_FAILURE_KEY),
-                                               "interrupted: process stopped mid-trial")
-            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            if t.params:
-                study.enqueue_trial(dict(t.params), skip_if_exists=False)
-            n += 1
-        return n
 
     # -- trial readers -----------------------------------------------------------------------------------
 
@@ -403,42 +566,208 @@ class Ledger:
     def is_duplicate(self, trial: FrozenTrial) -> bool:
         return self._has(trial.user_attrs, _DUPLICATE_OF_KEY)
 
-    def interrupted(self, trial: FrozenTrial) -> bool:
-        return bool(self._get(trial.user_attrs, _INTERRUPTED_KEY))
+    def interrupted(self, trial: FrozenTrial, retried: Mapping[int, int] | None = None) -> bool:
+        """Cut short: by an interruption this process saw, or by a worker that stopped beating (then retried)."""
+        if self._get(trial.user_attrs, _INTERRUPTED_KEY):
+            return True
+        if trial.state != TrialState.FAIL:
+            return False
+        return trial.number in (self.retried() if retried is None else retried)
 
-    def trial_record(self, trial: FrozenTrial) -> TrialRecord | None:
+    def retried(self) -> dict[int, int]:
+        """Trials failed for a stale heartbeat and queued again: number -> the number of the latest retry.
+
+        A retry carries the restarts its predecessors measured, so theirs are counted once, on the retry.
+        """
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            out: dict[int, int] = {}
+            for t in sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number):
+                for number in RetryHeartbeatStaleTrialCallback.retry_history(t):
+                    out[number] = t.number
+            return out
+
+    def trial_record(self, trial: FrozenTrial, retried: Mapping[int, int] | None = None) -> TrialRecord | None:
         """The trial as a :class:`TrialRecord`; ``None`` when it never got a configuration (infeasible)."""
         config = self.config(trial)
         if config is None:
             return None
+        retried = self.retried() if retried is None else retried
+        reason = self.failure(trial) or self.infeasible(trial)
+        if reason is None and trial.number in retried:
+            reason = f"interrupted: its worker stopped (no heartbeat); retried as trial {retried[trial.number]}"
         return TrialRecord(
             number=trial.number,
             state=trial.state.name,
             config=config,
             restarts=self.restarts(trial),
             summary=self.summary(trial),
-            reason=self.failure(trial) or self.infeasible(trial),
+            reason=reason,
             duplicate_of=self.duplicate_of(trial),
             value=trial.value,
-            interrupted=self.interrupted(trial),
+            interrupted=self.interrupted(trial, retried),
         )
 
     def trial_records(self) -> list[TrialRecord]:
         """Every trial that got a configuration, in trial order."""
-        return [r for r in (self.trial_record(t) for t in self.study.get_trials(deepcopy=False)) if r is not None]
+        retried = self.retried()
+        return [r for r in (self.trial_record(t, retried) for t in self.study.get_trials(deepcopy=False))
+                if r is not None]
 
     def finished_search_trials(self) -> int:
         """Trials that count towards ``--trials``: finished, not interrupted, not infeasible."""
+        retried = self.retried()
         return sum(1 for t in self.study.get_trials(deepcopy=False, states=_FINISHED)
-                   if not self.interrupted(t) and not self.is_infeasible(t))
+                   if not self.interrupted(t, retried) and not self.is_infeasible(t))
 
     def find_duplicate(self, key: str, number: int) -> FrozenTrial | None:
-        """A finished, measured (not itself a repeat) trial of the configuration ``key``, other than ``number``."""
-        for t in self.study.get_trials(deepcopy=False, states=_FINISHED):
-            if (t.number != number and self.config_key(t) == key and not self.interrupted(t)
+        """A measured (not itself a repeat) trial of the configuration ``key``, other than ``number``: a finished
+        one, or one another worker is running now (then this one is told that trial's result once it has one)."""
+        retried = self.retried()
+        for t in self.study.get_trials(deepcopy=False, states=(*_FINISHED, TrialState.RUNNING)):
+            if (t.number != number and self.config_key(t) == key and not self.interrupted(t, retried)
                     and not self.is_duplicate(t)):
                 return t
         return None
+
+    # -- workers: who runs what, liveness, the budget they share -----------------------------------------
+
+    def record_owner(self, trial: optuna.Trial, owner: Mapping[str, Any]) -> None:
+        trial.set_user_attr(self._key(_OWNER_KEY), dict(owner))
+
+    def owner(self, trial: FrozenTrial) -> dict[str, Any] | None:
+        return self._get(trial.user_attrs, _OWNER_KEY)
+
+    def record_planned_starts(self, trial: optuna.Trial, starts: int) -> None:
+        trial.set_user_attr(self._key(_PLANNED_STARTS_KEY), int(starts))
+
+    def planned_starts(self, trial: FrozenTrial) -> int | None:
+        return self._get(trial.user_attrs, _PLANNED_STARTS_KEY)
+
+    def _heartbeat_grace_s(self) -> float | None:
+        storage = self.study._storage
+        interval = getattr(storage, "get_heartbeat_interval", lambda: None)()
+        return None if interval is None else float(getattr(storage, "grace_period", None) or 2 * interval)
+
+    def fail_stale(self) -> int:
+        """Fail trials whose worker is gone and queue them again (with what they measured). Returns the count.
+
+        Gone means: no heartbeat for the grace period (Optuna's :func:`~optuna.storages.fail_stale_trials`), or
+        a process on this machine that no longer exists (no need to wait out the grace period after ``kill -9``
+        and the same command again). A trial of a live worker is never failed. On a storage without heartbeats
+        (``memory``: one process) nothing can be left over, and nothing is done.
+        """
+        storage = self.study._storage
+        grace = self._heartbeat_grace_s()
+        if grace is None:
+            return 0
+        before = len(self.retried())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(self.study)
+            now = time.time()
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                owner = self.owner(t)
+                if owner is None:
+                    # Written by autotune before heartbeats existed (no owner, no heartbeat), or asked a moment
+                    # ago by a live worker: only the first is old.
+                    started = t.datetime_start.timestamp() if t.datetime_start else now
+                    if now - started <= grace:
+                        continue
+                elif not _pid_dead(owner):
+                    continue
+                try:
+                    if not storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                        continue
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    continue  # another worker failed it first
+                callback = storage.get_heartbeat_stale_trial_callback()
+                if callback is not None:
+                    callback(self.study, storage.get_trial(t._trial_id))
+        return len(self.retried()) - before
+
+    def search_counts(self) -> tuple[int, int, list[FrozenTrial], int]:
+        """``(finished, running, retries, queued)``: trials counting towards ``--trials``, search trials running
+        now, retries of stale trials waiting for a worker (oldest first), and other queued trials (baselines,
+        ``--enqueue``), which the next ask takes."""
+        retried = self.retried()
+        finished = running = queued = 0
+        waiting: list[FrozenTrial] = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            for t in self.study.get_trials(deepcopy=False):
+                if t.state in _FINISHED:
+                    finished += not self.interrupted(t, retried) and not self.is_infeasible(t)
+                elif t.state == TrialState.RUNNING:
+                    running += 1
+                elif RetryHeartbeatStaleTrialCallback.retried_trial_number(t) is not None:
+                    waiting.append(t)
+                else:
+                    queued += 1
+        return finished, running, sorted(waiting, key=lambda t: t.number), queued
+
+    def pop_waiting(self, trial: FrozenTrial) -> optuna.Trial | None:
+        """Take the waiting ``trial`` (a retry) for this process: ``None`` if another worker took it first."""
+        try:
+            if self.study._storage.set_trial_state_values(trial._trial_id, TrialState.RUNNING):
+                return optuna.Trial(self.study, trial._trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
+        return None
+
+    def starts_in_flight(self, unplanned: int) -> int:
+        """Engine starts running and waiting search trials may still take (``unplanned`` for one that has not
+        said yet): what no worker may start on top of the budget."""
+        retried = self.retried()
+        total = 0
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+            if t.number in retried:
+                continue
+            landed = len(self._get(t.user_attrs, _RESTARTS_KEY, []))
+            planned = self.planned_starts(t)
+            if planned is None:  # queued (a baseline) or just asked: it will take its first starts and a cold one
+                planned = landed + unplanned + (1 if landed == 0 else 0)
+            elif t.state == TrialState.WAITING and landed:
+                planned += 1  # a retry: the worker that resumes it may start its configuration cold
+            total += max(0, planned - landed)
+        return total
+
+    def compile_caches(self) -> int:
+        """How many compile caches (machine and workdir) the study's trials ran in: each other one may start a
+        verified configuration cold once."""
+        return len({(self.owner(t) or {}).get("cache") for t in self.study.get_trials(deepcopy=False)} - {None})
+
+    # -- claims (read side; :mod:`autotune.claims` takes and finishes them) ------------------------------
+
+    @staticmethod
+    def verify_round_job(rnd: int) -> str:
+        return _VERIFY_ROUND_JOB.format(rnd)
+
+    def _claims_study(self) -> optuna.Study | None:
+        try:
+            return optuna.load_study(study_name=self.name + CLAIMS_SUFFIX, storage=self.study._storage)
+        except KeyError:
+            return None
+
+    def verify_rounds(self) -> dict[int, dict[str, list[dict[str, Any]]]]:
+        """Verification restarts by round and config key, as every holder of each round's claim stored them
+        (oldest holder first)."""
+        claims = self._claims_study()
+        if claims is None:
+            return {}
+        prefix = _VERIFY_ROUND_JOB.format("")
+        rounds: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        for t in sorted(claims.get_trials(deepcopy=False), key=lambda t: t.number):
+            job = t.user_attrs.get(CLAIM_JOB_KEY, "")
+            if job.startswith(prefix):
+                by_key = rounds.setdefault(int(job[len(prefix):]), {})
+                for key, runs in (t.user_attrs.get(_RESTARTS_KEY) or {}).items():
+                    by_key.setdefault(key, []).extend(runs)
+        return rounds
+
+    def study_uid(self) -> str | None:
+        """The id the creating process gave the study (``None`` for studies older than it)."""
+        return self._study_attr(_STUDY_UID_KEY)
 
     def measured_complete(self) -> list[FrozenTrial]:
         """Complete trials that measured their own configuration (no repeats), with a value."""
@@ -485,11 +814,9 @@ class Ledger:
         self._set_study(_VERIFY_CANDIDATES_KEY, [c.to_dict() for c in candidates])
 
     def verify_progress(self) -> dict[str, list[dict[str, Any]]]:
-        """Verification restarts run so far: config key -> restart dicts (the shape ``run_verification`` takes)."""
+        """Verification restarts a single-process autotune of an earlier version stored, by config key (this one
+        stores them on the rounds' claims: :meth:`verify_rounds`)."""
         return {k: list(v) for k, v in (self._study_attr(_VERIFY_PROGRESS_KEY) or {}).items()}
-
-    def record_verify_progress(self, progress: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
-        self._set_study(_VERIFY_PROGRESS_KEY, {k: list(v) for k, v in progress.items()})
 
     def verification(self) -> Verification | None:
         raw = self._study_attr(_VERIFICATION_KEY)
@@ -511,8 +838,10 @@ class Ledger:
 
     def budget_used(self) -> tuple[int, float]:
         """Engine starts and engine wall minutes spent so far (search and verification)."""
-        search = [r for t in self.study.get_trials(deepcopy=False)
+        retried = self.retried()  # a retry carries its predecessors' restarts: count them once, there
+        search = [r for t in self.study.get_trials(deepcopy=False) if t.number not in retried
                   for r in self._get(t.user_attrs, _RESTARTS_KEY, [])]
         verify = [r for rs in self.verify_progress().values() for r in rs]
+        verify += [r for by_key in self.verify_rounds().values() for rs in by_key.values() for r in rs]
         runs = search + verify
         return len(runs), sum(float(r.get("wall_s") or 0.0) for r in runs) / 60.0

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.ledger import DEFAULT_STORAGE, DEFAULT_STORE_DIR
+from autotune.ledger import DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_STORE_DIR
 from autotune.racing import RacingPolicy
 
 __all__ = ["MAX_TOP_K", "STARTS_PER_VERIFIED", "VERIFY_SEED_OFFSET", "SEED_STRIDE", "StudyOptions"]
@@ -28,8 +28,8 @@ class StudyOptions:
 
     Attributes:
         study_name: Optuna study name (also the MLflow parent run's name).
-        storage: Optuna storage URL (SQLite by default; PostgreSQL for several workers; ``memory`` keeps
-            nothing, for benchmarks).
+        storage: Optuna storage URL (SQLite by default, also for several workers on one machine; PostgreSQL for
+            several machines; ``memory`` keeps nothing, for benchmarks), or a storage object workers share.
         workdir: Per-study working files (engine caches, logs) go under ``workdir/<study_name>``.
         trials: Search trials to finish (resuming counts those already finished).
         policy: Restarts per trial and racing.
@@ -48,10 +48,12 @@ class StudyOptions:
         verify: Run the verification phase.
         command: The command line that started the study (recorded for provenance).
         enqueue: Parameter sets to try right after the baselines (new studies only).
+        heartbeat_s: Seconds between a worker's heartbeats in the storage; a worker silent for four times this
+            is taken for dead and its trial retried by another.
     """
 
     study_name: str
-    storage: str = DEFAULT_STORAGE
+    storage: Any = DEFAULT_STORAGE
     workdir: str = os.path.join(DEFAULT_STORE_DIR, "autotune")
     trials: int = 20
     policy: RacingPolicy = RacingPolicy()
@@ -68,6 +70,7 @@ class StudyOptions:
     verify: bool = True
     command: tuple[str, ...] = ()
     enqueue: tuple[Mapping[str, Any], ...] = ()
+    heartbeat_s: int = DEFAULT_HEARTBEAT_S
 
     def search_seed(self, restart: int) -> int:
         """Search restart ``restart`` of every trial: trials are compared on matched restarts."""

@@ -1,8 +1,15 @@
 """The study: an Optuna ask/tell loop over fresh-restart trials, then verification of the best against the baseline.
 
 Everything a study learns is in Optuna's storage (SQLite under ``mlruns/`` by default), written as it
-happens, so the same command after Ctrl-C or ``kill -9`` resumes: finished trials are kept, trials left
-RUNNING are marked failed and retried, and verification restarts already run are not run again.
+happens, so the same command after Ctrl-C or ``kill -9`` resumes: finished trials are kept, a trial whose
+process is gone is failed and retried with the restarts it had measured, and verification restarts already run
+are not run again.
+
+Several workers (processes, on one machine or many) may run the same study at once, sharing only the storage:
+each asks Optuna for its own trials (TPE with ``constant_liar`` keeps them apart), records a heartbeat for the
+trial it runs, and fails and retries only trials whose heartbeat went stale. They share the engine-start budget
+through the starts each running trial announces. When the search is over, each verification round and the
+conclusion are claims (:mod:`autotune.claims`): taken by exactly one worker, taken over if it dies.
 """
 
 from __future__ import annotations
@@ -12,23 +19,37 @@ import json
 import os
 import shutil
 import signal
+import sys
+import time
 import warnings
-from collections.abc import Sequence
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import ledger as _ledger
+from autotune.claims import Claims
 from autotune.engines import EngineBackend
 from autotune.events import StudyContext, StudyObserver, notify
-from autotune.ledger import DEFAULT_STORAGE, Ledger, StudyMeta, TrialRecord
+from autotune.heartbeat import Heartbeat
+from autotune.ledger import DEFAULT_STORAGE, VERIFY_CONCLUDE_JOB, Ledger, StudyMeta, TrialRecord
 from autotune.measure import measure_restart, summarize
 from autotune.options import StudyOptions
 from autotune.racing import Decision, RacingPruner, decide_trial
 from autotune.records import EngineConfig, EngineFacts, RestartResult
 from autotune.space import Infeasible, SearchSpace
-from autotune.verify import Candidate, SearchEvidence, Verification, run_verification
+from autotune.verify import (
+    Candidate,
+    SearchEvidence,
+    Verification,
+    conclude,
+    round_participants,
+    run_round,
+    split_rounds,
+)
 from autotune.verify import select_candidates as select_verified
 
 __all__ = [
@@ -44,6 +65,8 @@ __all__ = [
 
 #: Give up after this many suggestions in a row that start no engine (duplicates, infeasible): space exhausted.
 MAX_IDLE_SUGGESTIONS = 30
+#: Seconds between looks at the study while a worker waits for others (their trials, verification rounds).
+DEFAULT_POLL_S = 2.0
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -68,9 +91,12 @@ def make_sampler(name: str, seed: int) -> tuple[optuna.samplers.BaseSampler, str
     if name == "tpe":
         with warnings.catch_warnings():  # group= is "experimental" but is what makes TPE handle the conditional space
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed, n_startup_trials=6)
-        why = ("TPE (multivariate, group): handles the conditional space (draft only when K > 0) natively; "
-               "it is told the mean over matched restarts of each trial")
+            # constant_liar: trials other workers are running count as bad guesses, so parallel suggestions
+            # spread out instead of piling onto the current best region (a no-op for one worker).
+            sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed, n_startup_trials=6,
+                                                 constant_liar=True)
+        why = ("TPE (multivariate, group, constant liar): handles the conditional space (draft only when K > 0) "
+               "natively; it is told the mean over matched restarts of each trial")
         return sampler, why
     if name == "gp":
         # The objective is a noisy mean over restarts: the GP must model observation noise.
@@ -85,26 +111,41 @@ def make_sampler(name: str, seed: int) -> tuple[optuna.samplers.BaseSampler, str
     raise ValueError(f"unknown sampler {name!r}: use 'tpe', 'gp' or 'random'")
 
 
-def open_study(options: StudyOptions) -> tuple[Ledger, bool]:
+def sampler_seed(seed: int, worker: int | None) -> int:
+    """The sampler's seed: the study's for a lone process, one per worker otherwise (host and index), so the
+    workers' random first suggestions differ instead of repeating each other."""
+    if worker is None:
+        return seed
+    import socket
+
+    return zlib.crc32(f"{seed}/{socket.gethostname()}/{worker}".encode())
+
+
+def open_study(options: StudyOptions, worker: int | None = None) -> tuple[Ledger, bool]:
     """Create or load the study. Returns ``(ledger, resumed)``."""
-    sampler, _ = make_sampler(options.sampler, options.seed)
+    sampler, _ = make_sampler(options.sampler, sampler_seed(options.seed, worker))
     pruner = RacingPruner(options.policy) if options.policy.racing else optuna.pruners.NopPruner()
     return _ledger.create_or_load(options.study_name, options.storage, sampler=sampler, pruner=pruner,
-                                  fresh=options.fresh)
+                                  fresh=options.fresh, heartbeat_s=options.heartbeat_s)
 
 
 # -- budget ----------------------------------------------------------------------------------------------
 
 
 def _search_may_start(ledger: Ledger, options: StudyOptions, extra: int) -> bool:
-    """Whether ``extra`` more search restarts fit the budget with verification's share held back."""
+    """Whether ``extra`` more search restarts fit the budget, with verification's share and every running trial's
+    announced starts (this worker's included) held back."""
     used, minutes = ledger.budget_used()
-    reserve = options.verify_reserve
-    if options.budget_restarts is not None and used + extra + reserve > options.budget_restarts:
+    held = ledger.starts_in_flight(unplanned=options.policy.min_restarts) + options.verify_reserve
+    if options.verify:
+        # A verification round in a compile cache that never ran a configuration starts it cold first: with
+        # several caches (machines, workdirs) hold one such start per verified configuration and other cache.
+        held += (options.verify_top_k + 1) * min(options.verify_restarts, max(0, ledger.compile_caches() - 1))
+    if options.budget_restarts is not None and used + held + extra > options.budget_restarts:
         return False
     if options.budget_minutes is not None:
         per_restart = minutes / used if used else 0.0
-        if minutes + (extra + reserve) * per_restart > options.budget_minutes:
+        if minutes + (held + extra) * per_restart > options.budget_minutes:
             return False
     return True
 
@@ -116,17 +157,24 @@ def _tell_duplicate(ledger: Ledger, trial: optuna.Trial, original: FrozenTrial) 
     ledger.record_duplicate(trial, original)
     if original.state == TrialState.COMPLETE:
         ledger.study.tell(trial, original.value)
+    elif original.state == TrialState.RUNNING:
+        # Another worker is measuring this configuration right now: nothing to tell yet, nothing to run twice.
+        ledger.study.tell(trial, state=TrialState.PRUNED)
     else:
         ledger.study.tell(trial, state=original.state)
 
 
 def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
                    observers: Sequence[StudyObserver]) -> TrialRecord:
-    """Run restarts of ``config`` until racing says stop; record every restart on the trial as it lands."""
+    """Run restarts of ``config`` until racing says stop; record every restart on the trial as it lands.
+
+    A retried trial (its worker died) carries the restarts it measured: they count, and it goes on from there.
+    """
     options, ledger, study = ctx.options, ctx.ledger, ctx.study
     policy = options.policy
-    restarts: list[RestartResult] = []
-    values: list[float] = []
+    restarts: list[RestartResult] = list(ledger.restarts(study._storage.get_trial(trial._trial_id)))
+    counted = [r for r in restarts if r.ok and not r.cold]
+    values: list[float] = [float(r.value) for r in counted]  # type: ignore[arg-type]
 
     def on_result(result: RestartResult) -> None:
         restarts.append(result)
@@ -135,7 +183,16 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
 
     state, reason = TrialState.COMPLETE, None
     limit = policy.max_restarts if policy.racing else policy.min_restarts
-    for j in range(limit):
+    carried_failure = next((r for r in restarts if not r.ok), None)
+    if carried_failure is not None:
+        state, reason = TrialState.FAIL, f"restart {carried_failure.restart} {carried_failure.status}: {carried_failure.error}"
+    for j in range(len(counted), limit if carried_failure is None else 0):
+        if j >= policy.min_restarts:
+            # Announce the next start before checking the budget, so two workers never both take the last one.
+            ledger.record_planned_starts(trial, len(restarts) + 1)
+            if not _search_may_start(ledger, options, 0):
+                ledger.record_planned_starts(trial, len(restarts))
+                break  # budget: keep what we have
         ran = measure_restart(ctx.engine, config, ctx.space.workload, restart=j,
                               seed=options.search_seed(j), on_result=on_result)
         last = ran[-1]
@@ -150,8 +207,7 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
         decision = decide_trial(study, trial.number, values, policy)
         if decision != Decision.MORE:
             break
-        if not _search_may_start(ledger, options, 1):
-            break  # budget: keep what we have
+    ledger.record_planned_starts(trial, len(restarts))
     summary = summarize(config, restarts, options.confidence, options.interval_method)
     ledger.record_summary(trial, summary)
     if reason and state == TrialState.FAIL:
@@ -167,38 +223,105 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
                        value=summary.mean if state == TrialState.COMPLETE else None)
 
 
-def _search(ctx: StudyContext, observers: Sequence[StudyObserver]) -> None:
+def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
+    """The next trial for this worker: a retry of a dead worker's trial first, else a new suggestion if the
+    trial count and the budget allow one. ``None``: the search is over (or only other workers' trials remain,
+    and this worker waits a poll interval first, since one of them may yet come back as a retry)."""
     ledger, study, options = ctx.ledger, ctx.study, ctx.options
+    while True:
+        ledger.fail_stale()
+        finished, running, retries, queued = ledger.search_counts()
+        for waiting in retries:
+            trial = ledger.pop_waiting(waiting)
+            if trial is not None:
+                # Its starts were held while it waited, one more for a cold first start here included.
+                landed = len(ledger.restarts(waiting))
+                planned = ledger.planned_starts(waiting)
+                ledger.record_planned_starts(trial, (landed + options.policy.min_restarts if planned is None
+                                                     else planned) + 1)
+                return trial
+        stopped = ledger.search_stopped() is not None
+        if (not stopped and finished + running + len(retries) < options.trials
+                # A queued trial's starts are held already; a new suggestion's are not.
+                and _search_may_start(ledger, options, 0 if queued else _first_starts(options, 0))):
+            with warnings.catch_warnings():
+                # Optuna warns that heartbeats are meant for Study.optimize; this worker beats for its trials
+                # itself (autotune.heartbeat), which is what optimize would do.
+                warnings.filterwarnings("ignore", message="Heartbeat of storage", category=UserWarning)
+                trial = study.ask()  # a new suggestion, or a queued trial (baselines, --enqueue, a retry)
+            ledger.record_owner(trial, ctx.owner)
+            landed = len(ledger.restarts(study._storage.get_trial(trial._trial_id)))
+            ledger.record_planned_starts(trial, landed + _first_starts(options, landed))
+            ctx.claims.heartbeat.hold(trial._trial_id)
+            # Announced; now check again with this trial's starts held: of two workers that both saw room for
+            # the last starts, at least one sees the other's announcement and gives its trial back.
+            if _search_may_start(ledger, options, 0):
+                return trial
+            _give_back(ctx, trial, "not started: the engine-start budget went to trials other workers started")
+            continue
+        if running == 0 and not retries:
+            return None
+        ctx.sleep(ctx.poll_s)
+
+
+def _first_starts(options: StudyOptions, landed: int) -> int:
+    """Engine starts a trial announces when it starts: its first restarts, plus one when nothing ran yet, for the
+    cold first start of a new configuration (recorded, not counted, and run again warm)."""
+    return options.policy.min_restarts + (1 if landed == 0 else 0)
+
+
+def _give_back(ctx: StudyContext, trial: optuna.Trial, reason: str) -> None:
+    ctx.ledger.record_interrupted(trial, reason)
+    ctx.ledger.record_planned_starts(trial, 0)
+    ctx.study.tell(trial, state=TrialState.FAIL)
+    ctx.claims.heartbeat.release(trial._trial_id)
+
+
+def _search(ctx: StudyContext, observers: Sequence[StudyObserver]) -> None:
+    ledger = ctx.ledger
     idle = 0
-    while ledger.finished_search_trials() < options.trials:
-        if idle >= MAX_IDLE_SUGGESTIONS:
+    while True:
+        if idle >= MAX_IDLE_SUGGESTIONS and ledger.search_stopped() is None:
             ledger.record_search_stopped(f"{idle} suggestions in a row were repeats or infeasible: "
                                          "the sampler has converged on what it measured")
-            break
-        if not _search_may_start(ledger, options, options.policy.min_restarts):
-            break
-        trial = study.ask()
+        trial = _next_trial(ctx)
+        if trial is None:
+            return
+        ledger.record_owner(trial, ctx.owner)
+        ctx.claims.heartbeat.hold(trial._trial_id)
         try:
-            config = ctx.space.suggest(trial)
-        except Infeasible as exc:
-            ledger.record_infeasible(trial, str(exc))
-            study.tell(trial, state=TrialState.PRUNED)
-            idle += 1
-            continue
-        ledger.record_config(trial, config)
-        duplicate = ledger.find_duplicate(config.key(), trial.number)
-        if duplicate is not None:
-            _tell_duplicate(ledger, trial, duplicate)
-            idle += 1
-            continue
-        idle = 0
-        notify(observers, "on_trial_start", ctx, trial.number, config)
-        try:
-            record = _measure_trial(ctx, trial, config, observers)
-        except KeyboardInterrupt as exc:
-            _abandon(ledger, trial, _interruption(exc))
-            raise
-        notify(observers, "on_trial_end", ctx, record)
+            idle = 0 if _run_trial(ctx, trial, observers) else idle + 1
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Another worker failed this trial: no heartbeat of ours reached the storage for the grace period
+            # (a storage outage, a frozen process). It is queued again with what it had; this worker moves on.
+            print(f"autotune: trial {trial.number} was taken over by another worker (this worker's heartbeat did "
+                  "not reach the storage); carrying on with the next one", file=sys.stderr)
+        finally:
+            ctx.claims.heartbeat.release(trial._trial_id)
+
+
+def _run_trial(ctx: StudyContext, trial: optuna.Trial, observers: Sequence[StudyObserver]) -> bool:
+    """Suggest, check and measure one trial. Returns whether it started an engine."""
+    ledger, study = ctx.ledger, ctx.study
+    try:
+        config = ctx.space.suggest(trial)
+    except Infeasible as exc:
+        ledger.record_infeasible(trial, str(exc))
+        study.tell(trial, state=TrialState.PRUNED)
+        return False
+    ledger.record_config(trial, config)
+    duplicate = ledger.find_duplicate(config.key(), trial.number)
+    if duplicate is not None:
+        _tell_duplicate(ledger, trial, duplicate)
+        return False
+    notify(observers, "on_trial_start", ctx, trial.number, config)
+    try:
+        record = _measure_trial(ctx, trial, config, observers)
+    except KeyboardInterrupt as exc:
+        _abandon(ledger, trial, _interruption(exc))
+        raise
+    notify(observers, "on_trial_end", ctx, record)
+    return True
 
 
 def _interruption(exc: KeyboardInterrupt) -> str:
@@ -210,6 +333,7 @@ def _interruption(exc: KeyboardInterrupt) -> str:
 def _abandon(ledger: Ledger, trial: optuna.Trial, reason: str) -> None:
     """An interruption mid-trial: fail it as interrupted and queue its parameters to run again on resume."""
     ledger.record_interrupted(trial, reason)
+    ledger.record_planned_starts(trial, 0)
     ledger.study.tell(trial, state=TrialState.FAIL)
     ledger.study.enqueue_trial(dict(trial.params), skip_if_exists=False)
 
@@ -238,26 +362,100 @@ def _verify_may_start(ledger: Ledger, options: StudyOptions, extra: int) -> bool
     return True
 
 
-def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verification:
-    ledger, options = ctx.ledger, ctx.options
+def _candidates(ctx: StudyContext) -> list[Candidate]:
+    """The configurations to verify, chosen once. Every worker that gets here chooses the same ones (the search
+    is over, so the trials they choose from are the same); the first to store them fixes them for resumes."""
+    ledger = ctx.ledger
     candidates = ledger.verify_candidates()
     if candidates is None:
-        candidates = select_candidates(ledger, ctx.space, options.verify_top_k)
+        candidates = select_candidates(ledger, ctx.space, ctx.options.verify_top_k)
         ledger.record_verify_candidates(candidates)
+    return candidates
 
-    def on_result(cand: Candidate, result: RestartResult) -> None:
+
+def _verify_round(ctx: StudyContext, observers: Sequence[StudyObserver], candidates: Sequence[Candidate],
+                  rnd: int, claim: Any) -> None:
+    """Round ``rnd`` on this worker: what earlier holders of the round ran is kept, the rest is run here."""
+    ledger, options = ctx.ledger, ctx.options
+    rounds = _all_rounds(ledger)
+    failed = {key for by_key in rounds.values() for key, runs in by_key.items()
+              if any(not RestartResult.from_dict(d).ok for d in runs)}
+    mine: dict[str, list[RestartResult]] = {}
+
+    def record(cand: Candidate, result: RestartResult) -> None:
+        mine.setdefault(cand.config.key(), []).append(result)
+        claim.record_restarts(mine)
         notify(observers, "on_restart", ctx, "verify", f"verify {cand.config.label()}", result)
 
-    verification = run_verification(
-        ctx.engine, ctx.space.workload, candidates, options.verify_restarts, options.verify_seed,
-        done=ledger.verify_progress(),
-        on_result=on_result,
-        save_progress=ledger.record_verify_progress,
-        confidence=options.confidence, interval_method=options.interval_method,
-        max_restarts=options.verify_max_restarts, may_start=lambda n: _verify_may_start(ledger, options, n),
-    )
+    run_round(ctx.engine, ctx.space.workload, candidates, rnd, options.verify_seed(rnd), rounds.get(rnd, {}), failed,
+              record)
+
+
+def _all_rounds(ledger: Ledger) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """Verification restarts by round and configuration: the rounds' claims, and what a single-process autotune
+    of an earlier version stored for a study it verified in part."""
+    rounds = split_rounds(ledger.verify_progress())
+    for rnd, by_key in ledger.verify_rounds().items():
+        for key, runs in by_key.items():
+            rounds.setdefault(rnd, {}).setdefault(key, []).extend(runs)
+    return rounds
+
+
+def _progress(ledger: Ledger) -> dict[str, list[dict[str, Any]]]:
+    """Every verification restart by config key, in round order (what the near-tie rule and the conclusion read)."""
+    progress: dict[str, list[dict[str, Any]]] = {}
+    for _, by_key in sorted(_all_rounds(ledger).items()):
+        for key, runs in by_key.items():
+            progress.setdefault(key, []).extend(runs)
+    return progress
+
+
+def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verification | None:
+    """Verification rounds spread over the workers, one claim per round; the conclusion by exactly one worker.
+
+    The common rounds (every candidate, ``verify_restarts`` of them) are independent and run at once on as many
+    workers; the near-tie rounds after them (:func:`round_participants`) each depend on the rounds before, so
+    they run one at a time. Returns the verification if this worker concluded it, else ``None``.
+    """
+    ledger, options, claims = ctx.ledger, ctx.options, ctx.claims
+    candidates = _candidates(ctx)
+    common = options.verify_restarts
+    cap = max(common, options.verify_max_restarts or common)
+    jobs = [ledger.verify_round_job(r) for r in range(cap)]
+    while not ledger.has_verification():
+        claims.refresh()
+        pending = [r for r in range(common) if not claims.done(jobs[r])]
+        if not pending:
+            break
+        for rnd in pending:
+            claim = claims.try_claim(jobs[rnd])
+            if claim is not None:
+                _verify_round(ctx, observers, candidates, rnd, claim)
+                claim.complete()
+                break
+        else:
+            ctx.sleep(ctx.poll_s)  # every pending round is held by a live worker
+    for rnd in range(common, cap):
+        if ledger.has_verification():
+            break
+        participants = round_participants(candidates, _progress(ledger), rnd, common, options.confidence)
+        if participants is None:
+            break  # the leading challenger is settled
+        claim = claims.wait_for(jobs[rnd], ctx.poll_s, ctx.sleep)
+        if claim is None:
+            continue  # another worker ran this round
+        if _verify_may_start(ledger, options, len(participants)):
+            _verify_round(ctx, observers, participants, rnd, claim)
+        claim.complete()  # a round the budget leaves out stays empty: the next one finds no tie to break
+    claim = None if ledger.has_verification() else claims.wait_for(VERIFY_CONCLUDE_JOB, ctx.poll_s, ctx.sleep)
+    if claim is None:
+        return None
+    verification = conclude(candidates, _progress(ledger), common, options.confidence, options.interval_method,
+                            max_restarts=cap)
     ledger.record_verification(verification)
+    ctx.concluded = True
     notify(observers, "on_verification_end", ctx, verification)
+    claim.complete()
     return verification
 
 
@@ -283,22 +481,75 @@ def _record_metadata(ctx: StudyContext) -> None:
         budget_minutes=options.budget_minutes,
         trials=options.trials,
         seed=options.seed,
-        command=tuple(options.command),
+        command=tuple(_ledger.redact(arg) for arg in options.command),
         baseline=ctx.space.baseline(),
+        engine_options={k: _ledger.redact(v) if isinstance(v, str) else v for k, v in ctx.engine.options.items()},
+        confidence=options.confidence,
+        interval_method=options.interval_method,
+        verify=options.verify,
+        enqueue=tuple(dict(p) for p in options.enqueue),
     ))
-    ledger.record_space_yaml(Path(ctx.space.source).read_text() if os.path.exists(ctx.space.source)
-                             else json.dumps(dict(ctx.space.raw)))
+    if ledger.space_yaml() is None:
+        ledger.record_space_yaml(Path(ctx.space.source).read_text() if os.path.exists(ctx.space.source)
+                                 else json.dumps(dict(ctx.space.raw)))
 
 
 def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
-              observers: Sequence[StudyObserver] = ()) -> Ledger:
-    """Run (or resume) a whole study: baselines, search, verification. Returns the study's ledger.
+              observers: Sequence[StudyObserver] = (), *, worker: int | None = None, gpus: str | None = None,
+              sleep: Callable[[float], None] = time.sleep, poll_s: float = DEFAULT_POLL_S) -> Ledger:
+    """Run (or resume, or join) a whole study: baselines, search, verification. Returns the study's ledger.
+
+    Any number of processes may run this on the same study at once (each a worker); the study ends for each
+    when it is verified.
+
+    Args:
+        worker: This worker's index among the workers (``None``: a lone process), for the sampler's seed and
+            the record of who ran what.
+        gpus: The GPUs this worker's engines see (``CUDA_VISIBLE_DEVICES``), recorded with its trials.
+        sleep: How waiting for other workers passes (the scaling benchmark's simulated clock).
+        poll_s: Seconds between looks at the study while waiting for other workers.
 
     Raises:
         Interrupted: Ctrl-C or SIGTERM; everything finished so far is stored and the same command resumes.
         autotune.ledger.LedgerError: the stored study has a schema this autotune does not read.
     """
-    ledger, resumed = open_study(options)
+    ctx = _open(space, engine, options, worker, gpus, sleep, poll_s)
+    ledger = ctx.ledger
+    # A study concluded in an earlier session: this process repairs what tracking may have missed, as the one
+    # that concluded it would (everything an observer logs is logged once, whoever asks).
+    ctx.concluded = ledger.has_verification()
+    try:
+        notify(observers, "on_study_start", ctx)
+        try:
+            _search(ctx, observers)
+            if options.verify and not ledger.has_verification():
+                _verify(ctx, observers)
+            elif not ledger.has_verification():
+                # No verification: the study is over once the search is; one worker closes it.
+                claim = ctx.claims.try_claim(_ledger.FINISH_JOB.format(ledger.finished_search_trials()))
+                if claim is not None:
+                    ctx.concluded = True
+                    claim.complete()
+        except KeyboardInterrupt as exc:
+            raise Interrupted(f"{_interruption(exc)}; finished work is saved in {_ledger.redact(str(options.storage))}"
+                              " - run the same command again to resume", getattr(exc, "signum", signal.SIGINT)) from None
+        notify(observers, "on_study_end", ctx)
+    finally:
+        ctx.claims.heartbeat.close()
+    return ledger
+
+
+def prepare_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions) -> Ledger:
+    """Create (or open) the study and record everything a worker needs to join it, without running anything:
+    ``autotune tune --gpus`` does this before it starts its workers."""
+    ctx = _open(space, engine, options, None, None, time.sleep, DEFAULT_POLL_S)
+    ctx.claims.heartbeat.close()
+    return ctx.ledger
+
+
+def _open(space: SearchSpace, engine: EngineBackend, options: StudyOptions, worker: int | None, gpus: str | None,
+          sleep: Callable[[float], None], poll_s: float) -> StudyContext:
+    ledger, resumed = open_study(options, worker)
     cache_dir = options.cache_dir
     if options.fresh:
         # Starting over means cold caches too: a study-local compile cache left by the deleted study would make
@@ -306,20 +557,14 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
         shutil.rmtree(cache_dir, ignore_errors=True)
     os.makedirs(cache_dir, exist_ok=True)
     engine.cache_dir = engine.cache_dir or cache_dir
-    ctx = StudyContext(options, space, engine, EngineFacts.of(engine.describe()), ledger, resumed)
-    ledger.recover_interrupted()
-    if not ledger.baselines_enqueued():
+    heartbeat = Heartbeat(ledger.study._storage)
+    owner = _ledger.owner_id(worker, gpus, cache_dir)
+    ctx = StudyContext(options, space, engine, EngineFacts.of(engine.describe()), ledger, resumed,
+                       claims=Claims(ledger.study, heartbeat, owner), owner=owner, poll_s=poll_s, sleep=sleep)
+    if not resumed or not ledger.baselines_enqueued():
+        # The process that created the study queues its first trials (a worker that joins finds them queued).
         for params in [*space.baseline_params(), *options.enqueue]:
             ledger.study.enqueue_trial(dict(params))
         ledger.record_baselines_enqueued()
     _record_metadata(ctx)
-    notify(observers, "on_study_start", ctx)
-    try:
-        _search(ctx, observers)
-        if options.verify and not ledger.has_verification():
-            _verify(ctx, observers)
-    except KeyboardInterrupt as exc:
-        raise Interrupted(f"{_interruption(exc)}; finished work is saved in {options.storage} - run the same "
-                          "command again to resume", getattr(exc, "signum", signal.SIGINT)) from None
-    notify(observers, "on_study_end", ctx)
-    return ledger
+    return ctx

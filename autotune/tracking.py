@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from autotune.events import StudyObserver
-from autotune.ledger import Ledger, StudyMeta, TrialRecord
+from autotune.ledger import MLFLOW_PARENT_JOB, Ledger, StudyMeta, TrialRecord, redact
 from autotune.records import EngineConfig, EngineFacts, RestartResult
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ __all__ = [
     "engine_tags",
     "experiment_name",
     "log_study",
+    "prepare_store",
     "resolve_tracking_uri",
 ]
 
@@ -55,6 +56,8 @@ EXPERIMENT_KIND = "custom_model_development"
 
 TAG_KIND = "autotune.kind"
 TAG_STUDY = "autotune.study"
+#: The id the study was given when it was created: every worker finds the study's one parent run by it.
+TAG_STUDY_UID = "autotune.study_uid"
 TAG_TRIAL = "autotune.trial_number"
 TAG_CONFIG_KEY = "autotune.config_key"
 #: Set last on a child run: a run without it was cut short (Ctrl-C, tracking error) and is finished on resume.
@@ -227,6 +230,17 @@ class _Child:
     logged: bool = False
 
 
+def prepare_store(tracking_uri: str | None = None) -> None:
+    """Create (or migrate) the tracking store once, before several workers open it at the same moment.
+
+    MLflow creates and migrates a SQLite store's schema when a client first opens it; several processes doing that
+    at once race each other (a migration fails half-way in all but one). A server store needs nothing.
+    """
+    uri = resolve_tracking_uri(tracking_uri)
+    if _sqlite_path(uri) is not None:
+        _Session(uri).client.search_experiments(max_results=1)
+
+
 class _Session:
     """An ``MlflowClient`` plus the idempotent operations the tracker and :func:`log_study` share."""
 
@@ -273,24 +287,53 @@ class _Session:
             return None
         return run if run.info.lifecycle_stage == "active" else None
 
-    def open_parent(self, ledger: Ledger, experiment_id: str, meta: StudyMeta) -> tuple[str, bool]:
-        """The study's parent run: the one recorded in the study's ledger if it exists, else a new one.
+    def find_parent(self, ledger: Ledger, experiment_id: str) -> Any | None:
+        """The study's parent run in this store: the one the ledger names, else the one tagged with its id."""
+        known = ledger.mlflow_parent_run_id()
+        run = self.get_run(known) if known else None
+        if run is not None or not ledger.study_uid():
+            return run
+        found = self.client.search_runs([experiment_id], filter_string=(
+            f"tags.`{TAG_KIND}` = '{KIND_STUDY}' and tags.`{TAG_STUDY_UID}` = '{ledger.study_uid()}'"),
+            max_results=1, order_by=["attributes.start_time ASC"])
+        return found[0] if found else None
+
+    def open_parent(self, ledger: Ledger, experiment_id: str, meta: StudyMeta, claims: Any = None,
+                    wait: Callable[[], None] | None = None) -> tuple[str, bool]:
+        """The study's parent run: found by the study's id if it exists, else created, by one worker only.
+
+        With ``claims`` (several workers), creating it is a claim: one worker creates it while the others
+        ``wait`` and then find it.
 
         Returns:
             ``(run_id, created)``.
         """
-        known = ledger.mlflow_parent_run_id()
-        run = self.get_run(known) if known else None
-        if run is not None:
-            if run.info.status != "RUNNING":
-                self.client.update_run(run.info.run_id, status="RUNNING")
-            return run.info.run_id, False
+        claim = None
+        while True:
+            run = self.find_parent(ledger, experiment_id)
+            if run is not None:
+                if run.info.status != "RUNNING" and not ledger.has_verification():
+                    self.client.update_run(run.info.run_id, status="RUNNING")
+                if ledger.mlflow_parent_run_id() != run.info.run_id:
+                    ledger.record_mlflow_parent_run_id(run.info.run_id)
+                return run.info.run_id, False
+            if claims is None:
+                break
+            claim = claims.try_claim(MLFLOW_PARENT_JOB)
+            if claim is not None or claims.done(MLFLOW_PARENT_JOB):
+                break  # ours to create, or created in another store (a different tracking URI): create one here
+            if wait is not None:
+                wait()
         tags = {TAG_KIND: KIND_STUDY, TAG_STUDY: ledger.name, "mlflow.source.name": "autotune",
                 "mlflow.source.type": "LOCAL", "space": str(meta.space_name or ""), **engine_tags(meta.engine)}
+        if ledger.study_uid():
+            tags[TAG_STUDY_UID] = ledger.study_uid()
         created = self.client.create_run(experiment_id, run_name=ledger.name, tags=tags)
         run_id = created.info.run_id
         self.log(run_id, params=_study_params(meta))
         ledger.record_mlflow_parent_run_id(run_id)
+        if claim is not None:
+            claim.complete()
         return run_id, True
 
     def children(self, experiment_id: str, parent_id: str) -> dict[tuple[str, str], _Child]:
@@ -414,15 +457,20 @@ def _result_tags(summary: Any, state: str, reason: str | None) -> dict[str, str]
 class _StudyLog:
     """Everything one study logs, against one parent run; every method is safe to call twice."""
 
-    def __init__(self, session: _Session, ledger: Ledger, meta: StudyMeta) -> None:
+    def __init__(self, session: _Session, ledger: Ledger, meta: StudyMeta, claims: Any = None,
+                 wait: Callable[[], None] | None = None) -> None:
         self.session = session
         self.ledger = ledger
         self.study = ledger.study
         self.meta = meta
         self.engine_info = meta.engine
         self.experiment_id = session.experiment_id(experiment_name(meta.model, self.engine_info))
-        self.parent_id, self.created = session.open_parent(ledger, self.experiment_id, meta)
+        self.parent_id, self.created = session.open_parent(ledger, self.experiment_id, meta, claims, wait)
         self._children = session.children(self.experiment_id, self.parent_id)
+
+    def refresh(self) -> None:
+        """Re-read the parent's child runs: other workers add theirs while this one runs."""
+        self._children = self.session.children(self.experiment_id, self.parent_id)
 
     def provenance(self, space_path: str | None, command: Sequence[str]) -> None:
         """The space file and the exact command, once per parent run."""
@@ -432,7 +480,7 @@ class _StudyLog:
         elif self.ledger.space_yaml():
             s.client.log_text(self.parent_id, self.ledger.space_yaml(), "space.yaml")
         if command:
-            s.client.log_text(self.parent_id, shlex.join(command) + "\n", "command.txt")
+            s.client.log_text(self.parent_id, shlex.join(redact(arg) for arg in command) + "\n", "command.txt")
 
     # trials ----------------------------------------------------------------------------------------------
 
@@ -488,9 +536,11 @@ class _StudyLog:
         """Log every finished trial that has no complete run yet (resumes, tracking outages, log_study)."""
         from optuna.trial import TrialState
 
+        self.refresh()
         done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        retried = self.ledger.retried()
         for trial in self.study.get_trials(deepcopy=False, states=done):
-            record = self.ledger.trial_record(trial)
+            record = self.ledger.trial_record(trial, retried)
             if record is None or record.duplicate_of is not None:
                 continue  # infeasible (never started) or a repeat of another trial: nothing was measured
             self.log_trial(record, _ms(trial.datetime_start), _ms(trial.datetime_complete))
@@ -634,6 +684,7 @@ class MlflowTracker(StudyObserver):
         self._current_trial: int | None = None
         self._ended = False
         self._failures_in_a_row = 0
+        self._lone = True  # a lone process, not one of several workers on the study
 
     # problems --------------------------------------------------------------------------------------------
 
@@ -675,15 +726,18 @@ class MlflowTracker(StudyObserver):
     def on_study_start(self, ctx: StudyContext) -> None:
         session = _Session(self.tracking_uri)
         meta = ctx.ledger.meta() if ctx.ledger.has_meta() else _meta_from_context(ctx)
-        self._log = _StudyLog(session, ctx.ledger, meta)
+        self._lone = ctx.owner.get("worker") is None
+        self._log = _StudyLog(session, ctx.ledger, meta, ctx.claims, lambda: ctx.sleep(ctx.poll_s))
         self.parent_run_id = self._log.parent_id
+        command = [redact(arg) for arg in (list(ctx.options.command) or [os.path.basename(sys.executable), *sys.argv])]
         if self._log.created:
-            command = list(ctx.options.command) or [os.path.basename(sys.executable), *sys.argv]
             self._log.provenance(ctx.space.source, command)
-        else:
-            command = list(ctx.options.command) or sys.argv
+        elif self._lone:
             self._log.session.log(self._log.parent_id, tags={"resumed_by": shlex.join(command)})
-        self._log.sync_trials()  # closes the run a Ctrl-C left open and logs anything missed while offline
+        if self._lone:
+            # A lone process closes the run a Ctrl-C left open and logs anything missed while offline; with
+            # several workers the one that concludes the study does it, once the others are done.
+            self._log.sync_trials()
 
     @_guarded
     def on_trial_start(self, ctx: StudyContext, number: int, config: EngineConfig) -> None:
@@ -718,6 +772,9 @@ class MlflowTracker(StudyObserver):
     def on_study_end(self, ctx: StudyContext) -> None:
         if self._log is None:
             return
+        if not ctx.concluded:
+            self._ended = True  # another worker concluded the study and logs its outcome
+            return
         from autotune.report import build_report
 
         self.report = report = build_report(ctx.ledger, engine=ctx.engine, space=ctx.space)
@@ -738,7 +795,8 @@ class MlflowTracker(StudyObserver):
         try:
             for run_id, _ in self._trial_runs.values():
                 self._log.session.finish(run_id, "KILLED")
-            self._log.session.finish(self._log.parent_id, "KILLED")
+            if self._lone:  # with several workers the study goes on without this one
+                self._log.session.finish(self._log.parent_id, "KILLED")
         except Exception as exc:  # noqa: BLE001 - closing is best effort; the resume repairs the runs
             self._problem("close", exc)
         self._trial_runs.clear()

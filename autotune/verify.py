@@ -23,9 +23,13 @@ __all__ = [
     "SearchEvidence",
     "VerifiedConfig",
     "Verification",
+    "conclude",
     "plan_key",
+    "round_participants",
+    "run_round",
     "run_verification",
     "select_candidates",
+    "split_rounds",
 ]
 
 BASELINE = "baseline"
@@ -311,7 +315,64 @@ def run_verification(
                     on_result(cand, result)
 
             measure_restart(engine, cand.config, workload, restart=rnd, seed=seed_for(rnd), on_result=record)
-    return _conclude(candidates, progress, restarts, confidence, interval_method, alpha, cap)
+    return conclude(candidates, progress, restarts, confidence, interval_method, alpha, cap)
+
+
+def split_rounds(progress: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """Restarts by config key (in the order they ran) -> by round: a counted restart closes its round, and a
+    cold or failed one belongs to the round it was run for."""
+    rounds: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for key, restarts in progress.items():
+        rnd = 0
+        for data in restarts:
+            rounds.setdefault(rnd, {}).setdefault(key, []).append(dict(data))
+            result = RestartResult.from_dict(data)
+            if result.ok and not result.cold:
+                rnd += 1
+    return rounds
+
+
+def round_participants(candidates: Sequence[Candidate], progress: Mapping[str, list[dict[str, Any]]], rnd: int,
+                       restarts: int, confidence: float) -> list[Candidate] | None:
+    """Who runs round ``rnd``, as :func:`run_verification` decides it: everyone in the common rounds; after
+    them the challengers still tied with the leader, and the baseline. ``None``: no more rounds (the leading
+    challenger is settled). ``progress`` holds the rounds before ``rnd``, in round order."""
+    if rnd < restarts:
+        return list(candidates)
+    contenders = [c for c in candidates if c.role != BASELINE]
+    for r in range(restarts, rnd + 1):
+        contenders = _contenders(contenders, progress, r, confidence)
+        if len(contenders) < 2:
+            return None
+    keep = {c.config.key() for c in contenders}
+    return [c for c in candidates if c.config.key() in keep or c.role == BASELINE]
+
+
+def run_round(
+    engine: Any,
+    workload: Workload,
+    participants: Sequence[Candidate],
+    rnd: int,
+    seed: int,
+    done: Mapping[str, Sequence[Mapping[str, Any]]],
+    failed: set[str],
+    record: Callable[[Candidate, RestartResult], None],
+) -> None:
+    """Round ``rnd`` of the verification on one engine (one GPU): one counted restart of every participant, in
+    order (A B C base), on one seed. Rounds are independent of each other, so workers may run them at once.
+
+    Args:
+        done: This round's restarts already run (by an earlier, interrupted holder): config key -> restart dicts.
+        failed: Config keys that failed in any round: a broken configuration gets no more starts.
+        record: Called with every restart as it lands (to store it before the next one starts).
+    """
+    for cand in participants:
+        key = cand.config.key()
+        have = [RestartResult.from_dict(d) for d in done.get(key, [])]
+        if key in failed or any(r.ok and not r.cold for r in have) or any(not r.ok for r in have):
+            continue
+        measure_restart(engine, cand.config, workload, restart=rnd, seed=seed,
+                        on_result=lambda result, cand=cand: record(cand, result))
 
 
 def _restarts(cand: Candidate, progress: Mapping[str, list[dict[str, Any]]]) -> list[RestartResult]:
@@ -351,13 +412,13 @@ def _contenders(current: Sequence[Candidate], progress: Mapping[str, list[dict[s
             or compare(values[c.config.key()], lead, alpha=1.0 - confidence).verdict != Verdict.SLOWER]
 
 
-def _conclude(
+def conclude(
     candidates: Sequence[Candidate],
     progress: Mapping[str, list[dict[str, Any]]],
     restarts: int,
     confidence: float,
     interval_method: str,
-    alpha: float,
+    alpha: float = 0.05,
     max_restarts: int | None = None,
 ) -> Verification:
     per_key = {c.config.key(): tuple(RestartResult.from_dict(d) for d in progress.get(c.config.key(), []))

@@ -20,6 +20,9 @@ from autotune.engines import EngineBackend
 from autotune.options import SEED_STRIDE, VERIFY_SEED_OFFSET
 from autotune.records import EngineConfig, EngineFacts, Resolved, RestartResult, Workload
 
+#: PostgreSQL and MLflow tracking server fixtures (the services .ci/with-services.sh starts).
+pytest_plugins = ["tests.services"]
+
 SMALL_SPACE = {
     "name": "small",
     "engine_args": {"model": "org/model", "max_num_seqs": 4},

@@ -13,10 +13,11 @@ LAYERS = [
     {"autotune", "autotune.records", "autotune.status"},
     {"autotune.space", "autotune.measure"},
     {"autotune.engines", "autotune.racing", "autotune.verify"},
-    {"autotune.ledger", "autotune.options", "autotune.events", "autotune.study"},
+    {"autotune.ledger", "autotune.options", "autotune.events", "autotune.heartbeat", "autotune.claims",
+     "autotune.study"},
     {"autotune.report", "autotune.plots", "autotune.tracking", "autotune.progress"},
-    {"autotune.cli", "autotune.cli_helpers", "autotune.export", "autotune.ui", "autotune.audit", "autotune.bench", "autotune.bench_coverage",
-     "autotune.__main__"},
+    {"autotune.cli", "autotune.cli_helpers", "autotune.export", "autotune.ui", "autotune.audit", "autotune.bench",
+     "autotune.bench_coverage", "autotune.scaling", "autotune.workers", "autotune.worker", "autotune.__main__"},
 ]
 
 

@@ -18,8 +18,7 @@ from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 TRUTH = {("FULL_AND_PIECEWISE", 2): 300.0, ("default", 0): 200.0}
 #: The bare keys autotune wrote before the ledger existed (schema 0): what a study from then holds.
 LEGACY_TRIAL_KEYS = {"config", "config_key", "label", "restarts", "summary", "resolved_differs"}
-LEGACY_STUDY_KEYS = {"meta", "space_yaml", "baselines_enqueued", "verify_candidates", "verify_progress",
-                     "verification"}
+LEGACY_STUDY_KEYS = {"meta", "space_yaml", "baselines_enqueued", "verify_candidates", "verification"}
 
 
 def _options(tmp_path: Path, **kw) -> StudyOptions:
@@ -41,6 +40,11 @@ def test_a_new_study_is_stamped_with_the_schema_and_every_key_is_namespaced(tmp_
     assert all(k.startswith("autotune:") for k in study_keys | trial_keys)
     assert LEGACY_STUDY_KEYS <= {k.removeprefix("autotune:") for k in study_keys}
     assert LEGACY_TRIAL_KEYS <= {k.removeprefix("autotune:") for k in trial_keys}
+    # Verification restarts live on the rounds' claims, in the study's companion claims study, namespaced too.
+    claims = optuna.load_study(study_name="l" + ledger_mod.CLAIMS_SUFFIX, storage=ledger.study._storage)
+    assert all(k.startswith("autotune:") for t in claims.trials for k in t.user_attrs)
+    assert sum(len(v) for by_key in ledger.verify_rounds().values() for v in by_key.values()) == 4
+    assert ledger_mod.study_names(ledger.study._storage) == ["l"]
 
 
 def test_a_study_written_before_the_schema_opens_resumes_and_keeps_its_bare_keys(tmp_path):
