@@ -5,7 +5,9 @@ A space file declares the fixed engine arguments, the workload and the searched 
     name: gb10-moe
     engine: {name: sim, profile: gb10, model_profile: moe}     # default engine and its options
     engine_args: {model: sim/moe, max_num_seqs: 4, max_model_len: 2048}
-    workload: {num_prompts: 16, input_len: 128, output_len: 128, concurrency: 4}
+    workload: {num_prompts: 16, input_len: 128, output_len: 128, concurrency: 4}   # see autotune.workload
+    slo: {tpot_p99_ms: 50}                                    # optional latency limits (milliseconds)
+    objective: throughput                                     # or goodput (requests/s meeting the slo)
     search:
       cudagraph_mode: [NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE]
       capture_sizes:
@@ -34,10 +36,12 @@ from typing import Any
 import yaml
 
 from autotune.records import EngineConfig, Workload
+from autotune.workload import parse_slo, parse_workload
 
 __all__ = [
     "CUDAGRAPH_MODES",
     "DEFAULT",
+    "OBJECTIVES",
     "DraftOption",
     "Infeasible",
     "SearchSpace",
@@ -52,7 +56,9 @@ CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PI
 DEFAULT = "default"
 SIZE_PATTERNS = ("pow2", "step8", "aligned")
 SPEC_METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp", "medusa", "suffix")
-_TOP_KEYS = ("name", "description", "engine", "engine_args", "workload", "search")
+_TOP_KEYS = ("name", "description", "engine", "engine_args", "workload", "search", "objective", "slo")
+#: What a study maximises: output tokens/s (subject to ``slo:`` limits when there are any), or goodput.
+OBJECTIVES = ("throughput", "goodput")
 _SEARCH_KEYS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "drafts")
 _RESERVED_ENGINE_ARGS = ("compilation_config", "speculative_config", "num_speculative_tokens")
 K_HARD_MAX = 16
@@ -131,6 +137,12 @@ class SearchSpace:
     drafts: tuple[DraftOption, ...]
     raw: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
     description: str = ""
+    objective: str = "throughput"
+
+    @property
+    def slo(self) -> dict[str, float]:
+        """Latency limits in milliseconds (``tpot_p99_ms: 50``); empty when the space sets none."""
+        return dict(self.workload.slo)
 
     # -- Optuna ------------------------------------------------------------------------------------------
     def suggest(self, trial: Any) -> EngineConfig:
@@ -308,7 +320,14 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     name = str(top.get("name") or Path(source).stem)
     engine = dict(v.mapping(top.get("engine", {}) or {}, "engine"))
     engine_args = v.engine_args(top["engine_args"])
-    workload = v.workload(top["workload"])
+    slo = parse_slo(top.get("slo"), v.fail)
+    workload = parse_workload(top["workload"], v.fail, v.base_dir, slo)
+    objective = str(top.get("objective", "throughput"))
+    if objective not in OBJECTIVES:
+        raise SpaceError(source, "objective", f"unknown objective {objective!r}", f"use one of: {', '.join(OBJECTIVES)}")
+    if objective == "goodput" and not slo:
+        raise SpaceError(source, "slo", "goodput counts requests meeting latency limits, but none are set",
+                         "add e.g. slo: {tpot_p99_ms: 50, ttft_p99_ms: 500}, or use objective: throughput")
     search = v.mapping(top["search"], "search")
     v.known_keys(search, _SEARCH_KEYS, "search")
     modes = v.modes(search.get("cudagraph_mode", [DEFAULT]))
@@ -323,6 +342,7 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     return SearchSpace(
         name=name, source=source, engine=engine, engine_args=engine_args, workload=workload, modes=modes,
         sizes=sizes, k_low=k_low, k_high=k_high, drafts=drafts, raw=top, description=str(top.get("description", "")),
+        objective=objective,
     )
 
 
@@ -364,25 +384,6 @@ class _Validator:
                                 "declare it under 'search:' (cudagraph_mode, capture_sizes, drafts) instead")
             out[norm] = val
         return out
-
-    def workload(self, value: Any) -> Workload:
-        data = self.mapping(value, "workload")
-        fields = {f.name: f for f in dataclasses.fields(Workload)}
-        kwargs: dict[str, Any] = {}
-        for key, val in data.items():
-            if key not in fields:
-                raise self.fail(f"workload.{key}", "unknown key", f"use one of: {', '.join(fields)}")
-            if key == "repetitive_prompts":
-                if not isinstance(val, bool):
-                    raise self.fail(f"workload.{key}", f"must be true or false, got {val!r}", "write true or false")
-                kwargs[key] = val
-                continue
-            minimum = 0 if key in ("seed", "warmup_passes") else 1
-            kwargs[key] = self.integer(val, f"workload.{key}", minimum)
-        wl = Workload(**kwargs)
-        if wl.max_warmup_passes < wl.warmup_passes:
-            raise self.fail("workload.max_warmup_passes", "is below warmup_passes", "make it >= warmup_passes")
-        return wl
 
     def modes(self, value: Any) -> tuple[str, ...]:
         if not isinstance(value, list) or not value:
