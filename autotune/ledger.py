@@ -30,6 +30,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.measure import TrialSummary
+from autotune.objective import LatencyStat, SloCheck, constraint_values
 from autotune.records import EngineConfig, EngineFacts, RestartResult
 from autotune.verify import Candidate, Verification
 
@@ -46,6 +47,7 @@ __all__ = [
     "latest_study_name",
     "load",
     "make_storage",
+    "slo_constraints",
     "study_names",
 ]
 
@@ -97,6 +99,12 @@ _INTERRUPTED_KEY = "autotune:interrupted"
 _INFEASIBLE_KEY = "autotune:infeasible"
 #: The trial repeated an earlier trial's configuration; it was told that trial's result and ran nothing.
 _DUPLICATE_OF_KEY = "autotune:duplicate_of"
+#: Latency over the trial's counted restarts: key (``tpot_p99_ms``...) -> :class:`~autotune.objective.LatencyStat`.
+_LATENCY_KEY = "autotune:latency"
+#: Each SLO limit against the trial's latency (:class:`~autotune.objective.SloCheck`), when the space sets limits.
+_SLO_CHECKS_KEY = "autotune:slo_checks"
+#: The values Optuna's ``constraints_func`` returns for the trial (:func:`slo_constraints`): feasible at <= 0.
+_SLO_CONSTRAINTS_KEY = "autotune:slo_constraints"
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
@@ -206,6 +214,8 @@ class StudyMeta:
     seed: int | None = None
     command: tuple[str, ...] = ()
     baseline: EngineConfig | None = None
+    objective: str = "throughput"
+    slo: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -214,6 +224,7 @@ class StudyMeta:
         out["racing"] = dict(self.racing)
         out["command"] = list(self.command)
         out["baseline"] = None if self.baseline is None else self.baseline.to_dict()
+        out["slo"] = dict(self.slo)
         return out
 
     @classmethod
@@ -226,6 +237,7 @@ class StudyMeta:
         kw["racing"] = dict(data.get("racing") or {})
         kw["command"] = tuple(data.get("command") or ())
         kw["baseline"] = None if not data.get("baseline") else EngineConfig.from_dict(data["baseline"])
+        kw["slo"] = {str(k): float(v) for k, v in dict(data.get("slo") or {}).items()}
         return cls(**kw)
 
 
@@ -254,6 +266,13 @@ class TrialRecord:
     duplicate_of: int | None = None
     value: float | None = None
     interrupted: bool = False
+
+
+def slo_constraints(trial: FrozenTrial) -> list[float]:
+    """Optuna's ``constraints_func`` for studies with latency limits: the values recorded on the trial before it
+    was told (either schema), empty when it recorded none."""
+    attrs = trial.user_attrs
+    return list(attrs.get(_SLO_CONSTRAINTS_KEY, attrs.get(_bare(_SLO_CONSTRAINTS_KEY))) or [])
 
 
 def _bare(key: str) -> str:
@@ -346,6 +365,15 @@ class Ledger:
         if failure:
             self.record_failure(trial, f"same configuration as trial {original.number}: {failure}")
 
+    def record_latency(self, trial: optuna.Trial, latency: Mapping[str, LatencyStat],
+                       checks: Sequence[SloCheck] | None = None) -> None:
+        """The trial's latency and, under limits, each limit's check and the constraint values Optuna reads."""
+        if latency:
+            trial.set_user_attr(self._key(_LATENCY_KEY), {k: v.to_dict() for k, v in latency.items()})
+        if checks is not None:
+            trial.set_user_attr(self._key(_SLO_CHECKS_KEY), [c.to_dict() for c in checks])
+            trial.set_user_attr(self._key(_SLO_CONSTRAINTS_KEY), constraint_values(checks))
+
     def record_interrupted(self, trial: optuna.Trial, reason: str) -> None:
         trial.set_user_attr(self._key(_INTERRUPTED_KEY), True)
         trial.set_user_attr(self._key(_FAILURE_KEY), reason)
@@ -402,6 +430,12 @@ class Ledger:
 
     def is_duplicate(self, trial: FrozenTrial) -> bool:
         return self._has(trial.user_attrs, _DUPLICATE_OF_KEY)
+
+    def latency(self, trial: FrozenTrial) -> dict[str, LatencyStat]:
+        return {k: LatencyStat.from_dict(v) for k, v in (self._get(trial.user_attrs, _LATENCY_KEY) or {}).items()}
+
+    def slo_checks(self, trial: FrozenTrial) -> list[SloCheck]:
+        return [SloCheck.from_dict(c) for c in self._get(trial.user_attrs, _SLO_CHECKS_KEY) or ()]
 
     def interrupted(self, trial: FrozenTrial) -> bool:
         return bool(self._get(trial.user_attrs, _INTERRUPTED_KEY))

@@ -24,6 +24,7 @@ from autotune.engines import EngineBackend
 from autotune.events import StudyContext, StudyObserver, notify
 from autotune.ledger import DEFAULT_STORAGE, Ledger, StudyMeta, TrialRecord
 from autotune.measure import measure_restart, summarize
+from autotune.objective import check_slo, summarize_latency
 from autotune.options import StudyOptions
 from autotune.racing import Decision, RacingPruner, decide_trial
 from autotune.records import EngineConfig, EngineFacts, RestartResult
@@ -63,18 +64,27 @@ class Interrupted(Exception):
 # -- opening ---------------------------------------------------------------------------------------------
 
 
-def make_sampler(name: str, seed: int) -> tuple[optuna.samplers.BaseSampler, str]:
-    """The sampler and a sentence saying why, recorded in the study's metadata."""
+def make_sampler(name: str, seed: int, constrained: bool = False) -> tuple[optuna.samplers.BaseSampler, str]:
+    """The sampler and a sentence saying why, recorded in the study's metadata.
+
+    ``constrained``: the space sets latency limits; TPE and GP get Optuna's ``constraints_func``
+    (:func:`autotune.ledger.slo_constraints`), so they model feasibility and Optuna records it on every trial.
+    """
+    constraints = {"constraints_func": _ledger.slo_constraints} if constrained else {}
     if name == "tpe":
         with warnings.catch_warnings():  # group= is "experimental" but is what makes TPE handle the conditional space
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed, n_startup_trials=6)
+            sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed, n_startup_trials=6,
+                                                 **constraints)
         why = ("TPE (multivariate, group): handles the conditional space (draft only when K > 0) natively; "
                "it is told the mean over matched restarts of each trial")
         return sampler, why
     if name == "gp":
         # The objective is a noisy mean over restarts: the GP must model observation noise.
-        sampler = optuna.samplers.GPSampler(seed=seed, deterministic_objective=False, n_startup_trials=6)
+        with warnings.catch_warnings():  # constraints_func is "experimental" in GPSampler
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.GPSampler(seed=seed, deterministic_objective=False, n_startup_trials=6,
+                                                **constraints)
         why = ("GP (deterministic_objective=False): a noisy objective; it fits a noise term rather than "
                "interpolating lucky restarts")
         return sampler, why
@@ -85,9 +95,9 @@ def make_sampler(name: str, seed: int) -> tuple[optuna.samplers.BaseSampler, str
     raise ValueError(f"unknown sampler {name!r}: use 'tpe', 'gp' or 'random'")
 
 
-def open_study(options: StudyOptions) -> tuple[Ledger, bool]:
+def open_study(options: StudyOptions, constrained: bool = False) -> tuple[Ledger, bool]:
     """Create or load the study. Returns ``(ledger, resumed)``."""
-    sampler, _ = make_sampler(options.sampler, options.seed)
+    sampler, _ = make_sampler(options.sampler, options.seed, constrained)
     pruner = RacingPruner(options.policy) if options.policy.racing else optuna.pruners.NopPruner()
     return _ledger.create_or_load(options.study_name, options.storage, sampler=sampler, pruner=pruner,
                                   fresh=options.fresh)
@@ -154,6 +164,8 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
             break  # budget: keep what we have
     summary = summarize(config, restarts, options.confidence, options.interval_method)
     ledger.record_summary(trial, summary)
+    latency = summarize_latency(restarts, options.confidence)
+    ledger.record_latency(trial, latency, check_slo(latency, ctx.space.slo) if ctx.space.slo else None)
     if reason and state == TrialState.FAIL:
         ledger.record_failure(trial, reason)
     elif reason:
@@ -220,7 +232,11 @@ def _abandon(ledger: Ledger, trial: optuna.Trial, reason: str) -> None:
 def select_candidates(ledger: Ledger, space: SearchSpace, top_k: int) -> list[Candidate]:
     """Up to top-k engine plans by shrunk search estimate, then the baseline (see :func:`select_verified`)."""
     evidence = []
-    for t in ledger.measured_complete():
+    complete = ledger.measured_complete()
+    # Under latency limits only configurations that met them are candidates, as long as any did: a fast one that
+    # misses a limit cannot win, and verifying it would take a slot from one that can.
+    feasible = [t for t in complete if _feasible(t)]
+    for t in feasible or complete:
         summary = ledger.summary(t)
         config = ledger.config(t)
         if summary is not None and summary.values and config is not None:
@@ -236,6 +252,11 @@ def _verify_may_start(ledger: Ledger, options: StudyOptions, extra: int) -> bool
     if options.budget_minutes is not None and used and minutes + extra * minutes / used > options.budget_minutes:
         return False
     return True
+
+
+def _feasible(trial: FrozenTrial) -> bool:
+    """Optuna's record of whether the trial met every constraint (True when the study has none)."""
+    return all(v <= 0.0 for v in trial.constraints.values())
 
 
 def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verification:
@@ -255,6 +276,7 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         save_progress=ledger.record_verify_progress,
         confidence=options.confidence, interval_method=options.interval_method,
         max_restarts=options.verify_max_restarts, may_start=lambda n: _verify_may_start(ledger, options, n),
+        slo=ctx.space.slo,
     )
     ledger.record_verification(verification)
     notify(observers, "on_verification_end", ctx, verification)
@@ -285,6 +307,8 @@ def _record_metadata(ctx: StudyContext) -> None:
         seed=options.seed,
         command=tuple(options.command),
         baseline=ctx.space.baseline(),
+        objective=ctx.space.objective,
+        slo=ctx.space.slo,
     ))
     ledger.record_space_yaml(Path(ctx.space.source).read_text() if os.path.exists(ctx.space.source)
                              else json.dumps(dict(ctx.space.raw)))
@@ -298,7 +322,7 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
         Interrupted: Ctrl-C or SIGTERM; everything finished so far is stored and the same command resumes.
         autotune.ledger.LedgerError: the stored study has a schema this autotune does not read.
     """
-    ledger, resumed = open_study(options)
+    ledger, resumed = open_study(options, constrained=bool(space.slo))
     cache_dir = options.cache_dir
     if options.fresh:
         # Starting over means cold caches too: a study-local compile cache left by the deleted study would make
