@@ -232,7 +232,12 @@ class EngineConfig:
             spec = f"{self.draft or self.spec_method} K={self.num_speculative_tokens}"
         else:
             spec = "no-spec"
-        return f"{mode} {size_txt} {spec}"
+        searched = "".join(f" {k}={self.engine_args[k]}" for k in self.searched_engine_args())
+        return f"{mode} {size_txt} {spec}{searched}"
+
+    def searched_engine_args(self) -> list[str]:
+        """Engine arguments the search set (those among ``params`` that are ``engine_args``), in params order."""
+        return [k for k in self.params if k in self.engine_args]
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``vllm.LLM(**kwargs)`` (the one translation the runner and export share)."""
@@ -436,6 +441,11 @@ def config_differences(config: EngineConfig, resolved: Resolved | None) -> list[
     got_sizes = resolved.cudagraph_capture_sizes
     if want_sizes is not None and got_sizes is not None and tuple(sorted(got_sizes)) != want_sizes:
         diffs.append(Difference("cudagraph_capture_sizes", list(want_sizes), sorted(got_sizes)))
+    # Searched engine arguments, where the engine reported what it ran (details["engine_args"]).
+    reported = dict(resolved.details.get("engine_args") or {})
+    for key in config.searched_engine_args():
+        if key in reported and reported[key] is not None and reported[key] != config.engine_args[key]:
+            diffs.append(Difference(key, config.engine_args[key], reported[key]))
     return diffs
 
 

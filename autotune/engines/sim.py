@@ -19,6 +19,8 @@ from typing import Any
 
 from autotune.engines import _sim_model as model
 from autotune.engines._base import EngineBackend, EngineError
+# The vLLM runner's latency summary (stdlib only), so simulated and real restarts report the same figures.
+from autotune.engines.vllm._dataset import latency_summary, request_timing
 from autotune.records import EngineConfig, EngineFacts, Resolved, RestartResult, RestartStatus, Workload
 
 __all__ = ["SimEngine"]
@@ -83,6 +85,7 @@ class SimEngine(EngineBackend):
         self._compiled: set[str] = set()
         self._plans: dict[str, model.Plan] = {}
         self._steady: dict[tuple[str, Workload], float] = {}
+        self._latency_base: dict[tuple[str, Workload], dict[str, list[float]]] = {}
 
     # -- public helpers for tests and benchmarks -------------------------------------------------------------
     def resolve(self, config: EngineConfig) -> Resolved:
@@ -134,10 +137,13 @@ class SimEngine(EngineBackend):
         warmup, timed = self._passes(level, rng, workload)
         tokens = workload.num_prompts * workload.output_len
         wall_s = startup_s + sum(tokens / x for x in (*warmup, *timed)) + self.hardware.shutdown_s
+        steady = self._steady_tok_s(plan, config, workload)
+        latency = self._latency(plan, config, workload, timed, steady,
+                                _rng("latency", config.key(), restart, seed, self.hardware.name, self.model.name))
         return RestartResult(
             status=RestartStatus.OK, restart=restart, seed=seed, passes_tok_s=tuple(timed), warmup_tok_s=tuple(warmup),
             startup_s=startup_s, wall_s=wall_s, resolved=resolved, accept_len=self._accept_len(config, workload, rng),
-            cold=cold,
+            cold=cold, latency=latency,
         )
 
     def describe(self) -> EngineFacts:
@@ -206,6 +212,29 @@ class SimEngine(EngineBackend):
             warmup.append(one_pass(len(warmup)))
         timed = [one_pass(len(warmup) + i) for i in range(workload.timed_passes)]
         return warmup, timed
+
+    def _latency(self, plan: model.Plan, config: EngineConfig, workload: Workload, timed: list[float],
+                 steady: float, rng: random.Random) -> dict[str, float]:
+        """Request latencies of the timed passes: the wave model, slowed as the passes ran, jittered per request.
+
+        One pass's requests stand for all: every pass runs the same requests, and the restart's slowness is shared.
+        """
+        key = (config.key(), workload)
+        base = self._latency_base.get(key)
+        if base is None:
+            base = self._latency_base[key] = model.request_latency_ms(plan, config, workload, self.hardware,
+                                                                       self.model)
+        seconds = sum(workload.num_prompts * workload.output_len / x for x in timed)
+        slow = steady * seconds / (len(timed) * workload.num_prompts * workload.output_len) / 1000.0  # ms -> s too
+        sd = model.REQUEST_JITTER
+        timings = []
+        for ttft, tpot, itl in zip(base["ttft"], base["tpot"], base["itl"]):
+            ttft_s = ttft * slow * math.exp(rng.gauss(0.0, sd))
+            tpot_s = tpot * slow * math.exp(rng.gauss(0.0, sd))
+            e2el_s = ttft_s + max(0, workload.output_len - 1) * tpot_s
+            timings.append(request_timing(ttft_s, e2el_s, workload.output_len, [itl * slow * math.exp(rng.gauss(0.0, sd))]))
+        # Request throughput over the timed passes: each pass completes all its requests.
+        return latency_summary(timings * len(timed), seconds, dict(workload.slo))
 
     def _accept_len(self, config: EngineConfig, workload: Workload, rng: random.Random) -> float | None:
         k = config.num_speculative_tokens

@@ -396,6 +396,8 @@ class VllmEngine(EngineBackend):
             "seed": seed,
             "env": self.runner_env(),
             "steady_tolerance": STEADY_TOLERANCE,
+            # Searched engine arguments: the runner reports what vLLM runs for them (the audit compares).
+            "audit_args": config.searched_engine_args(),
         }
 
     @staticmethod

@@ -105,7 +105,21 @@ def accept_length(before: dict[str, float], after: dict[str, float]) -> float | 
     return 1.0 + (after.get(_ACCEPTED, 0.0) - before.get(_ACCEPTED, 0.0)) / drafts
 
 
-def resolved_config(llm: Any) -> dict[str, Any]:
+def resolved_engine_args(config: Any, names: list[str]) -> dict[str, Any]:
+    """The values vLLM runs for the named engine arguments, found by name on its sub-configs (scheduler, cache,
+    model, parallel); names it does not keep are left out."""
+    out: dict[str, Any] = {}
+    for name in names:
+        for part in ("scheduler_config", "cache_config", "model_config", "parallel_config", None):
+            holder = config if part is None else getattr(config, part, None)
+            value = _safe_attr(holder, name) if holder is not None else None
+            if isinstance(value, (bool, int, float, str)):
+                out[name] = value
+                break
+    return out
+
+
+def resolved_config(llm: Any, engine_args: list[str] | None = None) -> dict[str, Any]:
     """What the engine resolved: the worker's compilation config and the facts that change the plan."""
     config = llm.llm_engine.vllm_config
     comp = config.compilation_config
@@ -121,6 +135,8 @@ def resolved_config(llm: Any) -> dict[str, Any]:
     runner_v2 = _safe_attr(config, "use_v2_model_runner")
     if isinstance(runner_v2, bool):
         details["model_runner"] = "v2" if runner_v2 else "v1"
+    if engine_args:
+        details["engine_args"] = resolved_engine_args(config, engine_args)
     compile_mode = getattr(comp, "mode", None)
     if compile_mode is None:
         compile_mode = getattr(comp, "level", None)  # older vLLM names it level
@@ -288,7 +304,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     kwargs.setdefault("disable_log_stats", False)  # acceptance counters come from the stats loggers
     llm = LLM(**kwargs)
     startup_s = time.monotonic() - start
-    resolved = resolved_config(llm)
+    resolved = resolved_config(llm, list(request.get("audit_args") or ()))
     device = device_facts()
     emit(READY, {"startup_s": startup_s, "resolved": resolved, "device": device,
                  "preloaded": request.get("preloaded")})
