@@ -47,7 +47,6 @@ __all__ = [
     "latest_study_name",
     "load",
     "make_storage",
-    "slo_constraints",
     "study_names",
 ]
 
@@ -103,8 +102,6 @@ _DUPLICATE_OF_KEY = "autotune:duplicate_of"
 _LATENCY_KEY = "autotune:latency"
 #: Each SLO limit against the trial's latency (:class:`~autotune.objective.SloCheck`), when the space sets limits.
 _SLO_CHECKS_KEY = "autotune:slo_checks"
-#: The values Optuna's ``constraints_func`` returns for the trial (:func:`slo_constraints`): feasible at <= 0.
-_SLO_CONSTRAINTS_KEY = "autotune:slo_constraints"
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
@@ -268,13 +265,6 @@ class TrialRecord:
     interrupted: bool = False
 
 
-def slo_constraints(trial: FrozenTrial) -> list[float]:
-    """Optuna's ``constraints_func`` for studies with latency limits: the values recorded on the trial before it
-    was told (either schema), empty when it recorded none."""
-    attrs = trial.user_attrs
-    return list(attrs.get(_SLO_CONSTRAINTS_KEY, attrs.get(_bare(_SLO_CONSTRAINTS_KEY))) or [])
-
-
 def _bare(key: str) -> str:
     return key[len(_NAMESPACE):] if key.startswith(_NAMESPACE) else key
 
@@ -359,20 +349,28 @@ class Ledger:
         trial.set_user_attr(self._key(_INFEASIBLE_KEY), reason)
 
     def record_duplicate(self, trial: optuna.Trial, original: FrozenTrial) -> None:
-        """``trial`` repeats ``original``: point at it, and carry its failure reason."""
+        """``trial`` repeats ``original``: point at it, and carry its failure reason and Optuna constraints."""
         trial.set_user_attr(self._key(_DUPLICATE_OF_KEY), original.number)
+        for key, value in original.constraints.items():
+            # The repeat is as (in)feasible as what it repeats: the sampler must not see it as unconstrained.
+            trial.set_constraint(key, value)
         failure = self.failure(original)
         if failure:
             self.record_failure(trial, f"same configuration as trial {original.number}: {failure}")
 
     def record_latency(self, trial: optuna.Trial, latency: Mapping[str, LatencyStat],
                        checks: Sequence[SloCheck] | None = None) -> None:
-        """The trial's latency and, under limits, each limit's check and the constraint values Optuna reads."""
+        """The trial's latency and, under limits, each limit's check and Optuna's constraint for it.
+
+        The constraints are Optuna's own (``Trial.set_constraint``, named after the limit, feasible at <= 0): the
+        samplers model feasibility from them and ``FrozenTrial.constraints`` reads them back.
+        """
         if latency:
             trial.set_user_attr(self._key(_LATENCY_KEY), {k: v.to_dict() for k, v in latency.items()})
         if checks is not None:
             trial.set_user_attr(self._key(_SLO_CHECKS_KEY), [c.to_dict() for c in checks])
-            trial.set_user_attr(self._key(_SLO_CONSTRAINTS_KEY), constraint_values(checks))
+            for check, value in zip(checks, constraint_values(checks)):
+                trial.set_constraint(check.key, value)
 
     def record_interrupted(self, trial: optuna.Trial, reason: str) -> None:
         trial.set_user_attr(self._key(_INTERRUPTED_KEY), True)

@@ -10,7 +10,7 @@ throughput's. Against a space's ``slo:`` limits each limit is then:
   report marks it, because more restarts could tip it;
 * ``unmeasured`` - the engine reported no such latency: it cannot be shown to meet the limit, so it cannot win.
 
-The search sees the same rule through Optuna's constraints (``constraints_func``): one value per limit,
+The search sees the same rule through Optuna's constraints (``Trial.set_constraint``): one value per limit,
 ``mean / limit - 1`` (at most 0 when the mean meets it, 1 when unmeasured), so TPE models feasibility and Optuna
 records it on every trial.
 """

@@ -289,6 +289,8 @@ class Detail:
     GRAPHS_CAPTURED = "graphs_captured"
     #: Where the resolved configuration was read from, when not the worker itself.
     RESOLVED_FROM = "resolved_from"
+    #: Searched engine arguments as the engine runs them: name -> value (``max_num_seqs``, ...).
+    ENGINE_ARGS = "engine_args"
     #: Names older engines and stored studies used -> the fixed name.
     LEGACY = {"spec_method": SPEC_METHOD}
 
@@ -442,7 +444,7 @@ def config_differences(config: EngineConfig, resolved: Resolved | None) -> list[
     if want_sizes is not None and got_sizes is not None and tuple(sorted(got_sizes)) != want_sizes:
         diffs.append(Difference("cudagraph_capture_sizes", list(want_sizes), sorted(got_sizes)))
     # Searched engine arguments, where the engine reported what it ran (details["engine_args"]).
-    reported = dict(resolved.details.get("engine_args") or {})
+    reported = dict(resolved.details.get(Detail.ENGINE_ARGS) or {})
     for key in config.searched_engine_args():
         if key in reported and reported[key] is not None and reported[key] != config.engine_args[key]:
             diffs.append(Difference(key, config.engine_args[key], reported[key]))

@@ -64,27 +64,22 @@ class Interrupted(Exception):
 # -- opening ---------------------------------------------------------------------------------------------
 
 
-def make_sampler(name: str, seed: int, constrained: bool = False) -> tuple[optuna.samplers.BaseSampler, str]:
+def make_sampler(name: str, seed: int) -> tuple[optuna.samplers.BaseSampler, str]:
     """The sampler and a sentence saying why, recorded in the study's metadata.
 
-    ``constrained``: the space sets latency limits; TPE and GP get Optuna's ``constraints_func``
-    (:func:`autotune.ledger.slo_constraints`), so they model feasibility and Optuna records it on every trial.
+    Under latency limits each trial carries Optuna's constraints (``Trial.set_constraint``, one per limit), which
+    TPE and GP read to model feasibility; Optuna 5 deprecates ``constraints_func`` in its favour.
     """
-    constraints = {"constraints_func": _ledger.slo_constraints} if constrained else {}
     if name == "tpe":
         with warnings.catch_warnings():  # group= is "experimental" but is what makes TPE handle the conditional space
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed, n_startup_trials=6,
-                                                 **constraints)
+            sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed, n_startup_trials=6)
         why = ("TPE (multivariate, group): handles the conditional space (draft only when K > 0) natively; "
                "it is told the mean over matched restarts of each trial")
         return sampler, why
     if name == "gp":
         # The objective is a noisy mean over restarts: the GP must model observation noise.
-        with warnings.catch_warnings():  # constraints_func is "experimental" in GPSampler
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.GPSampler(seed=seed, deterministic_objective=False, n_startup_trials=6,
-                                                **constraints)
+        sampler = optuna.samplers.GPSampler(seed=seed, deterministic_objective=False, n_startup_trials=6)
         why = ("GP (deterministic_objective=False): a noisy objective; it fits a noise term rather than "
                "interpolating lucky restarts")
         return sampler, why
@@ -95,9 +90,9 @@ def make_sampler(name: str, seed: int, constrained: bool = False) -> tuple[optun
     raise ValueError(f"unknown sampler {name!r}: use 'tpe', 'gp' or 'random'")
 
 
-def open_study(options: StudyOptions, constrained: bool = False) -> tuple[Ledger, bool]:
+def open_study(options: StudyOptions) -> tuple[Ledger, bool]:
     """Create or load the study. Returns ``(ledger, resumed)``."""
-    sampler, _ = make_sampler(options.sampler, options.seed, constrained)
+    sampler, _ = make_sampler(options.sampler, options.seed)
     pruner = RacingPruner(options.policy) if options.policy.racing else optuna.pruners.NopPruner()
     return _ledger.create_or_load(options.study_name, options.storage, sampler=sampler, pruner=pruner,
                                   fresh=options.fresh)
@@ -322,7 +317,7 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
         Interrupted: Ctrl-C or SIGTERM; everything finished so far is stored and the same command resumes.
         autotune.ledger.LedgerError: the stored study has a schema this autotune does not read.
     """
-    ledger, resumed = open_study(options, constrained=bool(space.slo))
+    ledger, resumed = open_study(options)
     cache_dir = options.cache_dir
     if options.fresh:
         # Starting over means cold caches too: a study-local compile cache left by the deleted study would make

@@ -34,7 +34,7 @@ __all__ = [
     "default_dataset",
     "parse_slo",
     "parse_workload",
-    "test_only_settings",
+    "unfit_for_serving",
 ]
 
 #: The prompts file written for autotune (code, chat, summarisation, extraction, ...): the default for real models.
@@ -161,7 +161,7 @@ def default_dataset(engine_args: Mapping[str, Any]) -> Dataset:
     return Dataset("jsonl", path=str(DEFAULT_PROMPTS))
 
 
-def test_only_settings(llm_kwargs: Mapping[str, Any]) -> list[str]:
+def unfit_for_serving(llm_kwargs: Mapping[str, Any]) -> list[str]:
     """Settings that make a configuration fit for a test but not for serving, each with why (for export)."""
     out = []
     if llm_kwargs.get("load_format") == "dummy":

@@ -457,9 +457,10 @@ class Plan:
         if self.method is not None:
             details[Detail.SPEC_METHOD] = self.method
             details[Detail.NUM_SPECULATIVE_TOKENS] = self.k
-        details["engine_args"] = {"max_num_seqs": self.max_num_seqs}
+        engine_args: dict[str, Any] = {"max_num_seqs": self.max_num_seqs}
         if self.max_num_batched_tokens is not None:
-            details["engine_args"]["max_num_batched_tokens"] = self.max_num_batched_tokens
+            engine_args["max_num_batched_tokens"] = self.max_num_batched_tokens
+        details[Detail.ENGINE_ARGS] = engine_args
         return Resolved(cudagraph_mode=self.mode, cudagraph_capture_sizes=self.sizes, compile_mode=COMPILE_MODE,
                         details=details, notes=self.notes)
 

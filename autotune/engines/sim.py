@@ -110,6 +110,22 @@ class SimEngine(EngineBackend):
             return None
         return self._steady_tok_s(plan, config, workload)
 
+    def true_latency(self, config: EngineConfig, workload: Workload) -> dict[str, float] | None:
+        """The configuration's noiseless latency percentiles (``tpot_p99_ms``...): the wave model without noise.
+
+        For tests and benchmarks only; ``None`` when the configuration cannot run.
+        """
+        try:
+            plan = self._plan(config)
+        except model.Rejected:
+            return None
+        if plan.oom_error:
+            return None
+        base = model.request_latency_ms(plan, config, workload, self.hardware, self.model)
+        timings = [request_timing(t / 1000.0, e / 1000.0, workload.output_len, [i / 1000.0])
+                   for t, e, i in zip(base["ttft"], base["e2el"], base["itl"])]
+        return latency_summary(timings, 1.0, {})
+
     # -- EngineBackend -------------------------------------------------------------------------------------
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         """One simulated restart: start-up, warm-up until settled, ``workload.timed_passes`` timed passes."""
