@@ -70,7 +70,7 @@ class Dataset:
             ``{"messages": [...]}`` object a line, optional ``output_len``), ``sharegpt`` (a ShareGPT JSON file) or
             ``vllm`` (any dataset vLLM's benchmark loaders read, by ``name``).
         path: The file (``jsonl``, ``sharegpt``; optional for ``vllm``).
-        name: vLLM's dataset name (``sharegpt``, ``sonnet``, ``spec_bench``, ``random``, ...) for ``source: vllm``.
+        name: vLLM's dataset name (``sharegpt``, ``spec_bench``, ``spec_bench``, ``random``, ...) for ``source: vllm``.
         args: Extra dataset options for vLLM's loaders as ``(name, value)`` pairs (``vllm bench serve``'s
             ``--<name>`` options without the dashes), sorted, so the record stays hashable.
     """
@@ -86,7 +86,7 @@ class Dataset:
         return self.source != "synthetic" and not (self.source == "vllm" and self.name == "random")
 
     def describe(self) -> str:
-        """One phrase for reports: ``synthetic token-id prompts``, ``prompts.jsonl (jsonl)``, ``vLLM sonnet``."""
+        """One phrase for reports: ``synthetic token-id prompts``, ``prompts.jsonl (jsonl)``, ``vLLM spec_bench``."""
         if self.source == "synthetic":
             return "synthetic token-id prompts"
         if self.source == "vllm":

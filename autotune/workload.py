@@ -3,7 +3,7 @@
 A workload says what one timed pass runs::
 
     workload:
-      dataset: prompts.jsonl            # or {format: sharegpt, path: sg.json}, {vllm: sonnet, path: ...}, synthetic
+      dataset: prompts.jsonl            # or {format: sharegpt, path: sg.json}, {vllm: spec_bench, path: ...}, synthetic
       num_prompts: 64                   # sampled from the dataset by seed (with replacement if it is smaller)
       input_len: 256                    # synthetic prompts' length; a text prompt longer than the model allows
       output_len: 256                   #   is cut; output_len is the default for prompts that do not say
@@ -40,8 +40,9 @@ __all__ = [
 #: The prompts file written for autotune (code, chat, summarisation, extraction, ...): the default for real models.
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
 DATASET_FORMATS = ("synthetic", "jsonl", "sharegpt", "vllm")
-#: ``vllm bench serve --dataset-name`` values of vLLM 0.32 that need no extra Python packages or hub access.
-VLLM_DATASETS = ("sharegpt", "burstgpt", "sonnet", "random", "custom", "prefix_repetition", "spec_bench", "hf")
+#: ``vllm bench serve --dataset-name`` values of vLLM 0.32 for text generation (``vllm.benchmarks.datasets``).
+VLLM_DATASETS = ("sharegpt", "burstgpt", "random", "hf", "custom", "prefix_repetition", "spec_bench", "speed_bench",
+                 "timed_trace")
 #: Limits a ``slo:`` section may set: every latency percentile, in milliseconds.
 SLO_KEYS = tuple(latency_key(m, p) for m in LATENCY_METRICS for p in LATENCY_PERCENTILES)
 _INT_KEYS = ("num_prompts", "input_len", "output_len", "concurrency", "seed", "warmup_passes", "max_warmup_passes",
@@ -105,7 +106,7 @@ def parse_dataset(value: Any, fail: Fail, base_dir: Path) -> Dataset:
         return Dataset(fmt, path=_existing(value, field, fail, base_dir))
     if not isinstance(value, dict):
         raise fail(field, f"must be a path, 'synthetic' or a mapping, got {value!r}",
-                   "write e.g. dataset: prompts.jsonl or dataset: {vllm: sonnet, path: sonnet.txt}")
+                   "write e.g. dataset: prompts.jsonl or dataset: {vllm: spec_bench, path: question.jsonl}")
     for key in value:
         if key not in _DATASET_KEYS:
             raise fail(f"{field}.{key}", "unknown key", f"use one of: {', '.join(_DATASET_KEYS)}")
@@ -201,7 +202,7 @@ def _args(value: Any, fail: Fail) -> tuple[tuple[str, Any], ...]:
     if value is None:
         return ()
     if not isinstance(value, dict):
-        raise fail("workload.dataset.args", "must be a mapping", "write e.g. args: {sonnet_input_len: 550}")
+        raise fail("workload.dataset.args", "must be a mapping", "write e.g. args: {spec_bench_output_len: 256}")
     out = []
     for key, val in value.items():
         if not isinstance(val, (str, int, float, bool)):
