@@ -258,3 +258,27 @@ def test_test_only_settings_name_each_reason() -> None:
     reasons = unfit_for_serving(kwargs)
     assert len(reasons) == 3 and reasons[0].startswith("load_format: dummy")
     assert unfit_for_serving({"model": "m", "speculative_config": {"method": "ngram"}}) == []
+
+
+# -- the latency plot ------------------------------------------------------------------------------------------
+
+
+def test_pareto_front_keeps_only_undominated_points() -> None:
+    from autotune.plots import pareto_front
+
+    points = [(100.0, 10.0), (200.0, 20.0), (150.0, 25.0), (250.0, 40.0), (90.0, 12.0)]
+    assert pareto_front(points) == [0, 1, 3], "(150, 25) loses to (200, 20); (90, 12) to (100, 10)"
+
+
+def test_throughput_vs_latency_plot_marks_the_slo_and_skips_without_latency() -> None:
+    from autotune.plots import PlotSkipped, throughput_vs_latency
+
+    report = {"slo": {"tpot_p99_ms": 30.0}, "search_latency": [
+        {"mean_tok_s": 100.0, "latency": {"tpot_p99_ms": 10.0}, "slo_failed": []},
+        {"mean_tok_s": 200.0, "latency": {"tpot_p99_ms": 40.0}, "slo_failed": ["tpot_p99_ms"]}]}
+    fig = throughput_vs_latency(report)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["meets the SLOs", "misses an SLO", "Pareto front (more tok/s, less latency)",
+                      "SLO tpot_p99_ms <= 30"]
+    with pytest.raises(PlotSkipped, match="no trial reported tpot_p99_ms"):
+        throughput_vs_latency({"search_latency": []})
