@@ -249,7 +249,7 @@ def test_slo_and_objective_validation() -> None:
     assert "did you mean e2el_p99_ms" in error(slo={"e2e_p99": 5})
     assert "slo.ttft_p99_ms: must be above 0 ms" in error(slo={"ttft_p99_ms": 0})
     assert "objective: unknown objective 'latency'" in error(objective="latency")
-    assert "slo: goodput counts requests meeting latency limits, but none are set" in error(objective="goodput")
+    assert "objective: goodput is measured and reported" in error(objective="goodput", slo={"tpot_p99_ms": 5})
 
 
 def test_test_only_settings_name_each_reason() -> None:
