@@ -285,7 +285,10 @@ def test_parent_has_space_command_report_and_plots(finished: dict[str, Any], tmp
     client, parent = finished["client"], finished["parent"]
     paths = artifact_paths(client, parent.info.run_id)
     assert {"fake-space.yaml", "command.txt", "report.json", "report.txt"} <= paths
-    assert {f"plots/{name}" for name in PLOT_FILES.values()} <= paths
+    # The fake engine reports no latency: every plot but throughput-vs-latency, which says why it is missing.
+    assert {f"plots/{file}" for name, file in PLOT_FILES.items() if name != "throughput_vs_latency"} <= paths
+    assert "plots/throughput_vs_latency.png" not in paths
+    assert parent.data.tags["plot_skipped.throughput_vs_latency"] == "no trial reported tpot_p99_ms"
     command = Path(client.download_artifacts(parent.info.run_id, "command.txt", str(tmp_path))).read_text()
     assert command.strip() == "autotune tune --space fake-space.yaml --engine fake"
     png = Path(client.download_artifacts(parent.info.run_id, "plots/winner_vs_baseline.png", str(tmp_path)))
