@@ -212,20 +212,19 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: points[i][0])
 
 
-def throughput_vs_latency(report: Mapping[str, Any], latency_key: str = "tpot_p99_ms") -> Figure:
+def throughput_vs_latency(report: Report, latency_key: str = "tpot_p99_ms") -> Figure:
     """Every measured trial's throughput against its p99 TPOT, the Pareto front marked, the SLO limit drawn.
 
     Raises:
         PlotSkipped: no trial reported latency.
     """
-    rows = [r for r in report.get("search_latency") or () if r.get("mean_tok_s") is not None
-            and (r.get("latency") or {}).get(latency_key) is not None]
+    rows = [r for r in report.search_latency if r.mean_tok_s is not None and latency_key in r.latency]
     if not rows:
         raise PlotSkipped(f"no trial reported {latency_key}")
-    points = [(float(r["mean_tok_s"]), float(r["latency"][latency_key])) for r in rows]
+    points = [(float(r.mean_tok_s), float(r.latency[latency_key])) for r in rows]  # type: ignore[arg-type]
     fig, ax = plt.subplots(figsize=(8, 5))
-    missed = [bool(r.get("slo_failed")) for r in rows]
-    for flag, colour, name in ((False, "tab:blue", "meets the SLOs" if report.get("slo") else "trial"),
+    missed = [bool(r.slo_failed) for r in rows]
+    for flag, colour, name in ((False, "tab:blue", "meets the SLOs" if report.slo else "trial"),
                                (True, "tab:red", "misses an SLO")):
         xs = [p[0] for p, m in zip(points, missed) if m == flag]
         ys = [p[1] for p, m in zip(points, missed) if m == flag]
@@ -234,7 +233,7 @@ def throughput_vs_latency(report: Mapping[str, Any], latency_key: str = "tpot_p9
     front = pareto_front(points)
     ax.plot([points[i][0] for i in front], [points[i][1] for i in front], color="black", marker="D",
             linestyle="--", label="Pareto front (more tok/s, less latency)")
-    limit = (report.get("slo") or {}).get(latency_key)
+    limit = report.slo.get(latency_key)
     if limit is not None:
         ax.axhline(limit, color="tab:red", linestyle=":", label=f"SLO {latency_key} <= {limit:g}")
     ax.set_xlabel(_OBJECTIVE)

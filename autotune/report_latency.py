@@ -17,15 +17,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autotune.ledger import Ledger, StudyMeta
 from autotune.objective import SloCheck
 from autotune.records import Dataset, Workload
 from autotune.workload import default_dataset
-
-if TYPE_CHECKING:
-    from autotune.report import Report, VerifiedRow
 
 __all__ = ["Prompts", "SloOutcome", "TrialLatency", "prompts_note", "render_latency", "search_latency",
            "slo_outcome"]
@@ -112,9 +109,9 @@ def search_latency(ledger: Ledger) -> tuple[TrialLatency, ...]:
     return tuple(out)
 
 
-def slo_outcome(rows: Sequence[VerifiedRow], winner: VerifiedRow, baseline: VerifiedRow,
+def slo_outcome(rows: Sequence[Any], winner: Any, baseline: Any,
                 slo: Mapping[str, float]) -> SloOutcome | None:
-    """The verified rows against the limits; ``None`` without limits."""
+    """The verified rows (:class:`~autotune.report.VerifiedRow`) against the limits; ``None`` without limits."""
     if not slo:
         return None
     missed = tuple((r.label, r.role, tuple(c for c in r.slo_checks if c.fails)) for r in rows if not r.meets_slo)
@@ -122,7 +119,7 @@ def slo_outcome(rows: Sequence[VerifiedRow], winner: VerifiedRow, baseline: Veri
                       winner.meets_slo)
 
 
-def _fmt_latency(row: VerifiedRow) -> str:
+def _fmt_latency(row: Any) -> str:
     return ", ".join(f"{key.replace('_ms', '')} {row.latency[key].mean:.1f} ms" for key in SHOWN
                      if key in row.latency and not math.isnan(row.latency[key].mean))
 
@@ -135,8 +132,9 @@ def _check_text(check: SloCheck) -> str:
     return f"{check.key} {check.mean:.1f} (interval above {check.limit_ms:g})"
 
 
-def render_latency(report: Report) -> list[str]:
-    """Text lines: the limits, each verified configuration's latency and SLO outcome, the prompts warning."""
+def render_latency(report: Any) -> list[str]:
+    """Text lines for a :class:`~autotune.report.Report`: the limits, each verified configuration's latency and
+    SLO outcome, the prompts warning."""
     lines: list[str] = []
     if report.slo:
         limits = ", ".join(f"{k} <= {v:g}" for k, v in sorted(report.slo.items()))

@@ -271,14 +271,17 @@ def test_pareto_front_keeps_only_undominated_points() -> None:
 
 
 def test_throughput_vs_latency_plot_marks_the_slo_and_skips_without_latency() -> None:
-    from autotune.plots import PlotSkipped, throughput_vs_latency
+    from types import SimpleNamespace
 
-    report = {"slo": {"tpot_p99_ms": 30.0}, "search_latency": [
-        {"mean_tok_s": 100.0, "latency": {"tpot_p99_ms": 10.0}, "slo_failed": []},
-        {"mean_tok_s": 200.0, "latency": {"tpot_p99_ms": 40.0}, "slo_failed": ["tpot_p99_ms"]}]}
+    from autotune.plots import PlotSkipped, throughput_vs_latency
+    from autotune.report_latency import TrialLatency
+
+    report = SimpleNamespace(slo={"tpot_p99_ms": 30.0}, search_latency=(
+        TrialLatency(0, "a", "COMPLETE", 100.0, {"tpot_p99_ms": 10.0}),
+        TrialLatency(1, "b", "COMPLETE", 200.0, {"tpot_p99_ms": 40.0}, ("tpot_p99_ms",))))
     fig = throughput_vs_latency(report)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels == ["meets the SLOs", "misses an SLO", "Pareto front (more tok/s, less latency)",
                       "SLO tpot_p99_ms <= 30"]
     with pytest.raises(PlotSkipped, match="no trial reported tpot_p99_ms"):
-        throughput_vs_latency({"search_latency": []})
+        throughput_vs_latency(SimpleNamespace(slo={}, search_latency=()))
