@@ -29,7 +29,7 @@ demo: install
 # Throughput under latency limits on the simulator: max_num_seqs searched next to graphs and speculation, the
 # p99 TPOT/TTFT limits decide how far batching may go. About a minute.
 demo-slo: install
-	$(PY) -m autotune tune --space search_spaces/demo-slo.yaml --engine sim --study demo-slo --fresh --trials 30
+	$(PY) -m autotune tune --space search_spaces/demo-slo.yaml --engine sim --study demo-slo --fresh --trials 40
 
 tune: install
 	@if [ -z "$(MODEL)" ]; then echo "make tune: set MODEL=/path/to/model or org/name, e.g. make tune MODEL=Qwen/Qwen3-0.6B [ENGINE=vllm|sim|cmd SPACE=... TRIALS=... RESTARTS=...]" >&2; exit 2; fi
