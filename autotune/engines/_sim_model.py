@@ -75,9 +75,8 @@ heads run ``K`` times; ``medusa`` runs its heads once. Acceptance profiles ``(a,
 Restart mechanics (used by :mod:`autotune.engines.sim`): padding costs ``PAD_COST_FRACTION`` = 0.25 of the padded
 tokens' GPU time; pass ``j`` of a process runs at ``1 - s * WARMUP_DECAY**j`` (``WARMUP_DECAY`` = 0.08, ``s`` drawn
 from ``first_pass_slowdown``); warm-up settles at ``WARMUP_SETTLED_REL`` = 3%; start-up time jitters by
-``STARTUP_JITTER`` = 5%; reported acceptance by ``ACCEPT_NOISE_SD`` = 1%; each request's latencies by
-``REQUEST_JITTER`` = 5% (lognormal, so percentiles differ), all of a restart's latencies scaled by the inverse of
-its throughput noise; a draft model adds ``DRAFT_LOAD_S`` = 4 s
+``STARTUP_JITTER`` = 5%; reported acceptance by ``ACCEPT_NOISE_SD`` = 1%; a restart's request latencies are the
+wave model's (:func:`request_latency_ms`) stretched by the restart's slowness (steady / measured throughput); a draft model adds ``DRAFT_LOAD_S`` = 4 s
 of start-up and leaves ``DRAFT_MODEL_CAPTURE_SHARE`` = 0.5 of the capture memory.
 
 Engine-version rules (applied by :func:`plan_config`, in this order):
@@ -170,8 +169,6 @@ WARMUP_SETTLED_REL = 0.03
 STARTUP_JITTER = 0.05
 #: Relative sd of the reported acceptance length around its expectation.
 ACCEPT_NOISE_SD = 0.01
-#: Relative sd of one request's latencies around the wave model's (see :func:`request_latency_ms`).
-REQUEST_JITTER = 0.05
 #: Extra start-up seconds to load a draft model.
 DRAFT_LOAD_S = 4.0
 #: Share of the capture-memory limit left when a draft model is loaded too.

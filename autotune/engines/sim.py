@@ -32,8 +32,6 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "engine_version": "0.26.0",
     "noise": None,  # None: the hardware profile's restart-to-restart sd
 }
-#: Seeded draws of the per-request jitter that :meth:`SimEngine.true_latency` averages over.
-TRUE_LATENCY_DRAWS = 64
 #: Directory under ``cache_dir`` that holds one marker file per compiled configuration.
 COMPILE_CACHE_DIR = "sim-compile-cache"
 
@@ -87,7 +85,7 @@ class SimEngine(EngineBackend):
         self._compiled: set[str] = set()
         self._plans: dict[str, model.Plan] = {}
         self._steady: dict[tuple[str, Workload], float] = {}
-        self._latency_base: dict[tuple[str, Workload], dict[str, list[float]]] = {}
+        self._latency_base: dict[tuple[int, Workload], tuple[dict[str, float], list[dict[str, Any]]]] = {}
 
     # -- public helpers for tests and benchmarks -------------------------------------------------------------
     def resolve(self, config: EngineConfig) -> Resolved:
@@ -113,13 +111,8 @@ class SimEngine(EngineBackend):
         return self._steady_tok_s(plan, config, workload)
 
     def true_latency(self, config: EngineConfig, workload: Workload) -> dict[str, float] | None:
-        """The latency figures (``tpot_p99_ms``...) a warm restart without restart noise reports on average.
-
-        The wave model with each request's jitter, averaged over :data:`TRUE_LATENCY_DRAWS` seeded draws: a p99
-        over jittered requests sits above the p99 of the noiseless ones, and a truth a measurement cannot reach
-        would misjudge which configurations meet a limit. For tests and benchmarks only; ``None`` when the
-        configuration cannot run.
-        """
+        """The configuration's noiseless latency figures (``tpot_p99_ms``...): what a warm restart running at its
+        steady throughput reports. For tests and benchmarks only; ``None`` when the configuration cannot run."""
         try:
             plan = self._plan(config)
         except model.Rejected:
@@ -127,9 +120,7 @@ class SimEngine(EngineBackend):
         if plan.oom_error:
             return None
         steady = self._steady_tok_s(plan, config, workload)
-        draws = [self._latency(plan, config, workload, [steady], steady, _rng("true-latency", config.key(), i))
-                 for i in range(TRUE_LATENCY_DRAWS)]
-        return {k: sum(d[k] for d in draws) / len(draws) for k in draws[0] if k not in ("goodput",)}
+        return self._latency(plan, config, workload, [steady], steady)
 
     # -- EngineBackend -------------------------------------------------------------------------------------
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
@@ -158,13 +149,11 @@ class SimEngine(EngineBackend):
         warmup, timed = self._passes(level, rng, workload)
         tokens = workload.num_prompts * workload.output_len
         wall_s = startup_s + sum(tokens / x for x in (*warmup, *timed)) + self.hardware.shutdown_s
-        steady = self._steady_tok_s(plan, config, workload)
-        latency = self._latency(plan, config, workload, timed, steady,
-                                _rng("latency", config.key(), restart, seed, self.hardware.name, self.model.name))
+        accept = self._accept_len(config, workload, rng)
+        latency = self._latency(plan, config, workload, timed, self._steady_tok_s(plan, config, workload))
         return RestartResult(
             status=RestartStatus.OK, restart=restart, seed=seed, passes_tok_s=tuple(timed), warmup_tok_s=tuple(warmup),
-            startup_s=startup_s, wall_s=wall_s, resolved=resolved, accept_len=self._accept_len(config, workload, rng),
-            cold=cold, latency=latency,
+            startup_s=startup_s, wall_s=wall_s, resolved=resolved, accept_len=accept, cold=cold, latency=latency,
         )
 
     def describe(self) -> EngineFacts:
@@ -235,27 +224,37 @@ class SimEngine(EngineBackend):
         return warmup, timed
 
     def _latency(self, plan: model.Plan, config: EngineConfig, workload: Workload, timed: list[float],
-                 steady: float, rng: random.Random) -> dict[str, float]:
-        """Request latencies of the timed passes: the wave model, slowed as the passes ran, jittered per request.
+                 steady: float) -> dict[str, float]:
+        """Request latencies of the timed passes: the wave model's, stretched by how slowly the passes ran.
 
-        One pass's requests stand for all: every pass runs the same requests, and the restart's slowness is shared.
+        The percentiles come from the waves (who queues behind whom); every request of a restart is slowed alike,
+        so a restart's figures are the configuration's noiseless ones times its slowness (steady / measured tok/s).
+        Computed once per configuration: the simulator must stay fast.
         """
-        key = (config.key(), workload)
-        base = self._latency_base.get(key)
-        if base is None:
-            base = self._latency_base[key] = model.request_latency_ms(plan, config, workload, self.hardware,
-                                                                       self.model)
-        seconds = sum(workload.num_prompts * workload.output_len / x for x in timed)
-        slow = steady * seconds / (len(timed) * workload.num_prompts * workload.output_len) / 1000.0  # ms -> s too
-        sd = model.REQUEST_JITTER
-        timings = []
-        for ttft, tpot, itl in zip(base["ttft"], base["tpot"], base["itl"]):
-            ttft_s = ttft * slow * math.exp(rng.gauss(0.0, sd))
-            tpot_s = tpot * slow * math.exp(rng.gauss(0.0, sd))
-            e2el_s = ttft_s + max(0, workload.output_len - 1) * tpot_s
-            timings.append(request_timing(ttft_s, e2el_s, workload.output_len, [itl * slow * math.exp(rng.gauss(0.0, sd))]))
-        # Request throughput over the timed passes: each pass completes all its requests.
-        return latency_summary(timings * len(timed), seconds, dict(workload.slo))
+        key = (id(plan), workload)  # plans are cached per configuration for the engine's lifetime
+        cached = self._latency_base.get(key)
+        if cached is None:
+            raw = model.request_latency_ms(plan, config, workload, self.hardware, self.model)
+            timings = [request_timing(t / 1000.0, e / 1000.0, workload.output_len, [i / 1000.0])
+                       for t, e, i in zip(raw["ttft"], raw["e2el"], raw["itl"])]
+            figures = {k: v for k, v in latency_summary(timings, 1.0, {}).items() if k.endswith("_ms")}
+            cached = self._latency_base[key] = (figures, timings)
+        figures, timings = cached
+        tokens = workload.num_prompts * workload.output_len
+        pass_s = sum(tokens / x for x in timed) / len(timed)
+        slow = steady * pass_s / tokens
+        out = {k: v * slow for k, v in figures.items()}
+        out["requests"] = float(len(timings) * len(timed))
+        out["request_throughput"] = len(timings) / pass_s
+        if workload.slo:
+            limits: dict[str, float] = {}
+            for slo_key, ms in workload.slo:
+                metric = slo_key.split("_p", 1)[0]
+                if metric in ("ttft", "tpot", "e2el"):
+                    limits[metric] = min(limits.get(metric, math.inf), ms / 1000.0)
+            good = sum(1 for t in timings if all(t[m] is None or t[m] * slow <= lim for m, lim in limits.items()))
+            out["goodput"] = good / pass_s
+        return out
 
     def _accept_len(self, config: EngineConfig, workload: Workload, rng: random.Random) -> float | None:
         k = config.num_speculative_tokens
