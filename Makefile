@@ -9,7 +9,7 @@ TRIALS   ?= 20
 RESTARTS ?=
 STUDY    ?=
 
-.PHONY: install test demo tune report clean-demo
+.PHONY: install test demo demo-slo tune report clean-demo
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ test: install
 # A full study on the simulated GB10 (sparse MoE): search, racing, verification, report. About a minute.
 demo: install
 	$(PY) -m autotune tune --space search_spaces/gb10.yaml --engine sim --study demo-gb10 --fresh --trials 40
+
+# Throughput under latency limits on the simulator: max_num_seqs searched next to graphs and speculation, the
+# p99 TPOT/TTFT limits decide how far batching may go. About a minute.
+demo-slo: install
+	$(PY) -m autotune tune --space search_spaces/demo-slo.yaml --engine sim --study demo-slo --fresh --trials 40
 
 tune: install
 	@if [ -z "$(MODEL)" ]; then echo "make tune: set MODEL=/path/to/model or org/name, e.g. make tune MODEL=Qwen/Qwen3-0.6B [ENGINE=vllm|sim|cmd SPACE=... TRIALS=... RESTARTS=...]" >&2; exit 2; fi

@@ -72,15 +72,20 @@ def _configure_tune(p: argparse.ArgumentParser) -> None:
 
 
 def _enqueue_params(space: Any, item: str) -> dict[str, Any]:
-    """``--enqueue cudagraph_mode=FULL,num_speculative_tokens=3,draft=ngram`` -> validated trial parameters."""
+    """``--enqueue cudagraph_mode=FULL,num_speculative_tokens=3,draft=ngram`` -> validated trial parameters.
+
+    Searched engine arguments (``max_num_seqs=16``) may be given too; those left out take their baseline value.
+    """
     from autotune.space import DEFAULT, Infeasible
 
     params = parse_kv([p for p in item.split(",") if p.strip()], "--enqueue")
-    full = {"cudagraph_mode": DEFAULT, "capture_sizes": DEFAULT, "num_speculative_tokens": 0, **params}
-    unknown = set(full) - {"cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft"}
+    dims = {d.name: d.baseline for d in space.engine_dims}
+    full = {"cudagraph_mode": DEFAULT, "capture_sizes": DEFAULT, "num_speculative_tokens": 0, **dims, **params}
+    allowed = ["cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft", *dims]
+    unknown = set(full) - set(allowed)
     if unknown:
         raise UsageError(f"--enqueue {item!r}: unknown parameter(s) {', '.join(sorted(unknown))}; use "
-                         "cudagraph_mode, capture_sizes, num_speculative_tokens, draft")
+                         f"{', '.join(allowed)}")
     if full["num_speculative_tokens"] and "draft" not in full:
         full["draft"] = space.drafts[0].name
     try:

@@ -28,6 +28,7 @@ from autotune.cli_helpers import UsageError, add_store_args, open_named_study
 from autotune.records import EngineConfig
 from autotune.report import Report, VerifiedRow, build_report
 from autotune.status import ExitStatus
+from autotune.workload import unfit_for_serving
 
 __all__ = [
     "FORMATS",
@@ -169,6 +170,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="vllm-yaml (for vllm serve --config), cli (a vllm serve line) or json "
                              "(LLM(**kwargs)); default: %(default)s")
     parser.add_argument("--out", metavar="PATH", help="write to PATH instead of stdout")
+    parser.add_argument("--allow-test-settings", action="store_true",
+                        help="export even when the winner carries settings fit for a test only (dummy weights, "
+                             "synthetic acceptance, no tokenizer)")
     add_store_args(parser)
 
 
@@ -176,7 +180,9 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
     """Export the study's verified winner.
 
     Returns:
-        ``SUCCESS``; ``NO_RESULT`` when the study has no finished verification.
+        ``SUCCESS``; ``NO_RESULT`` when the study has no finished verification; ``BAD_INPUT`` when the winner
+        carries test-only settings (dummy weights, synthetic acceptance, no tokenizer) without
+        ``--allow-test-settings``.
 
     Raises:
         UsageError: a bad ``--out`` name.
@@ -191,6 +197,17 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
     except NoResult as exc:
         print(f"autotune: {exc}", file=sys.stderr)
         return ExitStatus.NO_RESULT
+    test_only = unfit_for_serving(to_llm_kwargs(report))
+    if test_only and not args.allow_test_settings:
+        print(f"autotune: error: the winner of {report.study!r} carries settings fit for a test only: "
+              f"{'; '.join(test_only)}; a server started from this export would not serve your model as measured "
+              "- re-run the study without them, or pass --allow-test-settings to export anyway", file=sys.stderr)
+        return ExitStatus.BAD_INPUT
+    if test_only:
+        print(f"autotune: warning: exporting test-only settings: {'; '.join(test_only)}", file=sys.stderr)
+    if report.slo_outcome is not None and not report.slo_outcome.winner_meets:
+        print(f"autotune: warning: no verified configuration of {report.study!r} met the latency limits "
+              f"{dict(report.slo)}; the exported configuration misses them too", file=sys.stderr)
     if report.verdict != "faster":
         print(f"autotune: warning: the winner of {report.study!r} is no better than the baseline (verdict: "
               f"{report.verdict}); exporting it anyway - the engine defaults serve as well",

@@ -37,6 +37,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.measure import TrialSummary
+from autotune.objective import LatencyStat, SloCheck, constraint_values
 from autotune.records import EngineConfig, EngineFacts, RestartResult
 from autotune.verify import Candidate, Verification
 
@@ -150,6 +151,10 @@ MAX_RETRIES = 3
 #: SQLite busy timeout for several workers on one file. Measured (docs/scaling.md): 8 processes, 200 trials,
 #: 2,200 storage operations, no "database is locked" error even with SQLite's default 5 s; 30 s is headroom.
 SQLITE_BUSY_TIMEOUT_S = 30
+#: Latency over the trial's counted restarts: key (``tpot_p99_ms``...) -> :class:`~autotune.objective.LatencyStat`.
+_LATENCY_KEY = "autotune:latency"
+#: Each SLO limit against the trial's latency (:class:`~autotune.objective.SloCheck`), when the space sets limits.
+_SLO_CHECKS_KEY = "autotune:slo_checks"
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
@@ -377,6 +382,8 @@ class StudyMeta:
     interval_method: str | None = None
     verify: bool | None = None
     enqueue: tuple[Mapping[str, Any], ...] = ()
+    objective: str = "throughput"
+    slo: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -387,6 +394,7 @@ class StudyMeta:
         out["baseline"] = None if self.baseline is None else self.baseline.to_dict()
         out["engine_options"] = dict(self.engine_options)
         out["enqueue"] = [dict(p) for p in self.enqueue]
+        out["slo"] = dict(self.slo)
         return out
 
     @classmethod
@@ -401,6 +409,7 @@ class StudyMeta:
         kw["baseline"] = None if not data.get("baseline") else EngineConfig.from_dict(data["baseline"])
         kw["engine_options"] = dict(data.get("engine_options") or {})
         kw["enqueue"] = tuple(dict(p) for p in data.get("enqueue") or ())
+        kw["slo"] = {str(k): float(v) for k, v in dict(data.get("slo") or {}).items()}
         return cls(**kw)
 
 
@@ -515,11 +524,28 @@ class Ledger:
         trial.set_user_attr(self._key(_INFEASIBLE_KEY), reason)
 
     def record_duplicate(self, trial: optuna.Trial, original: FrozenTrial) -> None:
-        """``trial`` repeats ``original``: point at it, and carry its failure reason."""
+        """``trial`` repeats ``original``: point at it, and carry its failure reason and Optuna constraints."""
         trial.set_user_attr(self._key(_DUPLICATE_OF_KEY), original.number)
+        for key, value in original.constraints.items():
+            # The repeat is as (in)feasible as what it repeats: the sampler must not see it as unconstrained.
+            trial.set_constraint(key, value)
         failure = self.failure(original)
         if failure:
             self.record_failure(trial, f"same configuration as trial {original.number}: {failure}")
+
+    def record_latency(self, trial: optuna.Trial, latency: Mapping[str, LatencyStat],
+                       checks: Sequence[SloCheck] | None = None) -> None:
+        """The trial's latency and, under limits, each limit's check and Optuna's constraint for it.
+
+        The constraints are Optuna's own (``Trial.set_constraint``, named after the limit, feasible at <= 0): the
+        samplers model feasibility from them and ``FrozenTrial.constraints`` reads them back.
+        """
+        if latency:
+            trial.set_user_attr(self._key(_LATENCY_KEY), {k: v.to_dict() for k, v in latency.items()})
+        if checks is not None:
+            trial.set_user_attr(self._key(_SLO_CHECKS_KEY), [c.to_dict() for c in checks])
+            for check, value in zip(checks, constraint_values(checks)):
+                trial.set_constraint(check.key, value)
 
     def record_interrupted(self, trial: optuna.Trial, reason: str) -> None:
         trial.set_user_attr(self._key(_INTERRUPTED_KEY), True)
@@ -573,6 +599,13 @@ class Ledger:
         if trial.state != TrialState.FAIL:
             return False
         return trial.number in (self.retried() if retried is None else retried)
+
+    def latency(self, trial: FrozenTrial) -> dict[str, LatencyStat]:
+        return {k: LatencyStat.from_dict(v) for k, v in (self._get(trial.user_attrs, _LATENCY_KEY) or {}).items()}
+
+    def slo_checks(self, trial: FrozenTrial) -> list[SloCheck]:
+        return [SloCheck.from_dict(c) for c in self._get(trial.user_attrs, _SLO_CHECKS_KEY) or ()]
+
 
     def retried(self) -> dict[int, int]:
         """Trials failed for a stale heartbeat and queued again: number -> the number of the latest retry.

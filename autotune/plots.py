@@ -1,4 +1,5 @@
-"""Study plots as PNG files: optimisation history, parameter importances, mode x K, winner vs baseline.
+"""Study plots as PNG files: optimisation history, parameter importances, mode x K, winner vs baseline,
+throughput against p99 TPOT with the Pareto front.
 
 Optuna's own matplotlib visualisations draw the first two; the last two are autotune's, because they show
 what Optuna does not know about: per-restart intervals and the verification phase. Every function returns a
@@ -37,7 +38,9 @@ __all__ = [
     "optimization_history",
     "param_importances",
     "save_study_plots",
+    "pareto_front",
     "throughput_by_mode_and_k",
+    "throughput_vs_latency",
     "winner_vs_baseline",
 ]
 
@@ -47,6 +50,7 @@ PLOT_FILES = {
     "param_importances": "param_importances.png",
     "throughput_by_mode_and_k": "throughput_by_mode_and_k.png",
     "winner_vs_baseline": "winner_vs_baseline.png",
+    "throughput_vs_latency": "throughput_vs_latency.png",
 }
 #: x-axis order for cudagraph modes: the engine default first, then vLLM's own order.
 _MODE_ORDER = ("default", "NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
@@ -198,6 +202,48 @@ def winner_vs_baseline(report: Report) -> Figure:
     return fig
 
 
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both counts: higher throughput (x) and lower latency (y)."""
+    front = []
+    for i, (tok_s, lat) in enumerate(points):
+        dominated = any(t >= tok_s and l <= lat and (t > tok_s or l < lat) for j, (t, l) in enumerate(points) if j != i)
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def throughput_vs_latency(report: Report, latency_key: str = "tpot_p99_ms") -> Figure:
+    """Every measured trial's throughput against its p99 TPOT, the Pareto front marked, the SLO limit drawn.
+
+    Raises:
+        PlotSkipped: no trial reported latency.
+    """
+    rows = [r for r in report.search_latency if r.mean_tok_s is not None and latency_key in r.latency]
+    if not rows:
+        raise PlotSkipped(f"no trial reported {latency_key}")
+    points = [(float(r.mean_tok_s), float(r.latency[latency_key])) for r in rows]  # type: ignore[arg-type]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    missed = [bool(r.slo_failed) for r in rows]
+    for flag, colour, name in ((False, "tab:blue", "meets the SLOs" if report.slo else "trial"),
+                               (True, "tab:red", "misses an SLO")):
+        xs = [p[0] for p, m in zip(points, missed) if m == flag]
+        ys = [p[1] for p, m in zip(points, missed) if m == flag]
+        if xs:
+            ax.scatter(xs, ys, color=colour, alpha=0.7, label=name)
+    front = pareto_front(points)
+    ax.plot([points[i][0] for i in front], [points[i][1] for i in front], color="black", marker="D",
+            linestyle="--", label="Pareto front (more tok/s, less latency)")
+    limit = report.slo.get(latency_key)
+    if limit is not None:
+        ax.axhline(limit, color="tab:red", linestyle=":", label=f"SLO {latency_key} <= {limit:g}")
+    ax.set_xlabel(_OBJECTIVE)
+    ax.set_ylabel(f"{latency_key.replace('_ms', '')} (ms, mean over restarts)")
+    ax.set_title("Throughput against latency, one point per search trial")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:300]
@@ -226,6 +272,7 @@ def save_study_plots(ledger: Ledger, report: Report,
         "param_importances": lambda: param_importances(study),
         "throughput_by_mode_and_k": lambda: throughput_by_mode_and_k(records, baseline_key),
         "winner_vs_baseline": lambda: winner_vs_baseline(report),
+        "throughput_vs_latency": lambda: throughput_vs_latency(report),
     }
     written: list[Path] = []
     skipped: dict[str, str] = {}

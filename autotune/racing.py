@@ -129,6 +129,9 @@ def _values(trial: FrozenTrial) -> list[float]:
 def incumbent_values(study: optuna.Study, exclude_number: int, n: int | None = None) -> list[float] | None:
     """Per-restart values of the best completed trial (other than ``exclude_number``), in restart order.
 
+    Under latency limits only a trial that met them (Optuna's recorded constraints) can be the incumbent: a fast
+    configuration that misses an SLO must not race out slower ones that meet it.
+
     Args:
         study: The study.
         exclude_number: The challenger's own trial number.
@@ -137,6 +140,8 @@ def incumbent_values(study: optuna.Study, exclude_number: int, n: int | None = N
     best: FrozenTrial | None = None
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if t.number == exclude_number or t.value is None or not t.intermediate_values:
+            continue
+        if any(v > 0.0 for v in t.constraints.values()):
             continue
         if best is None or t.value > best.value:  # type: ignore[operator]
             best = t

@@ -3,6 +3,7 @@
 Everything autotune persists (Optuna user attrs, MLflow, reports, exports) goes through these records and
 their ``to_dict``/``from_dict`` pairs, so there is one JSON shape per concept.
 
+* :class:`Dataset` - where a workload's prompts come from.
 * :class:`Workload` - what one timed pass runs.
 * :class:`EngineConfig` - what we ask the engine for, in vLLM's own names.
 * :class:`Resolved` - what the engine says it actually ran after start-up.
@@ -19,6 +20,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "LATENCY_METRICS",
+    "LATENCY_PERCENTILES",
+    "Dataset",
     "Detail",
     "Difference",
     "EngineConfig",
@@ -28,6 +32,7 @@ __all__ = [
     "Resolved",
     "Workload",
     "config_differences",
+    "latency_key",
 ]
 
 
@@ -44,6 +49,60 @@ def _canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
+#: Per-request latencies every engine that measures latency reports (vLLM ``bench serve``'s names): time to first
+#: token, time per output token after the first, inter-token latency, end-to-end latency.
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+#: Percentiles reported for each latency metric.
+LATENCY_PERCENTILES = (50, 90, 99)
+
+
+def latency_key(metric: str, percentile: int) -> str:
+    """The flat key of one latency percentile in milliseconds, e.g. ``tpot_p99_ms`` (also an SLO's name)."""
+    return f"{metric}_p{percentile}_ms"
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """Where a workload's prompts come from.
+
+    Attributes:
+        source: ``synthetic`` (token-id prompts: no tokenizer needed), ``jsonl`` (one ``{"prompt": text}`` or
+            ``{"messages": [...]}`` object a line, optional ``output_len``), ``sharegpt`` (a ShareGPT JSON file) or
+            ``vllm`` (any dataset vLLM's benchmark loaders read, by ``name``).
+        path: The file (``jsonl``, ``sharegpt``; optional for ``vllm``).
+        name: vLLM's dataset name (``sharegpt``, ``spec_bench``, ``spec_bench``, ``random``, ...) for ``source: vllm``.
+        args: Extra dataset options for vLLM's loaders as ``(name, value)`` pairs (``vllm bench serve``'s
+            ``--<name>`` options without the dashes), sorted, so the record stays hashable.
+    """
+
+    source: str = "synthetic"
+    path: str | None = None
+    name: str | None = None
+    args: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def is_text(self) -> bool:
+        """True when prompts are real text (tokenized with the model's tokenizer), not synthetic token ids."""
+        return self.source != "synthetic" and not (self.source == "vllm" and self.name == "random")
+
+    def describe(self) -> str:
+        """One phrase for reports: ``synthetic token-id prompts``, ``prompts.jsonl (jsonl)``, ``vLLM spec_bench``."""
+        if self.source == "synthetic":
+            return "synthetic token-id prompts"
+        if self.source == "vllm":
+            return f"vLLM dataset {self.name}" + (f" ({self.path})" if self.path else "")
+        return f"{self.path} ({self.source})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "path": self.path, "name": self.name, "args": dict(self.args)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Dataset:
+        args = data.get("args") or {}
+        return cls(source=str(data.get("source", "synthetic")), path=data.get("path"), name=data.get("name"),
+                   args=tuple(sorted(dict(args).items())))
+
+
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """The decode workload one timed pass runs.
@@ -57,7 +116,14 @@ class Workload:
         warmup_passes: Minimum warm-up passes per restart (recorded, never counted).
         max_warmup_passes: Cap on warm-up passes while waiting for throughput to settle.
         timed_passes: Timed passes per restart; their mean is the restart's value.
-        repetitive_prompts: Build prompts from a repeated n-gram so prompt-lookup (ngram) drafting can hit.
+        repetitive_prompts: Build prompts from a repeated n-gram so prompt-lookup (ngram) drafting can hit
+            (synthetic prompts only).
+        dataset: Where prompts come from; ``None`` leaves it to the engine (the ``vllm`` engine uses
+            autotune's shipped prompts for a real checkpoint, synthetic token ids for dummy weights).
+        temperature: Sampling temperature (0 = greedy).
+        top_p: Nucleus sampling mass.
+        slo: Per-request latency limits ``(key, ms)`` such as ``("tpot_p99_ms", 50.0)``: engines that measure
+            latency count requests meeting every limit (goodput).
     """
 
     num_prompts: int = 16
@@ -69,9 +135,29 @@ class Workload:
     max_warmup_passes: int = 4
     timed_passes: int = 3
     repetitive_prompts: bool = True
+    dataset: Dataset | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    slo: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        # Accept the JSON shapes too (``Workload(**workload.to_dict())``); stored as hashable records.
+        if isinstance(self.dataset, Mapping):
+            object.__setattr__(self, "dataset", Dataset.from_dict(self.dataset))
+        if isinstance(self.slo, Mapping) or (self.slo and not isinstance(self.slo, tuple)):
+            items = self.slo.items() if isinstance(self.slo, Mapping) else self.slo
+            object.__setattr__(self, "slo", tuple(sorted((str(k), float(v)) for k, v in items)))
+
+    @property
+    def synthetic(self) -> bool:
+        """True when prompts are synthetic token ids (explicitly, or by default with no dataset)."""
+        return self.dataset is None or not self.dataset.is_text
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["dataset"] = None if self.dataset is None else self.dataset.to_dict()
+        out["slo"] = dict(self.slo)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workload:
@@ -146,7 +232,12 @@ class EngineConfig:
             spec = f"{self.draft or self.spec_method} K={self.num_speculative_tokens}"
         else:
             spec = "no-spec"
-        return f"{mode} {size_txt} {spec}"
+        searched = "".join(f" {k}={self.engine_args[k]}" for k in self.searched_engine_args())
+        return f"{mode} {size_txt} {spec}{searched}"
+
+    def searched_engine_args(self) -> list[str]:
+        """Engine arguments the search set (those among ``params`` that are ``engine_args``), in params order."""
+        return [k for k in self.params if k in self.engine_args]
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``vllm.LLM(**kwargs)`` (the one translation the runner and export share)."""
@@ -198,6 +289,8 @@ class Detail:
     GRAPHS_CAPTURED = "graphs_captured"
     #: Where the resolved configuration was read from, when not the worker itself.
     RESOLVED_FROM = "resolved_from"
+    #: Searched engine arguments as the engine runs them: name -> value (``max_num_seqs``, ...).
+    ENGINE_ARGS = "engine_args"
     #: Names older engines and stored studies used -> the fixed name.
     LEGACY = {"spec_method": SPEC_METHOD}
 
@@ -350,6 +443,11 @@ def config_differences(config: EngineConfig, resolved: Resolved | None) -> list[
     got_sizes = resolved.cudagraph_capture_sizes
     if want_sizes is not None and got_sizes is not None and tuple(sorted(got_sizes)) != want_sizes:
         diffs.append(Difference("cudagraph_capture_sizes", list(want_sizes), sorted(got_sizes)))
+    # Searched engine arguments, where the engine reported what it ran (details["engine_args"]).
+    reported = dict(resolved.details.get(Detail.ENGINE_ARGS) or {})
+    for key in config.searched_engine_args():
+        if key in reported and reported[key] is not None and reported[key] != config.engine_args[key]:
+            diffs.append(Difference(key, config.engine_args[key], reported[key]))
     return diffs
 
 
@@ -375,6 +473,9 @@ class RestartResult:
         error: One-line failure reason.
         log_path: Where the engine's log is, when there is one.
         log_tail: The last lines of the engine log on failure.
+        latency: Request latencies over the timed passes, flat: ``ttft_p50_ms`` ... ``e2el_p99_ms`` (see
+            :func:`latency_key`), ``request_throughput`` (requests/s), ``goodput`` (requests/s meeting every
+            ``workload.slo`` limit, when there are limits) and ``requests``; empty when the engine does not say.
     """
 
     status: str
@@ -392,6 +493,7 @@ class RestartResult:
     log_path: str | None = None
     log_tail: str | None = None
     start_method: str | None = None
+    latency: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in RestartStatus.ALL:
@@ -413,6 +515,7 @@ class RestartResult:
         out["passes_tok_s"] = list(self.passes_tok_s)
         out["warmup_tok_s"] = list(self.warmup_tok_s)
         out["resolved"] = None if self.resolved is None else self.resolved.to_dict()
+        out["latency"] = dict(self.latency)
         return out
 
     @classmethod
@@ -422,6 +525,7 @@ class RestartResult:
         kwargs["passes_tok_s"] = tuple(float(x) for x in data.get("passes_tok_s") or ())
         kwargs["warmup_tok_s"] = tuple(float(x) for x in data.get("warmup_tok_s") or ())
         kwargs["resolved"] = Resolved.from_dict(data.get("resolved"))
+        kwargs["latency"] = {str(k): float(v) for k, v in dict(data.get("latency") or {}).items() if v is not None}
         return cls(**kwargs)
 
     @classmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -18,7 +18,10 @@ from optuna.trial import TrialState
 
 from autotune.ledger import Ledger, StudyMeta
 from autotune.measure import Comparison, format_mean
+from autotune.objective import LatencyStat, SloCheck, meets_slo, summarize_latency
 from autotune.records import EngineConfig
+from autotune.report_latency import (Prompts, SloOutcome, TrialLatency, prompts_note, render_latency, search_latency,
+                                     slo_outcome)
 from autotune.verify import BASELINE, VerifiedConfig
 
 __all__ = [
@@ -114,6 +117,13 @@ class VerifiedRow:
     speedup: CompareResult | None = None
     search_estimate: float | None = None
     shares_slot_with: tuple[int, ...] = ()
+    latency: Mapping[str, LatencyStat] = dataclasses.field(default_factory=dict)
+    slo_checks: tuple[SloCheck, ...] = ()
+
+    @property
+    def meets_slo(self) -> bool:
+        """No latency limit keeps this configuration from winning (always true without limits)."""
+        return meets_slo(self.slo_checks)
 
     @classmethod
     def from_verified(cls, entry: VerifiedConfig) -> VerifiedRow:
@@ -126,6 +136,7 @@ class VerifiedRow:
             unstable=s.unstable, status=s.status, failure=s.failure, accept_len=s.accept_len,
             differences=tuple(s.differences),
             speedup=None if entry.comparison is None else CompareResult.from_comparison(entry.comparison),
+            latency=summarize_latency(entry.restarts), slo_checks=tuple(entry.slo_checks),
         )
 
     @property
@@ -150,6 +161,9 @@ class VerifiedRow:
                "accept_len": self.accept_len, "differences": list(self.differences), "text": self.describe()}
         if self.speedup is not None:
             out["speedup"] = self.speedup.to_dict()
+        out["latency"] = {k: v.to_dict() for k, v in self.latency.items()}
+        out["slo_checks"] = [c.to_dict() for c in self.slo_checks]
+        out["meets_slo"] = self.meets_slo
         return out
 
 
@@ -235,6 +249,8 @@ class SimulatorCheck:
     best_true: float
     best_label: str
     ratio_to_best: float
+    under_slo: bool = False
+    winner_meets_slo: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,6 +270,11 @@ class Report:
     baseline: VerifiedRow | None = None
     verdict: str | None = None
     simulator_check: SimulatorCheck | None = None
+    prompts: Prompts | None = None
+    objective: str = "throughput"
+    slo: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    search_latency: tuple[TrialLatency, ...] = ()
+    slo_outcome: SloOutcome | None = None
 
     @property
     def winner_is_baseline(self) -> bool:
@@ -284,6 +305,12 @@ class Report:
             out["winner_is_baseline"] = self.winner_is_baseline
         if self.simulator_check is not None:
             out["simulator_check"] = dataclasses.asdict(self.simulator_check)
+        out["prompts"] = None if self.prompts is None else self.prompts.to_dict()
+        out["objective"] = self.objective
+        out["slo"] = dict(self.slo)
+        out["search_latency"] = [t.to_dict() for t in self.search_latency]
+        if self.slo_outcome is not None:
+            out["slo_outcome"] = self.slo_outcome.to_dict()
         return out
 
 
@@ -294,17 +321,26 @@ def simulator_check(engine: Any, space: Any, winner: EngineConfig) -> SimulatorC
     """For the sim engine only: where the winner's true throughput stands against the best in the space."""
     if getattr(engine, "name", None) != "sim" or not hasattr(engine, "true_throughput"):
         return None
+    slo = dict(getattr(space, "slo", {}) or {})
+
+    def meets(cfg: EngineConfig) -> bool:
+        # Under latency limits the best configuration is the best of those whose true latency meets them.
+        if not slo:
+            return True
+        latency = engine.true_latency(cfg, space.workload) or {}
+        return all(latency.get(key, math.inf) <= limit for key, limit in slo.items())
+
     truths = []
     for params in space.all_params():
         cfg = space.config_from_params(params)
         value = engine.true_throughput(cfg, space.workload)
-        if value is not None:
+        if value is not None and meets(cfg):
             truths.append((value, cfg.label()))
     if not truths:
         return None
     best, best_label = max(truths)
     winner_true = engine.true_throughput(winner, space.workload) or 0.0
-    return SimulatorCheck(winner_true, best, best_label, winner_true / best)
+    return SimulatorCheck(winner_true, best, best_label, winner_true / best, bool(slo), meets(winner))
 
 
 def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any = None) -> Report:
@@ -350,8 +386,11 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
             check = simulator_check(engine, space, winner.config)
     budget = Budget(restarts_used, round(minutes_used, 3), meta.budget_restarts, meta.budget_minutes,
                     None if v is None else v.restarts_used)
+    outcome = None if table is None else slo_outcome(table.entries, winner, baseline, meta.slo)  # type: ignore[arg-type]
     return Report(ledger.name, meta, counts, tuple(warnings), failures, budget, ledger.search_stopped(),
-                  search_best, table, winner, baseline, verdict, check)
+                  search_best, table, winner, baseline, verdict, check, prompts=prompts_note(meta),
+                  objective=meta.objective, slo=dict(meta.slo), search_latency=search_latency(ledger),
+                  slo_outcome=outcome)
 
 
 def _verification_warnings(rows: Sequence[VerifiedRow], known: Sequence[ChangedConfig]) -> list[ChangedConfig]:
@@ -393,6 +432,7 @@ def render_report(report: Report) -> str:
                          f"{sb.mean:.1f} tok/s")
     else:
         lines += _verification_lines(report, winner, table)
+    lines += render_latency(report)
     if report.warnings:
         lines.append("")
         lines.append(f"WARNING: the engine silently changed the configuration in {len(report.warnings)} "
@@ -412,7 +452,10 @@ def render_report(report: Report) -> str:
         lines.append("")
         lines.append(f"Simulator ground truth (sim engine only): winner's true throughput is "
                      f"{sc.winner_true:.1f} tok/s = {sc.ratio_to_best * 100:.1f}% of the best configuration "
-                     f"in the space ({sc.best_true:.1f} tok/s, {sc.best_label}).")
+                     f"in the space{' meeting the SLOs' if sc.under_slo else ''} ({sc.best_true:.1f} tok/s, "
+                     f"{sc.best_label})"
+                     + ("; the winner's true latency misses them." if sc.under_slo and not sc.winner_meets_slo
+                        else "."))
     return "\n".join(lines)
 
 
@@ -430,7 +473,9 @@ def _verification_lines(report: Report, winner: VerifiedRow, table: Verification
     lines.append(f"(intervals hold jointly at 95% for these {n_family} configurations: each is a "
                  f"{100 - 5 / n_family:.2f}% interval, so picking the best does not shrink the winner's)")
     lines.append("")
-    if report.winner_is_baseline:
+    if report.slo_outcome is not None and not report.slo_outcome.any_met:
+        lines.append("Verdict: no configuration met the latency limits, the baseline included (below).")
+    elif report.winner_is_baseline:
         lines.append("Verdict: no configuration beat the baseline - keep the engine defaults.")
     else:
         sp = winner.speedup

@@ -5,7 +5,9 @@ A space file declares the fixed engine arguments, the workload and the searched 
     name: gb10-moe
     engine: {name: sim, profile: gb10, model_profile: moe}     # default engine and its options
     engine_args: {model: sim/moe, max_num_seqs: 4, max_model_len: 2048}
-    workload: {num_prompts: 16, input_len: 128, output_len: 128, concurrency: 4}
+    workload: {num_prompts: 16, input_len: 128, output_len: 128, concurrency: 4}   # see autotune.workload
+    slo: {tpot_p99_ms: 50}                                    # optional latency limits (milliseconds)
+    objective: throughput                                     # output tok/s, subject to the slo limits
     search:
       cudagraph_mode: [NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE]
       capture_sizes:
@@ -34,11 +36,14 @@ from typing import Any
 import yaml
 
 from autotune.records import EngineConfig, Workload
+from autotune.workload import parse_slo, parse_workload
 
 __all__ = [
     "CUDAGRAPH_MODES",
     "DEFAULT",
+    "OBJECTIVES",
     "DraftOption",
+    "EngineArgDim",
     "Infeasible",
     "SearchSpace",
     "SizeOption",
@@ -52,8 +57,14 @@ CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PI
 DEFAULT = "default"
 SIZE_PATTERNS = ("pow2", "step8", "aligned")
 SPEC_METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp", "medusa", "suffix")
-_TOP_KEYS = ("name", "description", "engine", "engine_args", "workload", "search")
-_SEARCH_KEYS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "drafts")
+_TOP_KEYS = ("name", "description", "engine", "engine_args", "workload", "search", "objective", "slo")
+#: What a study maximises: output tokens/s, subject to the ``slo:`` limits when there are any.
+OBJECTIVES = ("throughput",)
+_SEARCH_KEYS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "drafts", "engine_args")
+#: Optuna parameter names the graph/speculation search uses; an engine argument cannot take one of them.
+_CORE_PARAMS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft")
+#: Points a numeric engine-argument range contributes to :meth:`SearchSpace.all_params` (grids, ground truth).
+_GRID_POINTS = 5
 _RESERVED_ENGINE_ARGS = ("compilation_config", "speculative_config", "num_speculative_tokens")
 K_HARD_MAX = 16
 
@@ -116,6 +127,48 @@ class DraftOption:
 
 
 @dataclasses.dataclass(frozen=True)
+class EngineArgDim:
+    """A searched engine argument (``search.engine_args``): a list of choices or a numeric range.
+
+    Attributes:
+        name: vLLM's argument name with underscores (``max_num_seqs``); also the Optuna parameter name.
+        choices: The values to choose from, or ``None`` for a range.
+        low, high: The range's bounds (inclusive).
+        log: Sample the range on a log scale.
+        integer: The range holds whole numbers.
+        baseline: What the baselines run: the first choice, or the range's ``baseline:`` (default ``low``).
+    """
+
+    name: str
+    choices: tuple[Any, ...] | None = None
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    integer: bool = True
+    baseline: Any = None
+
+    def suggest(self, trial: Any) -> Any:
+        if self.choices is not None:
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if self.integer:
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)  # type: ignore[arg-type]
+        return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)  # type: ignore[arg-type]
+
+    def grid(self) -> list[Any]:
+        """The values a grid over the space uses: every choice, or a few points spread over the range."""
+        if self.choices is not None:
+            return list(self.choices)
+        low, high = float(self.low), float(self.high)  # type: ignore[arg-type]
+        if self.integer and high - low + 1 <= _GRID_POINTS:
+            return list(range(int(low), int(high) + 1))
+        if self.log:
+            points = [low * (high / low) ** (i / (_GRID_POINTS - 1)) for i in range(_GRID_POINTS)]
+        else:
+            points = [low + (high - low) * i / (_GRID_POINTS - 1) for i in range(_GRID_POINTS)]
+        return sorted({int(round(p)) for p in points}) if self.integer else points
+
+
+@dataclasses.dataclass(frozen=True)
 class SearchSpace:
     """A validated search space. Build it with :func:`load_space`."""
 
@@ -131,6 +184,13 @@ class SearchSpace:
     drafts: tuple[DraftOption, ...]
     raw: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
     description: str = ""
+    objective: str = "throughput"
+    engine_dims: tuple[EngineArgDim, ...] = ()
+
+    @property
+    def slo(self) -> dict[str, float]:
+        """Latency limits in milliseconds (``tpot_p99_ms: 50``); empty when the space sets none."""
+        return dict(self.workload.slo)
 
     # -- Optuna ------------------------------------------------------------------------------------------
     def suggest(self, trial: Any) -> EngineConfig:
@@ -147,11 +207,13 @@ class SearchSpace:
         draft_name = None
         if k > 0:
             draft_name = trial.suggest_categorical("draft", [d.name for d in self.drafts])
-        params = {"cudagraph_mode": mode, "num_speculative_tokens": k}
+        params: dict[str, Any] = {"cudagraph_mode": mode, "num_speculative_tokens": k}
         if mode != "NONE":
             params["capture_sizes"] = size_name
         if draft_name is not None:
             params["draft"] = draft_name
+        for dim in self.engine_dims:
+            params[dim.name] = dim.suggest(trial)
         return self.config_from_params(params)
 
     def config_from_params(self, params: Mapping[str, Any]) -> EngineConfig:
@@ -184,11 +246,14 @@ class SearchSpace:
                 # Rates are per draft position and vLLM wants exactly K of them: a space lists them for its
                 # largest K, each configuration takes the first K, so the exported config starts as measured.
                 spec["synthetic_acceptance_rates"] = rates[:k]
-        clean = {key: params[key] for key in ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft")
+        clean = {key: params[key] for key in _CORE_PARAMS
                  if key in params and not (key == "capture_sizes" and mode == "NONE")
                  and not (key == "draft" and k == 0)}
+        engine_args = dict(self.engine_args)
+        for dim in self.engine_dims:
+            engine_args[dim.name] = clean[dim.name] = params.get(dim.name, dim.baseline)
         return EngineConfig(
-            engine_args=dict(self.engine_args),
+            engine_args=engine_args,
             compilation_config=compilation,
             speculative_config=spec,
             params=clean,
@@ -205,6 +270,8 @@ class SearchSpace:
             k = max(self.k_low, min(3, self.k_high, first.max_k or self.k_high))
             out.append({"cudagraph_mode": DEFAULT, "capture_sizes": DEFAULT,
                         "num_speculative_tokens": k, "draft": first.name})
+        for params in out:
+            params.update({dim.name: dim.baseline for dim in self.engine_dims})
         return out
 
     def baseline(self) -> EngineConfig:
@@ -230,6 +297,8 @@ class SearchSpace:
                         except Infeasible:
                             continue
                         out.append(p)
+        for dim in self.engine_dims:
+            out = [{**p, dim.name: value} for p in out for value in dim.grid()]
         return out
 
     def with_model(self, model: str) -> SearchSpace:
@@ -308,7 +377,15 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     name = str(top.get("name") or Path(source).stem)
     engine = dict(v.mapping(top.get("engine", {}) or {}, "engine"))
     engine_args = v.engine_args(top["engine_args"])
-    workload = v.workload(top["workload"])
+    slo = parse_slo(top.get("slo"), v.fail)
+    workload = parse_workload(top["workload"], v.fail, v.base_dir, slo)
+    objective = str(top.get("objective", "throughput"))
+    if objective == "goodput":
+        raise SpaceError(source, "objective", "goodput is measured and reported (latency goodput, requests/s meeting "
+                         "the slo) but not yet an objective the search maximises",
+                         "use objective: throughput with slo: limits, which only lets configurations meeting them win")
+    if objective not in OBJECTIVES:
+        raise SpaceError(source, "objective", f"unknown objective {objective!r}", f"use one of: {', '.join(OBJECTIVES)}")
     search = v.mapping(top["search"], "search")
     v.known_keys(search, _SEARCH_KEYS, "search")
     modes = v.modes(search.get("cudagraph_mode", [DEFAULT]))
@@ -318,11 +395,13 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     if k_high > 0 and not drafts:
         raise SpaceError(source, "search.drafts", "is empty but num_speculative_tokens allows K > 0",
                          "declare at least one draft (e.g. ngram) or set num_speculative_tokens.high: 0")
-    if "max_num_seqs" not in engine_args:
+    engine_dims = v.engine_dims(search.get("engine_args"), engine_args)
+    if "max_num_seqs" not in engine_args and not any(d.name == "max_num_seqs" for d in engine_dims):
         engine_args["max_num_seqs"] = workload.concurrency
     return SearchSpace(
         name=name, source=source, engine=engine, engine_args=engine_args, workload=workload, modes=modes,
         sizes=sizes, k_low=k_low, k_high=k_high, drafts=drafts, raw=top, description=str(top.get("description", "")),
+        objective=objective, engine_dims=engine_dims,
     )
 
 
@@ -365,24 +444,62 @@ class _Validator:
             out[norm] = val
         return out
 
-    def workload(self, value: Any) -> Workload:
-        data = self.mapping(value, "workload")
-        fields = {f.name: f for f in dataclasses.fields(Workload)}
-        kwargs: dict[str, Any] = {}
-        for key, val in data.items():
-            if key not in fields:
-                raise self.fail(f"workload.{key}", "unknown key", f"use one of: {', '.join(fields)}")
-            if key == "repetitive_prompts":
-                if not isinstance(val, bool):
-                    raise self.fail(f"workload.{key}", f"must be true or false, got {val!r}", "write true or false")
-                kwargs[key] = val
-                continue
-            minimum = 0 if key in ("seed", "warmup_passes") else 1
-            kwargs[key] = self.integer(val, f"workload.{key}", minimum)
-        wl = Workload(**kwargs)
-        if wl.max_warmup_passes < wl.warmup_passes:
-            raise self.fail("workload.max_warmup_passes", "is below warmup_passes", "make it >= warmup_passes")
-        return wl
+    def engine_dims(self, value: Any, fixed: Mapping[str, Any]) -> tuple[EngineArgDim, ...]:
+        """``search.engine_args``: ``name: [choices]`` or ``name: {low, high, log, baseline}``."""
+        if value is None:
+            return ()
+        data = self.mapping(value, "search.engine_args")
+        out = []
+        for key, spec in data.items():
+            name = str(key).replace("-", "_")
+            field = f"search.engine_args.{key}"
+            if name in _RESERVED_ENGINE_ARGS or name in _CORE_PARAMS or name == "model":
+                raise self.fail(field, "cannot be searched as an engine argument",
+                                "search graphs and speculation with cudagraph_mode, capture_sizes, "
+                                "num_speculative_tokens and drafts; the model is fixed")
+            if name in fixed:
+                raise self.fail(field, f"is also fixed in engine_args ({fixed[name]!r})",
+                                f"remove engine_args.{name} or stop searching it")
+            if isinstance(spec, list):
+                if not spec:
+                    raise self.fail(field, "is an empty list", "list at least two values to choose from")
+                for i, choice in enumerate(spec):
+                    if not isinstance(choice, (str, int, float, bool)) or choice is None:
+                        raise self.fail(f"{field}[{i}]", f"must be a string, number or boolean, got {choice!r}",
+                                        "list plain values")
+                if len(set(map(repr, spec))) != len(spec):
+                    raise self.fail(field, "lists a value twice", "list each value once")
+                out.append(EngineArgDim(name, choices=tuple(spec), baseline=spec[0]))
+            elif isinstance(spec, dict):
+                self.known_keys(spec, ("low", "high", "log", "baseline"), field)
+                bounds = []
+                for bound in ("low", "high"):
+                    val = spec.get(bound)
+                    if isinstance(val, bool) or not isinstance(val, (int, float)):
+                        raise self.fail(f"{field}.{bound}", f"must be a number, got {val!r}",
+                                        "give both low and high as numbers")
+                    bounds.append(val)
+                low, high = bounds
+                if high <= low:
+                    raise self.fail(f"{field}.high", f"must be above low ({high} <= {low})", "make high > low")
+                log = spec.get("log", False)
+                if not isinstance(log, bool):
+                    raise self.fail(f"{field}.log", f"must be true or false, got {log!r}", "write true or false")
+                if log and low <= 0:
+                    raise self.fail(f"{field}.low", "must be above 0 on a log scale", "raise low or drop log")
+                integer = isinstance(low, int) and isinstance(high, int)
+                base = spec.get("baseline", low)
+                if isinstance(base, bool) or not isinstance(base, (int, float)) or not low <= base <= high:
+                    raise self.fail(f"{field}.baseline", f"must be a number in [{low}, {high}], got {base!r}",
+                                    "give the value you run today, within the range")
+                if integer and not isinstance(base, int):
+                    raise self.fail(f"{field}.baseline", f"must be a whole number, got {base!r}",
+                                    "give a whole number (low and high are whole numbers)")
+                out.append(EngineArgDim(name, low=low, high=high, log=log, integer=integer, baseline=base))
+            else:
+                raise self.fail(field, f"must be a list of values or {{low, high}}, got {spec!r}",
+                                "write e.g. [4, 8, 16] or {low: 512, high: 8192, log: true}")
+        return tuple(out)
 
     def modes(self, value: Any) -> tuple[str, ...]:
         if not isinstance(value, list) or not value:

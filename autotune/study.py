@@ -37,6 +37,7 @@ from autotune.events import StudyContext, StudyObserver, notify
 from autotune.heartbeat import Heartbeat
 from autotune.ledger import DEFAULT_STORAGE, VERIFY_CONCLUDE_JOB, Ledger, StudyMeta, TrialRecord
 from autotune.measure import measure_restart, summarize
+from autotune.objective import check_slo, summarize_latency
 from autotune.options import StudyOptions
 from autotune.racing import Decision, RacingPruner, decide_trial
 from autotune.records import EngineConfig, EngineFacts, RestartResult
@@ -87,7 +88,11 @@ class Interrupted(Exception):
 
 
 def make_sampler(name: str, seed: int) -> tuple[optuna.samplers.BaseSampler, str]:
-    """The sampler and a sentence saying why, recorded in the study's metadata."""
+    """The sampler and a sentence saying why, recorded in the study's metadata.
+
+    Under latency limits each trial carries Optuna's constraints (``Trial.set_constraint``, one per limit), which
+    TPE and GP read to model feasibility; Optuna 5 deprecates ``constraints_func`` in its favour.
+    """
     if name == "tpe":
         with warnings.catch_warnings():  # group= is "experimental" but is what makes TPE handle the conditional space
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -210,6 +215,8 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
     ledger.record_planned_starts(trial, len(restarts))
     summary = summarize(config, restarts, options.confidence, options.interval_method)
     ledger.record_summary(trial, summary)
+    latency = summarize_latency(restarts, options.confidence)
+    ledger.record_latency(trial, latency, check_slo(latency, ctx.space.slo) if ctx.space.slo else None)
     if reason and state == TrialState.FAIL:
         ledger.record_failure(trial, reason)
     elif reason:
@@ -344,7 +351,11 @@ def _abandon(ledger: Ledger, trial: optuna.Trial, reason: str) -> None:
 def select_candidates(ledger: Ledger, space: SearchSpace, top_k: int) -> list[Candidate]:
     """Up to top-k engine plans by shrunk search estimate, then the baseline (see :func:`select_verified`)."""
     evidence = []
-    for t in ledger.measured_complete():
+    complete = ledger.measured_complete()
+    # Under latency limits only configurations that met them are candidates, as long as any did: a fast one that
+    # misses a limit cannot win, and verifying it would take a slot from one that can.
+    feasible = [t for t in complete if _feasible(t)]
+    for t in feasible or complete:
         summary = ledger.summary(t)
         config = ledger.config(t)
         if summary is not None and summary.values and config is not None:
@@ -360,6 +371,11 @@ def _verify_may_start(ledger: Ledger, options: StudyOptions, extra: int) -> bool
     if options.budget_minutes is not None and used and minutes + extra * minutes / used > options.budget_minutes:
         return False
     return True
+
+
+def _feasible(trial: FrozenTrial) -> bool:
+    """Optuna's record of whether the trial met every constraint (True when the study has none)."""
+    return all(v <= 0.0 for v in trial.constraints.values())
 
 
 def _candidates(ctx: StudyContext) -> list[Candidate]:
@@ -451,7 +467,7 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
     if claim is None:
         return None
     verification = conclude(candidates, _progress(ledger), common, options.confidence, options.interval_method,
-                            max_restarts=cap)
+                            max_restarts=cap, slo=ctx.space.slo)
     ledger.record_verification(verification)
     ctx.concluded = True
     notify(observers, "on_verification_end", ctx, verification)
@@ -488,6 +504,8 @@ def _record_metadata(ctx: StudyContext) -> None:
         interval_method=options.interval_method,
         verify=options.verify,
         enqueue=tuple(dict(p) for p in options.enqueue),
+        objective=ctx.space.objective,
+        slo=ctx.space.slo,
     ))
     if ledger.space_yaml() is None:
         ledger.record_space_yaml(Path(ctx.space.source).read_text() if os.path.exists(ctx.space.source)

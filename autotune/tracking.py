@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from autotune.events import StudyObserver
 from autotune.ledger import MLFLOW_PARENT_JOB, Ledger, StudyMeta, TrialRecord, redact
+from autotune.objective import summarize_latency
 from autotune.records import EngineConfig, EngineFacts, RestartResult
 
 if TYPE_CHECKING:
@@ -189,6 +190,11 @@ def _summary_metrics(summary: Any) -> dict[str, float]:
         "n_restarts": summary.n, "n_cold": summary.n_cold, "n_failed": summary.n_failed,
     }
     return {k: v for k, value in raw.items() if (v := _finite(value)) is not None}
+
+
+def _latency_metrics(restarts: Sequence[RestartResult]) -> dict[str, float]:
+    """Latency over the counted restarts (``tpot_p99_ms``, ``request_throughput``, ``goodput``...): their means."""
+    return {k: v for k, stat in summarize_latency(restarts).items() if (v := _finite(stat.mean)) is not None}
 
 
 def _significant(value: float) -> float:
@@ -504,7 +510,8 @@ class _StudyLog:
         self._complete(
             (KIND_TRIAL, str(record.number)), _trial_name(record.number, record.config),
             _trial_tags(self.study.study_name, record.number, record.config, self.engine_info),
-            config_params(record.config), record.restarts, _summary_metrics(record.summary),
+            config_params(record.config), record.restarts,
+            {**_summary_metrics(record.summary), **_latency_metrics(record.restarts)},
             _result_tags(record.summary, record.state, record.reason), _RUN_STATUS.get(record.state, "FAILED"),
             start_ms, end_ms)
 
@@ -558,8 +565,10 @@ class _StudyLog:
                         **engine_tags(self.engine_info)}
             if entry.candidate.trial_number is not None:
                 identity["search_trial_number"] = str(entry.candidate.trial_number)
-            metrics = _summary_metrics(entry.summary)
+            metrics = {**_summary_metrics(entry.summary), **_latency_metrics(entry.restarts)}
             tags: dict[str, str] = {}
+            if entry.slo_checks:
+                tags["slo_met"] = str(entry.meets_slo).lower()
             if entry.comparison is not None:
                 c = entry.comparison
                 tags["verdict"] = c.verdict

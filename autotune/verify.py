@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from autotune.measure import Comparison, TrialSummary, Verdict, compare, measure_restart, shrunk_means, summarize
+from autotune.objective import SloCheck, check_slo, meets_slo, summarize_latency
 from autotune.records import EngineConfig, RestartResult, Workload
 
 __all__ = [
@@ -168,6 +169,12 @@ class VerifiedConfig:
     restarts: tuple[RestartResult, ...]
     summary: TrialSummary
     comparison: Comparison | None
+    slo_checks: tuple[SloCheck, ...] = ()
+
+    @property
+    def meets_slo(self) -> bool:
+        """True when no latency limit keeps this configuration from winning (always, without limits)."""
+        return meets_slo(self.slo_checks)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,6 +183,7 @@ class VerifiedConfig:
             "restarts": [r.to_dict() for r in self.restarts],
             "summary": self.summary.to_dict(),
             "comparison": None if self.comparison is None else self.comparison.to_dict(),
+            "slo_checks": [c.to_dict() for c in self.slo_checks],
         }
 
     @classmethod
@@ -185,6 +193,7 @@ class VerifiedConfig:
             tuple(RestartResult.from_dict(r) for r in data["restarts"]),
             TrialSummary.from_dict(data["summary"]),
             None if data.get("comparison") is None else Comparison.from_dict(data["comparison"]),
+            tuple(SloCheck.from_dict(c) for c in data.get("slo_checks") or ()),
         )
 
 
@@ -264,6 +273,7 @@ def run_verification(
     alpha: float = 0.05,
     max_restarts: int | None = None,
     may_start: Callable[[int], bool] | None = None,
+    slo: Mapping[str, float] | None = None,
 ) -> Verification:
     """Measure ``candidates`` (the baseline among them) in interleaved rounds of fresh restarts.
 
@@ -271,6 +281,9 @@ def run_verification(
     challengers still tied with the leading challenger (:func:`_contenders`) and the baseline, as long as two
     challengers are tied and ``may_start`` allows the round's starts. Who gets round ``r`` depends only on the
     restarts of rounds before ``r``, so a resumed phase makes the same choices and runs nothing twice.
+
+    With latency limits (``slo``) only a configuration that meets them can win (:mod:`autotune.objective`); when
+    none does, the baseline is named and the report says no configuration met them.
 
     Args:
         engine: The engine backend.
@@ -315,7 +328,7 @@ def run_verification(
                     on_result(cand, result)
 
             measure_restart(engine, cand.config, workload, restart=rnd, seed=seed_for(rnd), on_result=record)
-    return conclude(candidates, progress, restarts, confidence, interval_method, alpha, cap)
+    return conclude(candidates, progress, restarts, confidence, interval_method, alpha, cap, slo or {})
 
 
 def split_rounds(progress: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[int, dict[str, list[dict[str, Any]]]]:
@@ -420,6 +433,7 @@ def conclude(
     interval_method: str,
     alpha: float = 0.05,
     max_restarts: int | None = None,
+    slo: Mapping[str, float] | None = None,
 ) -> Verification:
     per_key = {c.config.key(): tuple(RestartResult.from_dict(d) for d in progress.get(c.config.key(), []))
                for c in candidates}
@@ -438,8 +452,9 @@ def conclude(
         comparison = None
         if cand.role != BASELINE and s.status == "ok" and base_summary.status == "ok" and s.values:
             comparison = compare(s.values, base_summary.values, alpha=alpha, comparisons=max(1, len(challengers)))
-        entries.append(VerifiedConfig(cand, per_key[cand.config.key()], s, comparison))
-    usable = [i for i, e in enumerate(entries) if e.summary.status == "ok" and e.summary.values]
+        checks = tuple(check_slo(summarize_latency(per_key[cand.config.key()], family), slo)) if slo else ()
+        entries.append(VerifiedConfig(cand, per_key[cand.config.key()], s, comparison, checks))
+    usable = [i for i, e in enumerate(entries) if e.summary.status == "ok" and e.summary.values and e.meets_slo]
     winner = max(usable, key=lambda i: entries[i].summary.mean) if usable else len(entries) - 1
     all_restarts = [r for rs in per_key.values() for r in rs]
     minutes = sum((r.wall_s or 0.0) for r in all_restarts) / 60.0

@@ -57,6 +57,8 @@ class FakeEngine(EngineBackend):
         facts: What :meth:`describe` says.
         wall_s, startup_s: Engine time per restart (a budget in minutes counts ``wall_s``).
         accept_len: Configuration -> acceptance length (default 2.5 with speculation).
+        latency: Configuration -> its true latency (``{"tpot_p99_ms": 20.0, ...}``), stretched by each restart's
+            noise as a slow restart is slow for every request; no latency when ``None``.
 
     Attributes:
         calls: ``(config key, seed)`` of every restart, in order.
@@ -72,6 +74,7 @@ class FakeEngine(EngineBackend):
                  cold_factor: float = 0.6, cold_wall_s: float = 90.0, interrupt_after: int | None = None,
                  facts: EngineFacts | None = None, wall_s: float = 60.0, startup_s: float = 30.0,
                  accept_len: Callable[[EngineConfig], float | None] | None = None,
+                 latency: Callable[[EngineConfig], Mapping[str, float]] | None = None,
                  cache_dir: str | None = None) -> None:
         super().__init__(cache_dir=cache_dir)
         if (true_mean is None) == (value is None):
@@ -81,6 +84,7 @@ class FakeEngine(EngineBackend):
         self.cold_first, self.cold_factor, self.cold_wall_s = cold_first, cold_factor, cold_wall_s
         self.interrupt_after, self.facts = interrupt_after, facts or EngineFacts(name="fake")
         self.wall_s, self.startup_s, self.accept_len = wall_s, startup_s, accept_len
+        self.latency = latency
         self.calls: list[tuple[str, int]] = []
         self.started: set[str] = set()
 
@@ -110,9 +114,14 @@ class FakeEngine(EngineBackend):
             cudagraph_mode=config.cudagraph_mode, cudagraph_capture_sizes=config.capture_sizes)
         accept = (self.accept_len(config) if self.accept_len is not None
                   else 2.5 if config.num_speculative_tokens else None)
+        latency: dict[str, float] = {}
+        if self.latency is not None:
+            true = self.true_mean(config) if self.true_mean is not None else sum(passes) / len(passes)
+            slow = true / (sum(passes) / len(passes))
+            latency = {k: v * slow for k, v in self.latency(config).items()}
         return RestartResult(status="ok", restart=restart, seed=seed, passes_tok_s=passes,
                              warmup_tok_s=(passes[0] * 0.7,), startup_s=self.startup_s, wall_s=wall_s,
-                             resolved=resolved, accept_len=accept, cold=cold)
+                             resolved=resolved, accept_len=accept, cold=cold, latency=latency)
 
     def _passes(self, config: EngineConfig, workload: Workload, restart: int, seed: int) -> tuple[float, ...]:
         if self.value is not None:

@@ -50,12 +50,14 @@ def fake_engine(flat: bool = False) -> FakeEngine:
                       resolve=lambda c: Resolved(cudagraph_mode=c.cudagraph_mode or "FULL_AND_PIECEWISE"))
 
 
-def make_study(tmp: Path, name: str, flat: bool = False, verify: bool = True, trials: int = 6) -> str:
+def make_study(tmp: Path, name: str, flat: bool = False, verify: bool = True, trials: int = 6,
+               engine_args: dict[str, Any] | None = None) -> str:
     storage = f"sqlite:///{tmp}/optuna.db"
     options = StudyOptions(study_name=name, storage=storage, workdir=str(tmp / "work"), trials=trials,
                            policy=RacingPolicy(min_restarts=2, max_restarts=2, racing=False), top_k=2,
                            verify_restarts=3, verify=verify)
-    run_study(parse_space(SPACE), fake_engine(flat=flat), options)
+    space = {**SPACE, "engine_args": {**SPACE["engine_args"], **(engine_args or {})}}
+    run_study(parse_space(space), fake_engine(flat=flat), options)
     return storage
 
 
@@ -233,3 +235,17 @@ def test_unknown_study_and_bad_out_name_are_usage_errors(stored: dict[str, Any],
     assert "winner" in capsys.readouterr().err  # names the studies there are
     assert raw_main(["export", "--study", "winner", "--storage", stored["storage"], "--out", "w.txt"]) == 2
     assert ".yaml" in capsys.readouterr().err
+
+
+def test_test_only_settings_are_refused_unless_allowed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    storage = make_study(tmp_path, "dummy", trials=3, engine_args={"load_format": "dummy", "skip_tokenizer_init": True})
+    out = tmp_path / "w.yaml"
+    code = raw_main(["export", "--study", "dummy", "--storage", storage, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == ExitStatus.BAD_INPUT and not out.exists()
+    assert "load_format: dummy" in err and "skip_tokenizer_init" in err and "--allow-test-settings" in err
+    assert len(err.strip().splitlines()) == 1
+    assert raw_main(["export", "--study", "dummy", "--storage", storage, "--out", str(out),
+                     "--allow-test-settings"]) == ExitStatus.SUCCESS
+    assert yaml.safe_load(out.read_text())["load-format"] == "dummy"
+    assert "warning: exporting test-only settings" in capsys.readouterr().err

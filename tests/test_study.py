@@ -186,3 +186,47 @@ def test_fresh_study_starts_with_cold_caches(tmp_path):
 
     first = colds()
     assert first >= 2 and colds() == first  # a second --fresh run pays the same cold starts again
+
+
+def test_under_an_slo_the_fastest_configuration_that_misses_it_cannot_win(tmp_path):
+    # FULL_AND_PIECEWISE K=2 is the fastest (300 tok/s) but its p99 TPOT is 80 ms; K=1 (250 tok/s) meets 50 ms.
+    space = parse_space({**SMALL_SPACE, "slo": {"tpot_p99_ms": 50}})
+    tpot = {("FULL_AND_PIECEWISE", 2): 80.0}
+
+    def latency(cfg):
+        key = (cfg.params.get("cudagraph_mode", "default"), int(cfg.params.get("num_speculative_tokens", 0)))
+        return {"tpot_p99_ms": tpot.get(key, 20.0), "ttft_p99_ms": 100.0}
+
+    engine = FakeEngine(by_params(TRUTH), latency=latency)
+    opts = _options(tmp_path, trials=20)
+    optuna.create_study(study_name="t", storage=opts.storage).enqueue_trial(
+        {"cudagraph_mode": "FULL_AND_PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 2,
+         "draft": "ngram"})
+    study = run_study(space, engine, opts)
+    fastest = [t for t in study.study.trials if t.params.get("cudagraph_mode") == "FULL_AND_PIECEWISE"
+               and t.params.get("num_speculative_tokens") == 2 and t.state == TrialState.COMPLETE]
+    assert fastest and all(t.constraints["tpot_p99_ms"] > 0 for t in fastest), "Optuna records it infeasible"
+    feasible = [t for t in study.study.trials if t.state == TrialState.COMPLETE and t not in fastest]
+    assert feasible and all(t.constraints["tpot_p99_ms"] <= 0 for t in feasible)
+    report = build_report(study)
+    winner = report.winner.config
+    assert (winner.cudagraph_mode, winner.num_speculative_tokens) == ("FULL_AND_PIECEWISE", 1)
+    assert report.winner.meets_slo and report.winner.latency["tpot_p99_ms"].mean < 50
+    # Configurations that met the limit outrank it for verification, so it is not even verified.
+    assert all(e.trial_number not in {t.number for t in fastest} for e in report.verification.entries)
+    assert report.slo_outcome.baseline_meets and report.verdict == "faster"
+    text = render_report(report)
+    assert "subject to tpot_p99_ms <= 50" in text and "measured trials missed a limit (tpot_p99_ms)" in text
+    assert "winner and baseline both meet the limits" in text
+    assert report.to_json()["winner"]["latency"]["tpot_p99_ms"]["mean"] < 50
+
+
+def test_when_nothing_meets_the_slo_the_report_says_so(tmp_path):
+    space = parse_space({**SMALL_SPACE, "slo": {"ttft_p99_ms": 10}})
+    engine = FakeEngine(by_params(TRUTH), latency=lambda cfg: {"ttft_p99_ms": 100.0})
+    report = build_report(run_study(space, engine, _options(tmp_path, trials=6, top_k=2)))
+    assert report.winner_is_baseline and not report.slo_outcome.any_met
+    assert {label for label, _, _ in report.slo_outcome.missed} == {e.label for e in report.verification.entries}
+    text = render_report(report)
+    assert "no verified configuration met the limits" in text and "MISSES ttft_p99_ms" in text
+    assert "Verdict: no configuration met the latency limits" in text

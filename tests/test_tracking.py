@@ -74,6 +74,7 @@ def fake_engine(interrupt_after: int | None = None) -> FakeEngine:
     return FakeEngine(value=_value, fail=_crashes, resolve=_resolve, cold_first=True, cold_factor=1.0,
                       cold_wall_s=10.0, wall_s=10.0, startup_s=3.0, interrupt_after=interrupt_after,
                       accept_len=lambda c: 1.0 + 0.6 * c.num_speculative_tokens if c.num_speculative_tokens else None,
+                      latency=lambda c: {"tpot_p99_ms": 1000.0 / BASE_TOK_S[c.cudagraph_mode], "ttft_p99_ms": 50.0},
                       facts=EngineFacts.from_dict(ENGINE_INFO))
 
 
@@ -216,6 +217,11 @@ def test_one_nested_run_per_measured_trial_with_params_tags_and_metrics(finished
             assert m["ci_low"] <= m["mean_tok_s"] <= m["ci_high"] and "cv" in m
         if rec.config.num_speculative_tokens and rec.summary.n:
             assert m["accept_len"] == pytest.approx(1.0 + 0.6 * rec.config.num_speculative_tokens)
+        if rec.summary.n:  # latency: the mean over counted restarts of each one's percentile
+            counted = [r for r in rec.restarts if r.ok and not r.cold]
+            assert m["tpot_p99_ms"] == pytest.approx(sum(r.latency["tpot_p99_ms"] for r in counted) / len(counted),
+                                                     rel=1e-5)
+            assert m["ttft_p99_ms"] == pytest.approx(50.0)
 
 
 def test_resolved_config_is_tagged_and_a_silent_change_is_flagged(finished: dict[str, Any]) -> None:

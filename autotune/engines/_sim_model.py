@@ -75,7 +75,8 @@ heads run ``K`` times; ``medusa`` runs its heads once. Acceptance profiles ``(a,
 Restart mechanics (used by :mod:`autotune.engines.sim`): padding costs ``PAD_COST_FRACTION`` = 0.25 of the padded
 tokens' GPU time; pass ``j`` of a process runs at ``1 - s * WARMUP_DECAY**j`` (``WARMUP_DECAY`` = 0.08, ``s`` drawn
 from ``first_pass_slowdown``); warm-up settles at ``WARMUP_SETTLED_REL`` = 3%; start-up time jitters by
-``STARTUP_JITTER`` = 5%; reported acceptance by ``ACCEPT_NOISE_SD`` = 1%; a draft model adds ``DRAFT_LOAD_S`` = 4 s
+``STARTUP_JITTER`` = 5%; reported acceptance by ``ACCEPT_NOISE_SD`` = 1%; a restart's request latencies are the
+wave model's (:func:`request_latency_ms`) stretched by the restart's slowness (steady / measured throughput); a draft model adds ``DRAFT_LOAD_S`` = 4 s
 of start-up and leaves ``DRAFT_MODEL_CAPTURE_SHARE`` = 0.5 of the capture memory.
 
 Engine-version rules (applied by :func:`plan_config`, in this order):
@@ -124,6 +125,7 @@ __all__ = [
     "parse_version",
     "plan_config",
     "prefill_step_ms",
+    "request_latency_ms",
     "round_sizes_for_spec",
     "startup_seconds",
     "steady_throughput",
@@ -440,6 +442,7 @@ class Plan:
     drafter_full_graphs: bool
     notes: tuple[str, ...]
     oom_error: str | None
+    max_num_batched_tokens: int | None = None
 
     def resolved(self, hw: HardwareProfile) -> Resolved:
         """The plan as :class:`Resolved` (what a real engine's start-up would report)."""
@@ -451,6 +454,10 @@ class Plan:
         if self.method is not None:
             details[Detail.SPEC_METHOD] = self.method
             details[Detail.NUM_SPECULATIVE_TOKENS] = self.k
+        engine_args: dict[str, Any] = {"max_num_seqs": self.max_num_seqs}
+        if self.max_num_batched_tokens is not None:
+            engine_args["max_num_batched_tokens"] = self.max_num_batched_tokens
+        details[Detail.ENGINE_ARGS] = engine_args
         return Resolved(cudagraph_mode=self.mode, cudagraph_capture_sizes=self.sizes, compile_mode=COMPILE_MODE,
                         details=details, notes=self.notes)
 
@@ -582,6 +589,8 @@ def plan_config(config: EngineConfig, hw: HardwareProfile, model: ModelProfile, 
         mode=mode, sizes=tuple(sorted(sizes)), k=k, method=method, max_num_seqs=max_num_seqs, model_runner=runner,
         async_scheduling=async_scheduling, drafter_full_graphs=drafter_full, notes=tuple(notes + runner_notes),
         oom_error=_capture_oom(hw, model, sizes, method),
+        max_num_batched_tokens=(None if config.engine_args.get("max_num_batched_tokens") is None
+                                else int(config.engine_args["max_num_batched_tokens"])),
     )
 
 
@@ -677,10 +686,12 @@ def decode_step_ms(plan: Plan, hw: HardwareProfile, model: ModelProfile, b: int)
 
 
 def prefill_step_ms(plan: Plan, hw: HardwareProfile, model: ModelProfile, b: int, input_len: int) -> float:
-    """One prefill step for a wave of ``b`` prompts, in milliseconds."""
-    n = b * input_len
-    forward = _forward_ms(model.target, n, _prefill_graph(plan, n), hw, token_ms=model.prefill_token_ms)
-    return forward + hw.cpu_scale * model.sched_ms
+    """Prefilling a wave of ``b`` prompts, in milliseconds: one step, or one per ``max_num_batched_tokens`` chunk."""
+    total = b * input_len
+    chunk = min(total, plan.max_num_batched_tokens or total)
+    steps = math.ceil(total / chunk)
+    forward = _forward_ms(model.target, chunk, _prefill_graph(plan, chunk), hw, token_ms=model.prefill_token_ms)
+    return steps * (forward + hw.cpu_scale * model.sched_ms)
 
 
 def accept_len(config: EngineConfig, workload: Workload) -> float:
@@ -706,8 +717,15 @@ def accept_len(config: EngineConfig, workload: Workload) -> float:
 
 
 def batch_size(plan: Plan, workload: Workload) -> int:
-    """Sequences decoding together: the workload's concurrency within the engine's limit."""
-    return max(1, min(workload.concurrency, plan.max_num_seqs, workload.num_prompts))
+    """Sequences decoding together: the workload's concurrency within the engine's limits.
+
+    A step verifies ``1+K`` tokens per sequence, so a ``max_num_batched_tokens`` budget admits at most
+    ``budget // (1+K)`` sequences (a 32-token budget with K=2 runs 10).
+    """
+    b = min(workload.concurrency, plan.max_num_seqs, workload.num_prompts)
+    if plan.max_num_batched_tokens is not None:
+        b = min(b, plan.max_num_batched_tokens // (1 + plan.k))
+    return max(1, b)
 
 
 def steady_throughput(plan: Plan, config: EngineConfig, workload: Workload, hw: HardwareProfile,
@@ -719,6 +737,30 @@ def steady_throughput(plan: Plan, config: EngineConfig, workload: Workload, hw: 
     wave_ms = (prefill_step_ms(plan, hw, model, b, workload.input_len)
                + workload.output_len / length * decode_step_ms(plan, hw, model, b))
     return workload.num_prompts * workload.output_len / (waves * wave_ms / 1000.0)
+
+
+def request_latency_ms(plan: Plan, config: EngineConfig, workload: Workload, hw: HardwareProfile,
+                       model: ModelProfile) -> dict[str, list[float]]:
+    """Noiseless per-request latencies of one pass (ms): every request arrives when the pass starts.
+
+    Requests run in waves of :func:`batch_size`: request ``i`` waits for ``i // B`` earlier waves, then its own
+    prefill (TTFT); each decode step then delivers ``accept_len`` tokens (ITL = one step, TPOT = step / accept_len);
+    end-to-end = TTFT + (output_len - 1) x TPOT. This is what the ``vllm`` engine's offline mode measures.
+    """
+    b = batch_size(plan, workload)
+    length = accept_len(config, workload)
+    step = decode_step_ms(plan, hw, model, b)
+    prefill = prefill_step_ms(plan, hw, model, b, workload.input_len)
+    wave = prefill + workload.output_len / length * step
+    tpot = step / length
+    out: dict[str, list[float]] = {"ttft": [], "tpot": [], "itl": [], "e2el": []}
+    for i in range(workload.num_prompts):
+        ttft = (i // b) * wave + prefill
+        out["ttft"].append(ttft)
+        out["tpot"].append(tpot)
+        out["itl"].append(step)
+        out["e2el"].append(ttft + max(0, workload.output_len - 1) * tpot)
+    return out
 
 
 def startup_seconds(plan: Plan, hw: HardwareProfile, model: ModelProfile, cold: bool) -> float:

@@ -13,7 +13,9 @@ its environment. It may log anything; its LAST stdout line must be one JSON obje
      "accept_len": 2.9, "startup_s": 31.0, "warmup_tok_s": [...], "cold": false}
     {"status": "failed", "error": "CUDA out of memory ..."}
 
-``warmup_tok_s``, ``cold``, ``accept_len``, ``peak_memory_gib`` and the other ``resolved`` fields
+``warmup_tok_s``, ``cold``, ``accept_len``, ``peak_memory_gib``, ``latency`` (an object of numbers under
+:attr:`~autotune.records.RestartResult.latency`'s keys, e.g. ``{"ttft_p99_ms": 120.5, "tpot_p99_ms": 9.1}``, which
+``slo:`` limits are checked against) and the other ``resolved`` fields
 (``compile_mode``, ``details``, ``notes``) are optional. Anything else - a non-zero exit, no JSON, a missing or
 ill-typed field, a timeout - becomes a failed :class:`~autotune.records.RestartResult` with a one-line reason and
 the output's tail; this engine never raises for a bad restart. See ``examples/cmd_engine_example.py``.
@@ -217,6 +219,11 @@ def parse_result_line(stdout: str) -> dict[str, Any]:
         if not isinstance(data["cold"], bool):
             raise ProtocolError(f"'cold' must be true or false, got {data['cold']!r}")
         out["cold"] = data["cold"]
+    if data.get("latency") is not None:
+        latency = data["latency"]
+        if not isinstance(latency, Mapping):
+            raise ProtocolError(f"'latency' must be an object like {{\"tpot_p99_ms\": 9.1}}, got {latency!r}")
+        out["latency"] = {str(k): _number(v, f"latency.{k}") for k, v in latency.items()}
     return out
 
 

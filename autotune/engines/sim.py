@@ -22,6 +22,8 @@ from typing import Any
 
 from autotune.engines import _sim_model as model
 from autotune.engines._base import EngineBackend, EngineError
+# The vLLM runner's latency summary (stdlib only), so simulated and real restarts report the same figures.
+from autotune.engines.vllm._dataset import latency_summary, request_timing
 from autotune.records import EngineConfig, EngineFacts, Resolved, RestartResult, RestartStatus, Workload
 
 __all__ = ["SimEngine"]
@@ -91,6 +93,7 @@ class SimEngine(EngineBackend):
         self._compiled: set[str] = set()
         self._plans: dict[str, model.Plan] = {}
         self._steady: dict[tuple[str, Workload], float] = {}
+        self._latency_base: dict[tuple[int, Workload], tuple[dict[str, float], list[dict[str, Any]]]] = {}
 
     # -- public helpers for tests and benchmarks -------------------------------------------------------------
     def resolve(self, config: EngineConfig) -> Resolved:
@@ -114,6 +117,18 @@ class SimEngine(EngineBackend):
         if plan.oom_error:
             return None
         return self._steady_tok_s(plan, config, workload)
+
+    def true_latency(self, config: EngineConfig, workload: Workload) -> dict[str, float] | None:
+        """The configuration's noiseless latency figures (``tpot_p99_ms``...): what a warm restart running at its
+        steady throughput reports. For tests and benchmarks only; ``None`` when the configuration cannot run."""
+        try:
+            plan = self._plan(config)
+        except model.Rejected:
+            return None
+        if plan.oom_error:
+            return None
+        steady = self._steady_tok_s(plan, config, workload)
+        return self._latency(plan, config, workload, [steady], steady)
 
     # -- EngineBackend -------------------------------------------------------------------------------------
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
@@ -148,10 +163,11 @@ class SimEngine(EngineBackend):
         warmup, timed = self._passes(level, rng, workload)
         tokens = workload.num_prompts * workload.output_len
         wall_s = startup_s + sum(tokens / x for x in (*warmup, *timed)) + self.hardware.shutdown_s
+        accept = self._accept_len(config, workload, rng)
+        latency = self._latency(plan, config, workload, timed, self._steady_tok_s(plan, config, workload))
         return RestartResult(
             status=RestartStatus.OK, restart=restart, seed=seed, passes_tok_s=tuple(timed), warmup_tok_s=tuple(warmup),
-            startup_s=startup_s, wall_s=wall_s, resolved=resolved, accept_len=self._accept_len(config, workload, rng),
-            cold=cold,
+            startup_s=startup_s, wall_s=wall_s, resolved=resolved, accept_len=accept, cold=cold, latency=latency,
         )
 
     def describe(self) -> EngineFacts:
@@ -220,6 +236,39 @@ class SimEngine(EngineBackend):
             warmup.append(one_pass(len(warmup)))
         timed = [one_pass(len(warmup) + i) for i in range(workload.timed_passes)]
         return warmup, timed
+
+    def _latency(self, plan: model.Plan, config: EngineConfig, workload: Workload, timed: list[float],
+                 steady: float) -> dict[str, float]:
+        """Request latencies of the timed passes: the wave model's, stretched by how slowly the passes ran.
+
+        The percentiles come from the waves (who queues behind whom); every request of a restart is slowed alike,
+        so a restart's figures are the configuration's noiseless ones times its slowness (steady / measured tok/s).
+        Computed once per configuration: the simulator must stay fast.
+        """
+        key = (id(plan), workload)  # plans are cached per configuration for the engine's lifetime
+        cached = self._latency_base.get(key)
+        if cached is None:
+            raw = model.request_latency_ms(plan, config, workload, self.hardware, self.model)
+            timings = [request_timing(t / 1000.0, e / 1000.0, workload.output_len, [i / 1000.0])
+                       for t, e, i in zip(raw["ttft"], raw["e2el"], raw["itl"])]
+            figures = {k: v for k, v in latency_summary(timings, 1.0, {}).items() if k.endswith("_ms")}
+            cached = self._latency_base[key] = (figures, timings)
+        figures, timings = cached
+        tokens = workload.num_prompts * workload.output_len
+        pass_s = sum(tokens / x for x in timed) / len(timed)
+        slow = steady * pass_s / tokens
+        out = {k: v * slow for k, v in figures.items()}
+        out["requests"] = float(len(timings) * len(timed))
+        out["request_throughput"] = len(timings) / pass_s
+        if workload.slo:
+            limits: dict[str, float] = {}
+            for slo_key, ms in workload.slo:
+                metric = slo_key.split("_p", 1)[0]
+                if metric in ("ttft", "tpot", "e2el"):
+                    limits[metric] = min(limits.get(metric, math.inf), ms / 1000.0)
+            good = sum(1 for t in timings if all(t[m] is None or t[m] * slow <= lim for m, lim in limits.items()))
+            out["goodput"] = good / pass_s
+        return out
 
     def _accept_len(self, config: EngineConfig, workload: Workload, rng: random.Random) -> float | None:
         k = config.num_speculative_tokens

@@ -197,6 +197,8 @@ def test_failed_status_object_is_a_failed_restart(tmp_path):
     ({**GOOD_RESULT, "resolved": {"cudagraph_capture_sizes": "4,8"}}, "must be a list of integers"),
     ({**GOOD_RESULT, "accept_len": "2.5"}, "'accept_len' must hold finite numbers"),
     ({**GOOD_RESULT, "cold": "yes"}, "'cold' must be true or false"),
+    ({**GOOD_RESULT, "latency": [1]}, "'latency' must be an object"),
+    ({**GOOD_RESULT, "latency": {"tpot_p99_ms": "slow"}}, "'latency.tpot_p99_ms' must hold finite numbers"),
     ({**GOOD_RESULT, "status": "done"}, "'status' must be \"ok\" or \"failed\""),
     ([1, 2, 3], "JSON but not an object"),
 ])
@@ -205,6 +207,12 @@ def test_missing_or_ill_typed_fields_say_what_was_wrong(tmp_path, payload, probl
     assert result.status == "failed"
     assert result.error is not None and result.error.startswith("cmd engine: ") and problem in result.error
     assert "\n" not in result.error
+
+
+def test_latency_is_read_when_the_command_reports_it(tmp_path):
+    line = json.dumps({**GOOD_RESULT, "latency": {"tpot_p99_ms": 9.5, "ttft_p99_ms": 120}})
+    result = run(CmdEngine(command=printing(tmp_path, line)))
+    assert result.status == "ok" and result.latency == {"tpot_p99_ms": 9.5, "ttft_p99_ms": 120.0}
 
 
 def test_ok_line_with_nonzero_exit_is_not_trusted(tmp_path):

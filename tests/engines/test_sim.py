@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -439,3 +440,36 @@ def test_time_scale_makes_a_restart_take_its_scaled_wall_time():
 def test_time_scale_must_be_a_non_negative_number(bad):
     with pytest.raises(EngineError, match=r"engine\.time_scale must be a number >= 0"):
         sim(time_scale=bad)
+
+
+# -- latency ----------------------------------------------------------------------------------------------
+
+
+def test_a_restart_reports_latency_and_batching_trades_ttft_for_tpot():
+    e = sim("h200", "dense")
+    wl = Workload(num_prompts=32, input_len=128, output_len=128, concurrency=32, slo=(("tpot_p99_ms", 1e9),))
+    small, big = (dataclasses.replace(BASE, engine_args={"max_num_seqs": n}) for n in (4, 32))
+    for c in (small, big):  # the first start of each is cold: slow, recorded, not what we compare
+        assert e.run_restart(c, wl, restart=0, seed=0).cold
+    lat = {n: e.run_restart(c, wl, restart=1, seed=1).latency for n, c in ((4, small), (32, big))}
+    for values in lat.values():
+        for key in ("ttft_p50_ms", "ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2el_p99_ms", "request_throughput"):
+            assert values[key] > 0
+        assert values["ttft_p50_ms"] <= values["ttft_p99_ms"] and values["requests"] == 32 * wl.timed_passes
+        assert values["goodput"] == pytest.approx(values["request_throughput"]), "no request misses a huge limit"
+    # Four at a time: later requests queue for earlier waves (TTFT), but each step is lighter (TPOT).
+    assert lat[4]["ttft_p99_ms"] > 3 * lat[32]["ttft_p99_ms"]
+    assert lat[4]["tpot_p99_ms"] < lat[32]["tpot_p99_ms"]
+    truth = e.true_latency(big, wl)
+    assert truth is not None and truth["tpot_p99_ms"] == pytest.approx(lat[32]["tpot_p99_ms"], rel=0.3)
+
+
+def test_a_token_budget_limits_the_batch_by_the_verification_width():
+    e = sim("h200", "dense")
+    wl = Workload(num_prompts=32, input_len=128, output_len=128, concurrency=32)
+    spec = cfg(None, k=2)
+    budgeted = dataclasses.replace(spec, engine_args={"max_num_seqs": 32, "max_num_batched_tokens": 30})
+    free = dataclasses.replace(spec, engine_args={"max_num_seqs": 32})
+    assert e.true_throughput(budgeted, wl) < e.true_throughput(free, wl)
+    ran = e.resolve(budgeted).details["engine_args"]
+    assert ran == {"max_num_seqs": 32, "max_num_batched_tokens": 30}

@@ -21,13 +21,15 @@ import pytest
 from autotune.engines import EngineError, make_engine
 from autotune.engines.vllm import VllmEngine
 from autotune.engines.vllm._forkserver import ForkHost
-from autotune.records import EngineConfig, RestartStatus, Workload
+from autotune.records import Dataset, EngineConfig, RestartStatus, Workload
 from tests.engines.test_vllm_launcher import _alive, _wait_gone
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="process checks read /proc")
 
 FAKE_VLLM = Path(__file__).resolve().parents[1] / "data" / "fake-vllm"
-WORKLOAD = Workload(num_prompts=2, input_len=8, output_len=4, concurrency=2, timed_passes=2)
+# Token-id prompts: the fake vLLM has no tokenizer (a real checkpoint would get autotune's text prompts).
+WORKLOAD = Workload(num_prompts=2, input_len=8, output_len=4, concurrency=2, timed_passes=2,
+                    dataset=Dataset("synthetic"))
 
 
 def _config(behaviour: str) -> EngineConfig:

@@ -19,6 +19,7 @@ from autotune.engines import EngineError, make_engine
 from autotune.engines.vllm import VllmEngine
 from autotune.engines.vllm import _runner as runner
 from autotune.engines.vllm._launcher import kill_group, launch, tail_text
+from autotune.workload import DEFAULT_PROMPTS
 from autotune.records import EngineConfig, RestartStatus, Workload
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="process checks read /proc")
@@ -304,7 +305,9 @@ def test_restart_result_from_a_fake_runner(tmp_path: Path, monkeypatch: pytest.M
     assert seen["cache_root"] == str(tmp_path / "study" / "vllm-cache"), "study-local compile cache by default"
     assert request["env"]["MY_VAR"] == "1" and request["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert request["seed"] == 8 and request["llm_kwargs"]["seed"] == 8
-    assert request["workload"] == WORKLOAD.to_dict()
+    # A space without a dataset runs autotune's shipped prompts on a real checkpoint.
+    assert request["workload"] == {**WORKLOAD.to_dict(),
+                                   "dataset": {"source": "jsonl", "path": str(DEFAULT_PROMPTS), "name": None, "args": {}}}
     # One synthetic rate per draft position: the space's longer list is cut to K.
     assert request["llm_kwargs"]["speculative_config"]["synthetic_acceptance_rates"] == [0.8, 0.6, 0.5]
     assert request["llm_kwargs"]["compilation_config"] == {"cudagraph_mode": "FULL",
@@ -432,12 +435,14 @@ def test_acceptance_length_from_counter_deltas() -> None:
     assert runner.accept_length(after, after) is None
 
 
-def test_runner_module_imports_only_the_standard_library() -> None:
+@pytest.mark.parametrize("name", ["_runner.py", "_dataset.py"])
+def test_runner_module_imports_only_the_standard_library(name: str) -> None:
     import ast
 
-    tree = ast.parse(Path(runner.__file__).read_text())
-    allowed = {"__future__", "json", "os", "random", "shutil", "socket", "subprocess", "sys", "tempfile", "time",
-               "traceback", "typing", "urllib"}
+    tree = ast.parse((Path(runner.__file__).parent / name).read_text())
+    # _dataset is the runner's sibling, imported from the runner's own directory.
+    allowed = {"__future__", "json", "math", "os", "random", "shutil", "socket", "subprocess", "sys", "tempfile",
+               "time", "traceback", "typing", "urllib", "_dataset"}
     for node in tree.body:  # module level: what runs before the request is read
         if isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]
@@ -446,7 +451,7 @@ def test_runner_module_imports_only_the_standard_library() -> None:
         else:
             continue
         for module in modules:
-            assert module.split(".")[0] in allowed, f"_runner.py must run without autotune installed: {module}"
+            assert module.split(".")[0] in allowed, f"{name} must run without autotune installed: {module}"
 
 
 # -- the audit through a fake engine process ---------------------------------------------------------------

@@ -20,6 +20,9 @@ from autotune.space import load_space
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACE = ROOT / "search_spaces" / "cpu-tiny.yaml"
+SLO_SPACE = ROOT / "search_spaces" / "cpu-tiny-slo.yaml"
+LATENCY_KEYS = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2el_p50_ms",
+                "e2el_p99_ms", "request_throughput")
 PIECEWISE_NGRAM = {"cudagraph_mode": "PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 3,
                    "draft": "ngram"}
 SILENT_DOWNGRADE = "cudagraph_mode: configured PIECEWISE -> resolved NONE"
@@ -192,34 +195,17 @@ def test_cli_tune_with_ngram_flags_the_piecewise_downgrade(tmp_path: Path, cache
     assert any(SILENT_DOWNGRADE in w["differences"] for w in report["warnings"])
 
 
-def _model_with_tokenizer(src: Path, dst: Path) -> Path:
-    """A copy of the tiny model with a word-level tokenizer ("t0" ... "tN"): ``vllm bench serve`` needs one.
-
-    Random token ids decode to "t17 t503 ..." and encode back to the same ids, so the benchmark's prompt
-    lengths are exact.
-    """
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    config = json.loads((src / "config.json").read_text())
-    vocab = {f"t{i}": i for i in range(config["vocab_size"])}
-    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t0", bos_token="t1", eos_token="t2")
-    dst.mkdir(parents=True)
-    fast.save_pretrained(dst)
-    (dst / "config.json").write_text(json.dumps(config))
-    return dst
-
-
 def test_serve_mode_measures_with_vllm_bench_serve(space, cache_dir: str, tmp_path: Path) -> None:
     import dataclasses
 
-    model = _model_with_tokenizer(ROOT / "tests" / "data" / "tiny-llama", tmp_path / "tiny-llama-tok")
+    # The tiny model's own tokenizer (tests/data/make_tokenizer.py) and the SLO space's text prompts, which the
+    # runner prepares (chat template) and hands to `vllm bench serve` as its custom dataset.
     args = {k: v for k, v in space.engine_args.items() if k != "skip_tokenizer_init"}
-    serve_space = dataclasses.replace(space, engine_args={**args, "model": str(model)})
+    serve_space = dataclasses.replace(space, engine_args=args)
     # One warm-up and one timed pass: each `vllm bench serve` is a fresh process that imports vLLM (~10 s).
-    workload = dataclasses.replace(space.workload, warmup_passes=1, max_warmup_passes=1, timed_passes=1)
+    text = load_space(SLO_SPACE).workload
+    workload = dataclasses.replace(space.workload, dataset=text.dataset, repetitive_prompts=False, warmup_passes=1,
+                                   max_warmup_passes=1, timed_passes=1, slo=(("ttft_p99_ms", 1e7),))
     engine = _engine(space, cache_dir, mode="serve")
     engine.check(serve_space)
     config = serve_space.config_from_params(PIECEWISE_NGRAM)
@@ -229,7 +215,52 @@ def test_serve_mode_measures_with_vllm_bench_serve(space, cache_dir: str, tmp_pa
     assert result.status == RestartStatus.OK, f"{result.error}\n{result.log_tail}"
     assert len(result.passes_tok_s) == 1 and result.passes_tok_s[0] > 0
     assert len(result.warmup_tok_s) == 1
+    # Latency from `vllm bench serve --save-detailed`, per request of the timed pass.
+    latency = result.latency
+    assert all(latency[k] > 0 for k in (*LATENCY_KEYS, "itl_p99_ms")), latency
+    assert latency["ttft_p50_ms"] <= latency["ttft_p99_ms"] <= latency["e2el_p99_ms"]
+    assert latency["requests"] == workload.num_prompts
+    assert latency["goodput"] == pytest.approx(latency["request_throughput"]), "a 10^7 ms limit keeps every request"
     assert result.resolved is not None and result.resolved.cudagraph_mode == "NONE"
     assert result.resolved.details["resolved_from"].startswith("engine-core start-up log")
     assert SILENT_DOWNGRADE in [str(d) for d in config_differences(config, result.resolved)]
     assert any("Async scheduling not supported with ngram" in n for n in result.resolved.notes)
+
+
+def test_cli_slo_study_on_text_prompts_records_latency_and_an_infeasible_configuration(tmp_path: Path,
+                                                                                     cache_dir: str) -> None:
+    """The tiny model with its tokenizer on text prompts, max_num_seqs searched, a p99 TTFT limit (offline mode)."""
+    import optuna
+
+    from autotune import ledger
+    from autotune.cli import main
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    report_path = tmp_path / "report.json"
+    code = main([
+        "tune", "--space", str(SLO_SPACE), "--engine", "vllm", "--study", "cpu-tiny-slo", "--storage", storage,
+        "--workdir", str(tmp_path / "work"), "--trials", "2", "--restarts", "1", "--no-racing", "--no-verify",
+        "--no-mlflow", "--quiet", "--json", str(report_path),
+        "--engine-opt", f"cache_root={Path(cache_dir) / 'vllm-cache'}",
+        "--enqueue", "max_num_seqs=1",
+    ])
+    assert code == 0
+    book = ledger.load("cpu-tiny-slo", storage)
+    trials = {t.params["max_num_seqs"]: t for t in book.study.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    assert set(trials) == {1, 8}
+    for mns, trial in trials.items():
+        counted = [r for r in book.restarts(trial) if r.ok and not r.cold]
+        assert counted and all(all(r.latency[k] > 0 for k in LATENCY_KEYS) for r in counted), counted
+        # The engine ran the searched value (the runner reads it back from vLLM's scheduler config).
+        assert counted[0].resolved.details["engine_args"] == {"max_num_seqs": mns}
+        assert set(book.latency(trial)) >= set(LATENCY_KEYS)
+    one, eight = (book.latency(trials[n])["ttft_p99_ms"].mean for n in (1, 8))
+    assert one > eight, "one sequence at a time queues the rest"
+    # One at a time, the last request waits for 7 whole requests: Optuna records the limit as missed.
+    assert trials[1].constraints["ttft_p99_ms"] > 0
+    assert [c.key for c in book.slo_checks(trials[1]) if c.fails] == ["ttft_p99_ms"]
+    report = json.loads(report_path.read_text())
+    assert report["slo"] == {"ttft_p99_ms": 200.0} and report["prompts"]["synthetic"] is False
+    assert report["prompts"]["dataset"]["path"].endswith("prompts-tiny.jsonl")
+    missed = {s["trial"]: s["slo_failed"] for s in report["search_latency"]}
+    assert missed[trials[1].number] == ["ttft_p99_ms"]

@@ -42,6 +42,7 @@ from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
 from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
 from autotune.records import Detail, EngineConfig, EngineFacts, Resolved, RestartResult, RestartStatus, Workload
+from autotune.workload import default_dataset
 
 if TYPE_CHECKING:
     from autotune.space import SearchSpace
@@ -391,11 +392,20 @@ class VllmEngine(EngineBackend):
         return {
             "mode": self.settings.mode,
             "llm_kwargs": kwargs,
-            "workload": workload.to_dict(),
+            "workload": self.resolve_workload(workload, kwargs).to_dict(),
             "seed": seed,
             "env": self.runner_env(),
             "steady_tolerance": STEADY_TOLERANCE,
+            # Searched engine arguments: the runner reports what vLLM runs for them (the audit compares).
+            "audit_args": config.searched_engine_args(),
         }
+
+    @staticmethod
+    def resolve_workload(workload: Workload, llm_kwargs: Mapping[str, Any]) -> Workload:
+        """The workload with its dataset decided: a space without one gets :func:`default_dataset`."""
+        if workload.dataset is not None:
+            return workload
+        return dataclasses.replace(workload, dataset=default_dataset(llm_kwargs))
 
     def runner_env(self, with_cache: bool = True) -> dict[str, str]:
         """Variables the runner sets before importing vLLM (they also reach a container this way)."""
@@ -470,6 +480,7 @@ class VllmEngine(EngineBackend):
             warmup_tok_s=tuple(float(x) for x in result.get("warmup_tok_s") or ()),
             accept_len=result.get("accept_len"),
             peak_memory_gib=result.get("peak_memory_gib"),
+            latency={k: float(v) for k, v in dict(result.get("latency") or {}).items() if v is not None},
             **common,
         )
 

@@ -6,6 +6,11 @@ is read. The request is one JSON object on stdin::
 
     {"mode": "offline", "llm_kwargs": {...}, "workload": {...}, "seed": 0, "env": {...}, "steady_tolerance": 0.03}
 
+Prompts are synthetic token ids, or text from ``workload.dataset`` prepared by :mod:`._dataset` (the model's
+tokenizer and chat template). Every timed pass also records each request's latency: offline from vLLM's
+per-request metrics (``RequestOutput.metrics``: every request arrives when the pass starts, so TTFT includes
+waiting for a batch slot; no per-token ITL), serve mode from ``vllm bench serve --save-detailed``.
+
 In ``serve`` mode the runner starts ``vllm serve`` with the same arguments written as a ``--config`` file, as a
 child in the runner's own process group (so the launcher's group kill stops the server and its engine core
 too), and measures each pass with ``vllm bench serve --max-concurrency``, reading its JSON result.
@@ -33,6 +38,10 @@ import traceback
 import urllib.error
 import urllib.request
 from typing import Any
+
+# The runner runs by path: its sibling module (stdlib only) is imported from this directory.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _dataset  # noqa: E402
 
 READY = "AUTOTUNE_READY"
 PASS = "AUTOTUNE_PASS"
@@ -96,7 +105,21 @@ def accept_length(before: dict[str, float], after: dict[str, float]) -> float | 
     return 1.0 + (after.get(_ACCEPTED, 0.0) - before.get(_ACCEPTED, 0.0)) / drafts
 
 
-def resolved_config(llm: Any) -> dict[str, Any]:
+def resolved_engine_args(config: Any, names: list[str]) -> dict[str, Any]:
+    """The values vLLM runs for the named engine arguments, found by name on its sub-configs (scheduler, cache,
+    model, parallel); names it does not keep are left out."""
+    out: dict[str, Any] = {}
+    for name in names:
+        for part in ("scheduler_config", "cache_config", "model_config", "parallel_config", None):
+            holder = config if part is None else getattr(config, part, None)
+            value = _safe_attr(holder, name) if holder is not None else None
+            if isinstance(value, (bool, int, float, str)):
+                out[name] = value
+                break
+    return out
+
+
+def resolved_config(llm: Any, engine_args: list[str] | None = None) -> dict[str, Any]:
     """What the engine resolved: the worker's compilation config and the facts that change the plan."""
     config = llm.llm_engine.vllm_config
     comp = config.compilation_config
@@ -112,6 +135,8 @@ def resolved_config(llm: Any) -> dict[str, Any]:
     runner_v2 = _safe_attr(config, "use_v2_model_runner")
     if isinstance(runner_v2, bool):
         details["model_runner"] = "v2" if runner_v2 else "v1"
+    if engine_args:
+        details["engine_args"] = resolved_engine_args(config, engine_args)
     compile_mode = getattr(comp, "mode", None)
     if compile_mode is None:
         compile_mode = getattr(comp, "level", None)  # older vLLM names it level
@@ -172,6 +197,16 @@ def peak_memory_gib() -> float | None:
     return torch.cuda.max_memory_allocated() / 2**30
 
 
+def offline_timing(output: Any) -> dict[str, Any] | None:
+    """One finished request's timings from vLLM's per-request stats (``None`` when stats are off)."""
+    stats = getattr(output, "metrics", None)
+    if stats is None or not getattr(stats, "first_token_ts", 0.0):
+        return None
+    ttft = float(stats.first_token_latency)
+    decode = float(stats.last_token_ts) - float(stats.first_token_ts)
+    return _dataset.request_timing(ttft, ttft + decode, int(stats.num_generation_tokens), None)
+
+
 class Passes:
     """Runs timed generate() passes and reports each one."""
 
@@ -187,6 +222,7 @@ class Passes:
         seconds = time.perf_counter() - start
         after = spec_counters(self.llm)
         tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+        timings = [t for t in map(offline_timing, outputs) if t is not None]
         record = {
             "kind": kind,
             "index": index,
@@ -195,9 +231,15 @@ class Passes:
             "tok_s": tokens / seconds if seconds > 0 else 0.0,
             "accept_len": accept_length(before, after),
             "counters": after,
+            "timings": timings,
         }
-        emit(PASS, {k: v for k, v in record.items() if k != "counters"})
+        emit(PASS, _pass_line(record))
         return record
+
+
+def _pass_line(record: dict[str, Any]) -> dict[str, Any]:
+    # The marker line carries the pass's numbers, not every request's timings.
+    return {k: v for k, v in record.items() if k not in ("counters", "timings")}
 
 
 def warm_up(passes: Any, workload: dict[str, Any], tolerance: float) -> list[dict[str, Any]]:
@@ -229,9 +271,16 @@ def is_steady(tok_s: list[float], tolerance: float) -> bool:
 
 
 def measurement(startup_s: float, resolved: Any, device: Any, warmups: list[dict[str, Any]],
-                timed: list[dict[str, Any]], before: dict[str, Any], peak_gib: float | None) -> dict[str, Any]:
-    """The restart's result as the engine reads it, the same for offline and serve mode."""
+                timed: list[dict[str, Any]], before: dict[str, Any], peak_gib: float | None,
+                slo: dict[str, float] | None = None) -> dict[str, Any]:
+    """The restart's result as the engine reads it, the same for offline and serve mode.
+
+    Latency percentiles pool every request of the timed passes (warm-up excluded).
+    """
+    timings = [t for p in timed for t in p.get("timings") or ()]
+    latency = _dataset.latency_summary(timings, sum(p["seconds"] for p in timed), slo or {}) if timings else {}
     return {
+        "latency": latency,
         "startup_s": startup_s,
         "resolved": resolved,
         "device": device,
@@ -255,23 +304,40 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     kwargs.setdefault("disable_log_stats", False)  # acceptance counters come from the stats loggers
     llm = LLM(**kwargs)
     startup_s = time.monotonic() - start
-    resolved = resolved_config(llm)
+    resolved = resolved_config(llm, list(request.get("audit_args") or ()))
     device = device_facts()
     emit(READY, {"startup_s": startup_s, "resolved": resolved, "device": device,
                  "preloaded": request.get("preloaded")})
 
     workload = request["workload"]
-    vocab = int(llm.llm_engine.model_config.get_vocab_size())
-    prompts = [{"prompt_token_ids": tokens} for tokens in build_prompts(workload, vocab)]
-    params = SamplingParams(
-        max_tokens=int(workload["output_len"]), min_tokens=int(workload["output_len"]), ignore_eos=True,
-        temperature=0.0, seed=int(request.get("seed", 0)), detokenize=False,
-    )
-    passes = Passes(llm, prompts, params)
+    seed = int(request.get("seed", 0))
+
+    def params(output_len: int) -> Any:
+        # ignore_eos with a fixed length: every pass of every configuration generates the same tokens' worth.
+        return SamplingParams(max_tokens=output_len, min_tokens=output_len, ignore_eos=True, seed=seed,
+                              temperature=float(workload.get("temperature", 0.0)),
+                              top_p=float(workload.get("top_p", 1.0)), detokenize=False)
+
+    if is_text(workload):
+        requests = _dataset.load_requests(workload, llm.get_tokenizer(), llm.llm_engine.model_config.max_model_len)
+        prompts: list[Any] = [{"prompt": r["prompt"]} for r in requests]
+        sampling: Any = [params(int(r["output_len"])) for r in requests]
+    else:
+        vocab = int(llm.llm_engine.model_config.get_vocab_size())
+        prompts = [{"prompt_token_ids": tokens} for tokens in build_prompts(workload, vocab)]
+        sampling = params(int(workload["output_len"]))
+    passes = Passes(llm, prompts, sampling)
     warmups = warm_up(passes, workload, float(request.get("steady_tolerance", 0.03)))
     before = spec_counters(llm)
     timed = [passes.run("timed", i) for i in range(int(workload.get("timed_passes", 1)))]
-    return measurement(startup_s, resolved, device, warmups, timed, before, peak_memory_gib())
+    return measurement(startup_s, resolved, device, warmups, timed, before, peak_memory_gib(),
+                       dict(workload.get("slo") or {}))
+
+
+def is_text(workload: dict[str, Any]) -> bool:
+    """True when the workload's prompts come from a dataset rather than synthetic token ids."""
+    dataset = workload.get("dataset") or {}
+    return dataset.get("source") not in (None, "synthetic")
 
 
 # -- serve mode -------------------------------------------------------------------------------------------
@@ -323,6 +389,49 @@ def wait_healthy(server: subprocess.Popen[bytes], port: int) -> None:
         time.sleep(_HEALTH_POLL_S)
 
 
+def serve_dataset_argv(request: dict[str, Any], workdir: str) -> list[str]:
+    """``vllm bench serve`` dataset options: the same prompts offline mode runs.
+
+    A JSONL or ShareGPT dataset is prepared here exactly as offline (chat template, length filter, seeded
+    draw) and handed over as vLLM's ``custom`` dataset with per-request output lengths; a vLLM dataset goes by
+    name to vLLM's own loader; synthetic prompts are vLLM's ``random`` dataset.
+    """
+    workload = request["workload"]
+    dataset = dict(workload.get("dataset") or {})
+    if dataset.get("source") == "vllm":
+        return _dataset.vllm_dataset_argv(dataset, workload)
+    if is_text(workload):
+        from vllm.tokenizers import get_tokenizer
+
+        kwargs = request["llm_kwargs"]
+        tokenizer = get_tokenizer(kwargs.get("tokenizer") or kwargs["model"],
+                                  trust_remote_code=bool(kwargs.get("trust_remote_code", False)))
+        requests = _dataset.load_requests(workload, tokenizer, kwargs.get("max_model_len"))
+        path = os.path.join(workdir, "prompts.jsonl")
+        with open(path, "w") as fh:
+            for r in requests:
+                fh.write(json.dumps({"prompt": r["prompt"], "output_tokens": r["output_len"]}) + "\n")
+        return ["--dataset-name", "custom", "--dataset-path", path, "--custom-output-len", "-1",
+                "--skip-chat-template", "--disable-shuffle", "--num-prompts", str(len(requests)),
+                "--seed", str(workload.get("seed", 0))]
+    return ["--dataset-name", "random", "--random-input-len", str(workload["input_len"]),
+            "--random-output-len", str(workload["output_len"]), "--num-prompts", str(workload["num_prompts"]),
+            "--seed", str(workload.get("seed", 0))]
+
+
+def serve_timings(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per-request timings from a ``--save-detailed`` result (failed requests left out)."""
+    out = []
+    errors = data.get("errors") or []
+    for i, (ttft, e2el, n) in enumerate(zip(data.get("ttfts") or [], data.get("latencies") or [],
+                                            data.get("output_lens") or [])):
+        if i < len(errors) and errors[i]:
+            continue
+        itls = (data.get("itls") or [None] * (i + 1))[i]
+        out.append(_dataset.request_timing(float(ttft), float(e2el), int(n), list(itls or [])))
+    return out
+
+
 class ServePasses:
     """One ``vllm bench serve`` run per pass against the running server."""
 
@@ -331,6 +440,7 @@ class ServePasses:
         self.port = port
         self.workdir = workdir
         self.totals = {_DRAFTS: 0.0, _ACCEPTED: 0.0}
+        self.dataset_argv = serve_dataset_argv(request, workdir)
 
     def command(self, name: str) -> list[str]:
         workload = self.request["workload"]
@@ -338,11 +448,11 @@ class ServePasses:
         return [
             sys.executable, *_VLLM_CLI, "bench", "serve", "--backend", "vllm",
             "--host", "127.0.0.1", "--port", str(self.port), "--model", str(model),
-            "--dataset-name", "random", "--random-input-len", str(workload["input_len"]),
-            "--random-output-len", str(workload["output_len"]), "--num-prompts", str(workload["num_prompts"]),
-            "--max-concurrency", str(workload["concurrency"]), "--ignore-eos", "--temperature", "0",
-            "--seed", str(workload.get("seed", 0)), "--disable-tqdm",
-            "--save-result", "--result-dir", self.workdir, "--result-filename", name,
+            *self.dataset_argv,
+            "--max-concurrency", str(workload["concurrency"]), "--ignore-eos",
+            "--temperature", str(workload.get("temperature", 0.0)), "--top-p", str(workload.get("top_p", 1.0)),
+            "--disable-tqdm", "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--save-result", "--save-detailed", "--result-dir", self.workdir, "--result-filename", name,
         ]
 
     def run(self, kind: str, index: int) -> dict[str, Any]:
@@ -364,8 +474,9 @@ class ServePasses:
             "tok_s": float(data["output_throughput"]),
             "accept_len": data.get("spec_decode_acceptance_length"),
             "counters": dict(self.totals),
+            "timings": serve_timings(data),
         }
-        emit(PASS, {k: v for k, v in record.items() if k != "counters"})
+        emit(PASS, _pass_line(record))
         return record
 
 
@@ -396,7 +507,8 @@ def serve_measure(request: dict[str, Any]) -> dict[str, Any]:
         timed = [passes.run("timed", i) for i in range(int(request["workload"].get("timed_passes", 1)))]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # every pass is already in the log as an AUTOTUNE_PASS line
-    return measurement(startup_s, None, device, warmups, timed, before, None)
+    return measurement(startup_s, None, device, warmups, timed, before, None,
+                       dict(request["workload"].get("slo") or {}))
 
 
 def main() -> int:
