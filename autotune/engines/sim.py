@@ -1,9 +1,11 @@
-"""``sim``: a seeded, deterministic simulated vLLM that never touches a GPU and never sleeps.
+"""``sim``: a seeded, deterministic simulated vLLM that never touches a GPU (and never sleeps unless asked to).
 
 The performance model and its constants live in :mod:`autotune.engines._sim_model`; this module turns a true
 steady-state throughput into what a real restart reports: restart-to-restart noise (partly shared by every
 configuration at one seed, like machine drift), slow cold first starts decided by a compile-cache marker in
 ``cache_dir``, a slow first pass in every process, pass-to-pass noise, start-up and wall time in pretend seconds.
+With ``time_scale`` > 0 a restart also takes ``wall_s * time_scale`` real seconds, so several worker processes
+overlap as real engines would (the multi-worker tests kill them mid-restart; ``docs/scaling.md``).
 
 :meth:`SimEngine.true_throughput` exposes the noiseless truth for tests and benchmarks only: nothing autotune shows
 about real hardware may come from it. See ``docs/simulator.md``.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "model_profile": "dense",
     "engine_version": "0.26.0",
     "noise": None,  # None: the hardware profile's restart-to-restart sd
+    "time_scale": 0.0,  # real seconds per simulated second of a restart's wall time (0: return at once)
 }
 #: Directory under ``cache_dir`` that holds one marker file per compiled configuration.
 COMPILE_CACHE_DIR = "sim-compile-cache"
@@ -57,6 +61,7 @@ class SimEngine(EngineBackend):
         model_profile: ``dense`` (small dense model) or ``moe`` (sparse mixture of experts).
         engine_version: The simulated vLLM version; the start-up rules are keyed on it.
         noise: Restart-to-restart relative sd (default: the hardware profile's).
+        time_scale: Real seconds slept per simulated second of each restart's wall time (default 0: none).
 
     Raises:
         EngineError: an unknown option or value, naming ``engine.<key>`` and the valid choices.
@@ -80,6 +85,9 @@ class SimEngine(EngineBackend):
             raise EngineError(f"sim engine: engine.engine_version {opts['engine_version']!r} is not a version; "
                               "write e.g. \"0.26.0\"") from None
         self.noise_sd = _noise(opts["noise"], self.hardware.noise_sd)
+        self.time_scale = _time_scale(opts["time_scale"])
+        #: How a restart's scaled wall time passes; the scaling benchmark swaps in a simulated clock.
+        self.sleep = time.sleep
         self._compiled: set[str] = set()
         self._plans: dict[str, model.Plan] = {}
         self._steady: dict[tuple[str, Workload], float] = {}
@@ -110,6 +118,12 @@ class SimEngine(EngineBackend):
     # -- EngineBackend -------------------------------------------------------------------------------------
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         """One simulated restart: start-up, warm-up until settled, ``workload.timed_passes`` timed passes."""
+        result = self._restart(config, workload, restart=restart, seed=seed)
+        if self.time_scale and result.wall_s:
+            self.sleep(result.wall_s * self.time_scale)
+        return result
+
+    def _restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         try:
             plan = self._plan(config)
         except model.Rejected as exc:
@@ -228,6 +242,13 @@ def _noise(value: Any, default: float) -> float:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
         raise EngineError(f"sim engine: engine.noise must be a relative sd >= 0 (e.g. 0.03), got {value!r}")
+    return float(value)
+
+
+def _time_scale(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
+        raise EngineError(f"sim engine: engine.time_scale must be a number >= 0 (real seconds per simulated "
+                          f"second, e.g. 0.01), got {value!r}")
     return float(value)
 
 

@@ -416,3 +416,26 @@ def test_noise_option_and_describe():
     assert facts.to_dict() == {"engine": "sim", "engine_version": "0.26.0", "gpu": "simulated GB10",
                                "profile": "gb10", "model_profile": "dense", "simulated": True}
     assert isinstance(make_engine("sim"), SimEngine)
+
+
+def test_time_scale_makes_a_restart_take_its_scaled_wall_time():
+    slept: list[float] = []
+    engine = sim(time_scale=0.01)
+    engine.sleep = slept.append
+    result = engine.run_restart(cfg("FULL"), WL, restart=0, seed=1)
+    assert result.ok and slept == [pytest.approx(result.wall_s * 0.01)]
+    # Without a time scale nothing sleeps, and the scale never changes what a restart reports.
+    quiet = sim()
+    quiet.sleep = slept.append
+    assert quiet.run_restart(cfg("FULL"), WL, restart=0, seed=1).to_dict() == result.to_dict()
+    assert len(slept) == 1
+    # A real sleep: the restart takes its scaled time on the wall clock.
+    started = time.monotonic()
+    timed = sim(time_scale=0.002).run_restart(cfg("FULL"), WL, restart=1, seed=1)
+    assert time.monotonic() - started >= timed.wall_s * 0.002 * 0.9
+
+
+@pytest.mark.parametrize("bad", [-1, "fast", float("nan"), True])
+def test_time_scale_must_be_a_non_negative_number(bad):
+    with pytest.raises(EngineError, match=r"engine\.time_scale must be a number >= 0"):
+        sim(time_scale=bad)
