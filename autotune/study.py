@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import warnings
 from collections.abc import Sequence
@@ -22,13 +21,15 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import ledger as _ledger
 from autotune.engines import EngineBackend
 from autotune.events import StudyContext, StudyObserver, notify
+from autotune.fingerprint import check_resume, fingerprint
 from autotune.ledger import DEFAULT_STORAGE, Ledger, StudyMeta, TrialRecord
-from autotune.measure import measure_restart, summarize
+from autotune.measure import TrialSummary, measure_restart, summarize
 from autotune.options import StudyOptions
 from autotune.racing import Decision, RacingPruner, decide_trial
-from autotune.records import EngineConfig, EngineFacts, RestartResult
+from autotune.records import EngineConfig, EngineFacts, RestartResult, speculation_plan_change
 from autotune.space import Infeasible, SearchSpace
-from autotune.verify import Candidate, SearchEvidence, Verification, run_verification
+from autotune.studydir import check_owned, prepare_study_dir
+from autotune.verify import BASELINE, Candidate, SearchEvidence, Verification, run_verification
 from autotune.verify import select_candidates as select_verified
 
 __all__ = [
@@ -152,7 +153,8 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
             break
         if not _search_may_start(ledger, options, 1):
             break  # budget: keep what we have
-    summary = summarize(config, restarts, options.confidence, options.interval_method)
+    summary = _flag_speculation_change(ledger, config,
+                                       summarize(config, restarts, options.confidence, options.interval_method))
     ledger.record_summary(trial, summary)
     if reason and state == TrialState.FAIL:
         ledger.record_failure(trial, reason)
@@ -165,6 +167,17 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
     return TrialRecord(trial.number, state.name, config, tuple(restarts), summary,
                        reason if state == TrialState.FAIL else None,
                        value=summary.mean if state == TrialState.COMPLETE else None)
+
+
+def _flag_speculation_change(ledger: Ledger, config: EngineConfig, summary: TrialSummary) -> TrialSummary:
+    """Add the default capture mode speculation changed (see :func:`speculation_plan_change`) to the trial's
+    differences, so the trial, the report and MLflow all flag it."""
+    if config.cudagraph_mode is not None or not config.num_speculative_tokens:
+        return summary  # only a default mode with speculation on can hide this change
+    change = speculation_plan_change(config, summary.resolved_mode, ledger.mode_without_speculation(config))
+    if change is None or any(d.startswith(f"{change.field}:") for d in summary.differences):
+        return summary  # already flagged (a default that resolved to NONE)
+    return dataclasses.replace(summary, differences=(*summary.differences, str(change)))
 
 
 def _search(ctx: StudyContext, observers: Sequence[StudyObserver]) -> None:
@@ -238,12 +251,22 @@ def _verify_may_start(ledger: Ledger, options: StudyOptions, extra: int) -> bool
     return True
 
 
+def _runnable(space: SearchSpace, candidate: Candidate) -> Candidate:
+    """The candidate with its configuration rebuilt from the space: stored ones have their credentials redacted."""
+    config = space.baseline() if candidate.role == BASELINE else space.config_from_params(candidate.config.params)
+    if config.key() != candidate.config.key():
+        raise RuntimeError(f"verification candidate {candidate.config.label()} no longer matches the space "
+                           "it was chosen from")  # the study fingerprint check stops edited spaces before this
+    return dataclasses.replace(candidate, config=config)
+
+
 def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verification:
     ledger, options = ctx.ledger, ctx.options
     candidates = ledger.verify_candidates()
     if candidates is None:
         candidates = select_candidates(ledger, ctx.space, options.verify_top_k)
         ledger.record_verify_candidates(candidates)
+    candidates = [_runnable(ctx.space, c) for c in candidates]
 
     def on_result(cand: Candidate, result: RestartResult) -> None:
         notify(observers, "on_restart", ctx, "verify", f"verify {cand.config.label()}", result)
@@ -298,15 +321,21 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
         Interrupted: Ctrl-C or SIGTERM; everything finished so far is stored and the same command resumes.
         autotune.ledger.LedgerError: the stored study has a schema this autotune does not read.
     """
+    # Before anything is deleted: the study's directory must be one autotune created (or none yet).
+    check_owned(options.workdir, options.study_name)
     ledger, resumed = open_study(options)
-    cache_dir = options.cache_dir
-    if options.fresh:
-        # Starting over means cold caches too: a study-local compile cache left by the deleted study would make
-        # its first starts look warm.
-        shutil.rmtree(cache_dir, ignore_errors=True)
-    os.makedirs(cache_dir, exist_ok=True)
+    # Starting over means cold caches too: a study-local compile cache left by the deleted study would make its
+    # first starts look warm. Only a directory autotune created for this study is emptied.
+    cache_dir = str(prepare_study_dir(options.workdir, options.study_name, fresh=options.fresh))
+    facts = EngineFacts.of(engine.describe())
+    measures = fingerprint(space, facts)
+    stored = ledger.fingerprint()
+    if resumed:
+        check_resume(stored, measures, options.study_name)
+    if stored is None:
+        ledger.record_fingerprint(measures)
     engine.cache_dir = engine.cache_dir or cache_dir
-    ctx = StudyContext(options, space, engine, EngineFacts.of(engine.describe()), ledger, resumed)
+    ctx = StudyContext(options, space, engine, facts, ledger, resumed)
     ledger.recover_interrupted()
     if not ledger.baselines_enqueued():
         for params in [*space.baseline_params(), *options.enqueue]:
