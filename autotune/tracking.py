@@ -588,8 +588,6 @@ def _outcome(report: Report) -> tuple[dict[str, str], dict[str, float], dict[str
         if winner.differences:
             # The winner did not run as configured (or speculation changed its default plan): say so on the run.
             tags["winner.resolved_differences"] = "; ".join(winner.differences)
-    if report.no_result:
-        tags["no_result"] = report.no_result
         for name, entry in (("winner", winner), ("baseline", baseline)):
             if entry is None:
                 continue
@@ -604,6 +602,8 @@ def _outcome(report: Report) -> tuple[dict[str, str], dict[str, float], dict[str
                 value = _finite(raw)
                 if value is not None:
                     metrics[metric] = value
+    if report.no_result:
+        tags["no_result"] = report.no_result
     return params, metrics, tags
 
 
