@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import ledger as _ledger
 from autotune.engines import EngineBackend
+from autotune.engines._process import stop_orphans
 from autotune.events import StudyContext, StudyObserver, notify
 from autotune.fingerprint import check_resume, fingerprint
 from autotune.ledger import DEFAULT_STORAGE, Ledger, StudyMeta, TrialRecord
@@ -323,6 +324,8 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
     """
     # Before anything is deleted: the study's directory must be one autotune created (or none yet).
     check_owned(options.workdir, options.study_name)
+    # An autotune killed with SIGKILL could not stop its engines: they would hold the GPU and skew every restart.
+    stop_orphans()
     ledger, resumed = open_study(options)
     # Starting over means cold caches too: a study-local compile cache left by the deleted study would make its
     # first starts look warm. Only a directory autotune created for this study is emptied.

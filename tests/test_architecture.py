@@ -10,12 +10,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
 
 #: docs/architecture.md's layers, lowest first. A module may import its own layer and the ones before it.
 LAYERS = [
-    {"autotune", "autotune.records", "autotune.status"},
+    {"autotune", "autotune.records", "autotune.status", "autotune.redact"},
     {"autotune.space", "autotune.measure"},
     {"autotune.engines", "autotune.racing", "autotune.verify"},
-    {"autotune.ledger", "autotune.options", "autotune.events", "autotune.study"},
+    {"autotune.ledger", "autotune.options", "autotune.events", "autotune.study", "autotune.fingerprint",
+     "autotune.studydir"},
     {"autotune.report", "autotune.plots", "autotune.tracking", "autotune.progress"},
-    {"autotune.cli", "autotune.cli_helpers", "autotune.export", "autotune.ui", "autotune.audit", "autotune.bench", "autotune.bench_coverage",
+    {"autotune.cli", "autotune.cli_helpers", "autotune.preflight", "autotune.export", "autotune.ui", "autotune.audit",
+     "autotune.bench", "autotune.bench_coverage",
      "autotune.__main__"},
 ]
 

@@ -14,7 +14,7 @@ from autotune.report import build_report, render_report
 from autotune.space import parse_space
 from autotune.status import ExitStatus
 from autotune.study import StudyOptions, run_study
-from tests.fakes import SMALL_SPACE, TableEngine
+from tests.conftest import SMALL_SPACE, FakeEngine
 
 
 def _options(tmp_path: Path, **kw) -> StudyOptions:
@@ -45,7 +45,7 @@ def test_a_missing_engine_command_exits_non_zero_and_export_refuses(tmp_path, ca
 def test_a_failed_baseline_claims_no_speedup(tmp_path):
     space = parse_space(SMALL_SPACE)
     baseline_key = space.baseline().key()
-    engine = TableEngine(lambda c: 100.0 + 50 * c.num_speculative_tokens, fail=lambda c: c.key() == baseline_key)
+    engine = FakeEngine(lambda c: 100.0 + 50 * c.num_speculative_tokens, fail=lambda c: c.key() == baseline_key)
     report = build_report(run_study(space, engine, _options(tmp_path)))
     assert report.no_result and "baseline" in report.no_result
     text = render_report(report)
@@ -53,18 +53,18 @@ def test_a_failed_baseline_claims_no_speedup(tmp_path):
 
 
 def test_no_verify_with_every_trial_failed_is_no_result(tmp_path):
-    engine = TableEngine(lambda c: 100.0, fail=lambda c: True)
+    engine = FakeEngine(lambda c: 100.0, fail=lambda c: True)
     report = build_report(run_study(parse_space(SMALL_SPACE), engine, _options(tmp_path, verify=False)))
     assert report.no_result.startswith("no search trial was measured: restart 0 failed")
 
 
 def test_a_measured_study_has_a_result(tmp_path):
-    engine = TableEngine(lambda c: 100.0 + 50 * c.num_speculative_tokens)
+    engine = FakeEngine(lambda c: 100.0 + 50 * c.num_speculative_tokens)
     report = build_report(run_study(parse_space(SMALL_SPACE), engine, _options(tmp_path)))
     assert report.no_result is None and report.verdict == "faster"
 
 
-class AlwaysCold(TableEngine):
+class AlwaysCold(FakeEngine):
     """An engine whose cold flag never clears (e.g. a compile cache that is not kept between restarts)."""
 
     def run_restart(self, config, workload, *, restart, seed):
@@ -85,7 +85,7 @@ def test_report_json_holds_search_trials_resolved_plans_and_every_restart(tmp_pa
                         cudagraph_capture_sizes=config.capture_sizes or (1, 2, 4))
 
     options = _options(tmp_path, trials=8)
-    ledger = run_study(parse_space(SMALL_SPACE), TableEngine(lambda c: 100.0, resolve=resolve), options)
+    ledger = run_study(parse_space(SMALL_SPACE), FakeEngine(lambda c: 100.0, resolve=resolve), options)
     report = json.loads(json.dumps(build_report(ledger).to_json(), default=str))
     trials = report["search_trials"]
     assert [t["trial"] for t in trials] == sorted(t.number for t in ledger.study.trials
@@ -101,7 +101,7 @@ def test_report_json_holds_search_trials_resolved_plans_and_every_restart(tmp_pa
 
 def test_duplicates_are_shown_in_the_text_report(tmp_path):
     tiny = {**SMALL_SPACE, "search": {"cudagraph_mode": ["NONE"], "num_speculative_tokens": {"low": 0, "high": 0}}}
-    ledger = run_study(parse_space(tiny), TableEngine(lambda c: 100.0), _options(tmp_path, trials=4, verify=False))
+    ledger = run_study(parse_space(tiny), FakeEngine(lambda c: 100.0), _options(tmp_path, trials=4, verify=False))
     report = build_report(ledger)
     assert report.trials.duplicates > 0
     text = render_report(report)

@@ -14,7 +14,7 @@ import yaml
 from autotune.cli import raw_main
 from autotune.redact import REDACTED, is_secret_key, redact, redact_command, redact_text, redact_uri
 from autotune.status import ExitStatus
-from tests.test_tracking import store
+from tests.conftest import store
 
 API_KEY = "sk-live-51Habcdefghijklmnopqrstuv"
 HF_TOKEN = "hf_QwErTyUiOpAsDfGhJkLzXcVbNm1234"
@@ -96,14 +96,14 @@ def test_the_recorded_command_hides_credentials(tmp_path, monkeypatch):
     from autotune.space import load_space
     from autotune.study import StudyOptions, run_study
     from autotune.tracking import MlflowTracker
-    from tests.fakes import TableEngine
+    from tests.conftest import FakeEngine
 
     uri = store(tmp_path)
     command = ("autotune", "tune", "--storage", f"postgresql://bob:{PASSWORD}@db/optuna", "--tracking-uri",
                f"http://alice:{PASSWORD}@mlflow:5000", "--engine-opt", f"api_key={API_KEY}", "--hf-token", HF_TOKEN)
     options = StudyOptions(study_name="cmd", storage=f"sqlite:///{tmp_path}/o.db", workdir=str(tmp_path / "w"),
                            trials=2, verify=False, command=command)
-    run_study(load_space("search_spaces/gb10.yaml"), TableEngine(lambda c: 100.0), options,
+    run_study(load_space("search_spaces/gb10.yaml"), FakeEngine(lambda c: 100.0), options,
               [MlflowTracker(tracking_uri=uri, stream=io.StringIO())])
     recorded = list((tmp_path / "mlruns").rglob("command.txt"))
     assert recorded, "command.txt was not logged"
@@ -197,10 +197,10 @@ def test_verification_and_resume_run_with_the_real_credential(tmp_path):
     from autotune.racing import RacingPolicy
     from autotune.space import load_space
     from autotune.study import StudyOptions, run_study
-    from tests.fakes import TableEngine
+    from tests.conftest import FakeEngine
 
     space = load_space(_secret_space(tmp_path))
-    engine = TableEngine(lambda c: 100.0 + 10 * c.num_speculative_tokens,
+    engine = FakeEngine(lambda c: 100.0 + 10 * c.num_speculative_tokens,
                          fail=lambda c: c.engine_args.get("api_key") != API_KEY)
     options = StudyOptions(study_name="real", storage=f"sqlite:///{tmp_path}/o.db", workdir=str(tmp_path / "w"),
                            trials=4, policy=RacingPolicy(min_restarts=2, racing=False), top_k=2, verify_restarts=2)

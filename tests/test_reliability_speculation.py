@@ -10,8 +10,8 @@ from autotune.report import build_report, render_report
 from autotune.space import parse_space
 from autotune.study import StudyOptions, run_study
 from autotune.tracking import MlflowTracker
-from tests.fakes import SMALL_SPACE, TableEngine
-from tests.test_tracking import client_for, store
+from tests.conftest import SMALL_SPACE, FakeEngine
+from tests.conftest import store
 
 CHANGED = "cudagraph_mode: configured default (FULL_AND_PIECEWISE without speculation) -> resolved PIECEWISE"
 
@@ -35,7 +35,7 @@ def test_a_default_mode_winner_downgraded_by_speculation_is_flagged_everywhere(t
                            enqueue=({"cudagraph_mode": "default", "capture_sizes": "default",
                                      "num_speculative_tokens": 1, "draft": "ngram"},))
     tracker = MlflowTracker(tracking_uri=store(tmp_path), stream=io.StringIO())
-    ledger = run_study(parse_space(SMALL_SPACE), TableEngine(_truth, resolve=_resolve), options, [tracker])
+    ledger = run_study(parse_space(SMALL_SPACE), FakeEngine(_truth, resolve=_resolve), options, [tracker])
     records = {(r.config.cudagraph_mode, r.config.num_speculative_tokens): r for r in ledger.trial_records()}
     assert CHANGED in records[(None, 2)].summary.differences  # the trial
     assert records[(None, 1)].summary.differences == ()  # same default plan with K=1: nothing to flag
@@ -46,7 +46,9 @@ def test_a_default_mode_winner_downgraded_by_speculation_is_flagged_everywhere(t
     assert any(CHANGED in w.differences for w in report.warnings)  # the report's warning list
     text = render_report(report)
     assert "WARNING: the winner itself did not run as configured" in text and "without speculation" in text
-    client = client_for(tmp_path)
+    import mlflow
+
+    client = mlflow.MlflowClient(store(tmp_path))
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     trial_tags = [r.data.tags.get("resolved.differences", "") for r in runs]
     assert any(CHANGED in t for t in trial_tags)  # MLflow: the trial's run

@@ -42,6 +42,8 @@ __all__ = [
     "group_alive",
     "interrupt_on_sigterm",
     "kill_group",
+    "orphaned_engine_processes",
+    "stop_orphans",
     "tagged_processes",
 ]
 
@@ -160,6 +162,70 @@ def tagged_processes(tag: str) -> list[int]:
         if needle in b"\0" + environ + b"\0":
             found.append(pid)
     return found
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat`` field 22); ``None`` when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 1 :].split()
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def orphaned_engine_processes() -> list[int]:
+    """Live engine processes whose autotune is gone: what a ``kill -9``'d autotune left running.
+
+    Every engine process carries :data:`TAG_ENV`, which starts with the pid of the autotune that started it.
+    When that pid is gone, or now belongs to a process that started after the engine did (a reused pid), no
+    autotune will ever stop the engine.
+    """
+    me = os.getpid()
+    prefix = f"{TAG_ENV}=".encode()
+    found = []
+    for pid in _pids():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        tag = next((v[len(prefix):] for v in environ.split(b"\0") if v.startswith(prefix)), None)
+        if tag is None or not _live(pid):
+            continue
+        try:
+            owner = int(tag.split(b"-", 1)[0])
+        except ValueError:
+            continue
+        if owner == me or owner == pid:
+            continue
+        owner_start, start = _start_ticks(owner), _start_ticks(pid)
+        if _live(owner) and owner_start is not None and start is not None and owner_start <= start:
+            continue  # its autotune still runs and will stop it
+        found.append(pid)
+    return found
+
+
+def stop_orphans() -> list[Survivor]:
+    """Kill the engine processes a killed autotune left running (SIGKILL cannot be handled: the next one cleans up).
+
+    Returns them (also logged as a warning).
+    """
+    killed = []
+    for pid in orphaned_engine_processes():
+        stat = _stat(pid)
+        if stat is None:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(Survivor(pid, stat[0]))
+    deadline = time.monotonic() + _KILL_WAIT_S
+    for s in killed:
+        while time.monotonic() < deadline and _live(s.pid):
+            time.sleep(_POLL_S)
+    if killed:
+        _log.warning("autotune: stopped %d engine process(es) left running by an autotune that was killed: %s",
+                     len(killed), ", ".join(map(str, killed)))
+    return killed
 
 
 def _live(pid: int) -> bool:
