@@ -180,8 +180,9 @@ def check_storage(url: str, write: bool) -> Any:
         raise PreflightError(f"--storage {shown}: not a database URL Optuna can open ({_first_line(exc)}); use e.g. "
                              "sqlite:///mlruns/optuna.db") from None
     except ImportError as exc:
-        raise PreflightError(f"--storage {shown}: the database driver is not installed ({_first_line(exc)}); "
-                             "install it (e.g. pip install psycopg2-binary) or use sqlite:///...") from None
+        driver = exc.name or _first_line(exc)
+        raise PreflightError(f"--storage {shown}: its database driver {driver!r} is not installed; install it into "
+                             "autotune's environment, or use sqlite:///...") from None
     except SQLAlchemyError as exc:
         raise PreflightError(f"--storage {shown}: cannot be used ({_first_line(exc)}); check the URL, the server "
                              "and permissions") from None
