@@ -25,7 +25,7 @@ from autotune.cli_helpers import (
     open_named_study,
     parse_kv,
 )
-from autotune.engines._process import interrupt_on_sigterm
+from autotune.engines._process import interrupt_on_sigterm, stop_live
 from autotune.status import ExitStatus
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "UsageError", "main", "raw_main"]
@@ -308,7 +308,10 @@ def raw_main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> E
     # MLflow runs closed, the same command resumes.
     try:
         with interrupt_on_sigterm():
-            return program(args, out or sys.stdout)
+            try:
+                return program(args, out or sys.stdout)
+            finally:
+                stop_live()  # an engine an interruption caught mid-start must not outlive autotune
     except KeyboardInterrupt as exc:
         name = getattr(exc, "signal_name", None)
         print(f"autotune: interrupted{f' by {name}' if name else ''}", file=sys.stderr)

@@ -20,7 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import ledger as _ledger
 from autotune.engines import EngineBackend
-from autotune.engines._process import stop_orphans
+from autotune.engines._process import stop_live, stop_orphans
 from autotune.events import StudyContext, StudyObserver, notify
 from autotune.fingerprint import check_resume, fingerprint
 from autotune.ledger import DEFAULT_STORAGE, Ledger, StudyMeta, TrialRecord
@@ -351,6 +351,7 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
         if options.verify and not ledger.has_verification():
             _verify(ctx, observers)
     except KeyboardInterrupt as exc:
+        stop_live()  # an engine the interruption caught between its start and its cleanup
         raise Interrupted(f"{_interruption(exc)}; finished work is saved in {options.storage} - run the same "
                           "command again to resume", getattr(exc, "signum", signal.SIGINT)) from None
     notify(observers, "on_study_end", ctx)

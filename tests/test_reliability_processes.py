@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -58,3 +59,30 @@ def test_an_engine_whose_autotune_still_runs_is_left_alone():
         for proc in (engine, owner):
             proc.kill()
             proc.wait()
+
+
+def test_an_interruption_while_an_engine_starts_does_not_leak_it(monkeypatch):
+    from autotune.engines import _process
+
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_ctrl_c(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        started.append(proc)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C lands while the engine starts
+        return proc
+
+    monkeypatch.setattr(_process.subprocess, "Popen", popen_then_ctrl_c)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _process.EngineProcess(["sleep", "600"]):
+                time.sleep(5)
+        _process.stop_live()  # what the study and the command do on an interruption
+        (proc,) = started
+        proc.wait(timeout=10)  # stopped, not left running
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -43,6 +43,7 @@ __all__ = [
     "interrupt_on_sigterm",
     "kill_group",
     "orphaned_engine_processes",
+    "stop_live",
     "stop_orphans",
     "tagged_processes",
 ]
@@ -297,6 +298,27 @@ def _reap_orphans(pids: set[int], sessions: set[int]) -> None:
 
 # -- the process -----------------------------------------------------------------------------------------
 
+#: Engine processes started and not stopped yet (see :func:`stop_live`).
+_LIVE: set[EngineProcess] = set()
+_INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _block_interrupts() -> set[signal.Signals] | None:
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+
+
+def _restore_interrupts(previous: set[signal.Signals] | None) -> None:
+    if previous is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def stop_live() -> None:
+    """Stop every engine process still running: what an interruption between its start and its ``with`` left."""
+    for proc in list(_LIVE):
+        proc.stop()
+
 
 class EngineProcess:
     """One process started for an engine, in its own session, stopped with everything it started.
@@ -322,11 +344,19 @@ class EngineProcess:
         full_env = dict(os.environ if env is None else env)
         full_env[TAG_ENV] = self.tag
         self.argv = list(argv)
-        self.popen: subprocess.Popen[Any] = subprocess.Popen(
-            self.argv, stdin=stdin, stdout=stdout, stderr=stderr, env=full_env, cwd=cwd, start_new_session=True)
-        self.pid = self.popen.pid
         self.survivors: list[Survivor] = []
         self._stopped = False
+        # Ctrl-C or SIGTERM landing while the child starts (Popen waits for its exec) would raise before the
+        # caller's ``with`` holds this object, and the engine would run on unstopped: hold them until the process
+        # is registered; stop_live() stops whatever an interruption leaves registered.
+        blocked = _block_interrupts()
+        try:
+            self.popen: subprocess.Popen[Any] = subprocess.Popen(
+                self.argv, stdin=stdin, stdout=stdout, stderr=stderr, env=full_env, cwd=cwd, start_new_session=True)
+            self.pid = self.popen.pid
+            _LIVE.add(self)
+        finally:
+            _restore_interrupts(blocked)
 
     def __enter__(self) -> EngineProcess:
         return self
@@ -371,6 +401,7 @@ class EngineProcess:
         self.survivors = self._kill_escaped(seen)
         _reap_orphans(set(seen), {self.pid, *seen.values()})
         self._stopped = True
+        _LIVE.discard(self)
         return self.survivors
 
     def _kill_escaped(self, seen: dict[int, int]) -> list[Survivor]:
