@@ -238,6 +238,7 @@ def _inject(engine: str, sig_name: str, target: int, delay: float, tmp: Path, re
     return problems
 
 
+@pytest.mark.timeout(1800)  # 15 kill-and-resume runs per engine: minutes on an idle CI machine, more on a busy one
 @pytest.mark.parametrize("engine", ENGINES)
 def test_killed_and_resumed_runs_keep_every_restart_and_the_verdict(engine, tmp_path_factory):
     runs = RUNS // len(ENGINES) + (1 if ENGINES.index(engine) < RUNS % len(ENGINES) else 0)
