@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from autotune.records import Detail, EngineConfig, EngineFacts, RestartResult, config_differences
+from autotune.redact import redact, redact_text
 from autotune.status import ExitStatus
 
 __all__ = ["AuditRow", "audit_rows", "config_for_audit", "configure_parser", "run", "run_audit"]
@@ -212,7 +213,7 @@ def _print_audit(out: IO[str], config: EngineConfig, result: RestartResult, rows
         startup = "" if result.startup_s is None else f"started in {result.startup_s:.0f} s, "
         print(f"engine ran: {startup}{result.value:.1f} tok/s in one short pass{accept}", file=out)
     else:
-        print(f"engine failed ({result.status}): {result.error}", file=out)
+        print(f"engine failed ({result.status}): {redact_text(result.error or '')}", file=out)
         if result.log_path:
             print(f"  log: {result.log_path}", file=out)
 
@@ -238,4 +239,4 @@ def _write_json(path: str, config: EngineConfig, result: RestartResult, rows: li
         "restart": result.to_dict(),
     }
     with open(path, "w") as fh:
-        json.dump(payload, fh, indent=2, default=str)
+        json.dump(redact(payload), fh, indent=2, default=str)  # the configuration's credentials stay out

@@ -26,7 +26,7 @@ from autotune.cli_helpers import (
     open_named_study,
     parse_kv,
 )
-from autotune.engines._process import interrupt_on_sigterm
+from autotune.engines._process import interrupt_on_sigterm, stop_live
 from autotune.status import ExitStatus
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "UsageError", "main", "raw_main"]
@@ -76,7 +76,7 @@ def _enqueue_params(space: Any, item: str) -> dict[str, Any]:
 
     Searched engine arguments (``max_num_seqs=16``) may be given too; those left out take their baseline value.
     """
-    from autotune.space import DEFAULT, Infeasible
+    from autotune.space import DEFAULT
 
     params = parse_kv([p for p in item.split(",") if p.strip()], "--enqueue")
     dims = {d.name: d.baseline for d in space.engine_dims}
@@ -86,26 +86,30 @@ def _enqueue_params(space: Any, item: str) -> dict[str, Any]:
     if unknown:
         raise UsageError(f"--enqueue {item!r}: unknown parameter(s) {', '.join(sorted(unknown))}; use "
                          f"{', '.join(allowed)}")
-    if full["num_speculative_tokens"] and "draft" not in full:
+    if full["num_speculative_tokens"] and "draft" not in full and space.drafts:
         full["draft"] = space.drafts[0].name
-    try:
-        space.config_from_params(full)
-    except (KeyError, Infeasible) as exc:
-        raise UsageError(f"--enqueue {item!r}: {exc.args[0]}; pick choices declared in {space.source}") from None
-    if full["cudagraph_mode"] not in space.modes:
-        raise UsageError(f"--enqueue {item!r}: cudagraph_mode {full['cudagraph_mode']!r} is not in the space; "
-                         f"use one of {', '.join(space.modes)}")
+    problem = space.params_problem(full)
+    if problem is not None:
+        raise UsageError(f"--enqueue {item!r}: {problem} (choices declared in {space.source})")
     return full
 
 
 def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    from autotune import preflight
     from autotune.racing import RacingPolicy
+    from autotune.redact import redact_command
     from autotune.study import StudyOptions
+    from autotune.studydir import check_owned
+    from autotune.tracking import resolve_tracking_uri
 
     space = load_space_for(args)
     engine_name = args.engine or space.engine.get("name") or "vllm"
     study_name = args.study or default_study_name(space, engine_name)
-    engine = build_engine(space, args.engine, parse_kv(args.engine_opt, "--engine-opt"))
+    preflight.check_study_name_flag(study_name)
+    preflight.check_top_k(args.top_k)
+    preflight.check_seed(args.seed)
+    preflight.check_budget(args.budget_restarts, args.budget_minutes)
+    check_owned(args.workdir, study_name)
     # A restart budget is the limit the user chose: a default trial count must not stop the study first (no
     # trial costs less than one engine start, so the budget itself bounds the trials).
     trials = args.trials if args.trials is not None else (args.budget_restarts or 20)
@@ -123,11 +127,21 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         top_k=args.top_k, verify_restarts=args.verify_restarts, budget_restarts=args.budget_restarts,
         budget_minutes=args.budget_minutes, sampler=args.sampler, seed=args.seed,
         interval_method=args.ci_method, fresh=args.fresh, verify=not args.no_verify,
-        command=tuple(["autotune", *sys.argv[1:]] if sys.argv and "autotune" in sys.argv[0] else ()),
+        command=tuple(redact_command(["autotune", *sys.argv[1:]]) if sys.argv and "autotune" in sys.argv[0] else ()),
         heartbeat_s=args.heartbeat,
     )
     enqueue = [_enqueue_params(space, item) for item in args.enqueue or ()]
     options = dataclasses.replace(options, enqueue=tuple(enqueue))
+    # Everything the study needs but the engine never sees is checked before the first engine start.
+    preflight.check_budget_covers(args.budget_restarts, restarts + options.verify_reserve,
+                                  f"the baseline's {restarts} restart(s)" + (
+                                      f" and verification's {options.verify_reserve}" if options.verify_reserve else ""))
+    if args.json:
+        preflight.check_output_path(args.json, "--json")
+    preflight.check_storage(args.storage, write=True)
+    if not args.no_mlflow:
+        preflight.check_tracking_store(resolve_tracking_uri(args.tracking_uri))
+    engine = build_engine(space, args.engine, parse_kv(args.engine_opt, "--engine-opt"))
     if args.gpus is None:
         return worker.run_here(args, space, engine, options, out)
     groups = worker.gpu_groups_of(args)
@@ -158,16 +172,20 @@ def _configure_report(p: argparse.ArgumentParser) -> None:
 
 
 def _report(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    from autotune.preflight import check_output_path
+    from autotune.redact import redact, redact_text
     from autotune.report import build_report
 
+    if args.json not in (None, "-"):
+        check_output_path(args.json, "--json")
     report = build_report(open_named_study(args))
     if args.json == "-":
-        json.dump(report.to_json(), out, indent=2, default=str)
+        json.dump(redact(report.to_json()), out, indent=2, default=str)
         out.write("\n")
     else:
-        print(report.render(), file=out)
+        print(redact_text(report.render()), file=out)
         if args.json:
-            _write_json(args.json, report.to_json())
+            _write_json(args.json, redact(report.to_json()))
     return ExitStatus.SUCCESS
 
 
@@ -248,17 +266,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """Run the chosen subcommand; bad input becomes a one-line error and a non-zero status."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from autotune.engines import EngineError
+    from autotune.fingerprint import FingerprintMismatch
     from autotune.ledger import LedgerError
+    from autotune.preflight import PreflightError
+    from autotune.redact import redact_text
     from autotune.space import SpaceError
+    from autotune.studydir import NotOwned
 
     try:
         return ExitStatus(args.handler(args, out))
-    except (SpaceError, UsageError, LedgerError) as exc:
-        print(f"autotune: error: {exc}", file=sys.stderr)
+    except (SpaceError, UsageError, LedgerError, PreflightError, NotOwned, FingerprintMismatch) as exc:
+        print(f"autotune: error: {redact_text(str(exc))}", file=sys.stderr)
         return ExitStatus.BAD_INPUT
     except EngineError as exc:
-        print(f"autotune: error: {exc}", file=sys.stderr)
+        print(f"autotune: error: {redact_text(str(exc))}", file=sys.stderr)
+        return ExitStatus.ERROR
+    except SQLAlchemyError as exc:
+        # The store broke mid-command (disk full, a server gone): one line; what was stored before is kept.
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"autotune: error: the study storage failed: {redact_text(first)[:300]}; check --storage and "
+              "disk space, then run the same command again", file=sys.stderr)
         return ExitStatus.ERROR
 
 
@@ -273,7 +303,10 @@ def raw_main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> E
     # MLflow runs closed, the same command resumes.
     try:
         with interrupt_on_sigterm():
-            return program(args, out or sys.stdout)
+            try:
+                return program(args, out or sys.stdout)
+            finally:
+                stop_live()  # an engine an interruption caught mid-start must not outlive autotune
     except KeyboardInterrupt as exc:
         name = getattr(exc, "signal_name", None)
         print(f"autotune: interrupted{f' by {name}' if name else ''}", file=sys.stderr)

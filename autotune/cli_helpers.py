@@ -13,6 +13,8 @@ from typing import Any
 
 from autotune.ledger import DEFAULT_STORAGE, Ledger, latest_study_name, load
 from autotune.workers import STORAGE_ENV
+from autotune.preflight import check_storage
+from autotune.studydir import MAX_NAME_BYTES
 
 __all__ = [
     "UsageError",
@@ -45,7 +47,8 @@ def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
 def default_study_name(space: Any, engine: str) -> str:
     model = str(space.engine_args.get("model", "model")).rstrip("/")
     base = f"{space.name}-{engine}-{os.path.basename(model) or model}"
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", base)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-.") or "study"
+    return name[:MAX_NAME_BYTES]  # a long model path must not make a name the file system refuses
 
 
 def add_store_args(parser: argparse.ArgumentParser) -> None:
@@ -89,5 +92,10 @@ def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_di
 
 
 def open_named_study(args: argparse.Namespace) -> Ledger:
-    """The ledger of the study ``--study`` names in ``--storage`` (the latest one without ``--study``)."""
+    """The ledger of the study ``--study`` names in ``--storage`` (the latest one without ``--study``).
+
+    The store is checked first (:func:`autotune.preflight.check_storage`): a bad URL, a missing or corrupt
+    database is one line, and reading never creates a store.
+    """
+    check_storage(args.storage, write=False)
     return load(args.study or latest_study_name(args.storage), args.storage)

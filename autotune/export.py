@@ -25,7 +25,9 @@ from typing import IO, Any
 import yaml
 
 from autotune.cli_helpers import UsageError, add_store_args, open_named_study
+from autotune.preflight import check_output_path
 from autotune.records import EngineConfig
+from autotune.redact import REDACTED, redact, redact_text, redacted_fields
 from autotune.report import Report, VerifiedRow, build_report
 from autotune.status import ExitStatus
 from autotune.workload import unfit_for_serving
@@ -58,6 +60,8 @@ def winner_config(report: Report) -> EngineConfig:
     Raises:
         NoResult: the study's verification has not finished.
     """
+    if report.no_result:
+        raise NoResult(f"study {report.study!r} has no measured winner to export: {report.no_result}")
     if report.winner is None:
         raise NoResult(f"study {report.study!r} has no finished verification, so there is no winner to export: run "
                        f"`autotune tune --study {report.study}` again (same space) to finish it")
@@ -191,9 +195,13 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
     if args.out and args.format == "vllm-yaml" and not args.out.endswith((".yaml", ".yml")):
         raise UsageError(f"--out {args.out}: vllm serve --config only reads .yaml/.yml files; "
                          "name it e.g. winner.yaml")
+    if args.out:
+        check_output_path(args.out, "--out")
     report = build_report(open_named_study(args))
     try:
-        text = render(report, args.format)
+        # An export is a file people share: the study stores no credential, and studies stored before that
+        # was so lose theirs here.
+        text = redact_text(render(report, args.format))
     except NoResult as exc:
         print(f"autotune: {exc}", file=sys.stderr)
         return ExitStatus.NO_RESULT
@@ -208,6 +216,10 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
     if report.slo_outcome is not None and not report.slo_outcome.winner_meets:
         print(f"autotune: warning: no verified configuration of {report.study!r} met the latency limits "
               f"{dict(report.slo)}; the exported configuration misses them too", file=sys.stderr)
+    hidden = redacted_fields(redact(to_llm_kwargs(report)))
+    if hidden:
+        print(f"autotune: note: {', '.join(hidden)} held credentials and are written as {REDACTED}: fill them in "
+              "(or pass them through the environment, e.g. HF_TOKEN) before serving", file=sys.stderr)
     if report.verdict != "faster":
         print(f"autotune: warning: the winner of {report.study!r} is no better than the baseline (verdict: "
               f"{report.verdict}); exporting it anyway - the engine defaults serve as well",

@@ -5,6 +5,10 @@ a user attribute of the study or of a trial, under one namespaced key per fact; 
 with one owner (this module), like Optuna's own ``_CONSTRAINTS_KEY = "tpe:constraints"``. Other modules call
 the writers and readers here and never name a key.
 
+Every value is redacted on its way in (:mod:`autotune.redact`): configurations are stored with their credentials
+replaced, so a configuration read back is for reports, never for running an engine; the study rebuilds runnable
+configurations from the space and the trial's parameters.
+
 Schema versions:
 
 * ``0``: studies written before this module existed: the same facts under bare keys (``config``, ``meta``)
@@ -23,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 import socket
 import time
 import uuid
@@ -36,9 +39,11 @@ import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.fingerprint import Fingerprint
 from autotune.measure import TrialSummary
 from autotune.objective import LatencyStat, SloCheck, constraint_values
 from autotune.records import EngineConfig, EngineFacts, RestartResult
+from autotune.redact import redact
 from autotune.verify import Candidate, Verification
 
 __all__ = [
@@ -90,6 +95,8 @@ _VERIFY_CANDIDATES_KEY = "autotune:verify_candidates"
 _VERIFY_PROGRESS_KEY = "autotune:verify_progress"
 #: The finished verification (:class:`~autotune.verify.Verification`).
 _VERIFICATION_KEY = "autotune:verification"
+#: What the study measures (:class:`~autotune.fingerprint.Fingerprint`): a resume must measure the same thing.
+_FINGERPRINT_KEY = "autotune:fingerprint"
 #: The MLflow parent run of the study, so a resumed study continues the same run.
 _MLFLOW_PARENT_RUN_KEY = "autotune:mlflow_parent_run_id"
 #: A random id written once by the process that created the study; MLflow finds the study's parent run by it
@@ -172,14 +179,6 @@ def ensure_sqlite_dir(storage: str) -> None:
         path = storage[len("sqlite:///"):]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-
-
-_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^@\s]*@")
-
-
-def redact(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ``***`` (storage and tracking URLs, commands)."""
-    return _CREDENTIALS.sub(r"\g<head>***@", text)
 
 
 def _retry_stale(study: optuna.Study, trial: FrozenTrial) -> None:
@@ -493,7 +492,11 @@ class Ledger:
         return self._key(key) in attrs
 
     def _set_study(self, key: str, value: Any) -> None:
-        self.study.set_user_attr(self._key(key), value)
+        # Every value goes through redaction on its way in: a credential the engine needs never reaches the store.
+        self.study.set_user_attr(self._key(key), redact(value))
+
+    def _set_trial(self, trial: optuna.Trial, key: str, value: Any) -> None:
+        trial.set_user_attr(self._key(key), redact(value))
 
     def _study_attr(self, key: str, default: Any = None) -> Any:
         return self._get(self.study.user_attrs, key, default)
@@ -501,31 +504,31 @@ class Ledger:
     # -- trial writers (on the live optuna.Trial) --------------------------------------------------------
 
     def record_config(self, trial: optuna.Trial, config: EngineConfig) -> None:
-        trial.set_user_attr(self._key(_CONFIG_KEY), config.to_dict())
-        trial.set_user_attr(self._key(_CONFIG_ID_KEY), config.key())
-        trial.set_user_attr(self._key(_LABEL_KEY), config.label())
+        self._set_trial(trial, _CONFIG_KEY, config.to_dict())
+        self._set_trial(trial, _CONFIG_ID_KEY, config.key())
+        self._set_trial(trial, _LABEL_KEY, config.label())
 
     def record_restarts(self, trial: optuna.Trial, restarts: Sequence[RestartResult]) -> None:
-        trial.set_user_attr(self._key(_RESTARTS_KEY), [r.to_dict() for r in restarts])
+        self._set_trial(trial, _RESTARTS_KEY, [r.to_dict() for r in restarts])
 
     def record_summary(self, trial: optuna.Trial, summary: TrialSummary) -> None:
-        trial.set_user_attr(self._key(_SUMMARY_KEY), summary.to_dict())
-        trial.set_user_attr(self._key(_RESOLVED_DIFFERS_KEY), summary.resolved_differs)
+        self._set_trial(trial, _SUMMARY_KEY, summary.to_dict())
+        self._set_trial(trial, _RESOLVED_DIFFERS_KEY, summary.resolved_differs)
         if summary.differences:
-            trial.set_user_attr(self._key(_DIFFERENCES_KEY), list(summary.differences))
+            self._set_trial(trial, _DIFFERENCES_KEY, list(summary.differences))
 
     def record_failure(self, trial: optuna.Trial, reason: str) -> None:
-        trial.set_user_attr(self._key(_FAILURE_KEY), reason)
+        self._set_trial(trial, _FAILURE_KEY, reason)
 
     def record_pruned(self, trial: optuna.Trial, reason: str) -> None:
-        trial.set_user_attr(self._key(_PRUNED_REASON_KEY), reason)
+        self._set_trial(trial, _PRUNED_REASON_KEY, reason)
 
     def record_infeasible(self, trial: optuna.Trial, reason: str) -> None:
-        trial.set_user_attr(self._key(_INFEASIBLE_KEY), reason)
+        self._set_trial(trial, _INFEASIBLE_KEY, reason)
 
     def record_duplicate(self, trial: optuna.Trial, original: FrozenTrial) -> None:
         """``trial`` repeats ``original``: point at it, and carry its failure reason and Optuna constraints."""
-        trial.set_user_attr(self._key(_DUPLICATE_OF_KEY), original.number)
+        self._set_trial(trial, _DUPLICATE_OF_KEY, original.number)
         for key, value in original.constraints.items():
             # The repeat is as (in)feasible as what it repeats: the sampler must not see it as unconstrained.
             trial.set_constraint(key, value)
@@ -548,8 +551,8 @@ class Ledger:
                 trial.set_constraint(check.key, value)
 
     def record_interrupted(self, trial: optuna.Trial, reason: str) -> None:
-        trial.set_user_attr(self._key(_INTERRUPTED_KEY), True)
-        trial.set_user_attr(self._key(_FAILURE_KEY), reason)
+        self._set_trial(trial, _INTERRUPTED_KEY, True)
+        self._set_trial(trial, _FAILURE_KEY, reason)
 
 
     # -- trial readers -----------------------------------------------------------------------------------
@@ -646,6 +649,24 @@ class Ledger:
         retried = self.retried()
         return [r for r in (self.trial_record(t, retried) for t in self.study.get_trials(deepcopy=False))
                 if r is not None]
+
+    def mode_without_speculation(self, config: EngineConfig) -> str | None:
+        """The capture mode the engine resolved for ``config``'s default mode *without* speculation.
+
+        From the measured trial with the same compilation settings and speculation off, else from any measured
+        default-mode trial without speculation (the baseline); ``None`` when none was measured.
+        """
+        exact = fallback = None
+        for r in self.trial_records():
+            s = r.summary
+            if r.config.num_speculative_tokens or r.config.cudagraph_mode is not None or s is None:
+                continue
+            if s.resolved_mode is None:
+                continue
+            if dict(r.config.compilation_config) == dict(config.compilation_config):
+                exact = exact or s.resolved_mode
+            fallback = fallback or s.resolved_mode
+        return exact or fallback
 
     def finished_search_trials(self) -> int:
         """Trials that count towards ``--trials``: finished, not interrupted, not infeasible."""
@@ -860,6 +881,13 @@ class Ledger:
 
     def record_verification(self, verification: Verification) -> None:
         self._set_study(_VERIFICATION_KEY, verification.to_dict())
+
+    def fingerprint(self) -> Fingerprint | None:
+        data = self._study_attr(_FINGERPRINT_KEY)
+        return None if data is None else Fingerprint.from_dict(data)
+
+    def record_fingerprint(self, fingerprint: Fingerprint) -> None:
+        self._set_study(_FINGERPRINT_KEY, fingerprint.to_dict())
 
     def mlflow_parent_run_id(self) -> str | None:
         return self._study_attr(_MLFLOW_PARENT_RUN_KEY)

@@ -9,6 +9,7 @@ from tqdm import tqdm
 
 from autotune.events import StudyObserver
 from autotune.records import EngineConfig, RestartResult, config_differences
+from autotune.redact import redact_text
 
 __all__ = ["ProgressPrinter"]
 
@@ -42,6 +43,7 @@ class ProgressPrinter(StudyObserver):
     def _write(self, text: str) -> None:
         if self.quiet:
             return
+        text = redact_text(text)  # engine errors can quote a token or a URI with a password
         if self.bar is not None:
             self.bar.write(text, file=self.stream)
         else:

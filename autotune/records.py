@@ -16,8 +16,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from autotune.redact import redact
 
 __all__ = [
     "LATENCY_METRICS",
@@ -33,6 +36,8 @@ __all__ = [
     "Workload",
     "config_differences",
     "latency_key",
+    "speculation_plan_change",
+    "throughput_problem",
 ]
 
 
@@ -43,6 +48,29 @@ class RestartStatus:
     FAILED = "failed"
     TIMEOUT = "timeout"
     ALL = (OK, FAILED, TIMEOUT)
+
+
+#: Output tokens per second above this are a units bug or an overflow, not a measurement: it is orders of
+#: magnitude above any single engine, and a value near float's limit turns every mean and ratio into inf.
+MAX_TOK_S = 1e8
+
+
+def throughput_problem(passes: Sequence[Any]) -> str | None:
+    """Why per-pass throughputs cannot be a measurement (none, non-numeric, <= 0, non-finite, absurd), or ``None``."""
+    if not passes:
+        return "status ok without any timed pass"
+    for i, raw in enumerate(passes):
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            return f"a non-numeric throughput for timed pass {i}: {raw!r}"
+        if not math.isfinite(value):
+            return f"a non-finite throughput for timed pass {i}: {value!r} tok/s"
+        if value <= 0:
+            return f"a non-positive throughput for timed pass {i}: {value!r} tok/s (throughput must be > 0)"
+        if value > MAX_TOK_S:
+            return f"an impossible throughput for timed pass {i}: {value:.3g} tok/s (above {MAX_TOK_S:.0e})"
+    return None
 
 
 def _canonical_json(obj: Any) -> str:
@@ -213,14 +241,16 @@ class EngineConfig:
         return self.speculative_config.get("method")
 
     def key(self) -> str:
-        """A short stable identity: equal configs (whatever their params) share a key."""
-        body = _canonical_json(
-            {
-                "engine_args": self.engine_args,
-                "compilation_config": self.compilation_config,
-                "speculative_config": self.speculative_config,
-            }
-        )
+        """A short stable identity: equal configs (whatever their params) share a key.
+
+        Credentials do not take part (their values are redacted first), so a configuration and its stored,
+        redacted copy share a key, and rotating a token does not make a configuration new.
+        """
+        body = _canonical_json(redact({
+            "engine_args": self.engine_args,
+            "compilation_config": self.compilation_config,
+            "speculative_config": self.speculative_config,
+        }))
         return hashlib.sha256(body.encode()).hexdigest()[:12]
 
     def label(self) -> str:
@@ -451,6 +481,25 @@ def config_differences(config: EngineConfig, resolved: Resolved | None) -> list[
     return diffs
 
 
+def speculation_plan_change(config: EngineConfig, resolved_mode: str | None,
+                            mode_without_speculation: str | None) -> Difference | None:
+    """The default capture mode that speculation changed: the seed note's trap in its most common form.
+
+    A configuration that leaves ``cudagraph_mode`` to the engine and turns speculation on is compared with what
+    the same defaults resolved to *without* speculation (``mode_without_speculation``, e.g. the baseline's).
+    ``FULL_AND_PIECEWISE`` without speculation but ``PIECEWISE`` with it means the speculative trial ran with less
+    graph coverage than its defaults promise, and nothing the user configured says so. ``None`` when the mode was
+    configured, speculation is off, either side is unknown, or nothing changed. (Default *capture sizes* are left
+    out: vLLM scales them with the number of draft tokens by design.)
+    """
+    if config.cudagraph_mode is not None or not config.num_speculative_tokens:
+        return None
+    got, reference = _normalise_mode(resolved_mode), _normalise_mode(mode_without_speculation)
+    if got is None or reference is None or got == reference:
+        return None
+    return Difference("cudagraph_mode", f"default ({reference} without speculation)", got)
+
+
 @dataclasses.dataclass(frozen=True)
 class RestartResult:
     """One restart: a fresh engine process started, warmed up and timed.
@@ -498,6 +547,13 @@ class RestartResult:
     def __post_init__(self) -> None:
         if self.status not in RestartStatus.ALL:
             raise ValueError(f"status must be one of {RestartStatus.ALL}, got {self.status!r}")
+        if self.status == RestartStatus.OK:
+            # The engine boundary: whatever an engine (or an old study record) says, an impossible throughput is a
+            # failed restart with the reason, never a number that reaches a mean, a ratio or a verdict.
+            problem = throughput_problem(self.passes_tok_s)
+            if problem is not None:
+                object.__setattr__(self, "status", RestartStatus.FAILED)
+                object.__setattr__(self, "error", f"engine reported {problem}")
 
     @property
     def ok(self) -> bool:

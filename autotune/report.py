@@ -16,10 +16,10 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.ledger import Ledger, StudyMeta
+from autotune.ledger import Ledger, StudyMeta, TrialRecord
 from autotune.measure import Comparison, format_mean
 from autotune.objective import LatencyStat, SloCheck, meets_slo, summarize_latency
-from autotune.records import EngineConfig
+from autotune.records import EngineConfig, RestartResult, speculation_plan_change
 from autotune.report_latency import (Prompts, SloOutcome, TrialLatency, prompts_note, render_latency, search_latency,
                                      slo_outcome)
 from autotune.verify import BASELINE, VerifiedConfig
@@ -31,10 +31,12 @@ __all__ = [
     "FailedTrial",
     "Report",
     "SearchBest",
+    "SearchTrial",
     "SimulatorCheck",
     "TrialCounts",
     "VerifiedRow",
     "build_report",
+    "no_result_reason",
     "render_report",
     "simulator_check",
 ]
@@ -124,6 +126,10 @@ class VerifiedRow:
     def meets_slo(self) -> bool:
         """No latency limit keeps this configuration from winning (always true without limits)."""
         return meets_slo(self.slo_checks)
+    #: Every verification restart of the configuration (cold and failed ones included).
+    restarts: tuple[RestartResult, ...] = ()
+    #: The capture mode the configuration's restarts resolved to.
+    resolved_mode: str | None = None
 
     @classmethod
     def from_verified(cls, entry: VerifiedConfig) -> VerifiedRow:
@@ -137,6 +143,7 @@ class VerifiedRow:
             differences=tuple(s.differences),
             speedup=None if entry.comparison is None else CompareResult.from_comparison(entry.comparison),
             latency=summarize_latency(entry.restarts), slo_checks=tuple(entry.slo_checks),
+            restarts=tuple(entry.restarts), resolved_mode=s.resolved_mode,
         )
 
     @property
@@ -158,13 +165,56 @@ class VerifiedRow:
                "shares_slot_with": list(self.shares_slot_with), "mean": self.mean, "std": self.std,
                "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n, "values": list(self.values),
                "unstable": self.unstable, "status": self.status, "failure": self.failure,
-               "accept_len": self.accept_len, "differences": list(self.differences), "text": self.describe()}
+               "accept_len": self.accept_len, "differences": list(self.differences), "text": self.describe(),
+               "restarts": [_restart_dict(r) for r in self.restarts]}
         if self.speedup is not None:
             out["speedup"] = self.speedup.to_dict()
         out["latency"] = {k: v.to_dict() for k, v in self.latency.items()}
         out["slo_checks"] = [c.to_dict() for c in self.slo_checks]
         out["meets_slo"] = self.meets_slo
         return out
+
+
+def _restart_dict(r: RestartResult) -> dict[str, Any]:
+    out = r.to_dict()
+    out["value"] = r.value
+    out["counted"] = bool(r.ok and not r.cold)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchTrial:
+    """One search trial as ``report --json`` shows it: configuration, what the engine resolved, every restart.
+
+    A repeat of an earlier configuration (``duplicate_of``) ran nothing; a trial cut short by an interruption
+    (``interrupted``) keeps the restarts it finished.
+    """
+
+    record: TrialRecord
+
+    @property
+    def duplicate_of(self) -> int | None:
+        return self.record.duplicate_of
+
+    def to_dict(self) -> dict[str, Any]:
+        r, s = self.record, self.record.summary
+        return {
+            "trial": r.number,
+            "state": r.state,
+            "label": r.config.label(),
+            "params": dict(r.config.params),
+            "config": r.config.to_dict(),
+            "value": _finite_or_none(r.value),
+            "summary": None if s is None else s.to_dict(),
+            "resolved": None if s is None else {
+                "cudagraph_mode": s.resolved_mode,
+                "cudagraph_capture_sizes": None if s.resolved_sizes is None else list(s.resolved_sizes)},
+            "differences": [] if s is None else list(s.differences),
+            "reason": r.reason,
+            "duplicate_of": r.duplicate_of,
+            "interrupted": r.interrupted,
+            "restarts": [_restart_dict(x) for x in r.restarts],
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,6 +325,10 @@ class Report:
     slo: Mapping[str, float] = dataclasses.field(default_factory=dict)
     search_latency: tuple[TrialLatency, ...] = ()
     slo_outcome: SloOutcome | None = None
+    #: Every search trial that got a configuration, in trial order.
+    search_trials: tuple[SearchTrial, ...] = ()
+    #: Why the study has nothing to claim (see :func:`no_result_reason`); ``None`` when it has a result.
+    no_result: str | None = None
 
     @property
     def winner_is_baseline(self) -> bool:
@@ -311,6 +365,8 @@ class Report:
         out["search_latency"] = [t.to_dict() for t in self.search_latency]
         if self.slo_outcome is not None:
             out["slo_outcome"] = self.slo_outcome.to_dict()
+        out["no_result"] = self.no_result
+        out["search_trials"] = [t.to_dict() for t in self.search_trials]
         return out
 
 
@@ -375,7 +431,7 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
     v = ledger.verification()
     table = winner = baseline = verdict = check = None
     if v is not None:
-        rows = tuple(VerifiedRow.from_verified(e) for e in v.entries)
+        rows = _flag_speculation_changes(ledger, tuple(VerifiedRow.from_verified(e) for e in v.entries))
         table = VerificationTable(rows, v.restarts_per_config, v.restarts_used, round(v.minutes_used, 3),
                                   v.max_restarts)
         winner = rows[v.winner_index]
@@ -387,10 +443,50 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
     budget = Budget(restarts_used, round(minutes_used, 3), meta.budget_restarts, meta.budget_minutes,
                     None if v is None else v.restarts_used)
     outcome = None if table is None else slo_outcome(table.entries, winner, baseline, meta.slo)  # type: ignore[arg-type]
+    search_trials = tuple(SearchTrial(r) for r in records)
     return Report(ledger.name, meta, counts, tuple(warnings), failures, budget, ledger.search_stopped(),
                   search_best, table, winner, baseline, verdict, check, prompts=prompts_note(meta),
                   objective=meta.objective, slo=dict(meta.slo), search_latency=search_latency(ledger),
-                  slo_outcome=outcome)
+                  slo_outcome=outcome, search_trials=search_trials,
+                  no_result=no_result_reason(counts, failures, winner, baseline, table is not None))
+
+
+def _flag_speculation_changes(ledger: Ledger, rows: tuple[VerifiedRow, ...]) -> tuple[VerifiedRow, ...]:
+    """A verified default-mode configuration with speculation whose capture mode differs from what the same
+    defaults resolved to without it (see :func:`speculation_plan_change`) is flagged, the winner included."""
+    base_mode = next((r.resolved_mode for r in rows if r.is_baseline), None)
+    out = []
+    for row in rows:
+        config = row.config
+        if config.cudagraph_mode is None and config.num_speculative_tokens:
+            change = speculation_plan_change(config, row.resolved_mode,
+                                             ledger.mode_without_speculation(config) or base_mode)
+            if change is not None and not any(d.startswith(f"{change.field}:") for d in row.differences):
+                row = dataclasses.replace(row, differences=(*row.differences, str(change)))
+        out.append(row)
+    return tuple(out)
+
+
+def no_result_reason(counts: TrialCounts, failures: Sequence[FailedTrial], winner: VerifiedRow | None,
+                     baseline: VerifiedRow | None, verified: bool) -> str | None:
+    """Why the study has nothing to claim, or ``None``.
+
+    A study that verified must have a measured winner and a measured baseline (else there is no speedup to
+    state, and no configuration to export); one that did not verify (``--no-verify``, or stopped before it) must
+    have measured at least one search trial.
+    """
+    if verified:
+        if baseline is None or baseline.status != "ok" or not baseline.n:
+            why = (baseline.failure if baseline is not None else None) or "no restart succeeded"
+            label = baseline.label if baseline is not None else "engine defaults"
+            return f"the baseline ({label}) was not measured in verification: {why}; without it no speedup can be claimed"
+        if winner is None or winner.status != "ok" or not winner.n:
+            why = (winner.failure if winner is not None else None) or "no restart succeeded"
+            return f"no verified configuration was measured: {why}"
+        return None
+    if not counts.complete:
+        return "no search trial was measured" + (f": {failures[0].reason}" if failures else "")
+    return None
 
 
 def _verification_warnings(rows: Sequence[VerifiedRow], known: Sequence[ChangedConfig]) -> list[ChangedConfig]:
@@ -424,7 +520,9 @@ def render_report(report: Report) -> str:
         lines.append(f"Search stopped early: {report.search_stopped}.")
     lines.append("")
     winner, table = report.winner, report.verification
-    if winner is None or table is None:
+    if (winner is None or table is None) and report.no_result:
+        lines.append(f"Nothing to report: {report.no_result}.")
+    elif winner is None or table is None:
         lines.append("No verification yet: run `autotune tune` again to finish the study.")
         if report.search_best is not None:
             sb = report.search_best
@@ -447,6 +545,17 @@ def render_report(report: Report) -> str:
         lines.append(f"Failed trials ({len(report.failures)}):")
         for f in report.failures[:_SHOWN_FAILURES]:
             lines.append(f"  x trial {f.trial} {f.label}: {f.reason}")
+        if len(report.failures) > _SHOWN_FAILURES:
+            lines.append(f"  ... and {len(report.failures) - _SHOWN_FAILURES} more (--json for all)")
+    duplicates = [t.record for t in report.search_trials if t.duplicate_of is not None]
+    if duplicates:
+        lines.append("")
+        lines.append(f"Repeated suggestions ({len(duplicates)}, counted as trials, nothing run: each was told its "
+                     "original's result):")
+        for r in duplicates[:_SHOWN_FAILURES]:
+            lines.append(f"  = trial {r.number} {r.config.label()}: same configuration as trial {r.duplicate_of}")
+        if len(duplicates) > _SHOWN_FAILURES:
+            lines.append(f"  ... and {len(duplicates) - _SHOWN_FAILURES} more (--json for all)")
     if report.simulator_check is not None:
         sc = report.simulator_check
         lines.append("")
@@ -464,7 +573,8 @@ def _verification_lines(report: Report, winner: VerifiedRow, table: Verification
     width = max(len(e.label) for e in table.entries)
     lines.append(f"{'':10}{'configuration':<{width}}  throughput (fresh interleaved restarts)")
     for e in table.entries:
-        tag = "WINNER" if e is winner or e.label == winner.label else ("baseline" if e.is_baseline else "")
+        is_winner = not report.no_result and (e is winner or e.label == winner.label)
+        tag = "WINNER" if is_winner else ("baseline" if e.is_baseline else "")
         extra = "" if e.speedup is None else f"  {e.speedup.oneliner()}"
         if e.status != "ok":
             extra += f"  FAILED: {e.failure}"
@@ -473,7 +583,9 @@ def _verification_lines(report: Report, winner: VerifiedRow, table: Verification
     lines.append(f"(intervals hold jointly at 95% for these {n_family} configurations: each is a "
                  f"{100 - 5 / n_family:.2f}% interval, so picking the best does not shrink the winner's)")
     lines.append("")
-    if report.slo_outcome is not None and not report.slo_outcome.any_met:
+    if report.no_result:
+        lines.append(f"Verdict: NONE - {report.no_result}.")
+    elif report.slo_outcome is not None and not report.slo_outcome.any_met:
         lines.append("Verdict: no configuration met the latency limits, the baseline included (below).")
     elif report.winner_is_baseline:
         lines.append("Verdict: no configuration beat the baseline - keep the engine defaults.")

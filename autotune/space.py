@@ -67,6 +67,10 @@ _CORE_PARAMS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "dr
 _GRID_POINTS = 5
 _RESERVED_ENGINE_ARGS = ("compilation_config", "speculative_config", "num_speculative_tokens")
 K_HARD_MAX = 16
+#: Largest capture size a space may declare or generate. vLLM's own default stops at 512 and it never captures a
+#: batch above ``max_num_batched_tokens``; the bound keeps a typo (``max: 1000000000``) from generating a list of
+#: millions of sizes at load time.
+MAX_CAPTURE_SIZE = 8192
 
 
 class SpaceError(ValueError):
@@ -260,6 +264,27 @@ class SearchSpace:
             draft=draft_name,
         )
 
+    def params_problem(self, params: Mapping[str, Any]) -> str | None:
+        """Why ``params`` (Optuna's names, e.g. from ``--enqueue``) lie outside this space, or ``None``."""
+        mode = params.get("cudagraph_mode", DEFAULT)
+        if mode not in self.modes:
+            return f"cudagraph_mode {mode!r} is not in the space; use one of {', '.join(self.modes)}"
+        size = params.get("capture_sizes", DEFAULT)
+        if size not in [s.name for s in self.sizes]:
+            return f"capture_sizes has no choice {size!r}; use one of {', '.join(s.name for s in self.sizes)}"
+        k = params.get("num_speculative_tokens", 0)
+        if isinstance(k, bool) or not isinstance(k, int) or not self.k_low <= k <= self.k_high:
+            return (f"num_speculative_tokens {k!r} is outside the space; use a whole number from {self.k_low} to "
+                    f"{self.k_high}")
+        draft = params.get("draft")
+        if k > 0 and draft not in [d.name for d in self.drafts]:
+            return f"drafts has no choice {draft!r}; use one of {', '.join(d.name for d in self.drafts)}"
+        try:
+            self.config_from_params(params)
+        except (KeyError, Infeasible) as exc:
+            return str(exc.args[0])
+        return None
+
     def baseline_params(self) -> list[dict[str, Any]]:
         """The enqueued first trials: speculation off with engine defaults, then defaults + first draft."""
         out: list[dict[str, Any]] = [
@@ -344,6 +369,29 @@ def _check_model_ref(source: str, field: str, ref: Any) -> None:
 # -- loading ---------------------------------------------------------------------------------------------
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, line: int, first_line: int) -> None:
+        super().__init__(f"key {key!r} appears twice (lines {first_line} and {line})")
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key repeated in one mapping is an error rather than a silent overwrite."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.get(key)
+            except TypeError:
+                continue  # an unhashable key: PyYAML reports it itself below
+            if first is not None:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1, first)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_space(path: str | os.PathLike[str]) -> SearchSpace:
     """Load and validate a search space file.
 
@@ -357,7 +405,10 @@ def load_space(path: str | os.PathLike[str]) -> SearchSpace:
         raise SpaceError(source, "file", "does not exist",
                          "pass an existing file, e.g. search_spaces/default.yaml") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as exc:
+        raise SpaceError(source, f"line {exc.line}", f"duplicate key {exc.key!r} (first at line {exc.first_line}; "
+                         "YAML would silently keep only the last one)", "merge the two blocks into one") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "file"
@@ -398,11 +449,20 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     engine_dims = v.engine_dims(search.get("engine_args"), engine_args)
     if "max_num_seqs" not in engine_args and not any(d.name == "max_num_seqs" for d in engine_dims):
         engine_args["max_num_seqs"] = workload.concurrency
-    return SearchSpace(
+    if k_low > 0 and drafts and all(d.max_k is not None and d.max_k < k_low for d in drafts):
+        most = max(d.max_k or 0 for d in drafts)
+        raise SpaceError(source, "search.num_speculative_tokens.low",
+                         f"no configuration is feasible: every K from {k_low} to {k_high} is above every draft's "
+                         f"max_k (at most {most})", f"lower num_speculative_tokens.low to {most} or raise a max_k")
+    space = SearchSpace(
         name=name, source=source, engine=engine, engine_args=engine_args, workload=workload, modes=modes,
         sizes=sizes, k_low=k_low, k_high=k_high, drafts=drafts, raw=top, description=str(top.get("description", "")),
         objective=objective, engine_dims=engine_dims,
     )
+    if not space.all_params():
+        raise SpaceError(source, "search", "no configuration is feasible (every combination is rejected)",
+                         "widen num_speculative_tokens or the drafts' max_k")
+    return space
 
 
 class _Validator:
@@ -432,6 +492,13 @@ class _Validator:
         if value < minimum:
             raise self.fail(field, f"must be >= {minimum}, got {value}", f"use a value >= {minimum}")
         return value
+
+    def capture_size(self, value: Any, field: str) -> int:
+        size = self.integer(value, field, 1)
+        if size > MAX_CAPTURE_SIZE:
+            raise self.fail(field, f"capture size {size} is above {MAX_CAPTURE_SIZE}",
+                            f"use sizes up to {MAX_CAPTURE_SIZE} (vLLM captures no batch above max_num_batched_tokens)")
+        return size
 
     def engine_args(self, value: Any) -> dict[str, Any]:
         args = self.mapping(value, "engine_args")
@@ -530,7 +597,7 @@ class _Validator:
             if isinstance(spec, list):
                 if not spec:
                     raise self.fail(field, "is an empty list", "list at least one capture size, e.g. [1, 2, 4, 8]")
-                sizes = tuple(self.integer(s, f"{field}[{i}]", 1) for i, s in enumerate(spec))
+                sizes = tuple(self.capture_size(s, f"{field}[{i}]") for i, s in enumerate(spec))
                 out.append(SizeOption(name, sizes=sizes))
             elif isinstance(spec, dict):
                 self.known_keys(spec, ("pattern", "max"), field)
@@ -540,7 +607,7 @@ class _Validator:
                                     f"use one of: {', '.join(SIZE_PATTERNS)}")
                 if "max" not in spec:
                     raise self.fail(f"{field}.max", "is missing", "give the largest capture size, e.g. max: 64")
-                out.append(SizeOption(name, pattern=pattern, max=self.integer(spec["max"], f"{field}.max", 1)))
+                out.append(SizeOption(name, pattern=pattern, max=self.capture_size(spec["max"], f"{field}.max")))
             else:
                 raise self.fail(field, f"must be a list of sizes or {{pattern, max}}, got {spec!r}",
                                 "write e.g. [1, 2, 4, 8] or {pattern: pow2, max: 64}")

@@ -17,13 +17,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import sys
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +32,20 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import ledger as _ledger
 from autotune.claims import Claims
 from autotune.engines import EngineBackend
+from autotune.engines._process import stop_live, stop_orphans
 from autotune.events import StudyContext, StudyObserver, notify
+from autotune.fingerprint import check_resume, fingerprint
 from autotune.heartbeat import Heartbeat
 from autotune.ledger import DEFAULT_STORAGE, VERIFY_CONCLUDE_JOB, Ledger, StudyMeta, TrialRecord
-from autotune.measure import measure_restart, summarize
+from autotune.measure import TrialSummary, measure_restart, summarize
 from autotune.objective import check_slo, summarize_latency
 from autotune.options import StudyOptions
 from autotune.racing import Decision, RacingPruner, decide_trial
-from autotune.records import EngineConfig, EngineFacts, RestartResult
+from autotune.records import EngineConfig, EngineFacts, RestartResult, speculation_plan_change
 from autotune.space import Infeasible, SearchSpace
+from autotune.studydir import check_owned, prepare_study_dir
 from autotune.verify import (
+    BASELINE,
     Candidate,
     SearchEvidence,
     Verification,
@@ -213,7 +216,8 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
         if decision != Decision.MORE:
             break
     ledger.record_planned_starts(trial, len(restarts))
-    summary = summarize(config, restarts, options.confidence, options.interval_method)
+    summary = _flag_speculation_change(ledger, config,
+                                       summarize(config, restarts, options.confidence, options.interval_method))
     ledger.record_summary(trial, summary)
     latency = summarize_latency(restarts, options.confidence)
     ledger.record_latency(trial, latency, check_slo(latency, ctx.space.slo) if ctx.space.slo else None)
@@ -228,6 +232,17 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
     return TrialRecord(trial.number, state.name, config, tuple(restarts), summary,
                        reason if state == TrialState.FAIL else None,
                        value=summary.mean if state == TrialState.COMPLETE else None)
+
+
+def _flag_speculation_change(ledger: Ledger, config: EngineConfig, summary: TrialSummary) -> TrialSummary:
+    """Add the default capture mode speculation changed (see :func:`speculation_plan_change`) to the trial's
+    differences, so the trial, the report and MLflow all flag it."""
+    if config.cudagraph_mode is not None or not config.num_speculative_tokens:
+        return summary  # only a default mode with speculation on can hide this change
+    change = speculation_plan_change(config, summary.resolved_mode, ledger.mode_without_speculation(config))
+    if change is None or any(d.startswith(f"{change.field}:") for d in summary.differences):
+        return summary  # already flagged (a default that resolved to NONE)
+    return dataclasses.replace(summary, differences=(*summary.differences, str(change)))
 
 
 def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
@@ -373,6 +388,15 @@ def _verify_may_start(ledger: Ledger, options: StudyOptions, extra: int) -> bool
     return True
 
 
+def _runnable(space: SearchSpace, candidate: Candidate) -> Candidate:
+    """The candidate with its configuration rebuilt from the space: stored ones have their credentials redacted."""
+    config = space.baseline() if candidate.role == BASELINE else space.config_from_params(candidate.config.params)
+    if config.key() != candidate.config.key():
+        raise RuntimeError(f"verification candidate {candidate.config.label()} no longer matches the space "
+                           "it was chosen from")  # the study fingerprint check stops edited spaces before this
+    return dataclasses.replace(candidate, config=config)
+
+
 def _feasible(trial: FrozenTrial) -> bool:
     """Optuna's record of whether the trial met every constraint (True when the study has none)."""
     return all(v <= 0.0 for v in trial.constraints.values())
@@ -386,7 +410,7 @@ def _candidates(ctx: StudyContext) -> list[Candidate]:
     if candidates is None:
         candidates = select_candidates(ledger, ctx.space, ctx.options.verify_top_k)
         ledger.record_verify_candidates(candidates)
-    return candidates
+    return [_runnable(ctx.space, c) for c in candidates]
 
 
 def _verify_round(ctx: StudyContext, observers: Sequence[StudyObserver], candidates: Sequence[Candidate],
@@ -549,6 +573,7 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
                     ctx.concluded = True
                     claim.complete()
         except KeyboardInterrupt as exc:
+            stop_live()  # an engine the interruption caught between its start and its cleanup
             raise Interrupted(f"{_interruption(exc)}; finished work is saved in {_ledger.redact(str(options.storage))}"
                               " - run the same command again to resume", getattr(exc, "signum", signal.SIGINT)) from None
         notify(observers, "on_study_end", ctx)
@@ -567,17 +592,25 @@ def prepare_study(space: SearchSpace, engine: EngineBackend, options: StudyOptio
 
 def _open(space: SearchSpace, engine: EngineBackend, options: StudyOptions, worker: int | None, gpus: str | None,
           sleep: Callable[[float], None], poll_s: float) -> StudyContext:
+    # Before anything is deleted: the study's directory must be one autotune created (or none yet).
+    check_owned(options.workdir, options.study_name)
+    # An autotune killed with SIGKILL could not stop its engines: they would hold the GPU and skew every restart.
+    stop_orphans()
     ledger, resumed = open_study(options, worker)
-    cache_dir = options.cache_dir
-    if options.fresh:
-        # Starting over means cold caches too: a study-local compile cache left by the deleted study would make
-        # its first starts look warm.
-        shutil.rmtree(cache_dir, ignore_errors=True)
-    os.makedirs(cache_dir, exist_ok=True)
+    # Starting over means cold caches too: a study-local compile cache left by the deleted study would make its
+    # first starts look warm. Only a directory autotune created for this study is emptied.
+    cache_dir = str(prepare_study_dir(options.workdir, options.study_name, fresh=options.fresh))
+    facts = EngineFacts.of(engine.describe())
+    measures = fingerprint(space, facts)
+    stored = ledger.fingerprint()
+    if resumed:
+        check_resume(stored, measures, options.study_name)
+    if stored is None:
+        ledger.record_fingerprint(measures)
     engine.cache_dir = engine.cache_dir or cache_dir
     heartbeat = Heartbeat(ledger.study._storage)
     owner = _ledger.owner_id(worker, gpus, cache_dir)
-    ctx = StudyContext(options, space, engine, EngineFacts.of(engine.describe()), ledger, resumed,
+    ctx = StudyContext(options, space, engine, facts, ledger, resumed,
                        claims=Claims(ledger.study, heartbeat, owner), owner=owner, poll_s=poll_s, sleep=sleep)
     if not resumed or not ledger.baselines_enqueued():
         # The process that created the study queues its first trials (a worker that joins finds them queued).

@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from autotune.events import StudyObserver
-from autotune.ledger import MLFLOW_PARENT_JOB, Ledger, StudyMeta, TrialRecord, redact
+from autotune.ledger import MLFLOW_PARENT_JOB, Ledger, StudyMeta, TrialRecord
 from autotune.objective import summarize_latency
 from autotune.records import EngineConfig, EngineFacts, RestartResult
+from autotune.redact import redact, redact_command, redact_text, redact_uri
 
 if TYPE_CHECKING:
     from autotune.events import StudyContext
@@ -204,7 +205,7 @@ def _significant(value: float) -> float:
 
 def _one_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {(lines[0] if lines else '')[:300]}"
+    return redact_text(f"{type(exc).__name__}: {(lines[0] if lines else '')[:300]}")
 
 
 def _ms(dt: Any) -> int | None:
@@ -263,6 +264,9 @@ class _Session:
             # call: a server that is down would stall it for minutes per trial. The user's own settings win.
             for name, value in HTTP_DEFAULTS.items():
                 os.environ.setdefault(name, value)
+        # MLflow prints "View run ... at: <tracking URI>" on stdout when a run ends on a tracking server: that
+        # would put the URI (and any password in it) into the report autotune prints there.
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         _quiet_mlflow_logs()
         self.client = mlflow.MlflowClient(tracking_uri=self.uri)
         self._metric, self._param, self._tag = Metric, Param, RunTag
@@ -334,7 +338,7 @@ class _Session:
                 "mlflow.source.type": "LOCAL", "space": str(meta.space_name or ""), **engine_tags(meta.engine)}
         if ledger.study_uid():
             tags[TAG_STUDY_UID] = ledger.study_uid()
-        created = self.client.create_run(experiment_id, run_name=ledger.name, tags=tags)
+        created = self.client.create_run(experiment_id, run_name=ledger.name, tags=redact(tags))
         run_id = created.info.run_id
         self.log(run_id, params=_study_params(meta))
         ledger.record_mlflow_parent_run_id(run_id)
@@ -361,7 +365,7 @@ class _Session:
     def child_run(self, experiment_id: str, parent_id: str, name: str, tags: Mapping[str, str],
                   start_ms: int | None = None) -> str:
         run = self.client.create_run(experiment_id, start_time=start_ms, run_name=name,
-                                     tags={"mlflow.parentRunId": parent_id, **tags})
+                                     tags=redact({"mlflow.parentRunId": parent_id, **tags}))
         return str(run.info.run_id)
 
     # logging -------------------------------------------------------------------------------------------
@@ -370,8 +374,9 @@ class _Session:
             metrics: Iterable[tuple[str, float, int]] = (), tags: Mapping[str, str] | None = None) -> None:
         """Params, ``(key, value, step)`` metrics and tags in as few requests as MLflow's limits allow."""
         now = int(time.time() * 1000)
-        p = [self._param(k, str(v)[:6000]) for k, v in (params or {}).items()]
-        t = [self._tag(k, str(v)[:8000]) for k, v in (tags or {}).items()]
+        # Every value MLflow stores passes redaction: a credential key's value or a URI's password never lands.
+        p = [self._param(k, str(redact(str(v), k))[:6000]) for k, v in (params or {}).items()]
+        t = [self._tag(k, str(redact(str(v), k))[:8000]) for k, v in (tags or {}).items()]
         m = [self._metric(k, _significant(v), now, int(step)) for k, v, step in metrics]
         while p or t or m:
             self.client.log_batch(run_id, metrics=m[:_BATCH_METRICS], params=p[:_BATCH_PARAMS], tags=t[:_BATCH_TAGS])
@@ -386,6 +391,16 @@ class _Session:
         new_m = [(k, v, 0) for k, v in (metrics or {}).items() if have_m.get(k) != _significant(v)]
         self.log(run_id, params=new_p, metrics=new_m, tags=tags)
 
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        """A text artifact, redacted."""
+        self.client.log_text(run_id, redact_text(text), artifact_file)
+
+    def log_file(self, run_id: str, path: str, artifact_path: str | None = None) -> None:
+        """A text file (a space file, an engine log) as an artifact of the same name, redacted."""
+        text = Path(path).read_text(errors="replace")
+        name = os.path.basename(path)
+        self.log_text(run_id, text, f"{artifact_path}/{name}" if artifact_path else name)
+
     def logged_steps(self, run_id: str, key: str) -> int:
         return len(self.client.get_metric_history(run_id, key))
 
@@ -396,10 +411,10 @@ class _Session:
                 continue
             where = f"logs/restart-{i}-{r.status}"
             if r.log_path and os.path.isfile(r.log_path):
-                self.client.log_artifact(run_id, r.log_path, artifact_path=where)
+                self.log_file(run_id, r.log_path, artifact_path=where)
             else:
                 text = r.log_tail or f"no engine log was kept; error: {r.error}"
-                self.client.log_text(run_id, text, f"{where}/log_tail.txt")
+                self.log_text(run_id, text, f"{where}/log_tail.txt")
 
     def finish(self, run_id: str, status: str, end_ms: int | None = None) -> None:
         self.client.set_terminated(run_id, status=status, end_time=end_ms)
@@ -482,11 +497,11 @@ class _StudyLog:
         """The space file and the exact command, once per parent run."""
         s = self.session
         if space_path and os.path.isfile(space_path):
-            s.client.log_artifact(self.parent_id, space_path)
+            s.log_file(self.parent_id, space_path)
         elif self.ledger.space_yaml():
-            s.client.log_text(self.parent_id, self.ledger.space_yaml(), "space.yaml")
+            s.log_text(self.parent_id, self.ledger.space_yaml(), "space.yaml")
         if command:
-            s.client.log_text(self.parent_id, shlex.join(redact(arg) for arg in command) + "\n", "command.txt")
+            s.log_text(self.parent_id, shlex.join(redact_command(command)) + "\n", "command.txt")
 
     # trials ----------------------------------------------------------------------------------------------
 
@@ -591,10 +606,10 @@ class _StudyLog:
         s = self.session
         params, metrics, tags = _outcome(report)
         s.log_new(self.parent_id, params=params, metrics=metrics, tags=tags)
-        s.client.log_text(self.parent_id, json.dumps(report.to_json(), indent=2, default=str), "report.json")
+        s.log_text(self.parent_id, json.dumps(redact(report.to_json()), indent=2, default=str), "report.json")
         try:
-            text = report.render()
-            s.client.log_text(self.parent_id, text + "\n", "report.txt")
+            text = redact_text(report.render())
+            s.log_text(self.parent_id, text + "\n", "report.txt")
             s.log(self.parent_id, tags={"mlflow.note.content": f"```\n{text}\n```"})
         except Exception as exc:  # noqa: BLE001 - the text table is a convenience; the JSON is logged already
             note(f"report text not logged: {_one_line(exc)}")
@@ -629,6 +644,9 @@ def _outcome(report: Report) -> tuple[dict[str, str], dict[str, float], dict[str
         params.update(config_params(winner.config, prefix="winner."))
         tags.update({"winner": winner.label, "verdict": str(report.verdict),
                      "winner_is_baseline": str(report.winner_is_baseline).lower()})
+        if winner.differences:
+            # The winner did not run as configured (or speculation changed its default plan): say so on the run.
+            tags["winner.resolved_differences"] = "; ".join(winner.differences)
         for name, entry in (("winner", winner), ("baseline", baseline)):
             if entry is None:
                 continue
@@ -643,6 +661,8 @@ def _outcome(report: Report) -> tuple[dict[str, str], dict[str, float], dict[str
                 value = _finite(raw)
                 if value is not None:
                     metrics[metric] = value
+    if report.no_result:
+        tags["no_result"] = report.no_result
     return params, metrics, tags
 
 
@@ -705,7 +725,7 @@ class MlflowTracker(StudyObserver):
             # Without a parent run there is nothing to attach anything to: stop trying for this study.
             self._off = True
             why = str(exc) if isinstance(exc, TrackingError) else (
-                f"{line}; fix the tracking URI ({self.tracking_uri}) or pass --no-mlflow")
+                f"{line}; fix the tracking URI ({redact_uri(self.tracking_uri)}) or pass --no-mlflow")
             print(f"autotune: MLflow tracking is off for this study: {why}. The study carries on.", file=self.stream)
             return
         if len(self.problems) == 1:
@@ -851,6 +871,7 @@ def log_study(ledger: Ledger, space_path: str | None = None, tracking_uri: str |
     except TrackingError:
         raise
     except Exception as exc:  # noqa: BLE001 - one line naming the store, not an MLflow traceback
-        raise TrackingError(f"could not log study {ledger.name!r} to {resolve_tracking_uri(tracking_uri)}: "
+        raise TrackingError(f"could not log study {ledger.name!r} to "
+                            f"{redact_uri(resolve_tracking_uri(tracking_uri))}: "
                             f"{_one_line(exc)}; check the tracking URI (--tracking-uri)") from exc
     return log.parent_id

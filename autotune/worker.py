@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
+from autotune.redact import redact, redact_text
 from autotune.cli_helpers import UsageError, add_store_args, parse_kv
 from autotune.status import ExitStatus
 
@@ -80,9 +81,14 @@ def run_here(args: argparse.Namespace, space: Any, engine: Any, options: Any, ou
         for obs in observers:
             obs.close()  # an error must not leave MLflow runs marked RUNNING
         engine.close()
-    print(report.render(), file=out)
+    print(redact_text(report.render()), file=out)
     if args.json:
-        _write_json(args.json, report.to_json())
+        _write_json(args.json, redact(report.to_json()))
+    if report.no_result:
+        # A study that measured nothing claims nothing: scripts must not take its "winner" for a result.
+        print(f"autotune: error: study {report.study!r} has no result: {redact_text(report.no_result)}",
+              file=sys.stderr)
+        return ExitStatus.NO_RESULT
     return ExitStatus.SUCCESS
 
 
@@ -130,9 +136,14 @@ def run_local_workers_for(args: argparse.Namespace, study_name: str, groups: Seq
         print(f"autotune: a worker stopped early (worst status {status}); the others finished the study",
               file=sys.stderr)
     report = build_report(study, engine=engine, space=space)
-    print(report.render(), file=out)
+    print(redact_text(report.render()), file=out)
     if args.json:
-        _write_json(args.json, report.to_json())
+        _write_json(args.json, redact(report.to_json()))
+    if report.no_result:
+        # A study that measured nothing claims nothing: scripts must not take its "winner" for a result.
+        print(f"autotune: error: study {report.study!r} has no result: {redact_text(report.no_result)}",
+              file=sys.stderr)
+        return ExitStatus.NO_RESULT
     return ExitStatus.SUCCESS
 
 

@@ -10,14 +10,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
 
 #: docs/architecture.md's layers, lowest first. A module may import its own layer and the ones before it.
 LAYERS = [
-    {"autotune", "autotune.records", "autotune.status"},
+    {"autotune", "autotune.records", "autotune.status", "autotune.redact"},
     {"autotune.space", "autotune.workload", "autotune.measure", "autotune.objective"},
     {"autotune.engines", "autotune.racing", "autotune.verify"},
     {"autotune.ledger", "autotune.options", "autotune.events", "autotune.heartbeat", "autotune.claims",
-     "autotune.study"},
+     "autotune.study", "autotune.fingerprint", "autotune.studydir"},
     {"autotune.report", "autotune.report_latency", "autotune.plots", "autotune.tracking", "autotune.progress"},
-    {"autotune.cli", "autotune.cli_helpers", "autotune.export", "autotune.ui", "autotune.audit", "autotune.bench",
-     "autotune.bench_coverage", "autotune.scaling", "autotune.workers", "autotune.worker", "autotune.__main__"},
+    {"autotune.cli", "autotune.cli_helpers", "autotune.preflight", "autotune.export", "autotune.ui", "autotune.audit",
+     "autotune.bench", "autotune.bench_coverage", "autotune.scaling", "autotune.workers", "autotune.worker",
+     "autotune.__main__"},
 ]
 
 

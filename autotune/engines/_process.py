@@ -42,6 +42,9 @@ __all__ = [
     "group_alive",
     "interrupt_on_sigterm",
     "kill_group",
+    "orphaned_engine_processes",
+    "stop_live",
+    "stop_orphans",
     "tagged_processes",
 ]
 
@@ -162,6 +165,70 @@ def tagged_processes(tag: str) -> list[int]:
     return found
 
 
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat`` field 22); ``None`` when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 1 :].split()
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def orphaned_engine_processes() -> list[int]:
+    """Live engine processes whose autotune is gone: what a ``kill -9``'d autotune left running.
+
+    Every engine process carries :data:`TAG_ENV`, which starts with the pid of the autotune that started it.
+    When that pid is gone, or now belongs to a process that started after the engine did (a reused pid), no
+    autotune will ever stop the engine.
+    """
+    me = os.getpid()
+    prefix = f"{TAG_ENV}=".encode()
+    found = []
+    for pid in _pids():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        tag = next((v[len(prefix):] for v in environ.split(b"\0") if v.startswith(prefix)), None)
+        if tag is None or not _live(pid):
+            continue
+        try:
+            owner = int(tag.split(b"-", 1)[0])
+        except ValueError:
+            continue
+        if owner == me or owner == pid:
+            continue
+        owner_start, start = _start_ticks(owner), _start_ticks(pid)
+        if _live(owner) and owner_start is not None and start is not None and owner_start <= start:
+            continue  # its autotune still runs and will stop it
+        found.append(pid)
+    return found
+
+
+def stop_orphans() -> list[Survivor]:
+    """Kill the engine processes a killed autotune left running (SIGKILL cannot be handled: the next one cleans up).
+
+    Returns them (also logged as a warning).
+    """
+    killed = []
+    for pid in orphaned_engine_processes():
+        stat = _stat(pid)
+        if stat is None:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(Survivor(pid, stat[0]))
+    deadline = time.monotonic() + _KILL_WAIT_S
+    for s in killed:
+        while time.monotonic() < deadline and _live(s.pid):
+            time.sleep(_POLL_S)
+    if killed:
+        _log.warning("autotune: stopped %d engine process(es) left running by an autotune that was killed: %s",
+                     len(killed), ", ".join(map(str, killed)))
+    return killed
+
+
 def _live(pid: int) -> bool:
     stat = _stat(pid)
     return stat is not None and stat[1] not in ("Z", "X")
@@ -231,6 +298,27 @@ def _reap_orphans(pids: set[int], sessions: set[int]) -> None:
 
 # -- the process -----------------------------------------------------------------------------------------
 
+#: Engine processes started and not stopped yet (see :func:`stop_live`).
+_LIVE: set[EngineProcess] = set()
+_INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _block_interrupts() -> set[signal.Signals] | None:
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+
+
+def _restore_interrupts(previous: set[signal.Signals] | None) -> None:
+    if previous is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def stop_live() -> None:
+    """Stop every engine process still running: what an interruption between its start and its ``with`` left."""
+    for proc in list(_LIVE):
+        proc.stop()
+
 
 class EngineProcess:
     """One process started for an engine, in its own session, stopped with everything it started.
@@ -256,11 +344,19 @@ class EngineProcess:
         full_env = dict(os.environ if env is None else env)
         full_env[TAG_ENV] = self.tag
         self.argv = list(argv)
-        self.popen: subprocess.Popen[Any] = subprocess.Popen(
-            self.argv, stdin=stdin, stdout=stdout, stderr=stderr, env=full_env, cwd=cwd, start_new_session=True)
-        self.pid = self.popen.pid
         self.survivors: list[Survivor] = []
         self._stopped = False
+        # Ctrl-C or SIGTERM landing while the child starts (Popen waits for its exec) would raise before the
+        # caller's ``with`` holds this object, and the engine would run on unstopped: hold them until the process
+        # is registered; stop_live() stops whatever an interruption leaves registered.
+        blocked = _block_interrupts()
+        try:
+            self.popen: subprocess.Popen[Any] = subprocess.Popen(
+                self.argv, stdin=stdin, stdout=stdout, stderr=stderr, env=full_env, cwd=cwd, start_new_session=True)
+            self.pid = self.popen.pid
+            _LIVE.add(self)
+        finally:
+            _restore_interrupts(blocked)
 
     def __enter__(self) -> EngineProcess:
         return self
@@ -305,6 +401,7 @@ class EngineProcess:
         self.survivors = self._kill_escaped(seen)
         _reap_orphans(set(seen), {self.pid, *seen.values()})
         self._stopped = True
+        _LIVE.discard(self)
         return self.survivors
 
     def _kill_escaped(self, seen: dict[int, int]) -> list[Survivor]:

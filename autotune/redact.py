@@ -1,0 +1,143 @@
+"""Redaction: no credential autotune is given is ever stored or printed.
+
+Engines need their credentials (``engine_args: {hf_token: ...}``, ``--tracking-uri http://user:pw@host``,
+``--storage postgresql://user:pw@host/db``), so the configuration an engine runs keeps them. Everything autotune
+*writes* - Optuna user attributes, MLflow params, tags and artifacts, reports, exports, the recorded command line -
+goes through this module first:
+
+* a mapping value whose key names a credential (:func:`is_secret_key`: ``token``, ``api_key``, ``secret``,
+  ``password``, ...) becomes :data:`REDACTED`;
+* the password of a URI with ``user:password@`` becomes ``***`` (SQLAlchemy's own rendering of a hidden password);
+* free text (logs, YAML, command lines) loses ``key=value`` / ``key: value`` pairs with a credential key and
+  well-known token shapes (Hugging Face ``hf_...``, OpenAI ``sk-...``, GitHub ``ghp_...``, AWS ``AKIA...``).
+
+Redaction is one-way: a redacted study cannot give its credentials back, so ``export`` writes :data:`REDACTED`
+where one was and says which fields to fill in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "REDACTED",
+    "is_secret_key",
+    "redact",
+    "redact_command",
+    "redact_text",
+    "redact_uri",
+    "redacted_fields",
+]
+
+#: What a credential is replaced with (a plain string, so YAML, JSON and MLflow params keep their shape).
+REDACTED = "<redacted>"
+#: A credential key's last word (``hf_token``, ``db-password``, ``client_secret``).
+_SECRET_LAST_WORDS = frozenset({"token", "secret", "password", "passwd", "pwd", "passphrase", "credential",
+                                "credentials", "apikey", "auth", "authorization", "cookie"})
+#: ``<word>_key`` pairs that are credentials; ``config_key`` or ``cache_key`` are not.
+_SECRET_KEY_PREFIXES = frozenset({"api", "access", "secret", "private", "auth", "signing", "encryption", "client",
+                                  "account", "master", "license", "subscription"})
+_WORD = re.compile(r"[A-Za-z0-9]+")
+#: scheme://user:password@ - the password part, whatever the scheme (http, postgresql+psycopg, redis, ...).
+_URI_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:)(?P<pw>[^\s/@]+)(?P<at>@)")
+#: Token shapes that are credentials wherever they appear.
+_TOKEN_SHAPES = re.compile(
+    r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})\b")
+#: ``key=value``, ``key: value``, ``"key": "value"`` (JSON, Python reprs, YAML) with any key.
+_PAIR = re.compile(r"""(?P<q>["']?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)(?P<sep>\s*[:=]\s*)"""
+                   r"""(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s,;}\])"'#]+)""")
+#: ``--flag VALUE`` on a command line.
+_FLAG = re.compile(r"""(?P<flag>(?<![\w-])--?[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>\s+)(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s"']+)""")
+
+
+def is_secret_key(key: Any) -> bool:
+    """Whether a mapping key or option name names a credential (``hf_token``, ``api-key``, ``DB_PASSWORD``)."""
+    words = [w.lower() for w in _WORD.findall(str(key))]
+    if not words:
+        return False
+    if words[-1] in _SECRET_LAST_WORDS or "password" in words or "secret" in words:
+        return True
+    if words[-1] == "key" and len(words) > 1:
+        return words[-2] in _SECRET_KEY_PREFIXES
+    return False
+
+
+def redact_uri(text: str) -> str:
+    """``scheme://user:password@host`` -> ``scheme://user:***@host`` (every URI in ``text``)."""
+    return _URI_PASSWORD.sub(lambda m: f"{m['head']}***{m['at']}", text)
+
+
+def redact_text(text: str) -> str:
+    """Free text (a log, a YAML file, a command line) with URI passwords, credential pairs and token shapes removed."""
+    if not text:
+        return text
+    text = _TOKEN_SHAPES.sub(REDACTED, redact_uri(text))
+
+    def hide(m: re.Match[str], name: str) -> str:
+        value = m["value"]
+        if not is_secret_key(name) or value.strip("'\"") == REDACTED:
+            return m[0]
+        quote = value[0] if value[:1] in ("'", '"') and len(value) > 1 and value[-1] == value[0] else ""
+        return m[0][: m.start("value") - m.start()] + f"{quote}{REDACTED}{quote}"
+
+    text = _PAIR.sub(lambda m: hide(m, m["name"]), text)
+    return _FLAG.sub(lambda m: hide(m, m["flag"].lstrip("-")), text)
+
+
+def redact(value: Any, _key: Any = None) -> Any:
+    """A copy of ``value`` (mappings, sequences, strings, numbers) safe to store or print.
+
+    Values under a credential key become :data:`REDACTED` (``None`` and empty values stay, so "not set" stays
+    visible); strings lose URI passwords and token shapes; everything else is returned unchanged.
+    """
+    if _key is not None and is_secret_key(_key) and value not in (None, "", {}, []):
+        return REDACTED
+    if isinstance(value, Mapping):
+        return {k: redact(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(v, str) for v in value):
+            items = redact_command(value)  # an argv: "--hf-token", "X" hides X
+        else:
+            items = [redact(v) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+def redact_command(argv: Sequence[str]) -> list[str]:
+    """A command line safe to record: ``--hf-token X`` / ``--engine-opt api_key=X`` / URIs with passwords cleaned."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        arg = str(arg)
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if arg.startswith("-") and "=" not in arg and is_secret_key(arg.lstrip("-")):
+            out.append(arg)
+            hide_next = True
+            continue
+        if arg.startswith("-") and "=" in arg and is_secret_key(arg.split("=", 1)[0].lstrip("-")):
+            out.append(arg.split("=", 1)[0] + "=" + REDACTED)
+            continue
+        out.append(redact_text(arg))
+    return out
+
+
+def redacted_fields(value: Any, prefix: str = "") -> list[str]:
+    """Dotted paths of the fields in ``value`` that hold :data:`REDACTED` (what ``export`` asks the user to fill)."""
+    found: list[str] = []
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            found += redacted_fields(v, f"{prefix}{k}.")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found += redacted_fields(v, f"{prefix}{i}.")
+    elif isinstance(value, str) and REDACTED in value:
+        found.append(prefix.rstrip("."))
+    return found

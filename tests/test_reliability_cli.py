@@ -1,0 +1,222 @@
+"""Bad flags and broken stores: one line naming the flag and the fix, a non-zero exit, before any engine starts."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.cli import raw_main
+from autotune.status import ExitStatus
+
+SIM = ["--space", "search_spaces/gb10.yaml", "--engine", "sim", "--trials", "2", "--no-verify", "--quiet"]
+
+
+def _run(argv: list[str], capsys) -> tuple[ExitStatus, str, str]:
+    out = io.StringIO()
+    status = raw_main(argv, out=out)
+    return status, out.getvalue(), capsys.readouterr().err
+
+
+def _tune(tmp_path: Path, capsys, *extra: str, mlflow: bool = False) -> tuple[ExitStatus, str, str]:
+    argv = ["tune", *SIM, "--storage", f"sqlite:///{tmp_path}/optuna.db", "--workdir", str(tmp_path / "w"),
+            "--study", "s", *extra]
+    if not mlflow:
+        argv.append("--no-mlflow")
+    return _run(argv, capsys)
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def _no_study(tmp_path: Path) -> bool:
+    db = tmp_path / "optuna.db"
+    return not db.exists() or not optuna.get_all_study_summaries(f"sqlite:///{db}")
+
+
+def _made_study(tmp_path: Path, capsys) -> str:
+    status, _, err = _tune(tmp_path, capsys)
+    assert status == ExitStatus.SUCCESS, err
+    return f"sqlite:///{tmp_path}/optuna.db"
+
+
+# -- numeric flags ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--top-k", "0"], "--top-k must be >= 1"),
+    (["--top-k", "-2"], "--top-k must be >= 1"),
+    (["--seed", "-1"], "--seed must be between 0 and"),
+    (["--seed", str(2**32)], "--seed must be between 0 and"),
+    (["--budget-restarts", "0"], "--budget-restarts must be >= 1"),
+    (["--budget-restarts", "-4"], "--budget-restarts must be >= 1"),
+    (["--budget-minutes", "-5"], "--budget-minutes must be a positive number"),
+    (["--budget-minutes", "0"], "--budget-minutes must be a positive number"),
+    (["--budget-minutes", "nan"], "--budget-minutes must be a positive number"),
+])
+def test_bad_numeric_flags_are_one_line_before_anything_runs(tmp_path, capsys, flags, words):
+    status, _, err = _tune(tmp_path, capsys, *flags)
+    assert status == ExitStatus.BAD_INPUT and words in _one_line(err)
+    assert _no_study(tmp_path)
+
+
+def test_a_budget_too_small_for_baseline_and_verification_is_refused(tmp_path, capsys):
+    argv = ["tune", "--space", "search_spaces/gb10.yaml", "--engine", "sim", "--budget-restarts", "5",
+            "--storage", f"sqlite:///{tmp_path}/optuna.db", "--workdir", str(tmp_path / "w"), "--no-mlflow"]
+    status, _, err = _run(argv, capsys)
+    assert status == ExitStatus.BAD_INPUT and "--budget-restarts 5 cannot measure anything" in _one_line(err)
+    assert "at least --budget-restarts 8" in err and _no_study(tmp_path)
+
+
+def test_top_k_verifies_exactly_k(tmp_path, capsys):
+    argv = ["tune", "--space", "search_spaces/gb10.yaml", "--engine", "sim", "--trials", "6", "--top-k", "1",
+            "--verify-restarts", "2", "--storage", f"sqlite:///{tmp_path}/optuna.db", "--workdir",
+            str(tmp_path / "w"), "--study", "k", "--no-mlflow", "--quiet"]
+    status, _, err = _run(argv, capsys)
+    assert status == ExitStatus.SUCCESS, err
+    from autotune import ledger
+
+    candidates = ledger.load("k", f"sqlite:///{tmp_path}/optuna.db").verify_candidates()
+    assert candidates is not None and len(candidates) == 2  # one challenger and the baseline
+
+
+@pytest.mark.parametrize("item, words", [
+    ("num_speculative_tokens=99", "num_speculative_tokens 99 is outside the space"),
+    ("num_speculative_tokens=-1", "num_speculative_tokens -1 is outside the space"),
+    ("num_speculative_tokens=two", "num_speculative_tokens 'two' is outside the space"),
+    ("cudagraph_mode=TURBO", "cudagraph_mode 'TURBO' is not in the space"),
+    ("cudagraph_mode=FULL,capture_sizes=huge", "capture_sizes has no choice 'huge'"),
+    ("num_speculative_tokens=3,draft=eagle9", "drafts has no choice 'eagle9'"),
+])
+def test_enqueue_outside_the_space_is_refused(tmp_path, capsys, item, words):
+    status, _, err = _tune(tmp_path, capsys, "--enqueue", item)
+    assert status == ExitStatus.BAD_INPUT and words in _one_line(err) and "--enqueue" in err
+    assert _no_study(tmp_path)
+
+
+# -- storage ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url, words", [
+    ("mlruns/optuna.db", "not a database URL"),
+    ("sqlite:/optuna.db", "three slashes"),
+    ("nosuchdialect://host/db", "not a database URL Optuna can open"),
+    ("postgresql://user@127.0.0.1:1/optuna", "--storage postgresql://user@127.0.0.1:1/optuna"),
+])
+def test_bad_storage_urls_are_one_line(tmp_path, capsys, url, words):
+    argv = ["tune", *SIM, "--storage", url, "--workdir", str(tmp_path / "w"), "--no-mlflow"]
+    status, _, err = _run(argv, capsys)
+    assert status == ExitStatus.BAD_INPUT and words in _one_line(err)
+
+
+def test_a_storage_password_is_not_printed(tmp_path, capsys):
+    argv = ["tune", *SIM, "--storage", "postgresql://bob:hunter2@127.0.0.1:1/optuna", "--no-mlflow",
+            "--workdir", str(tmp_path / "w")]
+    status, _, err = _run(argv, capsys)
+    assert status == ExitStatus.BAD_INPUT and "hunter2" not in err and "bob:***@" in err
+
+
+def test_a_corrupt_store_is_one_line_for_report_export_and_tune(tmp_path, capsys):
+    url = _made_study(tmp_path, capsys)
+    db = tmp_path / "optuna.db"
+    with open(db, "r+b") as fh:
+        fh.truncate(db.stat().st_size // 3)
+    for argv in (["report", "--storage", url], ["export", "--storage", url], ["report", "--storage", url, "--json"]):
+        status, _, err = _run(argv, capsys)
+        assert status == ExitStatus.BAD_INPUT and "not a usable SQLite database" in _one_line(err)
+    status, _, err = _tune(tmp_path, capsys)
+    assert status == ExitStatus.BAD_INPUT and "not a usable SQLite database" in _one_line(err)
+
+
+def test_a_file_that_is_not_a_database_is_one_line(tmp_path, capsys):
+    (tmp_path / "notes.db").write_text("shopping list\n" * 100)
+    status, _, err = _run(["report", "--storage", f"sqlite:///{tmp_path}/notes.db"], capsys)
+    assert status == ExitStatus.BAD_INPUT and "not a usable SQLite database" in _one_line(err)
+    assert (tmp_path / "notes.db").read_text().startswith("shopping list")
+
+
+def test_a_store_whose_directory_cannot_be_created_is_one_line(tmp_path, capsys):
+    (tmp_path / "mlruns").write_text("a file where the store's directory should be")
+    argv = ["tune", *SIM, "--storage", f"sqlite:///{tmp_path}/mlruns/optuna.db", "--no-mlflow",
+            "--workdir", str(tmp_path / "w")]
+    status, _, err = _run(argv, capsys)
+    assert status == ExitStatus.BAD_INPUT and "cannot create files in" in _one_line(err)
+
+
+def test_report_does_not_create_a_store(tmp_path, capsys):
+    status, _, err = _run(["report", "--storage", f"sqlite:///{tmp_path}/none/optuna.db"], capsys)
+    assert status == ExitStatus.BAD_INPUT and "make demo" in _one_line(err)
+    assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits (CI runs unprivileged); "
+                    "test_a_store_whose_directory_cannot_be_created_is_one_line covers the same check as root")
+def test_a_read_only_store_is_one_line_for_tune(tmp_path, capsys):
+    _made_study(tmp_path, capsys)
+    os.chmod(tmp_path / "optuna.db", 0o444)
+    os.chmod(tmp_path, 0o555)
+    try:
+        status, _, err = _tune(tmp_path, capsys)
+    finally:
+        os.chmod(tmp_path, 0o755)
+    assert status == ExitStatus.BAD_INPUT and "--storage" in _one_line(err)
+
+
+# -- outputs and MLflow ----------------------------------------------------------------------------------
+
+
+def test_an_unwritable_json_path_fails_before_the_study_runs(tmp_path, capsys):
+    status, _, err = _tune(tmp_path, capsys, "--json", str(tmp_path / "missing_dir" / "r.json"))
+    assert status == ExitStatus.BAD_INPUT and "does not exist" in _one_line(err)
+    assert _no_study(tmp_path)
+
+
+def test_a_json_path_that_is_a_directory_fails_before_the_study_runs(tmp_path, capsys):
+    status, _, err = _tune(tmp_path, capsys, "--json", str(tmp_path))
+    assert status == ExitStatus.BAD_INPUT and "is a directory" in _one_line(err)
+    assert _no_study(tmp_path)
+
+
+def test_report_and_export_check_their_output_paths(tmp_path, capsys):
+    url = _made_study(tmp_path, capsys)
+    status, _, err = _run(["report", "--storage", url, "--json", str(tmp_path / "nope" / "r.json")], capsys)
+    assert status == ExitStatus.BAD_INPUT and "--json" in _one_line(err)
+    status, _, err = _run(["export", "--storage", url, "--out", str(tmp_path / "nope" / "w.yaml")], capsys)
+    assert status == ExitStatus.BAD_INPUT and "--out" in _one_line(err)
+
+
+def test_an_unwritable_mlflow_store_is_detected_up_front(tmp_path, capsys):
+    (tmp_path / "mlruns").write_text("not a directory")
+    started = time.monotonic()
+    status, _, err = _tune(tmp_path, capsys, "--tracking-uri", f"sqlite:///{tmp_path}/mlruns/mlflow.db", mlflow=True)
+    assert status == ExitStatus.BAD_INPUT and "--tracking-uri" in _one_line(err)
+    assert time.monotonic() - started < 30 and _no_study(tmp_path)
+
+
+def test_a_corrupt_mlflow_store_is_detected_up_front(tmp_path, capsys):
+    (tmp_path / "mlruns").mkdir()
+    (tmp_path / "mlruns" / "mlflow.db").write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
+    status, _, err = _tune(tmp_path, capsys, "--tracking-uri", f"sqlite:///{tmp_path}/mlruns/mlflow.db", mlflow=True)
+    assert status == ExitStatus.BAD_INPUT and "not a usable SQLite database" in _one_line(err)
+
+
+@pytest.mark.parametrize("budget, seed", [(8, 0), (13, 1), (30, 2)])
+def test_a_restart_budget_is_never_overrun(tmp_path, capsys, budget, seed):
+    import json
+
+    argv = ["tune", "--space", "search_spaces/gb10.yaml", "--engine", "sim", "--budget-restarts", str(budget),
+            "--seed", str(seed), "--storage", f"sqlite:///{tmp_path}/o.db", "--workdir", str(tmp_path / "w"),
+            "--study", "b", "--no-mlflow", "--quiet", "--json", str(tmp_path / "r.json")]
+    status, _, err = _run(argv, capsys)
+    assert status == ExitStatus.SUCCESS, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert 0 < report["budget"]["restarts_used"] <= budget
+    assert report["verification"] is not None  # the reserve held back for verification was there to spend

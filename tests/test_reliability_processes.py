@@ -1,0 +1,88 @@
+"""Engines a killed autotune left running: the next autotune stops them (SIGKILL cannot be handled)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autotune.engines._process import TAG_ENV, orphaned_engine_processes, stop_orphans
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _engine(owner: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, TAG_ENV: f"{owner}-0123456789abcdef"}
+    return subprocess.Popen(["sleep", "600"], env=env, start_new_session=True)
+
+
+def _alive(proc: subprocess.Popen[bytes]) -> bool:
+    return proc.poll() is None
+
+
+def test_an_engine_whose_autotune_was_killed_is_stopped_and_reported(caplog):
+    orphan = _engine(_dead_pid())
+    try:
+        time.sleep(0.2)  # let it exec, so /proc shows its environment
+        assert orphan.pid in orphaned_engine_processes()
+        with caplog.at_level("WARNING"):
+            stopped = stop_orphans()
+        assert orphan.pid in [s.pid for s in stopped]
+        orphan.wait(timeout=10)
+        assert "left running by an autotune that was killed" in caplog.text
+    finally:
+        if _alive(orphan):
+            orphan.kill()
+            orphan.wait()
+
+
+def test_an_engine_whose_autotune_still_runs_is_left_alone():
+    owner = subprocess.Popen(["sleep", "600"])
+    time.sleep(0.1)
+    engine = _engine(owner.pid)  # started after its owner, as an engine is
+    try:
+        time.sleep(0.2)
+        assert engine.pid not in orphaned_engine_processes()
+        stop_orphans()
+        assert _alive(engine)
+    finally:
+        for proc in (engine, owner):
+            proc.kill()
+            proc.wait()
+
+
+def test_an_interruption_while_an_engine_starts_does_not_leak_it(monkeypatch):
+    from autotune.engines import _process
+
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_ctrl_c(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        started.append(proc)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C lands while the engine starts
+        return proc
+
+    monkeypatch.setattr(_process.subprocess, "Popen", popen_then_ctrl_c)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _process.EngineProcess(["sleep", "600"]):
+                time.sleep(5)
+        _process.stop_live()  # what the study and the command do on an interruption
+        (proc,) = started
+        proc.wait(timeout=10)  # stopped, not left running
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
