@@ -214,7 +214,7 @@ def test_under_an_slo_the_fastest_configuration_that_misses_it_cannot_win(tmp_pa
     assert report.winner.meets_slo and report.winner.latency["tpot_p99_ms"].mean < 50
     # Configurations that met the limit outrank it for verification, so it is not even verified.
     assert all(e.trial_number not in {t.number for t in fastest} for e in report.verification.entries)
-    assert report.slo_outcome.baseline_meets and report.verdict == "faster"
+    assert report.slo_outcome.baseline_meets and report.winner.speedup.speedup > 1.1
     text = render_report(report)
     assert "subject to tpot_p99_ms <= 50" in text and "measured trials missed a limit (tpot_p99_ms)" in text
     assert "winner and baseline both meet the limits" in text
