@@ -5,8 +5,8 @@ Each run starts the real command line in its own process (sim engine in-process,
 SIGINT a random moment later, snapshots what the store holds, resumes with the same command and checks:
 
 * no finished restart is lost: everything stored when the process died is still stored after the resume;
-* no restart is counted twice: each configuration's counted restarts have distinct seeds, verification has exactly
-  ``--verify-restarts`` per configuration;
+* no restart is counted twice: each configuration's counted restarts have distinct seeds, and verification counts
+  exactly the restarts (and values) the uninterrupted run counted;
 * no engine process is left: none carries this run's tag in its environment after the resume;
 * the outcome is the uninterrupted run's: the same verdict, winner and verified throughputs.
 
@@ -231,8 +231,6 @@ def _inject(engine: str, sig_name: str, target: int, delay: float, tmp: Path, re
     for key, seeds in after.counted.items():
         if len(seeds) != len(set(seeds)):
             problems.append(f"{where}: {key} counts a seed twice: {seeds}")
-        if key[0] == "verify" and len(seeds) != VERIFY_RESTARTS:
-            problems.append(f"{where}: {key} counts {len(seeds)} verification restarts, not {VERIFY_RESTARTS}")
     if after.outcome != ref.outcome:
         problems.append(f"{where}: outcome {after.outcome} differs from the uninterrupted run's {ref.outcome}")
     return problems

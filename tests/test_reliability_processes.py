@@ -64,25 +64,35 @@ def test_an_engine_whose_autotune_still_runs_is_left_alone():
 def test_an_interruption_while_an_engine_starts_does_not_leak_it(monkeypatch):
     from autotune.engines import _process
 
-    started: list[subprocess.Popen[bytes]] = []
-    real_popen = subprocess.Popen
+    started: list[int] = []
+    real = subprocess.Popen._execute_child
 
-    def popen_then_ctrl_c(*args, **kwargs):
-        proc = real_popen(*args, **kwargs)
-        started.append(proc)
-        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C lands while the engine starts
-        return proc
+    def exec_then_ctrl_c(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        started.append(self.pid)
+        raise KeyboardInterrupt  # Ctrl-C lands while Popen waits for the child's exec
 
-    monkeypatch.setattr(_process.subprocess, "Popen", popen_then_ctrl_c)
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", exec_then_ctrl_c)
     try:
         with pytest.raises(KeyboardInterrupt):
             with _process.EngineProcess(["sleep", "600"]):
                 time.sleep(5)
         _process.stop_live()  # what the study and the command do on an interruption
-        (proc,) = started
-        proc.wait(timeout=10)  # stopped, not left running
+        (pid,) = started
+        assert not os.path.exists(f"/proc/{pid}") or "\nState:\tZ" in open(f"/proc/{pid}/status").read()
     finally:
-        for proc in started:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        for pid in started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_an_engine_receives_sigterm_when_it_is_stopped():
+    from autotune.engines import _process
+
+    with _process.EngineProcess([sys.executable, "-c", "import signal, sys, time\n"
+                                 "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\ntime.sleep(600)"]) as proc:
+        time.sleep(1.0)
+        proc.stop(grace_s=10)
+    assert proc.returncode == 7  # stopped gracefully (SIGTERM reached it), not SIGKILLed after the grace

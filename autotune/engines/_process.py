@@ -300,18 +300,30 @@ def _reap_orphans(pids: set[int], sessions: set[int]) -> None:
 
 #: Engine processes started and not stopped yet (see :func:`stop_live`).
 _LIVE: set[EngineProcess] = set()
-_INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
 
 
-def _block_interrupts() -> set[signal.Signals] | None:
-    if not hasattr(signal, "pthread_sigmask"):
-        return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+class _StartedPopen(subprocess.Popen):  # type: ignore[type-arg]
+    """``Popen`` that kills its child when the start itself is interrupted (Ctrl-C while waiting for the exec).
 
+    Popen forks, then waits for the child's exec; an interruption in that wait leaves a running child that no
+    caller holds. (Blocking the signals instead would be inherited by the engine, which could then not be
+    stopped gracefully.)
+    """
 
-def _restore_interrupts(previous: set[signal.Signals] | None) -> None:
-    if previous is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    def _execute_child(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super()._execute_child(*args, **kwargs)  # type: ignore[misc]
+        except BaseException:
+            pid = getattr(self, "pid", None)
+            if getattr(self, "_child_created", False) and pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, 0)
+                self.returncode = -signal.SIGKILL
+            raise
 
 
 def stop_live() -> None:
@@ -346,17 +358,13 @@ class EngineProcess:
         self.argv = list(argv)
         self.survivors: list[Survivor] = []
         self._stopped = False
-        # Ctrl-C or SIGTERM landing while the child starts (Popen waits for its exec) would raise before the
-        # caller's ``with`` holds this object, and the engine would run on unstopped: hold them until the process
-        # is registered; stop_live() stops whatever an interruption leaves registered.
-        blocked = _block_interrupts()
-        try:
-            self.popen: subprocess.Popen[Any] = subprocess.Popen(
-                self.argv, stdin=stdin, stdout=stdout, stderr=stderr, env=full_env, cwd=cwd, start_new_session=True)
-            self.pid = self.popen.pid
-            _LIVE.add(self)
-        finally:
-            _restore_interrupts(blocked)
+        # Ctrl-C or SIGTERM landing while the child starts would raise before the caller's ``with`` holds this
+        # object, and the engine would run on unstopped: _StartedPopen kills a child whose start was interrupted,
+        # and stop_live() stops whatever an interruption leaves registered here.
+        self.popen: subprocess.Popen[Any] = _StartedPopen(
+            self.argv, stdin=stdin, stdout=stdout, stderr=stderr, env=full_env, cwd=cwd, start_new_session=True)
+        self.pid = self.popen.pid
+        _LIVE.add(self)
 
     def __enter__(self) -> EngineProcess:
         return self
