@@ -81,6 +81,11 @@ def run_here(args: argparse.Namespace, space: Any, engine: Any, options: Any, ou
         for obs in observers:
             obs.close()  # an error must not leave MLflow runs marked RUNNING
         engine.close()
+    return _print_report(report, args, out)
+
+
+def _print_report(report: Any, args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    """The study's report, redacted, on ``out`` (and ``--json``); a study with no result exits non-zero."""
     print(redact_text(report.render()), file=out)
     if args.json:
         _write_json(args.json, redact(report.to_json()))
@@ -136,15 +141,7 @@ def run_local_workers_for(args: argparse.Namespace, study_name: str, groups: Seq
         print(f"autotune: a worker stopped early (worst status {status}); the others finished the study",
               file=sys.stderr)
     report = build_report(study, engine=engine, space=space)
-    print(redact_text(report.render()), file=out)
-    if args.json:
-        _write_json(args.json, redact(report.to_json()))
-    if report.no_result:
-        # A study that measured nothing claims nothing: scripts must not take its "winner" for a result.
-        print(f"autotune: error: study {report.study!r} has no result: {redact_text(report.no_result)}",
-              file=sys.stderr)
-        return ExitStatus.NO_RESULT
-    return ExitStatus.SUCCESS
+    return _print_report(report, args, out)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
