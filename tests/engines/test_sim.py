@@ -365,15 +365,6 @@ def test_startup_and_wall_time_are_simulated():
                                        + e.hardware.shutdown_s)
 
 
-def test_thousands_of_restarts_per_second():
-    e = sim("gb10", "moe")
-    configs = [cfg(m, k=k) for m in ("NONE", "PIECEWISE", None) for k in (0, 3)]
-    started = time.perf_counter()
-    for i in range(3000):
-        assert isinstance(e.run_restart(configs[i % len(configs)], WL, restart=i, seed=i), RestartResult)
-    assert time.perf_counter() - started < 3.0
-
-
 # -- the flat profile --------------------------------------------------------------------------------------
 
 
