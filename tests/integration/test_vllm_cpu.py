@@ -159,6 +159,8 @@ def test_audit_strict_exits_nonzero_on_the_cpu_downgrade(space, cache_dir: str) 
     assert "changed without a log line saying so: cudagraph_mode, capture_sizes" in text
 
 
+# A whole study of real vLLM starts on 2 CPU cores: longer than the suite's per-test limit when the machine is busy.
+@pytest.mark.timeout(2400)
 def test_cli_tune_with_ngram_flags_the_piecewise_downgrade(tmp_path: Path, cache_dir: str) -> None:
     from autotune import ledger
 
@@ -227,6 +229,8 @@ def test_serve_mode_measures_with_vllm_bench_serve(space, cache_dir: str, tmp_pa
     assert any("Async scheduling not supported with ngram" in n for n in result.resolved.notes)
 
 
+# A whole study of real vLLM starts on 2 CPU cores: longer than the suite's per-test limit when the machine is busy.
+@pytest.mark.timeout(2400)
 def test_cli_slo_study_on_text_prompts_records_latency_and_an_infeasible_configuration(tmp_path: Path,
                                                                                      cache_dir: str) -> None:
     """The tiny model with its tokenizer on text prompts, max_num_seqs searched, a p99 TTFT limit (offline mode)."""
