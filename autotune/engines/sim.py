@@ -110,22 +110,24 @@ class SimEngine(EngineBackend):
         For tests and benchmarks only; nothing shown to users about real hardware comes from it.
         Returns ``None`` when the configuration cannot run (capture OOM, or vLLM would reject it).
         """
+        plan = self._runnable_plan(config)
+        if plan is None:
+            return None
+        return self._steady_tok_s(plan, config, workload)
+
+    def _runnable_plan(self, config: EngineConfig) -> Any:
+        """The configuration's plan, or ``None`` when it cannot run (vLLM rejects it, or capture runs out of memory)."""
         try:
             plan = self._plan(config)
         except model.Rejected:
             return None
-        if plan.oom_error:
-            return None
-        return self._steady_tok_s(plan, config, workload)
+        return None if plan.oom_error else plan
 
     def true_latency(self, config: EngineConfig, workload: Workload) -> dict[str, float] | None:
         """The configuration's noiseless latency figures (``tpot_p99_ms``...): what a warm restart running at its
         steady throughput reports. For tests and benchmarks only; ``None`` when the configuration cannot run."""
-        try:
-            plan = self._plan(config)
-        except model.Rejected:
-            return None
-        if plan.oom_error:
+        plan = self._runnable_plan(config)
+        if plan is None:
             return None
         steady = self._steady_tok_s(plan, config, workload)
         return self._latency(plan, config, workload, [steady], steady)
