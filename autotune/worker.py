@@ -112,7 +112,15 @@ def run_local_workers_for(args: argparse.Namespace, study_name: str, groups: Seq
     elif args.tracking_uri:
         argv += ["--tracking-uri", args.tracking_uri]
     argv.append("--quiet")
-    log_dir = os.path.join(args.workdir, study_name, "workers")
+    from autotune.studydir import NotOwned, prepare_study_dir
+
+    # The workers' logs live in the study's directory: create it with its marker first, as a worker would (on a
+    # machine that joins a study the directory does not exist yet; a bare mkdir would leave it unmarked and every
+    # worker would refuse to write into it).
+    try:
+        log_dir = str(prepare_study_dir(args.workdir, study_name) / "workers")
+    except NotOwned as exc:
+        raise UsageError(str(exc)) from None
     print(f"autotune: {len(groups)} workers on study {study_name} ({ledger.redact(args.storage)}); "
           f"their output goes to {log_dir}", file=out)
     watched = ledger.load(study_name, args.storage)
