@@ -420,15 +420,29 @@ def serve_dataset_argv(request: dict[str, Any], workdir: str) -> list[str]:
 
 
 def serve_timings(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per-request timings from a ``--save-detailed`` result (failed requests left out)."""
-    out = []
+    """Per-request timings from a ``--save-detailed`` result (failed requests left out).
+
+    vLLM 0.26 saves ``ttfts`` and ``itls`` but no ``latencies``: a request's end-to-end latency is then its TTFT
+    plus its inter-token gaps, as vLLM's own timeline plot computes it. Without either nothing is returned (the
+    restart has no latency, and an SLO counts it as not measured).
+    """
+    ttfts = data.get("ttfts") or []
+    lens = data.get("output_lens") or []
     errors = data.get("errors") or []
-    for i, (ttft, e2el, n) in enumerate(zip(data.get("ttfts") or [], data.get("latencies") or [],
-                                            data.get("output_lens") or [])):
-        if i < len(errors) and errors[i]:
+    itls = data.get("itls") or []
+    latencies = data.get("latencies")
+    out = []
+    for i, (ttft, n) in enumerate(zip(ttfts, lens)):
+        if (i < len(errors) and errors[i]) or ttft is None:
             continue
-        itls = (data.get("itls") or [None] * (i + 1))[i]
-        out.append(_dataset.request_timing(float(ttft), float(e2el), int(n), list(itls or [])))
+        gaps = list(itls[i] or []) if i < len(itls) else None
+        if latencies is not None and i < len(latencies):
+            e2el = float(latencies[i])
+        elif gaps is not None:
+            e2el = float(ttft) + sum(gaps)
+        else:
+            continue
+        out.append(_dataset.request_timing(float(ttft), e2el, int(n), gaps or []))
     return out
 
 
