@@ -32,13 +32,15 @@ from typing import IO, Any
 from autotune.bench import PROFILES, _space_and_truth, make_engine
 from autotune.status import ExitStatus
 
-__all__ = ["ScalingRun", "SimClock", "configure_parser", "render", "run", "run_scaling", "summarize"]
+__all__ = ["ScalingRun", "SimClock", "configure_parser", "regret_worse_p", "render", "run", "run_scaling", "summarize"]
 
 DEFAULT_WORKERS = (1, 2, 4, 8)
 DEFAULT_BUDGET = 120
 DEFAULT_SEEDS = 10
 #: Simulated seconds a worker waits between looks at the study while other workers hold what it needs.
 POLL_S = 5.0
+#: Regret at or below this counts as none: float noise in the ratio to the best, not a worse configuration.
+REGRET_TOLERANCE = 1e-9
 
 
 class SimClock:
@@ -171,34 +173,63 @@ def run_scaling(profile: str, workers: Sequence[int], budget: int, seeds: Sequen
 
 
 def summarize(runs: Iterable[ScalingRun]) -> list[dict[str, Any]]:
-    """Per worker count: median wall hours, median per-seed speedup over one worker, median regret."""
+    """Per worker count: median wall hours, median per-seed speedup over one worker, and the regret.
+
+    Regret on a landscape whose best configurations are closer than verification can resolve is a coin flip
+    per seed, so its median over a few seeds moves with one seed. Besides the median the row gives the mean,
+    the seeds with any regret, and ``p_worse``: whether N workers' regret is worse than one worker's beyond
+    seed noise, a one-sided Wilcoxon signed-rank test paired by seed (seeds where both picked equally good
+    configurations carry no information and are dropped, Wilcoxon's own treatment of zero differences).
+    """
     runs = list(runs)
-    one = {(r.profile, r.budget, r.seed): r.wall_h for r in runs if r.workers == 1}
+    one = {(r.profile, r.budget, r.seed): r for r in runs if r.workers == 1}
     rows = []
     for key in sorted({(r.profile, r.budget, r.workers) for r in runs}):
         cell = [r for r in runs if (r.profile, r.budget, r.workers) == key]
-        speedups = [one[(r.profile, r.budget, r.seed)] / r.wall_h for r in cell
-                    if (r.profile, r.budget, r.seed) in one and r.wall_h > 0]
+        paired = [(r, one[(r.profile, r.budget, r.seed)]) for r in cell if (r.profile, r.budget, r.seed) in one]
+        speedups = [base.wall_h / r.wall_h for r, base in paired if r.wall_h > 0]
         rows.append({
             "profile": key[0], "budget": key[1], "workers": key[2], "seeds": len(cell),
             "median_wall_h": statistics.median(r.wall_h for r in cell),
             "median_speedup": statistics.median(speedups) if speedups else None,
             "min_speedup": min(speedups) if speedups else None,
             "median_regret": statistics.median(r.regret for r in cell),
+            "mean_regret": statistics.fmean(r.regret for r in cell),
             "max_regret": max(r.regret for r in cell),
+            "seeds_with_regret": sum(1 for r in cell if r.regret > REGRET_TOLERANCE),
+            "p_worse": None if key[2] == 1 else regret_worse_p([r.regret for r, _ in paired],
+                                                             [base.regret for _, base in paired]),
             "max_restarts_used": max(r.restarts_used for r in cell),
         })
     return rows
 
 
+def regret_worse_p(regrets: Sequence[float], baseline_regrets: Sequence[float]) -> float | None:
+    """One-sided p-value that ``regrets`` are larger than ``baseline_regrets`` (paired): Wilcoxon signed-rank.
+
+    1.0 when no pair differs (nothing suggests a difference); ``None`` with no pairs.
+    """
+    from scipy import stats
+
+    diffs = [a - b for a, b in zip(regrets, baseline_regrets, strict=True)]
+    if not diffs:
+        return None
+    if all(abs(d) <= REGRET_TOLERANCE for d in diffs):
+        return 1.0
+    return float(stats.wilcoxon(diffs, alternative="greater", zero_method="wilcox").pvalue)
+
+
 def render(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = ["| profile | budget (starts) | workers | seeds | median wall (simulated h) | median speedup "
-             "(min) | median regret (max) | most starts used |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "(min) | median regret (max) | mean regret | seeds with regret | regret worse than 1 worker: p "
+             "| most starts used |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         speed = "-" if r["median_speedup"] is None else f"{r['median_speedup']:.2f}x ({r['min_speedup']:.2f}x)"
+        p = "-" if r["p_worse"] is None else f"{r['p_worse']:.2f}"
         lines.append(f"| {r['profile']} | {r['budget']} | {r['workers']} | {r['seeds']} | {r['median_wall_h']:.2f} "
-                     f"| {speed} | {r['median_regret']:.2%} ({r['max_regret']:.2%}) | {r['max_restarts_used']} |")
+                     f"| {speed} | {r['median_regret']:.2%} ({r['max_regret']:.2%}) | {r['mean_regret']:.2%} "
+                     f"| {r['seeds_with_regret']}/{r['seeds']} | {p} | {r['max_restarts_used']} |")
     return "\n".join(lines)
 
 
