@@ -8,8 +8,9 @@ import pytest
 from autotune.scaling import ScalingRun, regret_worse_p, render, summarize
 
 
-def _run(workers: int, seed: int, regret: float, wall_h: float = 1.0) -> ScalingRun:
-    return ScalingRun("p", workers, 120, seed, wall_h, 120, regret, 12, None)
+def _run(workers: int, seed: int, regret: float, wall_h: float = 1.0,
+         candidates: tuple[float, ...] = ()) -> ScalingRun:
+    return ScalingRun("p", workers, 120, seed, wall_h, 120, regret, 12, None, candidates)
 
 
 def test_a_coin_flip_between_two_near_equal_configurations_is_not_called_worse():
@@ -48,4 +49,14 @@ def test_speedup_is_paired_by_seed_and_the_table_has_a_row_per_worker_count():
     assert two["median_speedup"] == pytest.approx(3.0) and two["min_speedup"] == pytest.approx(2.0)
     table = render(rows).splitlines()
     assert len(table) == 2 + 2
-    assert table[-1].startswith("| p | 120 | 2 | 2 |") and "| 0/2 | 1.00 |" in table[-1]
+    assert table[-1].startswith("| p | 120 | 2 | 2 |") and "| 0/2 | 1.00 | - | 0/2 | 120 |" in table[-1]
+
+
+def test_the_regret_splits_into_what_the_search_handed_over_and_what_verification_picked():
+    runs = [_run(1, 0, 0.0, candidates=(0.0024, 0.0, 0.03)), _run(1, 1, 0.0024, candidates=(0.0024, 0.0, 0.0)),
+            _run(1, 2, 0.0024, candidates=(0.0024, 0.03))]
+    assert [r.picked_best_candidate for r in runs] == [True, False, True]
+    row = summarize(runs)[0]
+    assert row["picked_best_candidate"] == 2
+    assert row["mean_best_candidate_regret"] == pytest.approx(0.0008)
+    assert "| 0.08% | 2/3 |" in render([row])
