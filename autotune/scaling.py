@@ -32,7 +32,7 @@ from typing import IO, Any
 from autotune.bench import PROFILES, _space_and_truth, make_engine
 from autotune.status import ExitStatus
 
-__all__ = ["ScalingRun", "SimClock", "configure_parser", "regret_worse_p", "render", "run", "run_scaling", "summarize"]
+__all__ = ["ScalingRun", "SimClock", "configure_parser", "load_runs", "regret_worse_p", "render", "run", "run_scaling", "summarize"]
 
 DEFAULT_WORKERS = (1, 2, 4, 8)
 DEFAULT_BUDGET = 120
@@ -265,9 +265,30 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeds per cell (default: %(default)s)")
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", help="also write every run and the summary as JSON")
+    p.add_argument("--summarize", nargs="+", metavar="JSON",
+                   help="run nothing: summarise the runs stored by earlier --json runs (more seeds in several goes)")
+
+
+def load_runs(path: str) -> list[ScalingRun]:
+    """The runs a ``--json`` file holds. Raises ``ValueError`` naming the file when it holds none."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return [ScalingRun(**{**r, "candidate_regrets": tuple(r.get("candidate_regrets") or ())})
+                for r in data["runs"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a file written by `autotune bench-scaling --json` ({exc}); "
+                         "pass the files that option wrote") from None
 
 
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    if args.summarize:
+        try:
+            stored = [r for path in args.summarize for r in load_runs(path)]
+        except ValueError as exc:
+            print(f"autotune: error: --summarize {exc}", file=sys.stderr)
+            return ExitStatus.BAD_INPUT
+        print(render(summarize(stored)), file=out)
+        return ExitStatus.SUCCESS
     workers = [int(w) for w in str(args.workers).split(",") if w.strip()]
     if 1 not in workers:
         workers = [1, *workers]  # the speedup is over one worker

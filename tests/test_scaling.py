@@ -3,9 +3,15 @@ than one worker's beyond seed noise. Runs of whole studies live in ``make bench-
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from pathlib import Path
+
 import pytest
 
+from autotune.cli import raw_main
 from autotune.scaling import ScalingRun, regret_worse_p, render, summarize
+from autotune.status import ExitStatus
 
 
 def _run(workers: int, seed: int, regret: float, wall_h: float = 1.0,
@@ -60,3 +66,22 @@ def test_the_regret_splits_into_what_the_search_handed_over_and_what_verificatio
     assert row["picked_best_candidate"] == 2
     assert row["mean_best_candidate_regret"] == pytest.approx(0.0008)
     assert "| 0.08% | 2/3 |" in render([row])
+
+
+def test_runs_stored_in_several_goes_are_summarised_together(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps({"runs": [dataclasses.asdict(_run(1, 0, 0.0, 4.0, (0.0,))),
+                                          dataclasses.asdict(_run(2, 0, 0.0, 2.0, (0.0,)))]}))
+    second.write_text(json.dumps({"runs": [dataclasses.asdict(_run(1, 1, 0.0, 4.0, (0.0,))),
+                                           dataclasses.asdict(_run(2, 1, 0.01, 1.0, (0.0,)))]}))
+    assert raw_main(["bench-scaling", "--summarize", str(first), str(second)]) == ExitStatus.SUCCESS
+    row = capsys.readouterr().out.strip().splitlines()[-1]
+    assert row.startswith("| p | 120 | 2 | 2 | 1.50 | 3.00x (2.00x) |") and "| 1/2 |" in row
+
+
+def test_summarize_names_a_file_that_is_not_a_benchmark_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"trials": []}))
+    assert raw_main(["bench-scaling", "--summarize", str(other)]) == ExitStatus.BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(other) in err[0] and "--json" in err[0]
