@@ -32,13 +32,15 @@ from typing import IO, Any
 from autotune.bench import PROFILES, _space_and_truth, make_engine
 from autotune.status import ExitStatus
 
-__all__ = ["ScalingRun", "SimClock", "configure_parser", "render", "run", "run_scaling", "summarize"]
+__all__ = ["ScalingRun", "SimClock", "configure_parser", "load_runs", "regret_worse_p", "render", "run", "run_scaling", "summarize"]
 
 DEFAULT_WORKERS = (1, 2, 4, 8)
 DEFAULT_BUDGET = 120
 DEFAULT_SEEDS = 10
 #: Simulated seconds a worker waits between looks at the study while other workers hold what it needs.
 POLL_S = 5.0
+#: Regret at or below this counts as none: float noise in the ratio to the best, not a worse configuration.
+REGRET_TOLERANCE = 1e-9
 
 
 class SimClock:
@@ -112,14 +114,28 @@ class ScalingRun:
     regret: float
     verification_restarts: int
     winner: str | None
+    #: Regret of each verified challenger: what the search handed verification (its best is the best the
+    #: verification could have picked; the winner's regret beyond it is the verification's pick).
+    candidate_regrets: tuple[float, ...] = ()
+
+    @property
+    def best_candidate_regret(self) -> float | None:
+        return min(self.candidate_regrets) if self.candidate_regrets else None
+
+    @property
+    def picked_best_candidate(self) -> bool:
+        best = self.best_candidate_regret
+        return best is not None and self.regret <= best + REGRET_TOLERANCE
 
 
 def run_one(profile_name: str, workers: int, budget: int, seed: int, root: str = ".") -> ScalingRun:
     """One whole study by ``workers`` simulated workers sharing an in-memory Optuna storage."""
     import optuna
 
+    from autotune.ledger import Ledger
     from autotune.report import build_report
     from autotune.study import StudyOptions, run_study
+    from autotune.verify import BASELINE
 
     profile = PROFILES[profile_name]
     space, truth = _space_and_truth(profile, root)
@@ -151,10 +167,13 @@ def run_one(profile_name: str, workers: int, budget: int, seed: int, root: str =
             raise errors[0]
         study = optuna.load_study(study_name=options.study_name, storage=storage)
         report = build_report(study)
+        verification = Ledger(study).verification()
     config = None if report.winner is None else report.winner.config
+    candidates = () if verification is None else tuple(
+        truth.regret(e.candidate.config) for e in verification.entries if e.candidate.role != BASELINE)
     return ScalingRun(profile_name, workers, budget, seed, clock.end / 3600.0, report.budget.restarts_used,
                       truth.regret(config), report.budget.verification_restarts or 0,
-                      None if config is None else config.label())
+                      None if config is None else config.label(), candidates)
 
 
 def run_scaling(profile: str, workers: Sequence[int], budget: int, seeds: Sequence[int],
@@ -171,34 +190,71 @@ def run_scaling(profile: str, workers: Sequence[int], budget: int, seeds: Sequen
 
 
 def summarize(runs: Iterable[ScalingRun]) -> list[dict[str, Any]]:
-    """Per worker count: median wall hours, median per-seed speedup over one worker, median regret."""
+    """Per worker count: median wall hours, median per-seed speedup over one worker, and the regret.
+
+    Regret on a landscape whose best configurations are closer than verification can resolve is a coin flip
+    per seed, so its median over a few seeds moves with one seed. Besides the median the row gives the mean,
+    the seeds with any regret, and ``p_worse``: whether N workers' regret is worse than one worker's beyond
+    seed noise, a one-sided Wilcoxon signed-rank test paired by seed (seeds where both picked equally good
+    configurations carry no information and are dropped, Wilcoxon's own treatment of zero differences).
+    It also splits the regret between the search and the verification: the mean regret of the best
+    configuration the search handed verification, and in how many seeds verification picked that one.
+    """
     runs = list(runs)
-    one = {(r.profile, r.budget, r.seed): r.wall_h for r in runs if r.workers == 1}
+    one = {(r.profile, r.budget, r.seed): r for r in runs if r.workers == 1}
     rows = []
     for key in sorted({(r.profile, r.budget, r.workers) for r in runs}):
         cell = [r for r in runs if (r.profile, r.budget, r.workers) == key]
-        speedups = [one[(r.profile, r.budget, r.seed)] / r.wall_h for r in cell
-                    if (r.profile, r.budget, r.seed) in one and r.wall_h > 0]
+        paired = [(r, one[(r.profile, r.budget, r.seed)]) for r in cell if (r.profile, r.budget, r.seed) in one]
+        speedups = [base.wall_h / r.wall_h for r, base in paired if r.wall_h > 0]
         rows.append({
             "profile": key[0], "budget": key[1], "workers": key[2], "seeds": len(cell),
             "median_wall_h": statistics.median(r.wall_h for r in cell),
             "median_speedup": statistics.median(speedups) if speedups else None,
             "min_speedup": min(speedups) if speedups else None,
             "median_regret": statistics.median(r.regret for r in cell),
+            "mean_regret": statistics.fmean(r.regret for r in cell),
             "max_regret": max(r.regret for r in cell),
+            "seeds_with_regret": sum(1 for r in cell if r.regret > REGRET_TOLERANCE),
+            "mean_best_candidate_regret": statistics.fmean(b) if (b := [r.best_candidate_regret for r in cell
+                                                                         if r.best_candidate_regret is not None])
+            else None,
+            "picked_best_candidate": sum(1 for r in cell if r.picked_best_candidate),
+            "p_worse": None if key[2] == 1 else regret_worse_p([r.regret for r, _ in paired],
+                                                             [base.regret for _, base in paired]),
             "max_restarts_used": max(r.restarts_used for r in cell),
         })
     return rows
 
 
+def regret_worse_p(regrets: Sequence[float], baseline_regrets: Sequence[float]) -> float | None:
+    """One-sided p-value that ``regrets`` are larger than ``baseline_regrets`` (paired): Wilcoxon signed-rank.
+
+    1.0 when no pair differs (nothing suggests a difference); ``None`` with no pairs.
+    """
+    from scipy import stats
+
+    diffs = [a - b for a, b in zip(regrets, baseline_regrets, strict=True)]
+    if not diffs:
+        return None
+    if all(abs(d) <= REGRET_TOLERANCE for d in diffs):
+        return 1.0
+    return float(stats.wilcoxon(diffs, alternative="greater", zero_method="wilcox").pvalue)
+
+
 def render(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = ["| profile | budget (starts) | workers | seeds | median wall (simulated h) | median speedup "
-             "(min) | median regret (max) | most starts used |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "(min) | median regret (max) | mean regret | seeds with regret | regret worse than 1 worker: p "
+             "| best candidate's regret (mean) | winner = best candidate | most starts used |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         speed = "-" if r["median_speedup"] is None else f"{r['median_speedup']:.2f}x ({r['min_speedup']:.2f}x)"
+        p = "-" if r["p_worse"] is None else f"{r['p_worse']:.2f}"
+        cand = "-" if r["mean_best_candidate_regret"] is None else f"{r['mean_best_candidate_regret']:.2%}"
         lines.append(f"| {r['profile']} | {r['budget']} | {r['workers']} | {r['seeds']} | {r['median_wall_h']:.2f} "
-                     f"| {speed} | {r['median_regret']:.2%} ({r['max_regret']:.2%}) | {r['max_restarts_used']} |")
+                     f"| {speed} | {r['median_regret']:.2%} ({r['max_regret']:.2%}) | {r['mean_regret']:.2%} "
+                     f"| {r['seeds_with_regret']}/{r['seeds']} | {p} | {cand} | {r['picked_best_candidate']}/{r['seeds']} "
+                     f"| {r['max_restarts_used']} |")
     return "\n".join(lines)
 
 
@@ -209,9 +265,30 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeds per cell (default: %(default)s)")
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", help="also write every run and the summary as JSON")
+    p.add_argument("--summarize", nargs="+", metavar="JSON",
+                   help="run nothing: summarise the runs stored by earlier --json runs (more seeds in several goes)")
+
+
+def load_runs(path: str) -> list[ScalingRun]:
+    """The runs a ``--json`` file holds. Raises ``ValueError`` naming the file when it holds none."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return [ScalingRun(**{**r, "candidate_regrets": tuple(r.get("candidate_regrets") or ())})
+                for r in data["runs"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a file written by `autotune bench-scaling --json` ({exc}); "
+                         "pass the files that option wrote") from None
 
 
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    if args.summarize:
+        try:
+            stored = [r for path in args.summarize for r in load_runs(path)]
+        except ValueError as exc:
+            print(f"autotune: error: --summarize {exc}", file=sys.stderr)
+            return ExitStatus.BAD_INPUT
+        print(render(summarize(stored)), file=out)
+        return ExitStatus.SUCCESS
     workers = [int(w) for w in str(args.workers).split(",") if w.strip()]
     if 1 not in workers:
         workers = [1, *workers]  # the speedup is over one worker
