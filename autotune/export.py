@@ -92,9 +92,10 @@ def _config_file_entries(report: Report) -> dict[str, Any]:
 def _fmt_tok_s(row: VerifiedRow | None) -> str:
     if row is None or row.mean is None:
         return "not measured"
-    text = f"{row.mean:.1f} tok/s (n={row.n})"
+    digits = 1 if row.unit == "tok/s" else 3
+    text = f"{row.mean:.{digits}f} {row.unit} (n={row.n})"
     if row.ci_low is not None and row.ci_high is not None:
-        text += f", 95% CI [{row.ci_low:.1f}, {row.ci_high:.1f}]"
+        text += f", 95% CI [{row.ci_low:.{digits}f}, {row.ci_high:.{digits}f}]"
     return text
 
 
@@ -112,7 +113,8 @@ def header_lines(report: Report, today: str | None = None) -> list[str]:
 
     return [
         f"autotune study {report.study}: verified winner {None if winner is None else winner.label}",
-        f"throughput: {_fmt_tok_s(winner)} on {engine.gpu or 'unknown GPU'}",
+        f"{'goodput' if report.objective == 'goodput' else 'throughput'}: {_fmt_tok_s(winner)} on "
+        f"{engine.gpu or 'unknown GPU'}",
         f"baseline (engine defaults): {_fmt_tok_s(report.baseline)}",
         f"speedup over baseline: {verdict}",
         f"engine: {engine.name or 'unknown'} {engine.version or 'unknown'}; exported "

@@ -15,7 +15,7 @@ LAYERS = [
     {"autotune.engines", "autotune.racing", "autotune.verify"},
     {"autotune.ledger", "autotune.options", "autotune.events", "autotune.heartbeat", "autotune.claims",
      "autotune.study", "autotune.fingerprint", "autotune.studydir"},
-    {"autotune.report", "autotune.report_latency", "autotune.plots", "autotune.tracking", "autotune.progress"},
+    {"autotune.report", "autotune.report_latency", "autotune.report_levels", "autotune.plots", "autotune.tracking", "autotune.progress"},
     {"autotune.cli", "autotune.cli_helpers", "autotune.preflight", "autotune.export", "autotune.ui", "autotune.audit",
      "autotune.bench", "autotune.bench_coverage", "autotune.scaling", "autotune.workers", "autotune.worker",
      "autotune.__main__"},
