@@ -675,6 +675,9 @@ def _outcome(report: Report) -> tuple[dict[str, str], dict[str, float], dict[str
     if report.search_best is not None:
         metrics[f"search_best_{_unit_name(report.unit)}"] = float(report.search_best.mean)
     tags["warnings"] = str(len(report.warnings))
+    for best in report.levels:
+        metrics[f"c{best.concurrency}.best_{_unit_name(best.unit)}"] = float(best.value)
+        tags[f"c{best.concurrency}.best"] = best.label
     winner, baseline = report.winner, report.baseline
     if winner is not None:
         params.update(config_params(winner.config, prefix="winner."))
