@@ -111,15 +111,24 @@ def header_lines(report: Report, today: str | None = None) -> list[str]:
         verdict = str(report.verdict or "unknown")
     from autotune import __version__
 
-    return [
+    workload = report.meta.workload
+    levels = workload.get("concurrency")
+    # What the value means when it is not plain output tok/s at one load: the limits, the levels and their rule.
+    measured = ""
+    if report.objective == "goodput":
+        measured += " meeting " + ", ".join(f"{k} <= {v:g}" for k, v in sorted(report.slo.items()))
+    if isinstance(levels, list) and len(levels) > 1:
+        measured += f", {workload.get('aggregate')} over load levels {', '.join(map(str, levels))}"
+    lines = [
         f"autotune study {report.study}: verified winner {None if winner is None else winner.label}",
-        f"{'goodput' if report.objective == 'goodput' else 'throughput'}: {_fmt_tok_s(winner)} on "
+        f"{'goodput' if report.objective == 'goodput' else 'throughput'}: {_fmt_tok_s(winner)}{measured} on "
         f"{engine.gpu or 'unknown GPU'}",
         f"baseline (engine defaults): {_fmt_tok_s(report.baseline)}",
         f"speedup over baseline: {verdict}",
         f"engine: {engine.name or 'unknown'} {engine.version or 'unknown'}; exported "
         f"{today or datetime.date.today().isoformat()} by autotune {__version__}",
     ]
+    return lines
 
 
 def _comment(lines: list[str]) -> str:

@@ -600,7 +600,8 @@ def render_report(report: Report) -> str:
 def _aggregate_text(report: Report) -> str:
     """``min over concurrency 1, 8, 32`` or ``mean (weights 1, 2, 1) over ...``, from the stored workload."""
     workload = report.meta.workload
-    levels = ", ".join(str(c) for c in workload.get("concurrency") or ())
+    raw = workload.get("concurrency")
+    levels = ", ".join(str(c) for c in (raw if isinstance(raw, list) else [raw]))
     weights = workload.get("weights")
     how = str(workload.get("aggregate"))
     if weights:

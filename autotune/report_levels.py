@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from autotune.records import OBJECTIVE_UNITS, RestartResult
+from autotune.records import OBJECTIVE_UNITS, RestartResult, Workload
 
 __all__ = ["LevelBest", "level_bests", "render_levels"]
 
@@ -51,20 +51,14 @@ class LevelBest:
         return dataclasses.asdict(self)
 
 
-def level_value(objective: str, passes_tok_s: Sequence[float], latency: dict[str, float]) -> float | None:
-    """One level's value under ``objective``: mean output tok/s, or goodput (requests/s)."""
-    if objective == "goodput":
-        return latency.get("goodput")
-    return sum(passes_tok_s) / len(passes_tok_s) if passes_tok_s else None
-
-
 def _means(objective: str, restarts: Iterable[RestartResult]) -> dict[int, tuple[float, int]]:
+    scoring = Workload(objective=objective)  # one level's value is the workload's to define
     per_level: dict[int, list[float]] = {}
     for r in restarts:
         if not (r.ok and not r.cold):
             continue
         for level in r.levels:
-            value = level_value(objective, level.passes_tok_s, dict(level.latency))
+            value = scoring.level_value(level.passes_tok_s, level.latency)
             if value is not None:
                 per_level.setdefault(level.concurrency, []).append(float(value))
     return {c: (sum(v) / len(v), len(v)) for c, v in per_level.items()}

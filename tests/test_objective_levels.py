@@ -127,6 +127,10 @@ def test_a_goodput_study_maximises_goodput_not_throughput(tmp_path: Path) -> Non
     assert "MISSES" not in text, "under goodput the limits judge requests, not configurations"
     assert any("goodput 0 req/s" in f.reason for f in report.failures), "64: no request met the limit"
     assert report.to_json()["unit"] == "req/s"
+    from autotune.export import header_lines
+
+    assert header_lines(report)[1].startswith("goodput: ") and "req/s (n=" in header_lines(report)[1]
+    assert "meeting tpot_p99_ms <= 2 on" in header_lines(report)[1]
 
 
 def test_a_load_level_study_reports_the_best_configuration_per_level(tmp_path: Path) -> None:
