@@ -174,7 +174,8 @@ def throughput_by_mode_and_k(records: Sequence[TrialRecord], baseline_key: str |
     ax.set_xticks(range(len(modes)), modes, rotation=15)
     ax.set_xlabel("compilation_config.cudagraph_mode (best capture sizes / draft per cell)")
     ax.set_ylabel(_objective_label(unit))
-    ax.set_title(f"{'Throughput' if unit == 'tok/s' else 'Goodput'} by cudagraph mode x speculative tokens K (95% CI over restarts)")
+    what = "Throughput" if unit == "tok/s" else "Goodput"
+    ax.set_title(f"{what} by cudagraph mode x speculative tokens K (95% CI over restarts)")
     ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
