@@ -184,6 +184,8 @@ def _shown(value: Any) -> Any:
 
 def _audit_workload(workload: Any) -> Any:
     # The audit is about start-up; one short pass proves the configuration runs and reads acceptance.
+    # One load level (the highest) is enough for that.
+    workload = workload.at(workload.max_concurrency) if len(workload.levels) > 1 else workload
     return dataclasses.replace(
         workload, num_prompts=max(1, workload.concurrency), output_len=min(workload.output_len, _AUDIT_OUTPUT_LEN),
         warmup_passes=0, max_warmup_passes=0, timed_passes=1,

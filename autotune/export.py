@@ -92,9 +92,10 @@ def _config_file_entries(report: Report) -> dict[str, Any]:
 def _fmt_tok_s(row: VerifiedRow | None) -> str:
     if row is None or row.mean is None:
         return "not measured"
-    text = f"{row.mean:.1f} tok/s (n={row.n})"
+    digits = 1 if row.unit == "tok/s" else 3
+    text = f"{row.mean:.{digits}f} {row.unit} (n={row.n})"
     if row.ci_low is not None and row.ci_high is not None:
-        text += f", 95% CI [{row.ci_low:.1f}, {row.ci_high:.1f}]"
+        text += f", 95% CI [{row.ci_low:.{digits}f}, {row.ci_high:.{digits}f}]"
     return text
 
 
@@ -110,14 +111,24 @@ def header_lines(report: Report, today: str | None = None) -> list[str]:
         verdict = str(report.verdict or "unknown")
     from autotune import __version__
 
-    return [
+    workload = report.meta.workload
+    levels = workload.get("concurrency")
+    # What the value means when it is not plain output tok/s at one load: the limits, the levels and their rule.
+    measured = ""
+    if report.objective == "goodput":
+        measured += " meeting " + ", ".join(f"{k} <= {v:g}" for k, v in sorted(report.slo.items()))
+    if isinstance(levels, list) and len(levels) > 1:
+        measured += f", {workload.get('aggregate')} over load levels {', '.join(map(str, levels))}"
+    lines = [
         f"autotune study {report.study}: verified winner {None if winner is None else winner.label}",
-        f"throughput: {_fmt_tok_s(winner)} on {engine.gpu or 'unknown GPU'}",
+        f"{'goodput' if report.objective == 'goodput' else 'throughput'}: {_fmt_tok_s(winner)}{measured} on "
+        f"{engine.gpu or 'unknown GPU'}",
         f"baseline (engine defaults): {_fmt_tok_s(report.baseline)}",
         f"speedup over baseline: {verdict}",
         f"engine: {engine.name or 'unknown'} {engine.version or 'unknown'}; exported "
         f"{today or datetime.date.today().isoformat()} by autotune {__version__}",
     ]
+    return lines
 
 
 def _comment(lines: list[str]) -> str:

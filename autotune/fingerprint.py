@@ -91,6 +91,9 @@ def fingerprint(space: SearchSpace, engine: EngineFacts | Mapping[str, Any]) -> 
         "search.num_speculative_tokens": [space.k_low, space.k_high],
         "search.drafts": [[d.name, dict(d.fragment), d.max_k] for d in space.drafts],
     }
+    if space.objective != "throughput":
+        # Only when set: a throughput study keeps the fingerprint it had before objectives existed.
+        sections["objective"] = space.objective
     model = space.engine_args.get("model")
     return Fingerprint(None if model is None else str(redact(str(model))), engine_part,
                        {name: _digest(value) for name, value in sections.items()})

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from autotune.records import EngineConfig, RestartResult, config_differences
+from autotune.records import EngineConfig, RestartResult, Workload, config_differences
 
 __all__ = [
     "Comparison",
@@ -203,6 +203,7 @@ class TrialSummary:
     differences: tuple[str, ...] = ()
     resolved_mode: str | None = None
     resolved_sizes: tuple[int, ...] | None = None
+    unit: str = "tok/s"
 
     @property
     def n(self) -> int:
@@ -236,19 +237,20 @@ class TrialSummary:
         return cls(**kw)
 
     def describe(self) -> str:
-        """``mean ± std tok/s (n=…) [ci_low, ci_high]`` plus an ``unstable`` mark, pyperf style."""
-        return format_mean(self.values, self.ci_low, self.ci_high, self.unstable)
+        """``mean ± std UNIT (n=…) [ci_low, ci_high]`` plus an ``unstable`` mark, pyperf style."""
+        return format_mean(self.values, self.ci_low, self.ci_high, self.unstable, self.unit)
 
 
-def format_mean(values: Sequence[float], ci_low: float, ci_high: float, unstable: bool) -> str:
-    """``mean ± std tok/s (n=…), 95% CI [low, high]`` and an explicit ``UNSTABLE`` mark."""
+def format_mean(values: Sequence[float], ci_low: float, ci_high: float, unstable: bool, unit: str = "tok/s") -> str:
+    """``mean ± std UNIT (n=…), 95% CI [low, high]`` and an explicit ``UNSTABLE`` mark."""
     if not values:
         return "no successful restarts"
     x = np.asarray(values, dtype=float)
     std = float(x.std(ddof=1)) if x.size > 1 else math.nan
-    text = f"{x.mean():.1f} ± {std:.1f} tok/s (n={x.size})"
+    digits = 1 if unit == "tok/s" else 3  # goodput: a few requests/s need decimals to differ
+    text = f"{x.mean():.{digits}f} ± {std:.{digits}f} {unit} (n={x.size})"
     if not math.isnan(ci_low):
-        text += f", 95% CI [{ci_low:.1f}, {ci_high:.1f}]"
+        text += f", 95% CI [{ci_low:.{digits}f}, {ci_high:.{digits}f}]"
     if unstable:
         text += "  UNSTABLE"
     return text
@@ -259,8 +261,9 @@ def summarize(
     restarts: Iterable[RestartResult],
     confidence: float = 0.95,
     method: str = "t",
+    unit: str = "tok/s",
 ) -> TrialSummary:
-    """Summarise a configuration's restarts: counted values, interval, CV, silent changes, failures."""
+    """Summarise a configuration's restarts: counted values (in ``unit``), interval, CV, silent changes, failures."""
     restarts = list(restarts)
     counted = [r for r in restarts if r.ok and not r.cold]
     failed = [r for r in restarts if not r.ok]
@@ -296,6 +299,7 @@ def summarize(
         differences=tuple(diffs),
         resolved_mode=None if last_ok is None else last_ok.resolved.cudagraph_mode,  # type: ignore[union-attr]
         resolved_sizes=None if last_ok is None else last_ok.resolved.cudagraph_capture_sizes,  # type: ignore[union-attr]
+        unit=unit,
     )
 
 
@@ -385,12 +389,17 @@ def measure_restart(
     H200. It is kept in the record but never counted: the same seed is run again warm, so racing and
     verification compare warm restarts on matched seeds.
 
+    Each restart is scored under the workload's objective (:meth:`Workload.scored`) before anyone sees it, so
+    racing, verification, tracking and reports all read the objective's value.
+
     Returns:
         The restarts run (one, or a cold one followed by a warm one), in order.
     """
     results = []
     for attempt in range(2):
         result = engine.run_restart(config, workload, restart=restart, seed=seed)
+        if isinstance(workload, Workload):
+            result = workload.scored(result)
         if attempt and result.ok and result.cold:
             # A second start of the same configuration and seed cannot be cold unless the engine's cold flag never
             # clears: nothing it reports would ever count, so say so rather than fail every trial without a reason.

@@ -55,6 +55,12 @@ PLOT_FILES = {
 #: x-axis order for cudagraph modes: the engine default first, then vLLM's own order.
 _MODE_ORDER = ("default", "NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 _OBJECTIVE = "output tok/s (mean over restarts)"
+#: The axis label of a study's value, by its unit (the objective's: throughput or goodput).
+_OBJECTIVE_LABELS = {"tok/s": _OBJECTIVE, "req/s": "goodput, req/s meeting the SLO (mean over restarts)"}
+
+
+def _objective_label(unit: str) -> str:
+    return _OBJECTIVE_LABELS.get(unit, _OBJECTIVE)
 
 
 class PlotSkipped(Exception):
@@ -83,7 +89,7 @@ def _complete_count(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
-def optimization_history(study: optuna.Study) -> Figure:
+def optimization_history(study: optuna.Study, unit: str = "tok/s") -> Figure:
     """Each complete trial's mean throughput and the best so far (Optuna's optimisation history).
 
     Raises:
@@ -93,10 +99,10 @@ def optimization_history(study: optuna.Study) -> Figure:
 
     if _complete_count(study) == 0:
         raise PlotSkipped("no complete trial yet")
-    return _optuna_figure(plot_optimization_history, study, target_name=_OBJECTIVE)
+    return _optuna_figure(plot_optimization_history, study, target_name=_objective_label(unit))
 
 
-def param_importances(study: optuna.Study) -> Figure:
+def param_importances(study: optuna.Study, unit: str = "tok/s") -> Figure:
     """How much each searched parameter explains the throughput (Optuna's default importance evaluator).
 
     Raises:
@@ -108,7 +114,7 @@ def param_importances(study: optuna.Study) -> Figure:
     if complete < 2:
         raise PlotSkipped(f"parameter importances need at least 2 complete trials, the study has {complete}")
     try:
-        return _optuna_figure(plot_param_importances, study, target_name=_OBJECTIVE)
+        return _optuna_figure(plot_param_importances, study, target_name=_objective_label(unit))
     except Exception as exc:  # noqa: BLE001 - the evaluator fails in many small-study ways; none is fatal
         plt.close("all")
         raise PlotSkipped(f"parameter importances unavailable: {_one_line(exc)}") from None
@@ -127,7 +133,8 @@ def _best_per_cell(records: Sequence[TrialRecord]) -> dict[tuple[str, int], Any]
     return best
 
 
-def throughput_by_mode_and_k(records: Sequence[TrialRecord], baseline_key: str | None = None) -> Figure:
+def throughput_by_mode_and_k(records: Sequence[TrialRecord], baseline_key: str | None = None,
+                             unit: str = "tok/s") -> Figure:
     """Bars: the best search mean of each cudagraph mode x K, with its confidence interval over restarts.
 
     Args:
@@ -166,8 +173,9 @@ def throughput_by_mode_and_k(records: Sequence[TrialRecord], baseline_key: str |
                    label="baseline (engine defaults)")
     ax.set_xticks(range(len(modes)), modes, rotation=15)
     ax.set_xlabel("compilation_config.cudagraph_mode (best capture sizes / draft per cell)")
-    ax.set_ylabel(_OBJECTIVE)
-    ax.set_title("Throughput by cudagraph mode x speculative tokens K (95% CI over restarts)")
+    ax.set_ylabel(_objective_label(unit))
+    what = "Throughput" if unit == "tok/s" else "Goodput"
+    ax.set_title(f"{what} by cudagraph mode x speculative tokens K (95% CI over restarts)")
     ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
@@ -195,7 +203,7 @@ def winner_vs_baseline(report: Report) -> Figure:
         title += f"\nspeedup {speedup.oneliner()} - {report.verdict or speedup.verdict}"
     ax.set_title(title)
     ax.set_xlabel("verification round (same seed for every configuration)")
-    ax.set_ylabel("output tok/s")
+    ax.set_ylabel("output tok/s" if report.unit == "tok/s" else "goodput, req/s meeting the SLO")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize="small")
     fig.tight_layout()
@@ -268,9 +276,9 @@ def save_study_plots(ledger: Ledger, report: Report,
     baseline = report.meta.baseline
     baseline_key = None if baseline is None else baseline.key()
     draw = {
-        "optimization_history": lambda: optimization_history(study),
-        "param_importances": lambda: param_importances(study),
-        "throughput_by_mode_and_k": lambda: throughput_by_mode_and_k(records, baseline_key),
+        "optimization_history": lambda: optimization_history(study, report.unit),
+        "param_importances": lambda: param_importances(study, report.unit),
+        "throughput_by_mode_and_k": lambda: throughput_by_mode_and_k(records, baseline_key, report.unit),
         "winner_vs_baseline": lambda: winner_vs_baseline(report),
         "throughput_vs_latency": lambda: throughput_vs_latency(report),
     }

@@ -14,11 +14,13 @@ from autotune.redact import redact_text
 __all__ = ["ProgressPrinter"]
 
 
-def _restart_line(label: str, result: RestartResult, config: EngineConfig | None) -> str:
+def _restart_line(label: str, result: RestartResult, config: EngineConfig | None, unit: str = "tok/s") -> str:
     head = f"  {label} r{result.restart} seed={result.seed}"
     if not result.ok:
         return f"{head} {result.status.upper()}: {result.error}"
-    text = f"{head} {result.value:8.1f} tok/s"
+    text = f"{head} {result.value:8.1f} tok/s" if unit == "tok/s" else f"{head} {result.value:8.3f} {unit}"
+    if result.levels:
+        text += " (" + ", ".join(f"c{lv.concurrency} {lv.tok_s:.1f} tok/s" for lv in result.levels) + ")"
     if result.accept_len is not None:
         text += f"  accept={result.accept_len:.2f}"
     if result.startup_s is not None:
@@ -63,7 +65,8 @@ class ProgressPrinter(StudyObserver):
 
     def on_restart(self, ctx: Any, phase: str, label: str, result: RestartResult) -> None:
         config = self.config if phase == "search" else None
-        self._write(_restart_line(label if phase == "verify" else "", result, config).replace("   r", "  r", 1))
+        unit = getattr(getattr(getattr(ctx, "space", None), "workload", None), "unit", "tok/s")
+        self._write(_restart_line(label if phase == "verify" else "", result, config, unit).replace("   r", "  r", 1))
 
     def on_trial_end(self, ctx: Any, record: Any) -> None:
         summary = record.summary

@@ -23,17 +23,23 @@ from typing import Any
 from autotune.redact import redact
 
 __all__ = [
+    "AGGREGATES",
+    "GOODPUT_METRICS",
     "LATENCY_METRICS",
     "LATENCY_PERCENTILES",
+    "OBJECTIVES",
+    "OBJECTIVE_UNITS",
     "Dataset",
     "Detail",
     "Difference",
     "EngineConfig",
     "EngineFacts",
+    "LevelResult",
     "RestartResult",
     "RestartStatus",
     "Resolved",
     "Workload",
+    "combine_latency",
     "config_differences",
     "latency_key",
     "speculation_plan_change",
@@ -82,6 +88,16 @@ def _canonical_json(obj: Any) -> str:
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 #: Percentiles reported for each latency metric.
 LATENCY_PERCENTILES = (50, 90, 99)
+
+
+#: What a restart's value can be: output tokens/s (``throughput``) or requests/s that meet every SLO limit
+#: (``goodput``), each with the unit every report prints.
+OBJECTIVES = ("throughput", "goodput")
+OBJECTIVE_UNITS = {"throughput": "tok/s", "goodput": "req/s"}
+#: Per-request latencies a goodput counts against (vLLM's definition: there is no per-request ITL to hold).
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+#: How several load levels make one value: the worst level's, or a (weighted) mean of the levels'.
+AGGREGATES = ("min", "mean")
 
 
 def latency_key(metric: str, percentile: int) -> str:
@@ -139,7 +155,8 @@ class Workload:
         num_prompts: Prompts per pass.
         input_len: Prompt length in tokens.
         output_len: Generated tokens per prompt (``ignore_eos``, so every pass does the same work).
-        concurrency: Sequences in flight at once (vLLM ``max_num_seqs`` / ``--max-concurrency``).
+        concurrency: Requests in flight at once (offline: at most this many submitted; serve:
+            ``--max-concurrency``), or a tuple of load levels: one engine start measures each level in turn.
         seed: Seed for prompt generation and sampling.
         warmup_passes: Minimum warm-up passes per restart (recorded, never counted).
         max_warmup_passes: Cap on warm-up passes while waiting for throughput to settle.
@@ -152,12 +169,15 @@ class Workload:
         top_p: Nucleus sampling mass.
         slo: Per-request latency limits ``(key, ms)`` such as ``("tpot_p99_ms", 50.0)``: engines that measure
             latency count requests meeting every limit (goodput).
+        objective: What a restart's value is (:data:`OBJECTIVES`): output tok/s or goodput (req/s).
+        aggregate: With several load levels, how their values make the restart's (:data:`AGGREGATES`).
+        weights: With ``aggregate: mean``, one weight per level (empty: equal weights).
     """
 
     num_prompts: int = 16
     input_len: int = 128
     output_len: int = 128
-    concurrency: int = 4
+    concurrency: int | tuple[int, ...] = 4
     seed: int = 0
     warmup_passes: int = 1
     max_warmup_passes: int = 4
@@ -167,9 +187,17 @@ class Workload:
     temperature: float = 0.0
     top_p: float = 1.0
     slo: tuple[tuple[str, float], ...] = ()
+    objective: str = "throughput"
+    aggregate: str | None = None
+    weights: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         # Accept the JSON shapes too (``Workload(**workload.to_dict())``); stored as hashable records.
+        if isinstance(self.concurrency, (list, tuple)):
+            levels = tuple(int(c) for c in self.concurrency)
+            object.__setattr__(self, "concurrency", levels[0] if len(levels) == 1 else levels)
+        if not isinstance(self.weights, tuple):
+            object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
         if isinstance(self.dataset, Mapping):
             object.__setattr__(self, "dataset", Dataset.from_dict(self.dataset))
         if isinstance(self.slo, Mapping) or (self.slo and not isinstance(self.slo, tuple)):
@@ -181,15 +209,105 @@ class Workload:
         """True when prompts are synthetic token ids (explicitly, or by default with no dataset)."""
         return self.dataset is None or not self.dataset.is_text
 
+    @property
+    def levels(self) -> tuple[int, ...]:
+        """The load levels one restart measures, in order (one level: ``(concurrency,)``)."""
+        return self.concurrency if isinstance(self.concurrency, tuple) else (int(self.concurrency),)
+
+    @property
+    def max_concurrency(self) -> int:
+        """The most requests in flight at any level (what the engine must be able to hold)."""
+        return max(self.levels)
+
+    @property
+    def unit(self) -> str:
+        """The unit of a restart's value under this workload's objective."""
+        return OBJECTIVE_UNITS.get(self.objective, "tok/s")
+
+    def at(self, level: int) -> Workload:
+        """This workload at one load level (what one measurement of a multi-level restart runs)."""
+        return dataclasses.replace(self, concurrency=int(level), aggregate=None, weights=())
+
+    def combine(self, values: Sequence[float]) -> float:
+        """One value from per-level ``values`` (in :attr:`levels` order), as :attr:`aggregate` declares."""
+        if len(values) == 1:
+            return float(values[0])
+        if self.aggregate == "min":
+            return float(min(values))
+        weights = self.weights or (1.0,) * len(values)
+        return float(sum(w * v for w, v in zip(weights, values)) / sum(weights))
+
+    def level_value(self, passes_tok_s: Sequence[float], latency: Mapping[str, float]) -> float | None:
+        """One level's value under the objective: mean tok/s, or goodput (``None`` when not measured)."""
+        if self.objective == "goodput":
+            value = latency.get("goodput")
+            return None if value is None else float(value)
+        return sum(passes_tok_s) / len(passes_tok_s) if passes_tok_s else None
+
+    def scored(self, result: RestartResult) -> RestartResult:
+        """``result`` with its value under this workload's objective (:attr:`RestartResult.score`).
+
+        A multi-level restart's ``latency`` becomes the levels' combined figures (:func:`combine_latency`), so an
+        SLO holds only when it holds at every level. A goodput that is missing or zero fails the restart with the
+        reason: no request met the limits, and a zero has no place on the log scale every interval is built on
+        (a cold first start, never counted, keeps its zero).
+        """
+        if not result.ok:
+            return result
+        latency = dict(result.latency)
+        if result.levels:
+            by_level = [self.level_value(lv.passes_tok_s, lv.latency) for lv in result.levels]
+            latency = combine_latency([lv.latency for lv in result.levels], self)
+        else:
+            by_level = [self.level_value(result.passes_tok_s, result.latency)]
+        if any(v is None for v in by_level):
+            return dataclasses.replace(result, status=RestartStatus.FAILED, latency=latency,
+                                       error="engine reported no goodput (it measures no per-request latency)")
+        score = self.combine([float(v) for v in by_level])  # type: ignore[arg-type]
+        if self.objective == "goodput" and score <= 0.0 and not result.cold:
+            # (A cold first start is never counted: its slow requests say nothing, and the warm one runs next.)
+            return dataclasses.replace(result, status=RestartStatus.FAILED, latency=latency, score=0.0,
+                                       error="goodput 0 req/s: no request met every slo limit")
+        return dataclasses.replace(result, latency=latency, score=score)
+
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
+        out["concurrency"] = list(self.levels) if isinstance(self.concurrency, tuple) else self.concurrency
         out["dataset"] = None if self.dataset is None else self.dataset.to_dict()
         out["slo"] = dict(self.slo)
+        # Left out at their defaults, so a single-level throughput study keeps the shape (and fingerprint) it had.
+        for key, default in (("objective", "throughput"), ("aggregate", None), ("weights", ())):
+            if out[key] == default or (key == "weights" and not out[key]):
+                del out[key]
+            elif key == "weights":
+                out[key] = list(self.weights)
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workload:
         return cls(**dict(data))
+
+
+def combine_latency(levels: Sequence[Mapping[str, float]], workload: Workload) -> dict[str, float]:
+    """Several load levels' latency figures as one restart's: what an SLO and a report read.
+
+    Percentiles (``*_ms``) are the worst level's, so a limit met here is met at every level; ``requests`` add up;
+    rates (``request_throughput``, ``goodput``) combine as the workload's objective does. Only figures every level
+    reports are kept.
+    """
+    if not levels:
+        return {}
+    keys = set.intersection(*(set(lv) for lv in levels))
+    out: dict[str, float] = {}
+    for key in sorted(keys):
+        values = [float(lv[key]) for lv in levels]
+        if key.endswith("_ms"):
+            out[key] = max(values)
+        elif key == "requests":
+            out[key] = sum(values)
+        else:
+            out[key] = workload.combine(values)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -501,6 +619,34 @@ def speculation_plan_change(config: EngineConfig, resolved_mode: str | None,
 
 
 @dataclasses.dataclass(frozen=True)
+class LevelResult:
+    """One load level of a multi-level restart: the level's timed passes and request latencies.
+
+    Attributes:
+        concurrency: Requests in flight at this level.
+        passes_tok_s: Output tokens/s of each timed pass at this level.
+        latency: Request latencies at this level (the keys of :attr:`RestartResult.latency`).
+    """
+
+    concurrency: int
+    passes_tok_s: tuple[float, ...] = ()
+    latency: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def tok_s(self) -> float | None:
+        """The level's mean output tokens/s."""
+        return sum(self.passes_tok_s) / len(self.passes_tok_s) if self.passes_tok_s else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"concurrency": self.concurrency, "passes_tok_s": list(self.passes_tok_s), "latency": dict(self.latency)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LevelResult:
+        return cls(int(data["concurrency"]), tuple(float(x) for x in data.get("passes_tok_s") or ()),
+                   {str(k): float(v) for k, v in dict(data.get("latency") or {}).items() if v is not None})
+
+
+@dataclasses.dataclass(frozen=True)
 class RestartResult:
     """One restart: a fresh engine process started, warmed up and timed.
 
@@ -525,6 +671,11 @@ class RestartResult:
         latency: Request latencies over the timed passes, flat: ``ttft_p50_ms`` ... ``e2el_p99_ms`` (see
             :func:`latency_key`), ``request_throughput`` (requests/s), ``goodput`` (requests/s meeting every
             ``workload.slo`` limit, when there are limits) and ``requests``; empty when the engine does not say.
+            With several load levels, the levels' combined figures (:func:`combine_latency`).
+        levels: With several load levels, each level's passes and latency (``passes_tok_s`` then holds every
+            level's timed passes in level order); empty for one level.
+        score: The restart's value under the study's objective (:meth:`Workload.scored`); ``None`` leaves
+            :attr:`value` to the mean output tok/s.
     """
 
     status: str
@@ -543,6 +694,8 @@ class RestartResult:
     log_tail: str | None = None
     start_method: str | None = None
     latency: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    levels: tuple[LevelResult, ...] = ()
+    score: float | None = None
 
     def __post_init__(self) -> None:
         if self.status not in RestartStatus.ALL:
@@ -561,9 +714,11 @@ class RestartResult:
 
     @property
     def value(self) -> float | None:
-        """The restart's steady-state throughput: the mean of its timed passes."""
+        """The restart's value: its :attr:`score` under the study's objective, else the mean tok/s of its passes."""
         if not self.ok:
             return None
+        if self.score is not None:
+            return self.score
         return sum(self.passes_tok_s) / len(self.passes_tok_s)
 
     def to_dict(self) -> dict[str, Any]:
@@ -572,6 +727,11 @@ class RestartResult:
         out["warmup_tok_s"] = list(self.warmup_tok_s)
         out["resolved"] = None if self.resolved is None else self.resolved.to_dict()
         out["latency"] = dict(self.latency)
+        out["levels"] = [lv.to_dict() for lv in self.levels]
+        if not self.levels:
+            del out["levels"]
+        if self.score is None:
+            del out["score"]
         return out
 
     @classmethod
@@ -582,6 +742,8 @@ class RestartResult:
         kwargs["warmup_tok_s"] = tuple(float(x) for x in data.get("warmup_tok_s") or ())
         kwargs["resolved"] = Resolved.from_dict(data.get("resolved"))
         kwargs["latency"] = {str(k): float(v) for k, v in dict(data.get("latency") or {}).items() if v is not None}
+        kwargs["levels"] = tuple(LevelResult.from_dict(lv) for lv in data.get("levels") or ())
+        kwargs["score"] = None if data.get("score") is None else float(data["score"])
         return cls(**kwargs)
 
     @classmethod

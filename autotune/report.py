@@ -19,9 +19,10 @@ from optuna.trial import TrialState
 from autotune.ledger import Ledger, StudyMeta, TrialRecord
 from autotune.measure import Comparison, format_mean
 from autotune.objective import LatencyStat, SloCheck, meets_slo, summarize_latency
-from autotune.records import EngineConfig, RestartResult, speculation_plan_change
+from autotune.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, speculation_plan_change
 from autotune.report_latency import (Prompts, SloOutcome, TrialLatency, prompts_note, render_latency, search_latency,
                                      slo_outcome)
+from autotune.report_levels import LevelBest, level_bests, render_levels
 from autotune.verify import BASELINE, VerifiedConfig
 
 __all__ = [
@@ -130,6 +131,8 @@ class VerifiedRow:
     restarts: tuple[RestartResult, ...] = ()
     #: The capture mode the configuration's restarts resolved to.
     resolved_mode: str | None = None
+    #: The unit of ``values`` (the study's objective: ``tok/s`` or goodput's ``req/s``).
+    unit: str = "tok/s"
 
     @classmethod
     def from_verified(cls, entry: VerifiedConfig) -> VerifiedRow:
@@ -143,7 +146,7 @@ class VerifiedRow:
             differences=tuple(s.differences),
             speedup=None if entry.comparison is None else CompareResult.from_comparison(entry.comparison),
             latency=summarize_latency(entry.restarts), slo_checks=tuple(entry.slo_checks),
-            restarts=tuple(entry.restarts), resolved_mode=s.resolved_mode,
+            restarts=tuple(entry.restarts), resolved_mode=s.resolved_mode, unit=s.unit,
         )
 
     @property
@@ -155,9 +158,9 @@ class VerifiedRow:
         return self.role == BASELINE
 
     def describe(self) -> str:
-        """``mean ± std tok/s (n=…), 95% CI [low, high]``."""
+        """``mean ± std UNIT (n=…), 95% CI [low, high]``."""
         return format_mean(self.values, math.nan if self.ci_low is None else self.ci_low,
-                           math.nan if self.ci_high is None else self.ci_high, self.unstable)
+                           math.nan if self.ci_high is None else self.ci_high, self.unstable, self.unit)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"label": self.label, "role": self.role, "trial_number": self.trial_number,
@@ -166,6 +169,7 @@ class VerifiedRow:
                "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n, "values": list(self.values),
                "unstable": self.unstable, "status": self.status, "failure": self.failure,
                "accept_len": self.accept_len, "differences": list(self.differences), "text": self.describe(),
+               "unit": self.unit,
                "restarts": [_restart_dict(r) for r in self.restarts]}
         if self.speedup is not None:
             out["speedup"] = self.speedup.to_dict()
@@ -329,6 +333,13 @@ class Report:
     search_trials: tuple[SearchTrial, ...] = ()
     #: Why the study has nothing to claim (see :func:`no_result_reason`); ``None`` when it has a result.
     no_result: str | None = None
+    #: With load levels: the best configuration at each level (:mod:`autotune.report_levels`).
+    levels: tuple[LevelBest, ...] = ()
+
+    @property
+    def unit(self) -> str:
+        """The unit of every value in the report: ``tok/s``, or ``req/s`` for goodput."""
+        return OBJECTIVE_UNITS.get(self.objective, "tok/s")
 
     @property
     def winner_is_baseline(self) -> bool:
@@ -361,6 +372,8 @@ class Report:
             out["simulator_check"] = dataclasses.asdict(self.simulator_check)
         out["prompts"] = None if self.prompts is None else self.prompts.to_dict()
         out["objective"] = self.objective
+        out["unit"] = self.unit
+        out["levels"] = [b.to_dict() for b in self.levels]
         out["slo"] = dict(self.slo)
         out["search_latency"] = [t.to_dict() for t in self.search_latency]
         if self.slo_outcome is not None:
@@ -379,6 +392,9 @@ def simulator_check(engine: Any, space: Any, winner: EngineConfig) -> SimulatorC
         return None
     slo = dict(getattr(space, "slo", {}) or {})
 
+    if getattr(space, "objective", "throughput") == "goodput":
+        slo = {}  # goodput counts the limits per request: every configuration competes
+
     def meets(cfg: EngineConfig) -> bool:
         # Under latency limits the best configuration is the best of those whose true latency meets them.
         if not slo:
@@ -386,16 +402,18 @@ def simulator_check(engine: Any, space: Any, winner: EngineConfig) -> SimulatorC
         latency = engine.true_latency(cfg, space.workload) or {}
         return all(latency.get(key, math.inf) <= limit for key, limit in slo.items())
 
+    # The true value under the study's objective and load levels (tok/s, or goodput), where the engine knows it.
+    truth = getattr(engine, "true_value", engine.true_throughput)
     truths = []
     for params in space.all_params():
         cfg = space.config_from_params(params)
-        value = engine.true_throughput(cfg, space.workload)
+        value = truth(cfg, space.workload)
         if value is not None and meets(cfg):
             truths.append((value, cfg.label()))
     if not truths:
         return None
     best, best_label = max(truths)
-    winner_true = engine.true_throughput(winner, space.workload) or 0.0
+    winner_true = truth(winner, space.workload) or 0.0
     return SimulatorCheck(winner_true, best, best_label, winner_true / best, bool(slo), meets(winner))
 
 
@@ -442,13 +460,21 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
             check = simulator_check(engine, space, winner.config)
     budget = Budget(restarts_used, round(minutes_used, 3), meta.budget_restarts, meta.budget_minutes,
                     None if v is None else v.restarts_used)
-    outcome = None if table is None else slo_outcome(table.entries, winner, baseline, meta.slo)  # type: ignore[arg-type]
+    # Under goodput the limits judge each request, not a configuration's percentiles: nothing to meet or miss.
+    gating = {} if meta.objective == "goodput" else meta.slo
+    outcome = None if table is None else slo_outcome(table.entries, winner, baseline, gating)  # type: ignore[arg-type]
     search_trials = tuple(SearchTrial(r) for r in records)
+    if table is not None:
+        levels = level_bests(meta.objective, [(e.label, e.restarts) for e in table.entries], "verification",
+                             None if winner is None else winner.label, None if baseline is None else baseline.label)
+    else:
+        levels = level_bests(meta.objective, [(r.config.label(), r.restarts) for r in records
+                                              if r.duplicate_of is None], "search")
     return Report(ledger.name, meta, counts, tuple(warnings), failures, budget, ledger.search_stopped(),
                   search_best, table, winner, baseline, verdict, check, prompts=prompts_note(meta),
                   objective=meta.objective, slo=dict(meta.slo), search_latency=search_latency(ledger),
                   slo_outcome=outcome, search_trials=search_trials,
-                  no_result=no_result_reason(counts, failures, winner, baseline, table is not None))
+                  no_result=no_result_reason(counts, failures, winner, baseline, table is not None), levels=levels)
 
 
 def _flag_speculation_changes(ledger: Ledger, rows: tuple[VerifiedRow, ...]) -> tuple[VerifiedRow, ...]:
@@ -527,9 +553,10 @@ def render_report(report: Report) -> str:
         if report.search_best is not None:
             sb = report.search_best
             lines.append(f"Search best so far (unverified, biased upwards): trial {sb.trial} {sb.label} "
-                         f"{sb.mean:.1f} tok/s")
+                         f"{sb.mean:.{1 if report.unit == 'tok/s' else 3}f} {report.unit}")
     else:
         lines += _verification_lines(report, winner, table)
+    lines += render_levels(report.levels)
     lines += render_latency(report)
     if report.warnings:
         lines.append("")
@@ -559,19 +586,35 @@ def render_report(report: Report) -> str:
     if report.simulator_check is not None:
         sc = report.simulator_check
         lines.append("")
-        lines.append(f"Simulator ground truth (sim engine only): winner's true throughput is "
-                     f"{sc.winner_true:.1f} tok/s = {sc.ratio_to_best * 100:.1f}% of the best configuration "
-                     f"in the space{' meeting the SLOs' if sc.under_slo else ''} ({sc.best_true:.1f} tok/s, "
+        what, digits = ("goodput", 3) if report.objective == "goodput" else ("throughput", 1)
+        lines.append(f"Simulator ground truth (sim engine only): winner's true {what} is "
+                     f"{sc.winner_true:.{digits}f} {report.unit} = {sc.ratio_to_best * 100:.1f}% of the best "
+                     f"configuration in the space{' meeting the SLOs' if sc.under_slo else ''} "
+                     f"({sc.best_true:.{digits}f} {report.unit}, "
                      f"{sc.best_label})"
                      + ("; the winner's true latency misses them." if sc.under_slo and not sc.winner_meets_slo
                         else "."))
     return "\n".join(lines)
 
 
+def _aggregate_text(report: Report) -> str:
+    """``min over concurrency 1, 8, 32`` or ``mean (weights 1, 2, 1) over ...``, from the stored workload."""
+    workload = report.meta.workload
+    raw = workload.get("concurrency")
+    levels = ", ".join(str(c) for c in (raw if isinstance(raw, list) else [raw]))
+    weights = workload.get("weights")
+    how = str(workload.get("aggregate"))
+    if weights:
+        how += f" (weights {', '.join(f'{w:g}' for w in weights)})"
+    return f"{how} over concurrency {levels}"
+
+
 def _verification_lines(report: Report, winner: VerifiedRow, table: VerificationTable) -> list[str]:
     lines: list[str] = []
     width = max(len(e.label) for e in table.entries)
-    lines.append(f"{'':10}{'configuration':<{width}}  throughput (fresh interleaved restarts)")
+    what = "goodput" if report.objective == "goodput" else "throughput"
+    levels = "" if not report.levels else f", load levels combined by {_aggregate_text(report)}"
+    lines.append(f"{'':10}{'configuration':<{width}}  {what} (fresh interleaved restarts{levels})")
     for e in table.entries:
         is_winner = not report.no_result and (e is winner or e.label == winner.label)
         tag = "WINNER" if is_winner else ("baseline" if e.is_baseline else "")

@@ -7,7 +7,7 @@ A space file declares the fixed engine arguments, the workload and the searched 
     engine_args: {model: sim/moe, max_num_seqs: 4, max_model_len: 2048}
     workload: {num_prompts: 16, input_len: 128, output_len: 128, concurrency: 4}   # see autotune.workload
     slo: {tpot_p99_ms: 50}                                    # optional latency limits (milliseconds)
-    objective: throughput                                     # output tok/s, subject to the slo limits
+    objective: throughput                                     # output tok/s subject to the slo limits, or goodput
     search:
       cudagraph_mode: [NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE]
       capture_sizes:
@@ -35,7 +35,8 @@ from typing import Any
 
 import yaml
 
-from autotune.records import EngineConfig, Workload
+from autotune.records import GOODPUT_METRICS, EngineConfig, Workload
+from autotune.records import OBJECTIVES as RECORD_OBJECTIVES
 from autotune.workload import parse_slo, parse_workload
 
 __all__ = [
@@ -58,8 +59,9 @@ DEFAULT = "default"
 SIZE_PATTERNS = ("pow2", "step8", "aligned")
 SPEC_METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp", "medusa", "suffix")
 _TOP_KEYS = ("name", "description", "engine", "engine_args", "workload", "search", "objective", "slo")
-#: What a study maximises: output tokens/s, subject to the ``slo:`` limits when there are any.
-OBJECTIVES = ("throughput",)
+#: What a study maximises: output tokens/s subject to the ``slo:`` limits when there are any (``throughput``), or
+#: requests/s that meet every limit (``goodput``, which needs limits to count against).
+OBJECTIVES = RECORD_OBJECTIVES
 _SEARCH_KEYS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "drafts", "engine_args")
 #: Optuna parameter names the graph/speculation search uses; an engine argument cannot take one of them.
 _CORE_PARAMS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft")
@@ -195,6 +197,15 @@ class SearchSpace:
     def slo(self) -> dict[str, float]:
         """Latency limits in milliseconds (``tpot_p99_ms: 50``); empty when the space sets none."""
         return dict(self.workload.slo)
+
+    @property
+    def slo_constraints(self) -> dict[str, float]:
+        """The limits a configuration's latency percentiles must meet to win: the ``slo`` under ``throughput``.
+
+        Under ``goodput`` the limits are counted per request instead (a request that misses one is not good), so
+        they constrain nothing on top: a configuration with a slow tail simply scores fewer good requests.
+        """
+        return {} if self.objective == "goodput" else self.slo
 
     # -- Optuna ------------------------------------------------------------------------------------------
     def suggest(self, trial: Any) -> EngineConfig:
@@ -431,12 +442,18 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     slo = parse_slo(top.get("slo"), v.fail)
     workload = parse_workload(top["workload"], v.fail, v.base_dir, slo)
     objective = str(top.get("objective", "throughput"))
-    if objective == "goodput":
-        raise SpaceError(source, "objective", "goodput is measured and reported (latency goodput, requests/s meeting "
-                         "the slo) but not yet an objective the search maximises",
-                         "use objective: throughput with slo: limits, which only lets configurations meeting them win")
     if objective not in OBJECTIVES:
         raise SpaceError(source, "objective", f"unknown objective {objective!r}", f"use one of: {', '.join(OBJECTIVES)}")
+    if objective == "goodput" and not any(key.split("_p", 1)[0] in GOODPUT_METRICS for key, _ in slo):
+        raise SpaceError(source, "slo", "objective: goodput counts requests meeting the slo limits, but none is set",
+                         "add e.g. slo: {tpot_p99_ms: 50, ttft_p99_ms: 500} (ttft, tpot or e2el limits)")
+    if objective == "goodput":
+        for key, _ in slo:
+            if key.split("_p", 1)[0] not in GOODPUT_METRICS:
+                raise SpaceError(source, f"slo.{key}", "goodput judges each request by its own ttft, tpot and e2el; "
+                                 "a single request has no inter-token percentile to hold to this limit",
+                                 "use a tpot limit instead, or objective: throughput to constrain percentiles")
+    workload = dataclasses.replace(workload, objective=objective)
     search = v.mapping(top["search"], "search")
     v.known_keys(search, _SEARCH_KEYS, "search")
     modes = v.modes(search.get("cudagraph_mode", [DEFAULT]))
@@ -448,7 +465,7 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
                          "declare at least one draft (e.g. ngram) or set num_speculative_tokens.high: 0")
     engine_dims = v.engine_dims(search.get("engine_args"), engine_args)
     if "max_num_seqs" not in engine_args and not any(d.name == "max_num_seqs" for d in engine_dims):
-        engine_args["max_num_seqs"] = workload.concurrency
+        engine_args["max_num_seqs"] = workload.max_concurrency
     if k_low > 0 and drafts and all(d.max_k is not None and d.max_k < k_low for d in drafts):
         most = max(d.max_k or 0 for d in drafts)
         raise SpaceError(source, "search.num_speculative_tokens.low",

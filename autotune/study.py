@@ -217,10 +217,12 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
             break
     ledger.record_planned_starts(trial, len(restarts))
     summary = _flag_speculation_change(ledger, config,
-                                       summarize(config, restarts, options.confidence, options.interval_method))
+                                       summarize(config, restarts, options.confidence, options.interval_method,
+                                                 ctx.space.workload.unit))
     ledger.record_summary(trial, summary)
     latency = summarize_latency(restarts, options.confidence)
-    ledger.record_latency(trial, latency, check_slo(latency, ctx.space.slo) if ctx.space.slo else None)
+    limits = ctx.space.slo_constraints
+    ledger.record_latency(trial, latency, check_slo(latency, limits) if limits else None)
     if reason and state == TrialState.FAIL:
         ledger.record_failure(trial, reason)
     elif reason:
@@ -491,7 +493,7 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
     if claim is None:
         return None
     verification = conclude(candidates, _progress(ledger), common, options.confidence, options.interval_method,
-                            max_restarts=cap, slo=ctx.space.slo)
+                            max_restarts=cap, slo=ctx.space.slo_constraints, unit=ctx.space.workload.unit)
     ledger.record_verification(verification)
     ctx.concluded = True
     notify(observers, "on_verification_end", ctx, verification)

@@ -32,7 +32,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from autotune.events import StudyObserver
 from autotune.ledger import MLFLOW_PARENT_JOB, Ledger, StudyMeta, TrialRecord
 from autotune.objective import summarize_latency
-from autotune.records import EngineConfig, EngineFacts, RestartResult
+from autotune.records import OBJECTIVE_UNITS, EngineConfig, EngineFacts, RestartResult
 from autotune.redact import redact, redact_command, redact_text, redact_uri
 
 if TYPE_CHECKING:
@@ -185,17 +185,38 @@ def _summary_metrics(summary: Any) -> dict[str, float]:
     """Mean, interval, spread, acceptance length and start-up time of a :class:`TrialSummary`."""
     if summary is None:
         return {}
+    unit = _unit_name(getattr(summary, "unit", "tok/s"))
     raw = {
-        "mean_tok_s": summary.mean, "ci_low": summary.ci_low, "ci_high": summary.ci_high, "cv": summary.cv,
-        "std_tok_s": summary.std, "accept_len": summary.accept_len, "startup_s": summary.startup_s,
+        f"mean_{unit}": summary.mean, "ci_low": summary.ci_low, "ci_high": summary.ci_high, "cv": summary.cv,
+        f"std_{unit}": summary.std, "accept_len": summary.accept_len, "startup_s": summary.startup_s,
         "n_restarts": summary.n, "n_cold": summary.n_cold, "n_failed": summary.n_failed,
     }
     return {k: v for k, value in raw.items() if (v := _finite(value)) is not None}
 
 
+def _unit_name(unit: str) -> str:
+    """A value's unit as a metric-name part: ``tok_s``, or ``goodput_req_s`` for the goodput objective."""
+    return "tok_s" if unit == "tok/s" else "goodput_req_s"
+
+
 def _latency_metrics(restarts: Sequence[RestartResult]) -> dict[str, float]:
-    """Latency over the counted restarts (``tpot_p99_ms``, ``request_throughput``, ``goodput``...): their means."""
-    return {k: v for k, stat in summarize_latency(restarts).items() if (v := _finite(stat.mean)) is not None}
+    """Latency over the counted restarts (``tpot_p99_ms``, ``request_throughput``, ``goodput``...): their means;
+    with load levels also each level's, as ``c8.tok_s``, ``c8.tpot_p99_ms``, ``c8.goodput``..."""
+    out = {k: v for k, stat in summarize_latency(restarts).items() if (v := _finite(stat.mean)) is not None}
+    counted = [r for r in restarts if r.ok and not r.cold and r.levels]
+    by_level: dict[int, dict[str, list[float]]] = {}
+    for r in counted:
+        for level in r.levels:
+            figures = by_level.setdefault(level.concurrency, {})
+            if level.tok_s is not None:
+                figures.setdefault("tok_s", []).append(level.tok_s)
+            for key, value in level.latency.items():
+                figures.setdefault(key, []).append(value)
+    for concurrency, figures in by_level.items():
+        for key, values in figures.items():
+            if len(values) == len(counted) and (v := _finite(sum(values) / len(values))) is not None:
+                out[f"c{concurrency}.{key}"] = v
+    return out
 
 
 def _significant(value: float) -> float:
@@ -449,11 +470,23 @@ def _counted(restarts: Sequence[RestartResult]) -> list[RestartResult]:
     return [r for r in restarts if r.ok and not r.cold]
 
 
-def _restart_metrics(restarts: Sequence[RestartResult], skip: int = 0) -> list[tuple[str, float, int]]:
+def _restart_metric(unit: str) -> str:
+    """The per-restart metric's name: ``restart_tok_s`` (throughput) or ``restart_goodput_req_s``."""
+    return f"restart_{_unit_name(unit)}"
+
+
+def _restart_metrics(restarts: Sequence[RestartResult], skip: int = 0,
+                     unit: str = "tok/s") -> list[tuple[str, float, int]]:
     out = []
     for i, r in enumerate(_counted(restarts)):
         if i >= skip:
-            out.append(("restart_tok_s", float(r.value), i))  # type: ignore[arg-type]
+            out.append((_restart_metric(unit), float(r.value), i))  # type: ignore[arg-type]
+            for level in r.levels:
+                # Per load level as well, whatever the objective: what each level measured, restart by restart.
+                if level.tok_s is not None:
+                    out.append((f"c{level.concurrency}.restart_tok_s", float(level.tok_s), i))
+                if level.latency.get("goodput") is not None:
+                    out.append((f"c{level.concurrency}.restart_goodput_req_s", float(level.latency["goodput"]), i))
     return out
 
 
@@ -485,6 +518,8 @@ class _StudyLog:
         self.study = ledger.study
         self.meta = meta
         self.engine_info = meta.engine
+        #: The unit of every restart's value: the study's objective's.
+        self.unit = OBJECTIVE_UNITS.get(meta.objective, "tok/s")
         self.experiment_id = session.experiment_id(experiment_name(meta.model, self.engine_info))
         self.parent_id, self.created = session.open_parent(ledger, self.experiment_id, meta, claims, wait)
         self._children = session.children(self.experiment_id, self.parent_id)
@@ -518,7 +553,8 @@ class _StudyLog:
 
     def log_restart(self, run_id: str, step: int, result: RestartResult) -> None:
         if result.ok and not result.cold:
-            self.session.log(run_id, metrics=[("restart_tok_s", float(result.value), step)])  # type: ignore[arg-type]
+            metrics = [(name, value, step) for name, value, _ in _restart_metrics([result], unit=self.unit)]
+            self.session.log(run_id, metrics=metrics)
 
     def log_trial(self, record: TrialRecord, start_ms: int | None = None, end_ms: int | None = None) -> None:
         """Complete the trial's run (creating it if needed) unless it is complete already."""
@@ -547,9 +583,9 @@ class _StudyLog:
             skip = 0
         else:
             run_id = existing.run_id
-            skip = self.session.logged_steps(run_id, "restart_tok_s")
+            skip = self.session.logged_steps(run_id, _restart_metric(self.unit))
         self.session.restart_logs(run_id, restarts)
-        values = _restart_metrics(restarts, skip) + [(k, v, 0) for k, v in metrics.items()]
+        values = _restart_metrics(restarts, skip, self.unit) + [(k, v, 0) for k, v in metrics.items()]
         self.session.log(run_id, metrics=values, tags={**identity, **tags, TAG_LOGGED: "true"})
         self.session.finish(run_id, status, end_ms)
         self._children[key] = _Child(run_id, logged=True)
@@ -637,8 +673,11 @@ def _outcome(report: Report) -> tuple[dict[str, str], dict[str, float], dict[str
     metrics["restarts_used"] = float(report.budget.restarts_used)
     metrics["engine_minutes"] = float(report.budget.minutes_used)
     if report.search_best is not None:
-        metrics["search_best_tok_s"] = float(report.search_best.mean)
+        metrics[f"search_best_{_unit_name(report.unit)}"] = float(report.search_best.mean)
     tags["warnings"] = str(len(report.warnings))
+    for best in report.levels:
+        metrics[f"c{best.concurrency}.best_{_unit_name(best.unit)}"] = float(best.value)
+        tags[f"c{best.concurrency}.best"] = best.label
     winner, baseline = report.winner, report.baseline
     if winner is not None:
         params.update(config_params(winner.config, prefix="winner."))
@@ -650,7 +689,8 @@ def _outcome(report: Report) -> tuple[dict[str, str], dict[str, float], dict[str
         for name, entry in (("winner", winner), ("baseline", baseline)):
             if entry is None:
                 continue
-            for field, metric in (("mean", "mean_tok_s"), ("ci_low", "ci_low"), ("ci_high", "ci_high")):
+            for field, metric in (("mean", f"mean_{_unit_name(entry.unit)}"), ("ci_low", "ci_low"),
+                                  ("ci_high", "ci_high")):
                 value = _finite(getattr(entry, field))
                 if value is not None:
                     metrics[f"{name}_{metric}"] = value

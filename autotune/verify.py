@@ -328,7 +328,7 @@ def run_verification(
                     on_result(cand, result)
 
             measure_restart(engine, cand.config, workload, restart=rnd, seed=seed_for(rnd), on_result=record)
-    return conclude(candidates, progress, restarts, confidence, interval_method, alpha, cap, slo or {})
+    return conclude(candidates, progress, restarts, confidence, interval_method, alpha, cap, slo or {}, workload.unit)
 
 
 def split_rounds(progress: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[int, dict[str, list[dict[str, Any]]]]:
@@ -434,6 +434,7 @@ def conclude(
     alpha: float = 0.05,
     max_restarts: int | None = None,
     slo: Mapping[str, float] | None = None,
+    unit: str = "tok/s",
 ) -> Verification:
     per_key = {c.config.key(): tuple(RestartResult.from_dict(d) for d in progress.get(c.config.key(), []))
                for c in candidates}
@@ -441,7 +442,7 @@ def conclude(
     # 95% of the time. Intervals at the Bonferroni level over the family cover every member at once, the
     # winner included (docs/benchmarks.md: coverage rose from 92-94% to 96-99% on the simulator).
     family = 1.0 - (1.0 - confidence) / max(1, len(candidates))
-    summaries = {c.config.key(): summarize(c.config, per_key[c.config.key()], family, interval_method)
+    summaries = {c.config.key(): summarize(c.config, per_key[c.config.key()], family, interval_method, unit)
                  for c in candidates}
     base = next(c for c in candidates if c.role == BASELINE)
     base_summary = summaries[base.config.key()]

@@ -7,9 +7,13 @@ A workload says what one timed pass runs::
       num_prompts: 64                   # sampled from the dataset by seed (with replacement if it is smaller)
       input_len: 256                    # synthetic prompts' length; a text prompt longer than the model allows
       output_len: 256                   #   is cut; output_len is the default for prompts that do not say
-      concurrency: 8
+      concurrency: 8                    # or load levels, e.g. [1, 8, 32]: one engine start measures each in turn
+      aggregate: min                    # levels only: min (the worst level's value) or mean
+      weights: [1, 2, 1]                #   with aggregate: mean, one weight per level (default: equal)
       temperature: 0.0                  # greedy by default; top_p: 1.0
     slo: {tpot_p99_ms: 50, ttft_p99_ms: 500}
+
+With load levels every latency limit must hold at every level (a restart's percentiles are its worst level's).
 
 Datasets are loaded inside the engine's interpreter (the ``vllm`` engine's runner), tokenized with the model's
 tokenizer, with its chat template where it has one. Without a ``dataset`` the ``vllm`` engine uses
@@ -24,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune.records import LATENCY_METRICS, LATENCY_PERCENTILES, Dataset, Workload, latency_key
+from autotune.records import AGGREGATES, LATENCY_METRICS, LATENCY_PERCENTILES, Dataset, Workload, latency_key
 
 __all__ = [
     "DATASET_FORMATS",
@@ -56,7 +60,7 @@ def parse_workload(value: Any, fail: Fail, base_dir: Path, slo: tuple[tuple[str,
     """Validate a ``workload:`` mapping. ``fail(field, problem, fix)`` builds the one-line error raised."""
     if not isinstance(value, dict):
         raise fail("workload", f"must be a mapping, got {type(value).__name__}", "write it as 'key: value' lines")
-    allowed = (*_INT_KEYS, "repetitive_prompts", "dataset", "temperature", "top_p")
+    allowed = (*_INT_KEYS, "repetitive_prompts", "dataset", "temperature", "top_p", "aggregate", "weights")
     kwargs: dict[str, Any] = {"slo": slo}
     for key, val in value.items():
         field = f"workload.{key}"
@@ -78,8 +82,20 @@ def parse_workload(value: Any, fail: Fail, base_dir: Path, slo: tuple[tuple[str,
                 raise fail(field, "must be above 0", "use a number in (0, 1], 1 for no nucleus cut")
             kwargs[key] = top_p
         elif key == "concurrency" and isinstance(val, list):
-            raise fail(field, "a list of load levels is not supported by this version",
-                       "give one number of concurrent requests")
+            kwargs[key] = _levels(val, fail)
+        elif key == "aggregate":
+            if val not in AGGREGATES:
+                raise fail(field, f"unknown aggregate {val!r}",
+                           "use min (the worst level's value) or mean (optionally with weights:)")
+            kwargs[key] = val
+        elif key == "weights":
+            if not isinstance(val, list) or not val:
+                raise fail(field, f"must be a list of numbers, one per load level, got {val!r}",
+                           "write e.g. weights: [1, 2, 1]")
+            kwargs[key] = tuple(_number(w, field, fail, 0.0, None, "positive numbers, one per load level")
+                                for w in val)
+            if min(kwargs[key]) <= 0.0:
+                raise fail(field, "has a weight of 0", "give every load level a positive weight, or drop the level")
         else:
             minimum = 0 if key in ("seed", "warmup_passes") else 1
             if isinstance(val, bool) or not isinstance(val, int):
@@ -88,12 +104,42 @@ def parse_workload(value: Any, fail: Fail, base_dir: Path, slo: tuple[tuple[str,
                 raise fail(field, f"must be >= {minimum}, got {val}", f"use a value >= {minimum}")
             kwargs[key] = val
     workload = Workload(**kwargs)
+    _check_levels(workload, fail)
     if workload.max_warmup_passes < workload.warmup_passes:
         raise fail("workload.max_warmup_passes", "is below warmup_passes", "make it >= warmup_passes")
     if "repetitive_prompts" in value and workload.dataset is not None and workload.dataset.is_text:
         raise fail("workload.repetitive_prompts", "applies to synthetic prompts only, but a text dataset is set",
                    "remove repetitive_prompts, or set dataset: synthetic")
     return workload
+
+
+def _levels(value: list[Any], fail: Fail) -> tuple[int, ...]:
+    field = "workload.concurrency"
+    if not value:
+        raise fail(field, "is an empty list", "give one number, or load levels such as [1, 8, 32]")
+    for level in value:
+        if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+            raise fail(field, f"load level {level!r} is not a whole number >= 1", "write e.g. concurrency: [1, 8, 32]")
+    if len(set(value)) != len(value):
+        raise fail(field, f"repeats a load level ({value})", "list each level once")
+    return tuple(value)
+
+
+def _check_levels(workload: Workload, fail: Fail) -> None:
+    """``aggregate`` and ``weights`` go with load levels, and weights with a mean, one per level."""
+    levels = workload.levels
+    if len(levels) > 1 and workload.aggregate is None:
+        raise fail("workload.aggregate", f"is missing: {len(levels)} load levels need a rule to make one value",
+                   "add aggregate: min (the worst level's value) or aggregate: mean")
+    if len(levels) == 1 and (workload.aggregate is not None or workload.weights):
+        key = "aggregate" if workload.aggregate is not None else "weights"
+        raise fail(f"workload.{key}", "applies to several load levels, but concurrency is one number",
+                   f"remove {key}, or give load levels such as concurrency: [1, 8, 32]")
+    if workload.weights and workload.aggregate != "mean":
+        raise fail("workload.weights", "apply to aggregate: mean only", "set aggregate: mean, or remove weights")
+    if workload.weights and len(workload.weights) != len(levels):
+        raise fail("workload.weights", f"has {len(workload.weights)} weights for {len(levels)} load levels",
+                   "give one weight per level, in the order of concurrency")
 
 
 def parse_dataset(value: Any, fail: Fail, base_dir: Path) -> Dataset:

@@ -249,7 +249,44 @@ def test_slo_and_objective_validation() -> None:
     assert "did you mean e2el_p99_ms" in error(slo={"e2e_p99": 5})
     assert "slo.ttft_p99_ms: must be above 0 ms" in error(slo={"ttft_p99_ms": 0})
     assert "objective: unknown objective 'latency'" in error(objective="latency")
-    assert "objective: goodput is measured and reported" in error(objective="goodput", slo={"tpot_p99_ms": 5})
+    assert "slo: objective: goodput counts requests meeting the slo limits, but none is set" in error(
+        objective="goodput")
+    assert "slo.itl_p99_ms: goodput judges each request" in error(objective="goodput",
+                                                                  slo={"itl_p99_ms": 5, "tpot_p99_ms": 5})
+    good = space(objective="goodput", slo={"tpot_p99_ms": 5})
+    assert good.objective == good.workload.objective == "goodput" and good.workload.unit == "req/s"
+    assert good.slo == {"tpot_p99_ms": 5.0} and good.slo_constraints == {}, "goodput counts limits per request"
+    assert space(slo={"tpot_p99_ms": 5}).slo_constraints == {"tpot_p99_ms": 5.0}
+
+
+@pytest.mark.parametrize(("workload", "message"), [
+    ({"concurrency": [1, 8]}, "workload.aggregate: is missing: 2 load levels need a rule"),
+    ({"concurrency": [1, 8], "aggregate": "max"}, "workload.aggregate: unknown aggregate 'max'"),
+    ({"concurrency": [], "aggregate": "min"}, "workload.concurrency: is an empty list"),
+    ({"concurrency": [1, 0], "aggregate": "min"}, "workload.concurrency: load level 0 is not a whole number >= 1"),
+    ({"concurrency": [8, 8], "aggregate": "min"}, "workload.concurrency: repeats a load level"),
+    ({"aggregate": "min"}, "workload.aggregate: applies to several load levels"),
+    ({"concurrency": [1, 8], "aggregate": "min", "weights": [1, 2]}, "workload.weights: apply to aggregate: mean"),
+    ({"concurrency": [1, 8], "aggregate": "mean", "weights": [1]}, "workload.weights: has 1 weights for 2 load"),
+    ({"concurrency": [1, 8], "aggregate": "mean", "weights": [1, 0]}, "workload.weights: has a weight of 0"),
+    ({"concurrency": [1, 8], "aggregate": "mean", "weights": "1,2"}, "workload.weights: must be a list"),
+])
+def test_load_level_validation(workload, message) -> None:
+    assert message in error(workload=workload)
+
+
+def test_load_levels_aggregate_as_declared() -> None:
+    sp = space(workload={"concurrency": [1, 8, 32], "aggregate": "mean", "weights": [1, 2, 1]})
+    wl = sp.workload
+    assert wl.levels == (1, 8, 32) and sp.engine_args["max_num_seqs"] == 32, "the engine must hold the top level"
+    assert wl.combine([10.0, 20.0, 50.0]) == pytest.approx((10 + 40 + 50) / 4)
+    low = space(workload={"concurrency": [1, 8, 32], "aggregate": "min"}).workload
+    assert low.combine([10.0, 20.0, 50.0]) == 10.0
+    assert Workload.from_dict(json.loads(json.dumps(wl.to_dict()))) == wl
+    # A single-level throughput workload stores the shape it always had (old studies keep their fingerprint).
+    assert set(space().workload.to_dict()) == set(BASE["workload"]) | {
+        "seed", "warmup_passes", "max_warmup_passes", "timed_passes", "repetitive_prompts", "dataset",
+        "temperature", "top_p", "slo"}
 
 
 def test_test_only_settings_name_each_reason() -> None:

@@ -16,9 +16,13 @@ its environment. It may log anything; its LAST stdout line must be one JSON obje
 ``warmup_tok_s``, ``cold``, ``accept_len``, ``peak_memory_gib``, ``latency`` (an object of numbers under
 :attr:`~autotune.records.RestartResult.latency`'s keys, e.g. ``{"ttft_p99_ms": 120.5, "tpot_p99_ms": 9.1}``, which
 ``slo:`` limits are checked against) and the other ``resolved`` fields
-(``compile_mode``, ``details``, ``notes``) are optional. Anything else - a non-zero exit, no JSON, a missing or
-ill-typed field, a timeout - becomes a failed :class:`~autotune.records.RestartResult` with a one-line reason and
-the output's tail; this engine never raises for a bad restart. See ``examples/cmd_engine_example.py``.
+(``compile_mode``, ``details``, ``notes``) are optional. A workload with load levels (``"concurrency": [1, 8]``)
+needs ``"levels": [{"concurrency": 1, "passes_tok_s": [...], "latency": {...}}, ...]``, one entry per level in
+order, measured in the one engine start (``passes_tok_s`` then holds every level's timed passes).
+
+Anything else - a non-zero exit, no JSON, a missing or ill-typed field, a timeout - becomes a failed
+:class:`~autotune.records.RestartResult` with a one-line reason and the output's tail; this engine never raises for
+a bad restart. See ``examples/cmd_engine_example.py``.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import IO, Any
 
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._process import EngineProcess
-from autotune.records import EngineConfig, EngineFacts, Resolved, RestartResult, RestartStatus, Workload
+from autotune.records import EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus, Workload
 
 __all__ = ["CmdEngine", "ProtocolError", "parse_result_line"]
 
@@ -116,7 +120,14 @@ class CmdEngine(EngineBackend):
         if returncode != 0:
             return RestartResult.failure(RestartStatus.FAILED, f"cmd engine: command reported ok but exited with "
                                          f"status {returncode}", log_tail=tail, **common)
-        return RestartResult(status=RestartStatus.OK, **common, **{k: v for k, v in data.items() if k != "status"})
+        levels = data.pop("levels", ())
+        if [lv.concurrency for lv in levels] != (list(workload.levels) if len(workload.levels) > 1 else []):
+            return RestartResult.failure(
+                RestartStatus.FAILED, f"cmd engine: the workload's load levels are {list(workload.levels)} but the "
+                f"reply's 'levels' are {[lv.concurrency for lv in levels]} (one entry per level, in order; none for "
+                "one level)", log_tail=tail, **common)
+        return RestartResult(status=RestartStatus.OK, levels=levels, **common,
+                             **{k: v for k, v in data.items() if k != "status"})
 
     def describe(self) -> EngineFacts:
         """The engine name and the command it runs."""
@@ -224,7 +235,26 @@ def parse_result_line(stdout: str) -> dict[str, Any]:
         if not isinstance(latency, Mapping):
             raise ProtocolError(f"'latency' must be an object like {{\"tpot_p99_ms\": 9.1}}, got {latency!r}")
         out["latency"] = {str(k): _number(v, f"latency.{k}") for k, v in latency.items()}
+    if data.get("levels") is not None:
+        out["levels"] = _levels(data["levels"])
     return out
+
+
+def _levels(value: Any) -> tuple[LevelResult, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise ProtocolError(f"'levels' must be a list of objects like {{\"concurrency\": 8, \"passes_tok_s\": "
+                            f"[...]}}, got {_quote(json.dumps(value, default=str))}")
+    out = []
+    for i, level in enumerate(value):
+        concurrency = level.get("concurrency")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+            raise ProtocolError(f"'levels[{i}].concurrency' must be an integer, got {concurrency!r}")
+        latency = level.get("latency") or {}
+        if not isinstance(latency, Mapping):
+            raise ProtocolError(f"'levels[{i}].latency' must be an object, got {latency!r}")
+        out.append(LevelResult(concurrency, tuple(_numbers(level, "passes_tok_s", required=True)),
+                               {str(k): _number(v, f"levels[{i}].latency.{k}") for k, v in latency.items()}))
+    return tuple(out)
 
 
 def _resolved(value: Any) -> Resolved:

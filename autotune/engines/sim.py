@@ -24,7 +24,8 @@ from autotune.engines import _sim_model as model
 from autotune.engines._base import EngineBackend, EngineError
 # The vLLM runner's latency summary (stdlib only), so simulated and real restarts report the same figures.
 from autotune.engines.vllm._dataset import latency_summary, request_timing
-from autotune.records import EngineConfig, EngineFacts, Resolved, RestartResult, RestartStatus, Workload
+from autotune.records import (GOODPUT_METRICS, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult,
+                              RestartStatus, Workload, combine_latency)
 
 __all__ = ["SimEngine"]
 
@@ -113,7 +114,24 @@ class SimEngine(EngineBackend):
         plan = self._runnable_plan(config)
         if plan is None:
             return None
-        return self._steady_tok_s(plan, config, workload)
+        return workload.combine([self._steady_tok_s(plan, config, workload.at(c)) for c in workload.levels])
+
+    def true_value(self, config: EngineConfig, workload: Workload) -> float | None:
+        """The configuration's true value under the workload's objective and load levels (tok/s or goodput).
+
+        For tests and benchmarks only; ``None`` when the configuration cannot run.
+        """
+        if workload.objective != "goodput":
+            return self.true_throughput(config, workload)
+        plan = self._runnable_plan(config)
+        if plan is None:
+            return None
+        values = []
+        for c in workload.levels:
+            at = workload.at(c)
+            steady = self._steady_tok_s(plan, config, at)
+            values.append(self._latency(plan, config, at, [steady], steady).get("goodput", 0.0))
+        return workload.combine(values)
 
     def _runnable_plan(self, config: EngineConfig) -> Any:
         """The configuration's plan, or ``None`` when it cannot run (vLLM rejects it, or capture runs out of memory)."""
@@ -129,8 +147,12 @@ class SimEngine(EngineBackend):
         plan = self._runnable_plan(config)
         if plan is None:
             return None
-        steady = self._steady_tok_s(plan, config, workload)
-        return self._latency(plan, config, workload, [steady], steady)
+        levels = []
+        for c in workload.levels:
+            at = workload.at(c)
+            steady = self._steady_tok_s(plan, config, at)
+            levels.append(self._latency(plan, config, at, [steady], steady))
+        return levels[0] if len(levels) == 1 else combine_latency(levels, workload)
 
     # -- EngineBackend -------------------------------------------------------------------------------------
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
@@ -158,18 +180,30 @@ class SimEngine(EngineBackend):
                 RestartStatus.FAILED, plan.oom_error, restart=restart, seed=seed, resolved=resolved, cold=cold,
                 wall_s=startup_s, log_tail="\n".join((*plan.notes, f"torch.OutOfMemoryError: {plan.oom_error}")),
             )
-        level = self._steady_tok_s(plan, config, workload) * self._restart_factor(rng, machine)
+        factor = self._restart_factor(rng, machine)
         cold_factor = 1.0 - rng.uniform(*self.hardware.cold_slowdown)
         if cold:
-            level *= cold_factor
-        warmup, timed = self._passes(level, rng, workload)
+            factor *= cold_factor
+        # One process measures every load level in turn: the restart's noise and coldness are shared by them.
         tokens = workload.num_prompts * workload.output_len
-        wall_s = startup_s + sum(tokens / x for x in (*warmup, *timed)) + self.hardware.shutdown_s
+        wall_s = startup_s + self.hardware.shutdown_s
+        warmup: list[float] = []
+        timed: list[float] = []
+        levels = []
+        for concurrency in workload.levels:
+            at = workload.at(concurrency) if len(workload.levels) > 1 else workload
+            steady = self._steady_tok_s(plan, config, at)
+            level_warmup, level_timed = self._passes(steady * factor, rng, at)
+            wall_s += sum(tokens / x for x in (*level_warmup, *level_timed))
+            warmup += level_warmup
+            timed += level_timed
+            levels.append(LevelResult(concurrency, tuple(level_timed), self._latency(plan, config, at, level_timed,
+                                                                                    steady)))
         accept = self._accept_len(config, workload, rng)
-        latency = self._latency(plan, config, workload, timed, self._steady_tok_s(plan, config, workload))
         return RestartResult(
             status=RestartStatus.OK, restart=restart, seed=seed, passes_tok_s=tuple(timed), warmup_tok_s=tuple(warmup),
-            startup_s=startup_s, wall_s=wall_s, resolved=resolved, accept_len=accept, cold=cold, latency=latency,
+            startup_s=startup_s, wall_s=wall_s, resolved=resolved, accept_len=accept, cold=cold,
+            latency=levels[0].latency if len(levels) == 1 else {}, levels=tuple(levels) if len(levels) > 1 else (),
         )
 
     def describe(self) -> EngineFacts:
@@ -266,7 +300,7 @@ class SimEngine(EngineBackend):
             limits: dict[str, float] = {}
             for slo_key, ms in workload.slo:
                 metric = slo_key.split("_p", 1)[0]
-                if metric in ("ttft", "tpot", "e2el"):
+                if metric in GOODPUT_METRICS:
                     limits[metric] = min(limits.get(metric, math.inf), ms / 1000.0)
             good = sum(1 for t in timings if all(t[m] is None or t[m] * slow <= lim for m, lim in limits.items()))
             out["goodput"] = good / pass_s

@@ -252,3 +252,19 @@ def test_example_wrapper_reproduces_the_sim_engine(tmp_path):
         assert via_cmd.warmup_tok_s == expected.warmup_tok_s
         assert via_cmd.resolved == expected.resolved
         assert via_cmd.accept_len == expected.accept_len and via_cmd.startup_s == expected.startup_s
+
+
+def test_load_levels_come_back_one_entry_per_level(tmp_path):
+    levels = Workload(num_prompts=4, output_len=64, timed_passes=1, concurrency=(1, 8), aggregate="min")
+    reply = {"status": "ok", "passes_tok_s": [50.0, 300.0], "resolved": {"cudagraph_mode": "FULL"},
+             "levels": [{"concurrency": 1, "passes_tok_s": [50.0], "latency": {"tpot_p99_ms": 5.0}},
+                        {"concurrency": 8, "passes_tok_s": [300.0]}]}
+    engine = CmdEngine(command=printing(tmp_path, json.dumps(reply)))
+    result = engine.run_restart(CONFIG, levels, restart=0, seed=1)
+    assert result.ok and [lv.concurrency for lv in result.levels] == [1, 8]
+    assert result.levels[0].latency == {"tpot_p99_ms": 5.0} and levels.scored(result).value == 50.0
+    one_level = engine.run_restart(CONFIG, WL, restart=0, seed=1)
+    assert not one_level.ok and "load levels are [4] but the reply's 'levels' are [1, 8]" in one_level.error
+    missing = CmdEngine(command=printing(tmp_path, json.dumps(GOOD_RESULT)))
+    result = missing.run_restart(CONFIG, levels, restart=0, seed=1)
+    assert not result.ok and "load levels are [1, 8] but the reply's 'levels' are []" in result.error

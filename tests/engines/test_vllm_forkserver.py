@@ -308,3 +308,19 @@ def test_bad_start_method_is_rejected_by_name(options: dict, needle: str) -> Non
     with pytest.raises(EngineError) as info:
         make_engine("vllm", **options)
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_one_engine_start_measures_every_load_level_with_its_cap(engines, files, tmp_path) -> None:
+    inflight = tmp_path / "inflight"
+    engine = engines(env={"FAKE_VLLM_INFLIGHT": str(inflight)})
+    levels = dataclasses.replace(WORKLOAD, num_prompts=6, concurrency=(1, 4), aggregate="min", warmup_passes=0)
+    result = engine.run_restart(_config("ok"), levels, restart=0, seed=0)
+    assert result.status == RestartStatus.OK, f"{result.error}\n{result.log_tail}"
+    assert len(_records(files["procs"], "engine")) == 1, "one engine start for both levels"
+    assert [lv.concurrency for lv in result.levels] == [1, 4]
+    assert all(len(lv.passes_tok_s) == 2 for lv in result.levels)
+    assert result.passes_tok_s == result.levels[0].passes_tok_s + result.levels[1].passes_tok_s
+    seen = [int(x) for x in inflight.read_text().split()]
+    # Two passes of six prompts at each level, one request finishing per step: 12 steps capped at 1, then 12 at 4.
+    assert len(seen) == 24 and max(seen[:12]) == 1 and max(seen[12:]) == 4
+    assert levels.scored(result).value == min(lv.tok_s for lv in result.levels)

@@ -20,7 +20,7 @@ from autotune.engines.vllm import VllmEngine
 from autotune.engines.vllm import _runner as runner
 from autotune.engines.vllm._launcher import kill_group, launch, tail_text
 from autotune.workload import DEFAULT_PROMPTS
-from autotune.records import EngineConfig, RestartStatus, Workload
+from autotune.records import Dataset, EngineConfig, RestartStatus, Workload
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="process checks read /proc")
 
@@ -426,6 +426,39 @@ def test_runner_prompts_are_token_ids_and_repeat_an_ngram() -> None:
     assert prompts[0][:16] == prompts[0][16:32]
     assert prompts == runner.build_prompts(workload, vocab_size=1024), "the same seed gives the same prompts"
     assert all(0 <= t < 1024 for p in prompts for t in p)
+
+
+def test_serve_mode_runs_vllm_bench_serve_at_each_load_level(tmp_path: Path) -> None:
+    workload = Workload(num_prompts=4, input_len=8, output_len=4, concurrency=(1, 8), aggregate="min",
+                        dataset=Dataset("synthetic")).to_dict()
+    request = {"workload": workload, "llm_kwargs": {"model": "m"}}
+    assert runner.load_levels(workload) == [1, 8] and runner.load_levels({"concurrency": 4}) is None
+    first = runner.ServePasses(request, 8000, str(tmp_path), concurrency=1)
+    second = first.at(8)
+
+    def flag(passes: runner.ServePasses, name: str) -> str:
+        argv = passes.command("x.json")
+        return argv[argv.index(name) + 1]
+
+    assert flag(first, "--max-concurrency") == "1" and flag(second, "--max-concurrency") == "8"
+    assert second.totals is first.totals, "acceptance counters run on across levels of one server"
+    assert flag(second, "--num-prompts") == "4", "every level runs the same prompts"
+
+
+def test_level_measurement_keeps_each_level_and_pools_acceptance() -> None:
+    def passes(tok_s: float, before: float, after: float) -> dict:
+        counters = {"vllm:spec_decode_num_drafts": after, "vllm:spec_decode_num_accepted_tokens": 2 * after}
+        start = {"vllm:spec_decode_num_drafts": before, "vllm:spec_decode_num_accepted_tokens": 2 * before}
+        timing = {"ttft": 0.01 * tok_s, "e2el": 0.02 * tok_s, "tpot": 0.001, "itl": None}
+        return {"tok_s": tok_s, "seconds": 1.0, "tokens": 10, "before": start, "counters": counters,
+                "timings": [timing]}
+
+    out = runner.level_measurement(1.0, None, {}, [], [(1, [passes(10.0, 0, 4)]), (8, [passes(50.0, 6, 10)])],
+                                   None, {"tpot_p99_ms": 5.0})
+    assert [lv["concurrency"] for lv in out["levels"]] == [1, 8] and out["passes_tok_s"] == [10.0, 50.0]
+    assert out["accept_len"] == 3.0, "8 drafts, 16 accepted: the warm-up between levels (drafts 4 to 6) left out"
+    eight = out["levels"][1]["latency"]
+    assert eight["ttft_p99_ms"] == pytest.approx(500.0) and eight["goodput"] == 1.0, "1 request in 1 s met 5 ms"
 
 
 def test_acceptance_length_from_counter_deltas() -> None:

@@ -268,3 +268,29 @@ def test_cli_slo_study_on_text_prompts_records_latency_and_an_infeasible_configu
     assert report["prompts"]["dataset"]["path"].endswith("prompts-tiny.jsonl")
     missed = {s["trial"]: s["slo_failed"] for s in report["search_latency"]}
     assert missed[trials[1].number] == ["ttft_p99_ms"]
+
+
+def test_offline_load_levels_cap_requests_in_flight_in_one_engine_start(cache_dir: str) -> None:
+    """Two load levels on the tiny model with its tokenizer: one start, each level capped, goodput per level."""
+    import dataclasses
+
+    slo_space = load_space(SLO_SPACE)
+    workload = dataclasses.replace(slo_space.workload, concurrency=(1, 8), aggregate="min", objective="goodput",
+                                   slo=(("ttft_p99_ms", 1e7),))
+    engine = _engine(slo_space, cache_dir, cache_root=str(Path(cache_dir) / "vllm-cache"))
+    config = slo_space.config_from_params({"cudagraph_mode": "NONE", "num_speculative_tokens": 0, "max_num_seqs": 8})
+
+    result = workload.scored(engine.run_restart(config, workload, restart=0, seed=0))
+
+    assert result.status == RestartStatus.OK, f"{result.error}\n{result.log_tail}"
+    assert [lv.concurrency for lv in result.levels] == [1, 8]
+    for level in result.levels:
+        assert len(level.passes_tok_s) == 1 and level.passes_tok_s[0] > 0
+        assert level.latency["requests"] == workload.num_prompts
+        assert level.latency["goodput"] == pytest.approx(level.latency["request_throughput"])
+    one, eight = result.levels
+    # One request at a time: none waits for a slot, each decodes alone; eight at once batch and queue together.
+    assert one.latency["ttft_p99_ms"] < eight.latency["ttft_p99_ms"]
+    assert eight.tok_s > one.tok_s, "eight requests in flight make more tokens per second than one"
+    assert result.value == pytest.approx(min(one.latency["goodput"], eight.latency["goodput"]))
+    assert result.latency["ttft_p99_ms"] == eight.latency["ttft_p99_ms"], "a restart's percentile: its worst level's"

@@ -41,7 +41,8 @@ from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
 from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
-from autotune.records import Detail, EngineConfig, EngineFacts, Resolved, RestartResult, RestartStatus, Workload
+from autotune.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
+                              Workload)
 from autotune.workload import default_dataset
 
 if TYPE_CHECKING:
@@ -481,6 +482,7 @@ class VllmEngine(EngineBackend):
             accept_len=result.get("accept_len"),
             peak_memory_gib=result.get("peak_memory_gib"),
             latency={k: float(v) for k, v in dict(result.get("latency") or {}).items() if v is not None},
+            levels=tuple(LevelResult.from_dict(level) for level in result.get("levels") or ()),
             **common,
         )
 

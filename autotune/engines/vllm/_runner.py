@@ -208,17 +208,29 @@ def offline_timing(output: Any) -> dict[str, Any] | None:
 
 
 class Passes:
-    """Runs timed generate() passes and reports each one."""
+    """Runs timed generate() passes and reports each one.
 
-    def __init__(self, llm: Any, prompts: list[Any], params: Any) -> None:
+    With ``concurrency`` (a load level), at most that many requests are in the engine at once: the pass submits
+    the next prompt as one finishes (``LLM.enqueue`` and the engine's own step loop, as ``LLM.generate`` runs it),
+    so one engine start can measure several levels. Without it every prompt is submitted at once and the
+    engine's ``max_num_seqs`` bounds what runs together.
+    """
+
+    def __init__(self, llm: Any, prompts: list[Any], params: Any, concurrency: int | None = None) -> None:
         self.llm = llm
         self.prompts = prompts
         self.params = params
+        self.concurrency = concurrency
+
+    def generate(self) -> list[Any]:
+        if self.concurrency is None:
+            return list(self.llm.generate(self.prompts, self.params, use_tqdm=False))
+        return capped_generate(self.llm, self.prompts, self.params, self.concurrency)
 
     def run(self, kind: str, index: int) -> dict[str, Any]:
         before = spec_counters(self.llm)
         start = time.perf_counter()
-        outputs = self.llm.generate(self.prompts, self.params, use_tqdm=False)
+        outputs = self.generate()
         seconds = time.perf_counter() - start
         after = spec_counters(self.llm)
         tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
@@ -226,10 +238,12 @@ class Passes:
         record = {
             "kind": kind,
             "index": index,
+            "concurrency": self.concurrency,
             "tokens": tokens,
             "seconds": seconds,
             "tok_s": tokens / seconds if seconds > 0 else 0.0,
             "accept_len": accept_length(before, after),
+            "before": before,
             "counters": after,
             "timings": timings,
         }
@@ -237,9 +251,23 @@ class Passes:
         return record
 
 
+def capped_generate(llm: Any, prompts: list[Any], params: Any, concurrency: int) -> list[Any]:
+    """Every prompt generated with at most ``concurrency`` requests in the engine at once (in finishing order)."""
+    engine = llm.llm_engine
+    per_prompt = params if isinstance(params, list) else [params] * len(prompts)
+    outputs: list[Any] = []
+    submitted = 0
+    while submitted < len(prompts) or engine.has_unfinished_requests():
+        while submitted < len(prompts) and submitted - len(outputs) < concurrency:
+            llm.enqueue([prompts[submitted]], [per_prompt[submitted]], use_tqdm=False)
+            submitted += 1
+        outputs += [out for out in engine.step() if out.finished]
+    return outputs
+
+
 def _pass_line(record: dict[str, Any]) -> dict[str, Any]:
     # The marker line carries the pass's numbers, not every request's timings.
-    return {k: v for k, v in record.items() if k not in ("counters", "timings")}
+    return {k: v for k, v in record.items() if k not in ("before", "counters", "timings")}
 
 
 def warm_up(passes: Any, workload: dict[str, Any], tolerance: float) -> list[dict[str, Any]]:
@@ -292,6 +320,61 @@ def measurement(startup_s: float, resolved: Any, device: Any, warmups: list[dict
     }
 
 
+def load_levels(workload: dict[str, Any]) -> list[int] | None:
+    """The workload's load levels when it has several (``concurrency: [1, 8, 32]``), else ``None``."""
+    levels = workload.get("concurrency")
+    return [int(c) for c in levels] if isinstance(levels, list) and len(levels) > 1 else None
+
+
+def measure_levels(make_passes: Any, levels: list[int], workload: dict[str, Any], tolerance: float
+                   ) -> tuple[list[dict[str, Any]], list[tuple[int, list[dict[str, Any]]]]]:
+    """Warm up and time every load level in turn on the running engine: ``(warm-ups, [(level, timed passes)])``.
+
+    Each level warms up until steady (a new level changes the batch shapes the engine runs) before its timed
+    passes; ``make_passes(level)`` gives the pass runner for one level.
+    """
+    warmups: list[dict[str, Any]] = []
+    timed: list[tuple[int, list[dict[str, Any]]]] = []
+    for level in levels:
+        passes = make_passes(level)
+        warmups += warm_up(passes, workload, tolerance)
+        timed.append((level, [passes.run("timed", i) for i in range(int(workload.get("timed_passes", 1)))]))
+    return warmups, timed
+
+
+def level_measurement(startup_s: float, resolved: Any, device: Any, warmups: list[dict[str, Any]],
+                      timed: list[tuple[int, list[dict[str, Any]]]], peak_gib: float | None,
+                      slo: dict[str, float] | None = None) -> dict[str, Any]:
+    """A multi-level restart's result: each level's passes and latency, every timed pass in level order.
+
+    The acceptance length pools the drafts of every level's timed passes (warm-ups in between left out).
+    """
+    levels = []
+    drafts = accepted = 0.0
+    for level, passes in timed:
+        timings = [t for p in passes for t in p.get("timings") or ()]
+        seconds = sum(p["seconds"] for p in passes)
+        latency = _dataset.latency_summary(timings, seconds, slo or {}) if timings else {}
+        levels.append({"concurrency": level, "passes_tok_s": [p["tok_s"] for p in passes], "latency": latency})
+        if passes:
+            first, last = passes[0]["before"], passes[-1]["counters"]
+            drafts += last.get(_DRAFTS, 0.0) - first.get(_DRAFTS, 0.0)
+            accepted += last.get(_ACCEPTED, 0.0) - first.get(_ACCEPTED, 0.0)
+    every = [p for _, passes in timed for p in passes]
+    return {
+        "latency": {},
+        "levels": levels,
+        "startup_s": startup_s,
+        "resolved": resolved,
+        "device": device,
+        "warmup_tok_s": [p["tok_s"] for p in warmups],
+        "passes_tok_s": [p["tok_s"] for p in every],
+        "tokens_per_pass": every[0]["tokens"] if every else None,
+        "accept_len": 1.0 + accepted / drafts if drafts > 0 else None,
+        "peak_memory_gib": peak_gib,
+    }
+
+
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     """Build the engine, report readiness, warm up, time the passes; returns the result payload."""
     # The frontend must see the worker's resolved config: keep the worker in this process.
@@ -326,6 +409,12 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         vocab = int(llm.llm_engine.model_config.get_vocab_size())
         prompts = [{"prompt_token_ids": tokens} for tokens in build_prompts(workload, vocab)]
         sampling = params(int(workload["output_len"]))
+    levels = load_levels(workload)
+    if levels is not None:
+        warmups_by, timed_by = measure_levels(lambda c: Passes(llm, prompts, sampling, c), levels, workload,
+                                              float(request.get("steady_tolerance", 0.03)))
+        return level_measurement(startup_s, resolved, device, warmups_by, timed_by, peak_memory_gib(),
+                                 dict(workload.get("slo") or {}))
     passes = Passes(llm, prompts, sampling)
     warmups = warm_up(passes, workload, float(request.get("steady_tolerance", 0.03)))
     before = spec_counters(llm)
@@ -449,12 +538,19 @@ def serve_timings(data: dict[str, Any]) -> list[dict[str, Any]]:
 class ServePasses:
     """One ``vllm bench serve`` run per pass against the running server."""
 
-    def __init__(self, request: dict[str, Any], port: int, workdir: str) -> None:
+    def __init__(self, request: dict[str, Any], port: int, workdir: str, concurrency: int | None = None,
+                 totals: dict[str, float] | None = None, dataset_argv: list[str] | None = None) -> None:
         self.request = request
         self.port = port
         self.workdir = workdir
-        self.totals = {_DRAFTS: 0.0, _ACCEPTED: 0.0}
-        self.dataset_argv = serve_dataset_argv(request, workdir)
+        # One level of several: its own --max-concurrency; the counters and the prepared dataset are shared.
+        self.concurrency = concurrency if concurrency is not None else int(request["workload"]["concurrency"])
+        self.totals = totals if totals is not None else {_DRAFTS: 0.0, _ACCEPTED: 0.0}
+        self.dataset_argv = dataset_argv if dataset_argv is not None else serve_dataset_argv(request, workdir)
+
+    def at(self, concurrency: int) -> ServePasses:
+        """The same server and prompts at another load level."""
+        return ServePasses(self.request, self.port, self.workdir, concurrency, self.totals, self.dataset_argv)
 
     def command(self, name: str) -> list[str]:
         workload = self.request["workload"]
@@ -463,14 +559,15 @@ class ServePasses:
             sys.executable, *_VLLM_CLI, "bench", "serve", "--backend", "vllm",
             "--host", "127.0.0.1", "--port", str(self.port), "--model", str(model),
             *self.dataset_argv,
-            "--max-concurrency", str(workload["concurrency"]), "--ignore-eos",
+            "--max-concurrency", str(self.concurrency), "--ignore-eos",
             "--temperature", str(workload.get("temperature", 0.0)), "--top-p", str(workload.get("top_p", 1.0)),
             "--disable-tqdm", "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--save-result", "--save-detailed", "--result-dir", self.workdir, "--result-filename", name,
         ]
 
     def run(self, kind: str, index: int) -> dict[str, Any]:
-        name = f"{kind}-{index}.json"
+        name = f"c{self.concurrency}-{kind}-{index}.json"
+        before = dict(self.totals)
         code = subprocess.run(self.command(name), check=False).returncode
         # The benchmark may exit mid-line (native-extension warnings): start our marker on a fresh line.
         print(flush=True)
@@ -483,10 +580,12 @@ class ServePasses:
         record = {
             "kind": kind,
             "index": index,
+            "concurrency": self.concurrency,
             "tokens": int(data.get("total_output_tokens") or 0),
             "seconds": float(data.get("duration") or 0.0),
             "tok_s": float(data["output_throughput"]),
             "accept_len": data.get("spec_decode_acceptance_length"),
+            "before": before,
             "counters": dict(self.totals),
             "timings": serve_timings(data),
         }
@@ -514,7 +613,16 @@ def serve_measure(request: dict[str, Any]) -> dict[str, Any]:
     device = {"vllm": vllm.__version__}
     emit(READY, {"startup_s": startup_s, "resolved": None, "device": device,
                  "preloaded": request.get("preloaded")})
-    passes = ServePasses(request, port, workdir)
+    passes = ServePasses(request, port, workdir, concurrency=(load_levels(request["workload"]) or [None])[0])
+    levels = load_levels(request["workload"])
+    if levels is not None:
+        try:
+            warmups_by, timed_by = measure_levels(passes.at, levels, request["workload"],
+                                                  float(request.get("steady_tolerance", 0.03)))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return level_measurement(startup_s, None, device, warmups_by, timed_by, None,
+                                 dict(request["workload"].get("slo") or {}))
     try:
         warmups = warm_up(passes, request["workload"], float(request.get("steady_tolerance", 0.03)))
         before = dict(passes.totals)

@@ -43,13 +43,29 @@ class LLM:
         config = SimpleNamespace(compilation_config=comp, speculative_config=None,
                                  scheduler_config=SimpleNamespace(async_scheduling=True))
         model_config = SimpleNamespace(get_vocab_size=lambda: 1000)
-        self.llm_engine = SimpleNamespace(vllm_config=config, model_config=model_config)
+        self.queue = []
+        self.llm_engine = SimpleNamespace(vllm_config=config, model_config=model_config, step=self._step,
+                                          has_unfinished_requests=lambda: bool(self.queue))
         print("INFO fake engine ready", flush=True)
 
     def generate(self, prompts, params, use_tqdm=False):
         tokens = int(params.kwargs["max_tokens"])
         time.sleep(0.01)
         return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(range(tokens)))]) for _ in prompts]
+
+    def enqueue(self, prompts, params, use_tqdm=False):
+        self.queue += [int(p.kwargs["max_tokens"]) for p in params]
+        return [str(len(self.queue))]
+
+    def _step(self):
+        # One engine step finishes the oldest request; $FAKE_VLLM_INFLIGHT logs how many were in the engine.
+        path = os.environ.get("FAKE_VLLM_INFLIGHT")
+        if path:
+            with open(path, "a") as fh:
+                fh.write(f"{len(self.queue)}\n")
+        time.sleep(0.002)
+        tokens = self.queue.pop(0)
+        return [SimpleNamespace(finished=True, outputs=[SimpleNamespace(token_ids=list(range(tokens)))])]
 
     def get_metrics(self):
         return []
