@@ -29,7 +29,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.heartbeat import Heartbeat
-from autotune.ledger import CLAIMS_SUFFIX, claim_attrs, claim_job, record_claim_restarts
+from autotune.ledger import CLAIMS_SUFFIX, claim_attrs, claim_holder_gone, claim_job, record_claim_restarts
 from autotune.records import RestartResult
 
 __all__ = ["Claim", "Claims"]
@@ -79,10 +79,19 @@ class Claims:
         return [t for t in self.study.get_trials(deepcopy=False) if claim_job(t) == job]
 
     def refresh(self) -> None:
-        """Fail claims whose holder stopped beating, so their jobs can be taken over."""
+        """Fail claims whose holder stopped beating, or whose holder's process on this machine is gone, so their
+        jobs can be taken over. The second is what lets ``kill -9`` and the same command again go on at once
+        instead of waiting out the heartbeat's grace period; a holder on another machine can only be judged by
+        its heartbeat."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(self.study)
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if claim_holder_gone(t):
+                try:
+                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    pass  # another claimant failed it first
 
     def done(self, job: str) -> bool:
         return any(t.state == TrialState.COMPLETE for t in self._claims(job))

@@ -64,6 +64,7 @@ __all__ = [
     "latest_study_name",
     "load",
     "claim_attrs",
+    "claim_holder_gone",
     "claim_job",
     "make_storage",
     "owner_id",
@@ -248,6 +249,12 @@ def claim_attrs(job: str, owner: Mapping[str, Any]) -> dict[str, Any]:
 def claim_job(trial: FrozenTrial) -> str | None:
     """The job a claim trial is for."""
     return trial.user_attrs.get(CLAIM_JOB_KEY)
+
+
+def claim_holder_gone(trial: FrozenTrial) -> bool:
+    """The claim's holder ran on this machine and its process no longer exists (see :func:`_pid_dead`)."""
+    owner = trial.user_attrs.get(CLAIM_OWNER_KEY)
+    return isinstance(owner, Mapping) and _pid_dead(owner)
 
 
 def record_claim_restarts(storage: optuna.storages.BaseStorage, trial_id: int,

@@ -344,6 +344,33 @@ def test_a_claim_has_one_holder_and_passes_on_when_its_holder_stops_beating(tmp_
     b.heartbeat.close()
 
 
+def test_a_claim_whose_holder_died_on_this_machine_passes_on_at_once(tmp_path):
+    """kill -9 and the same command again: the dead holder's process is gone, no need to wait out the grace."""
+    from autotune.claims import Claims
+    from autotune.heartbeat import Heartbeat
+
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    storage = ledger_mod.make_storage(url, heartbeat_s=30)  # grace period: minutes
+    study = optuna.create_study(study_name="c", storage=storage, load_if_exists=True)
+    mine = Claims(study, Heartbeat(storage), ledger_mod.owner_id())
+    # The claim as the holder process would have made it: its owner record, with its PID, on this machine.
+    theirs = Claims(study, Heartbeat(storage), {**ledger_mod.owner_id(), "pid": holder.pid})
+    assert theirs.try_claim("verify-round-0") is not None
+    assert mine.try_claim("verify-round-0") is None, "a live holder keeps its claim"
+    holder.kill()
+    holder.wait()
+    taken = mine.try_claim("verify-round-0")
+    assert taken is not None, "the holder's process is gone: its claim passes on without waiting for the grace"
+    taken.complete()
+    # A holder on another machine (or an older record without one) is judged by its heartbeat alone.
+    other = Claims(study, Heartbeat(storage), {**ledger_mod.owner_id(), "pid": holder.pid, "machine": "elsewhere"})
+    assert other.try_claim("verify-round-1") is not None
+    assert mine.try_claim("verify-round-1") is None
+    for c in (mine, theirs, other):
+        c.heartbeat.close()
+
+
 @pytest.mark.slow
 def test_every_engine_start_sees_only_its_workers_gpus(tmp_path: Path) -> None:
     """``--gpus 0,1,2,3 --gpus-per-trial 2``: two workers; each engine process sees ``0,1`` or ``2,3``, never more."""
