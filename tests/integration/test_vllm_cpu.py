@@ -170,7 +170,7 @@ def test_cli_tune_with_ngram_flags_the_piecewise_downgrade(tmp_path: Path, cache
     report_path = tmp_path / "report.json"
     code = main([
         "tune", "--space", str(SPACE), "--engine", "vllm", "--study", "cpu-tiny-it", "--storage", storage,
-        "--workdir", str(tmp_path / "work"), "--trials", "3", "--restarts", "2", "--no-racing", "--no-verify",
+        "--workdir", str(tmp_path / "work"), "--trials", "3", "--restarts", "1", "--no-racing", "--no-verify",
         "--no-mlflow", "--quiet", "--json", str(report_path),
         # Reuse the module's compile cache: first starts are still recorded cold (the markers are study-local),
         # they just compile faster.
@@ -183,8 +183,10 @@ def test_cli_tune_with_ngram_flags_the_piecewise_downgrade(tmp_path: Path, cache
     records = {r.config.label(): r for r in ledger.load("cpu-tiny-it", storage).trial_records()}
     assert len(records) == 3, list(records)
     for record in records.values():
+        # One counted restart each (a cold first start before it is recorded apart): a real engine start costs
+        # about a minute on 2 CPU cores, and what this test checks holds for every restart.
         counted = [r for r in record.restarts if r.ok and not r.cold]
-        assert len(counted) == 2, record.restarts
+        assert len(counted) == 1, record.restarts
         assert all(min(r.passes_tok_s) > 0 for r in counted)
     spec_trials = [r for r in records.values() if r.config.speculative_config]
     assert spec_trials
