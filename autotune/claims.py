@@ -19,6 +19,7 @@ continues where a dead one stopped, nothing lost and nothing counted twice.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 import warnings
@@ -88,10 +89,9 @@ class Claims:
             optuna.storages.fail_stale_trials(self.study)
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if claim_holder_gone(t):
-                try:
+                # Another claimant may have failed it first.
+                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                     self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-                except optuna.exceptions.UpdateFinishedTrialError:
-                    pass  # another claimant failed it first
 
     def done(self, job: str) -> bool:
         return any(t.state == TrialState.COMPLETE for t in self._claims(job))
