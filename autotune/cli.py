@@ -19,6 +19,7 @@ from typing import IO, Any
 from autotune import __version__, audit, bench, export, scaling, ui, worker
 from autotune.cli_helpers import (
     UsageError,
+    add_output_args,
     add_store_args,
     build_engine,
     default_study_name,
@@ -63,11 +64,7 @@ def _configure_tune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fresh", action="store_true", help="delete a study of the same name and start over")
     p.add_argument("--enqueue", action="append", metavar="K=V,K=V",
                    help="a configuration to try early, e.g. num_speculative_tokens=3,draft=ngram (repeatable)")
-    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI "
-                   "or sqlite:///mlruns/mlflow.db)")
-    p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
-    p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
-    p.add_argument("--quiet", action="store_true", help="only the progress bar and the final report")
+    add_output_args(p)
     worker.add_worker_args(p)
 
 

@@ -59,6 +59,15 @@ def add_store_args(parser: argparse.ArgumentParser) -> None:
                              "machines, the password in ~/.pgpass or the URL, never printed or stored)")
 
 
+def add_output_args(parser: argparse.ArgumentParser, tracking_note: str = "") -> None:
+    """Where a study's results go (MLflow, a JSON report) and how much is printed: ``tune`` and ``worker``."""
+    parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI "
+                        f"or sqlite:///mlruns/mlflow.db{tracking_note})")
+    parser.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    parser.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    parser.add_argument("--quiet", action="store_true", help="only the progress bar and the final report")
+
+
 def load_space_for(args: argparse.Namespace) -> Any:
     from autotune.space import load_space
 

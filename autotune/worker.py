@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from autotune.redact import redact, redact_text
-from autotune.cli_helpers import UsageError, add_store_args, parse_kv
+from autotune.cli_helpers import UsageError, add_output_args, add_store_args, parse_kv
 from autotune.status import ExitStatus
 
 __all__ = ["add_worker_args", "configure_parser", "gpu_groups_of", "run", "run_here", "run_local_workers_for"]
@@ -158,11 +158,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", default=os.path.join("mlruns", "autotune"), help="engine caches and logs")
     p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE",
                    help="engine option for this machine (e.g. python=/opt/vllm/bin/python), repeatable")
-    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI "
-                   "or sqlite:///mlruns/mlflow.db; use the same server as the study's other workers)")
-    p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
-    p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
-    p.add_argument("--quiet", action="store_true", help="only the progress bar and the final report")
+    add_output_args(p, tracking_note="; use the same server as the study's other workers")
     add_worker_args(p)
 
 
