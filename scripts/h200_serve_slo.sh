@@ -28,14 +28,19 @@ print("torch", torch.__version__, "cuda", torch.version.cuda); print("gpu", torc
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-# Baseline (engine defaults, max_num_seqs 64), the three other max_num_seqs as trials of one restart each, then
-# the best feasible challenger against the baseline on two fresh interleaved restarts each.
+# Baseline (engine defaults, max_num_seqs 64), max_num_seqs 32 and 16 as trials of one counted restart each (a new
+# max_num_seqs is a cold start: ~2 min on the H200), then the best feasible challenger against the baseline on two
+# fresh interleaved restarts each. TRIALS=4 adds max_num_seqs 8 (about 3.5 device minutes more).
 timeout --signal=INT --kill-after=45 "$SECONDS_LEFT" \
     python3 -m autotune tune --space "$SPACE" --engine vllm --no-mlflow \
         --study h200-serve-slo --storage "sqlite:///$STUDY_DIR/optuna.db" --workdir "$STUDY_DIR" \
-        --trials 4 --restarts 1 --enqueue max_num_seqs=32 --enqueue max_num_seqs=16 --enqueue max_num_seqs=8 --no-racing --top-k 1 --verify-restarts 2 --seed 0 \
+        --trials "${TRIALS:-3}" --restarts 1 --enqueue max_num_seqs=32 --enqueue max_num_seqs=16 \
+        --enqueue max_num_seqs=8 --no-racing --top-k 1 --verify-restarts 2 --seed 0 \
         --json "$OUT/report.json" 2>&1 | tee -a "$OUT/tune.txt"
 echo "tune exit status: ${PIPESTATUS[0]}" | tee -a "$OUT/tune.txt"
 cp -f "$STUDY_DIR/optuna.db" "$OUT/optuna.db" 2>/dev/null || true
+# The study as it stands (finished or not): every restart with its latency, from the stored study.
+python3 -m autotune report --study h200-serve-slo --storage "sqlite:///$STUDY_DIR/optuna.db" \
+    --json "$OUT/report-now.json" > "$OUT/report-now.txt" 2>&1 || true
 (cd "$STUDY_DIR" && find . -name '*.log' -print0 | tar --null -czf "$OUT/engine-logs.tar.gz" -T -) 2>/dev/null || true
 ls -la "$OUT"

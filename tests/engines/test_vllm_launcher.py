@@ -532,3 +532,17 @@ def test_audit_reports_silent_capture_size_rounding(tmp_path: Path, monkeypatch:
     # Without --strict the same finding is printed but the exit status is 0.
     assert run_audit(space, params, options, False, io.StringIO(), engine="vllm",
                      cache_dir=str(tmp_path / "work")) == 0
+
+
+def test_every_serve_pass_argument_is_one_vllm_bench_serve_accepts(tmp_path: Path) -> None:
+    # The passes run vLLM's benchmark client in the runner's interpreter, parsed by the client's own parser:
+    # an argument it does not know (or renamed) must fail here, not on a GPU.
+    pytest.importorskip("vllm.benchmarks.serve")
+    parser = runner.bench_parser()
+    workload = Workload(num_prompts=4, input_len=8, output_len=4, concurrency=3, dataset=Dataset("synthetic"))
+    passes = runner.ServePasses({"workload": workload.to_dict(), "llm_kwargs": {"model": "m"}}, 8123,
+                                str(tmp_path))
+    args = parser.parse_args(passes.command("x.json"))
+    assert (args.port, args.max_concurrency, args.num_prompts) == (8123, 3, 4)
+    assert args.save_detailed and args.result_filename == "x.json" and args.result_dir == str(tmp_path)
+    assert args.dataset_name == "random" and args.ignore_eos

