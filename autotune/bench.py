@@ -686,7 +686,8 @@ def render_targets(result: Mapping[str, Any]) -> str:
 def render_header(result: Mapping[str, Any]) -> str:
     """What was run, and each profile's ground truth."""
     cfg = result["config"]
-    lines = [f"autotune bench: seeds {cfg['first_seed']}-{cfg['first_seed'] + cfg['seeds'] - 1} x budgets {list(cfg['budgets'])} engine starts x "
+    seeds = f"seeds {cfg['first_seed']}-{cfg['first_seed'] + cfg['seeds'] - 1}"
+    lines = [f"autotune bench: {seeds} x budgets {list(cfg['budgets'])} engine starts x "
              f"{len(cfg['strategies'])} strategies, {result['wall_s']:.0f} s wall on {cfg['jobs']} processes"]
     for name, t in result["truth"].items():
         if t.get("per_seed"):
@@ -798,9 +799,9 @@ def _int_list(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 30,60,120; got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 20,30,60,120; got {text!r}") from None
     if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive integers, e.g. 30,60,120; got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected positive integers, e.g. 20,30,60,120; got {text!r}")
     return values
 
 
