@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.engines import _sim_landscape as landscapes
 from autotune.engines import _sim_model as model
 from autotune.engines._base import EngineBackend, EngineError
 # The vLLM runner's latency summary (stdlib only), so simulated and real restarts report the same figures.
@@ -36,7 +37,10 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "engine_version": "0.26.0",
     "noise": None,  # None: the hardware profile's restart-to-restart sd
     "time_scale": 0.0,  # real seconds per simulated second of a restart's wall time (0: return at once)
+    "landscape_seed": 0,  # profile "random" only: which landscape of the family (see _sim_landscape)
 }
+#: The profile that draws its landscape from ``landscape_seed`` instead of using the physics model's constants.
+RANDOM_PROFILE = "random"
 #: Directory under ``cache_dir`` that holds one marker file per compiled configuration.
 COMPILE_CACHE_DIR = "sim-compile-cache"
 
@@ -60,11 +64,13 @@ class SimEngine(EngineBackend):
     Args:
         cache_dir: Where compile-cache markers go; the first start of a configuration without a marker is cold.
             ``None`` keeps the markers in memory for the engine's lifetime.
-        profile: Hardware profile: ``h200``, ``gb10`` or ``flat`` (no configuration beats the baseline).
+        profile: Hardware profile: ``h200``, ``gb10``, ``flat`` (no configuration beats the baseline), or
+            ``random``: a landscape drawn from ``landscape_seed`` (:mod:`autotune.engines._sim_landscape`).
         model_profile: ``dense`` (small dense model) or ``moe`` (sparse mixture of experts).
         engine_version: The simulated vLLM version; the start-up rules are keyed on it.
         noise: Restart-to-restart relative sd (default: the hardware profile's).
         time_scale: Real seconds slept per simulated second of each restart's wall time (default 0: none).
+        landscape_seed: With ``profile: random``, which landscape of the family (an integer; default 0).
 
     Raises:
         EngineError: an unknown option or value, naming ``engine.<key>`` and the valid choices.
@@ -79,7 +85,15 @@ class SimEngine(EngineBackend):
             valid = ", ".join(f"engine.{k}" for k in DEFAULT_OPTIONS)
             raise EngineError(f"sim engine: unknown option engine.{unknown[0]}; valid keys: {valid}")
         opts = {**DEFAULT_OPTIONS, **options}
-        self.hardware = _choice("profile", opts["profile"], model.HARDWARE)
+        self.landscape: landscapes.Landscape | None = None
+        if str(opts["profile"]) == RANDOM_PROFILE:
+            seed = opts["landscape_seed"]
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise EngineError(f"sim engine: engine.landscape_seed must be an integer (e.g. 7), got {seed!r}")
+            self.landscape = landscapes.draw_landscape(seed)
+            self.hardware = self.landscape.hardware
+        else:
+            self.hardware = _choice("profile", opts["profile"], {**model.HARDWARE, RANDOM_PROFILE: None})
         self.model = _choice("model_profile", opts["model_profile"], model.MODELS)
         self.engine_version = str(opts["engine_version"])
         try:
@@ -94,7 +108,7 @@ class SimEngine(EngineBackend):
         self._compiled: set[str] = set()
         self._plans: dict[str, model.Plan] = {}
         self._steady: dict[tuple[str, Workload], float] = {}
-        self._latency_base: dict[tuple[int, Workload], tuple[dict[str, float], list[dict[str, Any]]]] = {}
+        self._latency_base: dict[tuple[int, Workload], tuple[dict[str, float], list[dict[str, Any]], float]] = {}
 
     # -- public helpers for tests and benchmarks -------------------------------------------------------------
     def resolve(self, config: EngineConfig) -> Resolved:
@@ -209,14 +223,18 @@ class SimEngine(EngineBackend):
     def describe(self) -> EngineFacts:
         """Engine facts for tracking; ``simulated`` marks every number as coming from the model."""
         return EngineFacts(name=self.name, version=self.engine_version, gpu=self.hardware.gpu_name, simulated=True,
-                           extra={"profile": self.hardware.name, "model_profile": self.model.name})
+                           extra={"profile": self.hardware.name, "model_profile": self.model.name,
+                                  **({} if self.landscape is None else {"landscape_seed": self.landscape.seed})})
 
     # -- internals -----------------------------------------------------------------------------------------
     def _plan(self, config: EngineConfig) -> model.Plan:
         key = config.key()
         plan = self._plans.get(key)
         if plan is None:
-            plan = model.plan_config(config, self.hardware, self.model, self.version)
+            if self.landscape is not None:
+                plan = self.landscape.plan(config)
+            else:
+                plan = model.plan_config(config, self.hardware, self.model, self.version)
             self._plans[key] = plan
         return plan
 
@@ -224,7 +242,10 @@ class SimEngine(EngineBackend):
         key = (config.key(), workload)
         value = self._steady.get(key)
         if value is None:
-            value = model.steady_throughput(plan, config, workload, self.hardware, self.model)
+            if self.landscape is not None:
+                value = self.landscape.throughput(plan, workload)
+            else:
+                value = model.steady_throughput(plan, config, workload, self.hardware, self.model)
             self._steady[key] = value
         return value
 
@@ -288,11 +309,15 @@ class SimEngine(EngineBackend):
             timings = [request_timing(t / 1000.0, e / 1000.0, workload.output_len, [i / 1000.0])
                        for t, e, i in zip(raw["ttft"], raw["e2el"], raw["itl"])]
             figures = {k: v for k, v in latency_summary(timings, 1.0, {}).items() if k.endswith("_ms")}
-            cached = self._latency_base[key] = (figures, timings)
-        figures, timings = cached
+            # A random landscape keeps the wave model's shape but its own speed: stretch the waves to match.
+            scale = 1.0
+            if self.landscape is not None:
+                scale = model.steady_throughput(plan, config, workload, self.hardware, self.model) / steady
+            cached = self._latency_base[key] = (figures, timings, scale)
+        figures, timings, scale = cached
         tokens = workload.num_prompts * workload.output_len
         pass_s = sum(tokens / x for x in timed) / len(timed)
-        slow = steady * pass_s / tokens
+        slow = scale * steady * pass_s / tokens
         out = {k: v * slow for k, v in figures.items()}
         out["requests"] = float(len(timings) * len(timed))
         out["request_throughput"] = len(timings) / pass_s
