@@ -135,6 +135,7 @@ class BenchConfig:
         first_seed: The first seed (``first_seed .. first_seed + seeds - 1``), for held-out checks.
         jobs: Worker processes.
         root: Directory the profiles' space files are relative to.
+        sampler: The sampler of the ``autotune`` strategy (``tpe``, its default, or ``gp``).
     """
 
     profiles: tuple[str, ...] = tuple(PROFILES)
@@ -144,11 +145,12 @@ class BenchConfig:
     first_seed: int = 0
     jobs: int = 2
     root: str = "."
+    sampler: str = "tpe"
 
     def tasks(self) -> list[Task]:
         """Every (profile, strategy, budget, seed), the costliest first so the pool finishes together."""
         cost = {"naive-tpe": 3, "autotune": 2, "random": 1, "random-2": 0, "grid": 0}
-        out = [Task(p, s, b, seed) for p in self.profiles for s in self.strategies for b in self.budgets
+        out = [Task(p, s, b, seed, self.sampler) for p in self.profiles for s in self.strategies for b in self.budgets
                for seed in range(self.first_seed, self.first_seed + self.seeds)]
         out.sort(key=lambda t: (-t.budget, -cost.get(t.strategy, 0)))
         return out
@@ -162,6 +164,7 @@ class Task:
     strategy: str
     budget: int
     seed: int
+    sampler: str = "tpe"  # the ``autotune`` strategy's sampler
 
 
 @dataclasses.dataclass(frozen=True)
@@ -447,7 +450,8 @@ def run_one(task: Task, root: str = ".") -> dict[str, Any]:
     profile = PROFILES[task.profile]
     space, truth = _space_and_truth(profile, root, task.seed)
     started = time.perf_counter()
-    pick = STRATEGY_FUNCS[task.strategy](space, make_engine(profile, task.seed), task.budget, task.seed)
+    strategy = _study_strategy(task.sampler) if task.strategy == "autotune" else STRATEGY_FUNCS[task.strategy]
+    pick = strategy(space, make_engine(profile, task.seed), task.budget, task.seed)
     true_value = truth.of(pick.config)
     true_speedup = true_value / truth.baseline if truth.baseline else math.nan
     pick_is_baseline = pick.config is not None and pick.config.key() == space.baseline().key()
@@ -688,7 +692,8 @@ def render_header(result: Mapping[str, Any]) -> str:
     cfg = result["config"]
     seeds = f"seeds {cfg['first_seed']}-{cfg['first_seed'] + cfg['seeds'] - 1}"
     lines = [f"autotune bench: {seeds} x budgets {list(cfg['budgets'])} engine starts x "
-             f"{len(cfg['strategies'])} strategies, {result['wall_s']:.0f} s wall on {cfg['jobs']} processes"]
+             f"{len(cfg['strategies'])} strategies (autotune's sampler: {cfg.get('sampler', 'tpe')}), "
+             f"{result['wall_s']:.0f} s wall on {cfg['jobs']} processes"]
     for name, t in result["truth"].items():
         if t.get("per_seed"):
             lines.append(f"  {name}: {t['n_configs']} configurations; a landscape drawn per seed; baseline "
@@ -832,6 +837,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help=f"first seed; a different range is a held-out check (default: 0; {HELD_OUT_SEEDS[0]} "
                              "with --check)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default: %(default)s)")
+    parser.add_argument("--sampler", choices=("tpe", "gp"), default="tpe",
+                        help="the autotune strategy's sampler (default: %(default)s; gp needs torch)")
     parser.add_argument("--root", default=".", help="directory the profiles' search_spaces/ paths are relative to")
     parser.add_argument("--out", default=DEFAULT_OUT, help="where bench.json and regret.png go (default: %(default)s)")
     parser.add_argument("--tracking-uri", default=None,
@@ -864,7 +871,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
         return ExitStatus.BAD_INPUT
     config = BenchConfig(profiles=tuple(args.profiles), strategies=tuple(args.strategies),
                          budgets=tuple(args.budgets), seeds=seeds, first_seed=first_seed,
-                         jobs=args.jobs, root=args.root)
+                         jobs=args.jobs, root=args.root, sampler=args.sampler)
     result = run_benchmark(config, progress=_progress_printer(sys.stderr))
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -285,3 +285,15 @@ def test_mlflow_run_holds_every_summary_number_and_the_artifacts(smoke, tmp_path
     row = next(r for r in smoke["summary"] if r["profile"] == "gb10" and r["strategy"] == "autotune")
     assert math.isclose(run.data.metrics["gb10/autotune/b30/median_regret"], row["median_regret"], rel_tol=1e-9)
     assert {a.path for a in client.list_artifacts(run_id)} == {"bench.json", "regret.png"}
+
+
+def test_sampler_option_runs_the_autotune_strategy_with_that_sampler(tmp_path):
+    pytest.importorskip("torch")  # Optuna's GPSampler needs it
+    out = io.StringIO()
+    status = raw_main(["bench", "--profiles", "h200", "--strategies", "autotune", "--budgets", "20", "--seeds", "1",
+                       "--jobs", "1", "--sampler", "gp", "--root", str(ROOT), "--out", str(tmp_path), "--no-mlflow"],
+                      out=out)
+    assert status == ExitStatus.SUCCESS
+    assert "autotune's sampler: gp" in out.getvalue()
+    run = json.loads((tmp_path / "bench.json").read_text())["runs"][0]
+    assert run["sampler"] == "gp" and run["restarts_used"] <= 20 and run["pick"] is not None
