@@ -125,8 +125,9 @@ def test_a_close_config_gets_more_restarts_up_to_the_cap(raced):
 def test_a_close_config_behind_the_incumbent_stops_at_two_restarts(raced):
     study, _ = raced
     behind = _by_params(study, BEHIND)
-    assert behind.state == TrialState.COMPLETE
-    assert sorted(behind.intermediate_values) == [0, 1]
+    # 1% behind under 1% noise: the test on the difference may already call it worse; either way no third restart.
+    assert behind.state in (TrialState.COMPLETE, TrialState.PRUNED)
+    assert sorted(behind.intermediate_values) in ([0], [0, 1])
 
 
 def test_a_clearly_better_config_stops_at_two_restarts(raced):
