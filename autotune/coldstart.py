@@ -22,8 +22,9 @@ and the machine, so each study tests it on its own data instead of assuming eith
 
 The equivalence margin is the pooled restart-to-restart sd of log throughput: a bias smaller than one restart's
 own noise at most doubles the variance of a one-restart estimate (``sigma^2 + delta^2 <= 2 sigma^2``), a cheaper
-error than a whole engine start spent on a warm rerun. This is a choice, not a fitted constant: it scales with
-whatever noise the study measures.
+error than a whole engine start spent on a warm rerun. Early in a study that sd rests on a few restarts, so the
+margin is its lower confidence bound (:func:`equivalence_margin`): a lucky wide estimate cannot make equivalence
+easy. These are choices, not fitted constants: the margin scales with whatever noise the study measures.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "STEADY_TOLERANCE",
     "UNDECIDED",
     "cold_pairs",
+    "equivalence_margin",
     "judge_cold",
     "warm_estimate",
     "warm_upper_bound",
@@ -72,6 +74,14 @@ def warmup_converged(result: RestartResult, tolerance: float = STEADY_TOLERANCE)
     a, b = result.warmup_tok_s[-2], result.warmup_tok_s[-1]
     top = max(a, b)
     return top > 0 and abs(a - b) / top <= tolerance
+
+
+def equivalence_margin(sd: float, df: int, confidence: float = 0.95) -> float:
+    """The lower one-sided ``confidence`` bound for a noise sd estimated with ``df`` degrees of freedom
+    (chi-square): ``sd * sqrt(df / chi2.ppf(confidence, df))``, about half the estimate at one degree of freedom."""
+    if df < 1 or not sd > 0:
+        return math.nan
+    return float(sd * math.sqrt(df / stats.chi2.ppf(confidence, df)))
 
 
 def cold_pairs(restarts_per_config: Iterable[Sequence[RestartResult]]) -> list[tuple[float, float]]:
@@ -147,8 +157,10 @@ def judge_cold(pairs: Sequence[tuple[float, float]], noise_sd: float | None, alp
                min_pairs: int = MIN_PAIRS, previous: str = UNDECIDED) -> ColdVerdict:
     """Decide from paired cold/warm throughputs whether cold starts differ from warm ones.
 
-    ``differ`` is final (the study says so once, and stops counting for good); ``same`` holds until the paired
-    test finds a difference. The test is repeated as pairs come in, which raises the chance of a false
+    Equivalent within the margin (two one-sided tests): ``same``. Otherwise a significant paired t-test (once
+    ``same``: significantly beyond the margin): ``differ``, which is final (the study says so once, and stops
+    counting for good). Otherwise the previous ``same`` holds, or
+    the question stays ``undecided``. The test is repeated as pairs come in, which raises the chance of a false
     ``differ``: that costs starts, never honesty.
 
     Args:
@@ -163,31 +175,40 @@ def judge_cold(pairs: Sequence[tuple[float, float]], noise_sd: float | None, alp
     margin = math.nan if noise_sd is None else float(noise_sd)
     if not usable:
         return ColdVerdict(previous, 0, math.nan, math.nan, margin)
-    d = np.log([c for c, _ in usable]) - np.log([w for _, w in usable])
+    cold, warm = np.log([c for c, _ in usable]), np.log([w for _, w in usable])
+    d = cold - warm
     ratio = float(np.exp(d.mean()))
     n = len(usable)
     spread = float(d.std(ddof=1)) if n >= 2 else 0.0
-    p = float(stats.ttest_1samp(d, 0.0).pvalue) if n >= 2 and spread > 0 else math.nan
+    p = float(stats.ttest_rel(cold, warm).pvalue) if n >= 2 and spread > 0 else math.nan
     if previous == DIFFER:
         return ColdVerdict(DIFFER, n, ratio, p, margin)
     if n < min_pairs:
         return ColdVerdict(previous, n, ratio, p, margin)
+    mean = float(d.mean())
+    known = not math.isnan(margin) and margin > 0
     if spread == 0.0:
         # Identical ratios: no noise between a cold start and its warm rerun, the difference is exact.
-        p = 1.0 if d.mean() == 0.0 else 0.0
-        if not math.isnan(margin) and abs(float(d.mean())) <= margin:
-            return ColdVerdict(SAME, n, ratio, p, margin)
-        return ColdVerdict(DIFFER if d.mean() != 0.0 else previous, n, ratio, p, margin)
-    if p < alpha:
-        return ColdVerdict(DIFFER, n, ratio, p, margin)
-    if previous == SAME:
+        p = 1.0 if mean == 0.0 else 0.0
+        equivalent, different = known and abs(mean) <= margin, mean != 0.0
+    else:
+        equivalent = known and max(float(stats.ttest_1samp(d, -margin, alternative="greater").pvalue),
+                                   float(stats.ttest_1samp(d, margin, alternative="less").pvalue)) < alpha
+        if previous == SAME and known:
+            # Once counting, stop only for a difference beyond the margin: the pairs now mix seeds (a counted cold
+            # start has no warm rerun of its own seed), and a test repeated after every trial at level alpha would
+            # sooner or later call a negligible difference significant.
+            different = min(float(stats.ttest_1samp(d, margin, alternative="greater").pvalue),
+                            float(stats.ttest_1samp(d, -margin, alternative="less").pvalue)) < alpha
+        else:
+            different = p < alpha
+    # Equivalence first: a difference can be significant and still smaller than one restart's noise (tight pairs
+    # over many configurations), and then counting the cold start costs less than rerunning it.
+    if equivalent:
         return ColdVerdict(SAME, n, ratio, p, margin)
-    if not math.isnan(margin) and margin > 0:
-        lower = float(stats.ttest_1samp(d, -margin, alternative="greater").pvalue)
-        upper = float(stats.ttest_1samp(d, margin, alternative="less").pvalue)
-        if max(lower, upper) < alpha:
-            return ColdVerdict(SAME, n, ratio, p, margin)
-    return ColdVerdict(UNDECIDED, n, ratio, p, margin)
+    if different:
+        return ColdVerdict(DIFFER, n, ratio, p, margin)
+    return ColdVerdict(SAME if previous == SAME else UNDECIDED, n, ratio, p, margin)
 
 
 def _log_ratios(pairs: Sequence[tuple[float, float]], min_pairs: int) -> np.ndarray | None:

@@ -335,6 +335,8 @@ class Report:
     no_result: str | None = None
     #: With load levels: the best configuration at each level (:mod:`autotune.report_levels`).
     levels: tuple[LevelBest, ...] = ()
+    #: What the study's own test said about cold starts (:class:`~autotune.coldstart.ColdVerdict`), when it ran.
+    cold_starts: str | None = None
 
     @property
     def unit(self) -> str:
@@ -359,6 +361,7 @@ class Report:
             "failures": [dataclasses.asdict(f) for f in self.failures],
             "budget": self.budget.to_dict(),
             "search_stopped": self.search_stopped,
+            "cold_starts": self.cold_starts,
             "verification": None if self.verification is None else self.verification.to_dict(),
             "winner": None if self.winner is None else self.winner.to_dict(),
             "baseline": None if self.baseline is None else self.baseline.to_dict(),
@@ -474,7 +477,17 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                   search_best, table, winner, baseline, verdict, check, prompts=prompts_note(meta),
                   objective=meta.objective, slo=dict(meta.slo), search_latency=search_latency(ledger),
                   slo_outcome=outcome, search_trials=search_trials,
-                  no_result=no_result_reason(counts, failures, winner, baseline, table is not None), levels=levels)
+                  no_result=no_result_reason(counts, failures, winner, baseline, table is not None), levels=levels,
+                  cold_starts=_cold_starts_line(ledger))
+
+
+def _cold_starts_line(ledger: Ledger) -> str | None:
+    """The cold-start verdict as a sentence; ``None`` when the study saw no cold start with a warm restart."""
+    verdict = ledger.cold_verdict()
+    if not verdict.pairs:
+        return None
+    text = verdict.describe()
+    return text[0].upper() + text[1:]
 
 
 def _flag_speculation_changes(ledger: Ledger, rows: tuple[VerifiedRow, ...]) -> tuple[VerifiedRow, ...]:
@@ -544,6 +557,8 @@ def render_report(report: Report) -> str:
                     else ""))
     if report.search_stopped:
         lines.append(f"Search stopped early: {report.search_stopped}.")
+    if report.cold_starts:
+        lines.append(f"{report.cold_starts}.")
     lines.append("")
     winner, table = report.winner, report.verification
     if (winner is None or table is None) and report.no_result:

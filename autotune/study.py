@@ -37,6 +37,7 @@ from autotune.coldstart import (
     DIFFER,
     ColdVerdict,
     cold_pairs,
+    equivalence_margin,
     judge_cold,
     warm_estimate,
     warm_upper_bound,
@@ -277,8 +278,9 @@ def check_budget(ledger: Ledger, space: SearchSpace, options: StudyOptions) -> N
     """Refuse a budget too small for :func:`minimum_plan`, naming the smallest one that would do.
 
     A restart budget is checked before anything runs. A minutes budget needs to know what a start costs: it is
-    checked before anything runs when the study has starts on record (a resume), else as soon as the first starts
-    have been measured; once a search trial has started it is past the minimum and never refused.
+    checked before anything runs when the study has a warm start on record (a resume), else as soon as one has
+    been measured (the first baseline's second start); once a search trial has finished it is past the minimum
+    and never refused.
 
     Raises:
         BudgetTooSmall: one line with the flag, what it must pay for, and the least budget that would.
@@ -294,8 +296,8 @@ def check_budget(ledger: Ledger, space: SearchSpace, options: StudyOptions) -> N
     if options.budget_minutes is None:
         return
     costs = StartCosts.of(ledger)
-    if not costs.known:
-        return
+    if not costs.warm:
+        return  # a warm start priced at the cold one would refuse budgets that suffice (the issue's 26 minutes)
     need = costs.forecast(plan)
     if need > options.budget_minutes:
         cold = costs.price((None, True)) * 60.0
@@ -323,8 +325,10 @@ def _search_may_start(ledger: Ledger, options: StudyOptions, extra: Sequence[Sta
         costs = StartCosts.of(ledger)
         reserve = (_verify_plan(ledger, space, options) if space is not None
                    else [(None, False)] * options.verify_reserve)
-        # Running trials' announced starts are mostly warm restarts; their cold starts have landed already.
-        need = costs.forecast([*extra, *reserve, *[(None, False)] * in_flight])
+        # Running trials' announced starts are mostly warm restarts; their cold starts have landed already. Until
+        # a warm start has been measured the reserve cannot be priced (at the cold price it would hold back several
+        # times what it costs): the first warm start is the measurement, and only what is asked for is priced.
+        need = costs.forecast([*extra, *reserve, *[(None, False)] * in_flight] if costs.warm else [*extra])
         if minutes + need > options.budget_minutes:
             return False
     return True
@@ -450,7 +454,9 @@ def _cold_verdict(ctx: StudyContext) -> ColdVerdict:
         return stored  # final
     groups = [ledger.restarts(t) for t in ledger.study.get_trials(deepcopy=False) if not ledger.is_duplicate(t)]
     noise = pooled_noise(ledger.study, -1)
-    verdict = judge_cold(cold_pairs(groups), None if noise is None else noise.sd, alpha=1.0 - ctx.options.confidence,
+    alpha = 1.0 - ctx.options.confidence
+    margin = None if noise is None else equivalence_margin(noise.sd, noise.df, 1.0 - alpha)
+    verdict = judge_cold(cold_pairs(groups), None if margin is None or math.isnan(margin) else margin, alpha=alpha,
                          previous=stored.state)
     if verdict.state != stored.state or verdict.pairs != stored.pairs:
         ledger.record_cold_verdict(verdict)
