@@ -130,9 +130,10 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     enqueue = [_enqueue_params(space, item) for item in args.enqueue or ()]
     options = dataclasses.replace(options, enqueue=tuple(enqueue))
     # Everything the study needs but the engine never sees is checked before the first engine start.
-    preflight.check_budget_covers(args.budget_restarts, restarts + options.verify_reserve,
-                                  f"the baseline's {restarts} restart(s)" + (
-                                      f" and verification's {options.verify_reserve}" if options.verify_reserve else ""))
+    from autotune.study import smallest_restart_budget
+
+    preflight.check_budget_covers(args.budget_restarts, smallest_restart_budget(space, options),
+                                  "the baselines, one search trial" + (" and verification" if options.verify else ""))
     if args.json:
         preflight.check_output_path(args.json, "--json")
     preflight.check_storage(args.storage, write=True)

@@ -73,7 +73,8 @@ def test_a_budget_too_small_for_baseline_and_verification_is_refused(tmp_path, c
             "--storage", f"sqlite:///{tmp_path}/optuna.db", "--workdir", str(tmp_path / "w"), "--no-mlflow"]
     status, _, err = _run(argv, capsys)
     assert status == ExitStatus.BAD_INPUT and "--budget-restarts 5 cannot measure anything" in _one_line(err)
-    assert "at least --budget-restarts 8" in err and _no_study(tmp_path)
+    # Two baselines (cold + 2, cold + 1), one search trial (cold + 1), verification (2 x 3).
+    assert "at least --budget-restarts 13" in err and _no_study(tmp_path)
 
 
 def test_top_k_verifies_exactly_k(tmp_path, capsys):
@@ -208,8 +209,8 @@ def test_a_restart_budget_too_small_for_one_search_trial_is_refused_before_any_e
             "--no-mlflow", "--quiet"]
     status, _, err = _run(argv, capsys)
     assert status == ExitStatus.BAD_INPUT
-    assert "--budget-restarts 12 is too small" in _one_line(err) and "use --budget-restarts 13 or more" in err
-    assert not (tmp_path / "w" / "b" / "sim-compile-cache").exists()  # nothing started
+    assert "--budget-restarts 12 cannot measure anything" in _one_line(err)
+    assert "give at least --budget-restarts 13" in err and _no_study(tmp_path)
 
 
 def test_a_corrupt_mlflow_store_is_detected_up_front(tmp_path, capsys):
