@@ -180,6 +180,8 @@ def judge_cold(pairs: Sequence[tuple[float, float]], noise_sd: float | None, alp
     ratio = float(np.exp(d.mean()))
     n = len(usable)
     spread = float(d.std(ddof=1)) if n >= 2 else 0.0
+    if spread < 1e-9:
+        spread = 0.0  # equal ratios up to rounding (an engine that replays a seed exactly): no t statistic
     p = float(stats.ttest_rel(cold, warm).pvalue) if n >= 2 and spread > 0 else math.nan
     if previous == DIFFER:
         return ColdVerdict(DIFFER, n, ratio, p, margin)

@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.ledger import Ledger, StudyMeta, TrialRecord
-from autotune.measure import Comparison, format_mean
+from autotune.measure import Comparison, TrialSummary, format_mean
 from autotune.objective import LatencyStat, SloCheck, meets_slo, summarize_latency
 from autotune.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, speculation_plan_change
 from autotune.report_latency import (Prompts, SloOutcome, TrialLatency, prompts_note, render_latency, search_latency,
@@ -179,11 +179,20 @@ class VerifiedRow:
         return out
 
 
-def _restart_dict(r: RestartResult) -> dict[str, Any]:
+def _restart_dict(r: RestartResult, counted_cold_seeds: frozenset[int] = frozenset()) -> dict[str, Any]:
     out = r.to_dict()
     out["value"] = r.value
-    out["counted"] = bool(r.ok and not r.cold)
+    out["counted"] = bool(r.ok and (not r.cold or r.seed in counted_cold_seeds))
     return out
+
+
+def _counted_cold_seeds(restarts: Sequence[RestartResult], summary: TrialSummary | None) -> frozenset[int]:
+    """Seeds of the trial's cold starts that counted (the study found its cold starts no different from warm
+    ones): a counted seed with no warm restart of its own."""
+    if summary is None:
+        return frozenset()
+    warm = {r.seed for r in restarts if r.ok and not r.cold}
+    return frozenset(seed for seed in summary.seeds if seed not in warm)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +226,7 @@ class SearchTrial:
             "reason": r.reason,
             "duplicate_of": r.duplicate_of,
             "interrupted": r.interrupted,
-            "restarts": [_restart_dict(x) for x in r.restarts],
+            "restarts": [_restart_dict(x, _counted_cold_seeds(r.restarts, s)) for x in r.restarts],
         }
 
 

@@ -75,9 +75,12 @@ __all__ = [
     "StudyContext",
     "StudyOptions",
     "TrialRecord",
+    "check_budget",
     "make_sampler",
+    "minimum_plan",
     "run_study",
     "select_candidates",
+    "smallest_restart_budget",
 ]
 
 #: Give up after this many suggestions in a row that start no engine (duplicates, infeasible): space exhausted.
