@@ -49,7 +49,7 @@ def _configure_tune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, default=None,
                    help="search trials (default: 20; with --budget-restarts, as many as the budget allows)")
     p.add_argument("--restarts", type=int, default=None,
-                   help="restarts per trial: the starting number with racing (default 2), fixed without (default 3)")
+                   help="restarts per trial: the starting number with racing (default 1), fixed without (default 3)")
     p.add_argument("--max-restarts", type=int, default=6, help="racing cap per trial (default: %(default)s)")
     p.add_argument("--no-racing", action="store_true", help="give every trial exactly --restarts restarts")
     p.add_argument("--top-k", type=int, default=None,
@@ -114,7 +114,7 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
                         ("--verify-restarts", args.verify_restarts), ("--heartbeat", args.heartbeat)):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
-    restarts = args.restarts if args.restarts is not None else (3 if args.no_racing else 2)
+    restarts = args.restarts if args.restarts is not None else (3 if args.no_racing else RacingPolicy.min_restarts)
     if restarts < 1 or restarts > args.max_restarts and not args.no_racing:
         raise UsageError(f"--restarts must be between 1 and --max-restarts ({args.max_restarts}), got {restarts}")
     options = StudyOptions(
@@ -130,9 +130,10 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     enqueue = [_enqueue_params(space, item) for item in args.enqueue or ()]
     options = dataclasses.replace(options, enqueue=tuple(enqueue))
     # Everything the study needs but the engine never sees is checked before the first engine start.
-    preflight.check_budget_covers(args.budget_restarts, restarts + options.verify_reserve,
-                                  f"the baseline's {restarts} restart(s)" + (
-                                      f" and verification's {options.verify_reserve}" if options.verify_reserve else ""))
+    from autotune.study import smallest_restart_budget
+
+    preflight.check_budget_covers(args.budget_restarts, smallest_restart_budget(space, options),
+                                  "the baselines, one search trial" + (" and verification" if options.verify else ""))
     if args.json:
         preflight.check_output_path(args.json, "--json")
     preflight.check_storage(args.storage, write=True)
@@ -271,11 +272,12 @@ def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.preflight import PreflightError
     from autotune.redact import redact_text
     from autotune.space import SpaceError
+    from autotune.study import BudgetTooSmall
     from autotune.studydir import NotOwned
 
     try:
         return ExitStatus(args.handler(args, out))
-    except (SpaceError, UsageError, LedgerError, PreflightError, NotOwned, FingerprintMismatch) as exc:
+    except (SpaceError, UsageError, LedgerError, PreflightError, NotOwned, FingerprintMismatch, BudgetTooSmall) as exc:
         print(f"autotune: error: {redact_text(str(exc))}", file=sys.stderr)
         return ExitStatus.BAD_INPUT
     except EngineError as exc:

@@ -39,6 +39,7 @@ import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.coldstart import ColdVerdict
 from autotune.fingerprint import Fingerprint
 from autotune.measure import TrialSummary
 from autotune.objective import LatencyStat, SloCheck, constraint_values
@@ -98,6 +99,9 @@ _VERIFY_PROGRESS_KEY = "autotune:verify_progress"
 _VERIFICATION_KEY = "autotune:verification"
 #: What the study measures (:class:`~autotune.fingerprint.Fingerprint`): a resume must measure the same thing.
 _FINGERPRINT_KEY = "autotune:fingerprint"
+#: What the study's own cold/warm pairs say about cold starts (:class:`~autotune.coldstart.ColdVerdict`): whether
+#: a cold start whose warm-up converged counts. ``differ`` is final once stored.
+_COLD_STARTS_KEY = "autotune:cold_starts"
 #: The MLflow parent run of the study, so a resumed study continues the same run.
 _MLFLOW_PARENT_RUN_KEY = "autotune:mlflow_parent_run_id"
 #: A random id written once by the process that created the study; MLflow finds the study's parent run by it
@@ -888,6 +892,13 @@ class Ledger:
 
     def record_verification(self, verification: Verification) -> None:
         self._set_study(_VERIFICATION_KEY, verification.to_dict())
+
+    def cold_verdict(self) -> ColdVerdict:
+        """The study's stored cold-start verdict (undecided when none is stored yet)."""
+        return ColdVerdict.from_dict(self._study_attr(_COLD_STARTS_KEY))
+
+    def record_cold_verdict(self, verdict: ColdVerdict) -> None:
+        self._set_study(_COLD_STARTS_KEY, verdict.to_dict())
 
     def fingerprint(self) -> Fingerprint | None:
         data = self._study_attr(_FINGERPRINT_KEY)

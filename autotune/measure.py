@@ -177,7 +177,7 @@ class TrialSummary:
         seeds: The seed of each counted value, for matched comparisons.
         mean, std, ci_low, ci_high, cv: Statistics of ``values`` (``nan`` where undefined).
         unstable: CV above :data:`UNSTABLE_CV`, or fewer than two values.
-        n_cold: Cold first starts recorded but not counted.
+        n_cold: Cold first starts recorded but not counted (a counted one is in ``values``).
         n_failed: Restarts that failed or timed out.
         failure: The first failure's one-line reason.
         accept_len: Mean acceptance length over counted restarts, when speculating.
@@ -262,10 +262,15 @@ def summarize(
     confidence: float = 0.95,
     method: str = "t",
     unit: str = "tok/s",
+    counts: Callable[[RestartResult], bool] | None = None,
 ) -> TrialSummary:
-    """Summarise a configuration's restarts: counted values (in ``unit``), interval, CV, silent changes, failures."""
+    """Summarise a configuration's restarts: counted values (in ``unit``), interval, CV, silent changes, failures.
+
+    ``counts`` says which successful restarts count (default: every warm one); a study that found its cold starts
+    no different from warm ones (:mod:`autotune.coldstart`) passes one that counts a converged cold start too.
+    """
     restarts = list(restarts)
-    counted = [r for r in restarts if r.ok and not r.cold]
+    counted = [r for r in restarts if r.ok and (counts(r) if counts is not None else not r.cold)]
     failed = [r for r in restarts if not r.ok]
     values = tuple(float(r.value) for r in counted)  # type: ignore[arg-type]
     x = np.asarray(values, dtype=float)
@@ -291,7 +296,7 @@ def summarize(
         ci_high=high,
         cv=cv,
         unstable=bool(x.size < 2 or (not math.isnan(cv) and cv > UNSTABLE_CV)),
-        n_cold=sum(1 for r in restarts if r.ok and r.cold),
+        n_cold=sum(1 for r in restarts if r.ok and r.cold and not any(r is c for c in counted)),
         n_failed=len(failed),
         failure=failed[0].error if failed else None,
         accept_len=float(np.mean(accepts)) if accepts else None,
@@ -382,12 +387,16 @@ def measure_restart(
     restart: int,
     seed: int,
     on_result: Callable[[RestartResult], None] | None = None,
+    rerun_cold: Callable[[RestartResult], bool] | None = None,
 ) -> list[RestartResult]:
     """One counted restart of ``config``, preceded by a warm-up restart when the engine reports it cold.
 
     A cold restart (the first start of a configuration, with empty compile caches) ran 30-60% slow on the
-    H200. It is kept in the record but never counted: the same seed is run again warm, so racing and
-    verification compare warm restarts on matched seeds.
+    H200. By default it is kept in the record but not counted: the same seed is run again warm, so racing and
+    verification compare warm restarts on matched seeds. ``rerun_cold`` (given the cold result) may say no: the
+    search does when its cold starts count (:mod:`autotune.coldstart`), when the cold start alone shows the
+    configuration cannot be the best, or when the budget has no room for the rerun; the caller reads the last
+    result's ``cold`` flag to tell.
 
     Each restart is scored under the workload's objective (:meth:`Workload.scored`) before anyone sees it, so
     racing, verification, tracking and reports all read the objective's value.
@@ -407,7 +416,7 @@ def measure_restart(
         results.append(result)
         if on_result is not None:
             on_result(result)
-        if not (result.ok and result.cold):
+        if not (result.ok and result.cold) or (rerun_cold is not None and not rerun_cold(result)):
             break
     return results
 

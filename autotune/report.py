@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.ledger import Ledger, StudyMeta, TrialRecord
-from autotune.measure import Comparison, format_mean
+from autotune.measure import Comparison, TrialSummary, format_mean
 from autotune.objective import LatencyStat, SloCheck, meets_slo, summarize_latency
 from autotune.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, speculation_plan_change
 from autotune.report_latency import (Prompts, SloOutcome, TrialLatency, prompts_note, render_latency, search_latency,
@@ -179,11 +179,20 @@ class VerifiedRow:
         return out
 
 
-def _restart_dict(r: RestartResult) -> dict[str, Any]:
+def _restart_dict(r: RestartResult, counted_cold_seeds: frozenset[int] = frozenset()) -> dict[str, Any]:
     out = r.to_dict()
     out["value"] = r.value
-    out["counted"] = bool(r.ok and not r.cold)
+    out["counted"] = bool(r.ok and (not r.cold or r.seed in counted_cold_seeds))
     return out
+
+
+def _counted_cold_seeds(restarts: Sequence[RestartResult], summary: TrialSummary | None) -> frozenset[int]:
+    """Seeds of the trial's cold starts that counted (the study found its cold starts no different from warm
+    ones): a counted seed with no warm restart of its own."""
+    if summary is None:
+        return frozenset()
+    warm = {r.seed for r in restarts if r.ok and not r.cold}
+    return frozenset(seed for seed in summary.seeds if seed not in warm)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +226,7 @@ class SearchTrial:
             "reason": r.reason,
             "duplicate_of": r.duplicate_of,
             "interrupted": r.interrupted,
-            "restarts": [_restart_dict(x) for x in r.restarts],
+            "restarts": [_restart_dict(x, _counted_cold_seeds(r.restarts, s)) for x in r.restarts],
         }
 
 
@@ -335,6 +344,8 @@ class Report:
     no_result: str | None = None
     #: With load levels: the best configuration at each level (:mod:`autotune.report_levels`).
     levels: tuple[LevelBest, ...] = ()
+    #: What the study's own test said about cold starts (:class:`~autotune.coldstart.ColdVerdict`), when it ran.
+    cold_starts: str | None = None
 
     @property
     def unit(self) -> str:
@@ -359,6 +370,7 @@ class Report:
             "failures": [dataclasses.asdict(f) for f in self.failures],
             "budget": self.budget.to_dict(),
             "search_stopped": self.search_stopped,
+            "cold_starts": self.cold_starts,
             "verification": None if self.verification is None else self.verification.to_dict(),
             "winner": None if self.winner is None else self.winner.to_dict(),
             "baseline": None if self.baseline is None else self.baseline.to_dict(),
@@ -474,7 +486,17 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                   search_best, table, winner, baseline, verdict, check, prompts=prompts_note(meta),
                   objective=meta.objective, slo=dict(meta.slo), search_latency=search_latency(ledger),
                   slo_outcome=outcome, search_trials=search_trials,
-                  no_result=no_result_reason(counts, failures, winner, baseline, table is not None), levels=levels)
+                  no_result=no_result_reason(counts, failures, winner, baseline, table is not None), levels=levels,
+                  cold_starts=_cold_starts_line(ledger))
+
+
+def _cold_starts_line(ledger: Ledger) -> str | None:
+    """The cold-start verdict as a sentence; ``None`` when the study saw no cold start with a warm restart."""
+    verdict = ledger.cold_verdict()
+    if not verdict.pairs:
+        return None
+    text = verdict.describe()
+    return text[0].upper() + text[1:]
 
 
 def _flag_speculation_changes(ledger: Ledger, rows: tuple[VerifiedRow, ...]) -> tuple[VerifiedRow, ...]:
@@ -544,6 +566,8 @@ def render_report(report: Report) -> str:
                     else ""))
     if report.search_stopped:
         lines.append(f"Search stopped early: {report.search_stopped}.")
+    if report.cold_starts:
+        lines.append(f"{report.cold_starts}.")
     lines.append("")
     winner, table = report.winner, report.verification
     if (winner is None or table is None) and report.no_result:

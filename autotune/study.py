@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import signal
 import sys
@@ -26,11 +27,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import ledger as _ledger
 from autotune.claims import Claims
+from autotune.coldstart import (
+    DIFFER,
+    ColdVerdict,
+    cold_pairs,
+    equivalence_margin,
+    judge_cold,
+    warm_estimate,
+    warm_upper_bound,
+    warmup_converged,
+)
 from autotune.engines import EngineBackend
 from autotune.engines._process import stop_live, stop_orphans
 from autotune.events import StudyContext, StudyObserver, notify
@@ -40,7 +52,7 @@ from autotune.ledger import DEFAULT_STORAGE, VERIFY_CONCLUDE_JOB, Ledger, StudyM
 from autotune.measure import TrialSummary, measure_restart, summarize
 from autotune.objective import check_slo, summarize_latency
 from autotune.options import StudyOptions
-from autotune.racing import Decision, RacingPruner, decide_trial
+from autotune.racing import Decision, RacingPruner, decide_trial, incumbent_values, pooled_noise
 from autotune.records import EngineConfig, EngineFacts, RestartResult, speculation_plan_change
 from autotune.space import Infeasible, SearchSpace
 from autotune.studydir import check_owned, prepare_study_dir
@@ -57,14 +69,18 @@ from autotune.verify import (
 from autotune.verify import select_candidates as select_verified
 
 __all__ = [
+    "BudgetTooSmall",
     "DEFAULT_STORAGE",
     "Interrupted",
     "StudyContext",
     "StudyOptions",
     "TrialRecord",
+    "check_budget",
     "make_sampler",
+    "minimum_plan",
     "run_study",
     "select_candidates",
+    "smallest_restart_budget",
 ]
 
 #: Give up after this many suggestions in a row that start no engine (duplicates, infeasible): space exhausted.
@@ -138,22 +154,185 @@ def open_study(options: StudyOptions, worker: int | None = None) -> tuple[Ledger
 
 
 # -- budget ----------------------------------------------------------------------------------------------
+# A cold first start (compiling) can cost several times a warm one (H200 MoE: 167 s against 27-34 s), so a
+# forecast from the mean of the starts seen so far, dominated early on by cold ones, holds back far more for
+# verification than it will cost, and a 26-minute budget bought no search. Each planned start is priced by its
+# kind instead: a cold start at the study's mean cold start, a warm restart at that configuration's own warm mean
+# where it has one, else at the study's warm mean.
+
+#: A planned engine start: the configuration's key (``None``: not known yet) and whether it starts cold.
+Start = tuple[str | None, bool]
 
 
-def _search_may_start(ledger: Ledger, options: StudyOptions, extra: int) -> bool:
-    """Whether ``extra`` more search restarts fit the budget, with verification's share and every running trial's
+class BudgetTooSmall(ValueError):
+    """The budget cannot pay for the baselines, one search trial and verification; the message names the flag and
+    the smallest budget that would."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StartCosts:
+    """Engine wall minutes of the study's successful starts so far, by kind."""
+
+    warm_by_key: dict[str, list[float]]
+    warm: list[float]
+    cold: list[float]
+
+    @classmethod
+    def of(cls, ledger: Ledger) -> StartCosts:
+        by_key: dict[str, list[float]] = {}
+        warm: list[float] = []
+        cold: list[float] = []
+        retried = ledger.retried()
+        runs = [(ledger.config_key(t), r) for t in ledger.study.get_trials(deepcopy=False) if t.number not in retried
+                for r in ledger.restarts(t)]
+        for by_key in (ledger.verify_progress(), *ledger.verify_rounds().values()):
+            runs += [(key, RestartResult.from_dict(d)) for key, ds in by_key.items() for d in ds]
+        for key, r in runs:
+            if r.wall_s is None or not r.ok:
+                continue
+            minutes = float(r.wall_s) / 60.0
+            if r.cold:
+                cold.append(minutes)
+            else:
+                warm.append(minutes)
+                if key is not None:
+                    by_key.setdefault(key, []).append(minutes)
+        return cls(by_key, warm, cold)
+
+    @property
+    def known(self) -> bool:
+        return bool(self.warm or self.cold)
+
+    def price(self, start: Start) -> float:
+        """Minutes one planned start should cost; 0 while nothing was measured (the first start is the measurement).
+
+        A cold start on an engine that never reported one costs what its warm starts cost; a warm start before any
+        warm start was measured is priced at the cold mean (an upper bound for one or two starts, no more).
+        """
+        key, cold = start
+        warm_mean = sum(self.warm) / len(self.warm) if self.warm else None
+        cold_mean = sum(self.cold) / len(self.cold) if self.cold else None
+        if cold:
+            return cold_mean if cold_mean is not None else (warm_mean or 0.0)
+        own = self.warm_by_key.get(key) if key is not None else None
+        if own:
+            return sum(own) / len(own)
+        return warm_mean if warm_mean is not None else (cold_mean or 0.0)
+
+    def forecast(self, starts: Sequence[Start]) -> float:
+        return sum(self.price(s) for s in starts)
+
+
+def _verify_plan(ledger: Ledger, space: SearchSpace, options: StudyOptions) -> list[Start]:
+    """Verification's share: the baseline and ``top_k`` configurations, ``verify_restarts`` warm restarts each, and
+    with several compile caches one cold start per verified configuration and other cache."""
+    if not options.verify:
+        return []
+    keys: list[str | None] = [space.baseline().key(), *([None] * options.verify_top_k)]
+    plan: list[Start] = [(key, False) for key in keys for _ in range(options.verify_restarts)]
+    others = min(options.verify_restarts, max(0, ledger.compile_caches() - 1))
+    return plan + [(key, True) for key in keys for _ in range(others)]
+
+
+def _entry_starts(options: StudyOptions, verdict: ColdVerdict) -> list[Start]:
+    """A new configuration's first starts: its cold start, its first counted restarts (the cold one among them when
+    the study's cold starts count)."""
+    return [(None, True)] + [(None, False)] * (options.policy.min_restarts - (1 if verdict.counts else 0))
+
+
+def _first_starts(options: StudyOptions, landed: int, verdict: ColdVerdict) -> int:
+    """Engine starts a trial announces when it starts: its first counted restarts, plus one when nothing ran yet for
+    the cold first start of a new configuration unless cold starts count."""
+    return options.policy.min_restarts + (1 if landed == 0 and not verdict.counts else 0)
+
+
+def minimum_plan(space: SearchSpace, options: StudyOptions) -> list[Start]:
+    """The least a study can do and still say something: the baselines, one search trial, verification.
+
+    Priced on the conservative side: no cold start counts (the study has not shown it may), and the first
+    baseline gets a second counted restart (racing needs the study's noise, :class:`RacingPolicy`).
+    """
+    policy = options.policy
+    plan: list[Start] = []
+    for i, params in enumerate(space.baseline_params()):
+        key = space.config_from_params(params).key()
+        counted = policy.min_restarts
+        if i == 0 and policy.racing and policy.pooled and policy.max_restarts >= 2:
+            counted = max(counted, 2)
+        plan += [(key, True)] + [(key, False)] * counted
+    plan += [(None, True)] + [(None, False)] * policy.min_restarts
+    if options.verify:
+        keys: list[str | None] = [space.baseline().key(), *([None] * options.verify_top_k)]
+        plan += [(key, False) for key in keys for _ in range(options.verify_restarts)]
+    return plan
+
+
+def smallest_restart_budget(space: SearchSpace, options: StudyOptions) -> int:
+    """The smallest ``--budget-restarts`` that pays for :func:`minimum_plan` (verification's top-k scales with it)."""
+    budget = 1
+    while True:
+        need = len(minimum_plan(space, dataclasses.replace(options, budget_restarts=budget)))
+        if need <= budget:
+            return budget
+        budget = need
+
+
+def check_budget(ledger: Ledger, space: SearchSpace, options: StudyOptions) -> None:
+    """Refuse a budget too small for :func:`minimum_plan`, naming the smallest one that would do.
+
+    A restart budget is checked before anything runs. A minutes budget needs to know what a start costs: it is
+    checked before anything runs when the study has a warm start on record (a resume), else as soon as one has
+    been measured (the first baseline's second start); once a search trial has finished it is past the minimum
+    and never refused.
+
+    Raises:
+        BudgetTooSmall: one line with the flag, what it must pay for, and the least budget that would.
+    """
+    if ledger.finished_search_trials() > len(space.baseline_params()):
+        return
+    what = "the baselines, one search trial and verification"
+    plan = minimum_plan(space, options)
+    if options.budget_restarts is not None and options.budget_restarts < len(plan):
+        least = smallest_restart_budget(space, options)
+        raise BudgetTooSmall(f"--budget-restarts {options.budget_restarts} is too small for {what} ({len(plan)} "
+                             f"engine starts): use --budget-restarts {least} or more")
+    if options.budget_minutes is None:
+        return
+    costs = StartCosts.of(ledger)
+    if not costs.warm:
+        return  # a warm start priced at the cold one would refuse budgets that suffice (the issue's 26 minutes)
+    need = costs.forecast(plan)
+    if need > options.budget_minutes:
+        cold = costs.price((None, True)) * 60.0
+        warm = costs.price((None, False)) * 60.0
+        raise BudgetTooSmall(f"--budget-minutes {options.budget_minutes:g} is too small for {what} ({len(plan)} "
+                             f"engine starts at the measured {cold:.0f} s per cold start and {warm:.0f} s per warm "
+                             f"one): use --budget-minutes {math.ceil(need)} or more")
+
+
+def _search_may_start(ledger: Ledger, options: StudyOptions, extra: Sequence[Start],
+                      space: SearchSpace | None = None) -> bool:
+    """Whether the ``extra`` search starts fit the budget, with verification's share and every running trial's
     announced starts (this worker's included) held back."""
     used, minutes = ledger.budget_used()
-    held = ledger.starts_in_flight(unplanned=options.policy.min_restarts) + options.verify_reserve
-    if options.verify:
-        # A verification round in a compile cache that never ran a configuration starts it cold first: with
-        # several caches (machines, workdirs) hold one such start per verified configuration and other cache.
-        held += (options.verify_top_k + 1) * min(options.verify_restarts, max(0, ledger.compile_caches() - 1))
-    if options.budget_restarts is not None and used + held + extra > options.budget_restarts:
-        return False
+    in_flight = ledger.starts_in_flight(unplanned=options.policy.min_restarts)
+    if options.budget_restarts is not None:
+        held = in_flight + options.verify_reserve
+        if options.verify:
+            # A verification round in a compile cache that never ran a configuration starts it cold first: with
+            # several caches (machines, workdirs) hold one such start per verified configuration and other cache.
+            held += (options.verify_top_k + 1) * min(options.verify_restarts, max(0, ledger.compile_caches() - 1))
+        if used + held + len(extra) > options.budget_restarts:
+            return False
     if options.budget_minutes is not None:
-        per_restart = minutes / used if used else 0.0
-        if minutes + (held + extra) * per_restart > options.budget_minutes:
+        costs = StartCosts.of(ledger)
+        reserve = (_verify_plan(ledger, space, options) if space is not None
+                   else [(None, False)] * options.verify_reserve)
+        # Running trials' announced starts are mostly warm restarts; their cold starts have landed already. Until
+        # a warm start has been measured the reserve cannot be priced (at the cold price it would hold back several
+        # times what it costs): the first warm start is the measurement, and only what is asked for is priced.
+        need = costs.forecast([*extra, *reserve, *[(None, False)] * in_flight] if costs.warm else [*extra])
+        if minutes + need > options.budget_minutes:
             return False
     return True
 
@@ -176,18 +355,41 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
                    observers: Sequence[StudyObserver]) -> TrialRecord:
     """Run restarts of ``config`` until racing says stop; record every restart on the trial as it lands.
 
+    One counted restart enters the race; racing (:class:`RacingPolicy`) adds more only while the configuration
+    could still be the best. The cold first start counts when the study's own pairs showed cold starts no different
+    from warm ones and its warm-up converged (:mod:`autotune.coldstart`); otherwise the same seed runs again warm,
+    unless the cold start alone shows the configuration cannot be the best (:func:`_screened`).
+
     A retried trial (its worker died) carries the restarts it measured: they count, and it goes on from there.
     """
     options, ledger, study = ctx.options, ctx.ledger, ctx.study
     policy = options.policy
+    verdict = _cold_verdict(ctx)
     restarts: list[RestartResult] = list(ledger.restarts(study._storage.get_trial(trial._trial_id)))
-    counted = [r for r in restarts if r.ok and not r.cold]
+
+    def counts(result: RestartResult) -> bool:
+        return result.ok and (not result.cold or (verdict.counts and warmup_converged(result)))
+
+    counted = [r for r in restarts if counts(r)]
     values: list[float] = [float(r.value) for r in counted]  # type: ignore[arg-type]
+    estimate: float | None = None  # the warm throughput predicted from a screened cold start
 
     def on_result(result: RestartResult) -> None:
         restarts.append(result)
         ledger.record_restarts(trial, restarts)
         notify(observers, "on_restart", ctx, "search", f"trial {trial.number}", result)
+
+    def rerun_cold(result: RestartResult) -> bool:
+        nonlocal estimate
+        if counts(result):
+            return False
+        if policy.racing and not values:
+            estimate = _screened(ctx, trial.number, result, verdict)
+            if estimate is not None:
+                return False
+        # The rerun was announced with the trial's first starts unless this cold start came later (another cache).
+        ledger.record_planned_starts(trial, len(restarts) + 1)
+        return _search_may_start(ledger, options, [], ctx.space)
 
     state, reason = TrialState.COMPLETE, None
     limit = policy.max_restarts if policy.racing else policy.min_restarts
@@ -198,14 +400,21 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
         if j >= policy.min_restarts:
             # Announce the next start before checking the budget, so two workers never both take the last one.
             ledger.record_planned_starts(trial, len(restarts) + 1)
-            if not _search_may_start(ledger, options, 0):
+            if not _search_may_start(ledger, options, [(config.key(), False)], ctx.space):
                 ledger.record_planned_starts(trial, len(restarts))
                 break  # budget: keep what we have
         ran = measure_restart(ctx.engine, config, ctx.space.workload, restart=j,
-                              seed=options.search_seed(j), on_result=on_result)
+                              seed=options.search_seed(j), on_result=on_result, rerun_cold=rerun_cold)
         last = ran[-1]
         if not last.ok:
             state, reason = TrialState.FAIL, f"restart {j} {last.status}: {last.error}"
+            break
+        if not counts(last):
+            if estimate is not None:
+                reason = ("screened on its cold start: the bound on its warm throughput predicted from it is below "
+                          "the incumbent's mean")
+            elif not values:
+                state, reason = TrialState.PRUNED, "no counted restart: the budget left no room for a warm rerun"
             break
         values.append(float(last.value))  # type: ignore[arg-type]
         trial.report(float(last.value), step=j)  # type: ignore[arg-type]
@@ -218,7 +427,7 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
     ledger.record_planned_starts(trial, len(restarts))
     summary = _flag_speculation_change(ledger, config,
                                        summarize(config, restarts, options.confidence, options.interval_method,
-                                                 ctx.space.workload.unit))
+                                                 ctx.space.workload.unit, counts=counts))
     ledger.record_summary(trial, summary)
     latency = summarize_latency(restarts, options.confidence)
     limits = ctx.space.slo_constraints
@@ -227,13 +436,56 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
         ledger.record_failure(trial, reason)
     elif reason:
         ledger.record_pruned(trial, reason)
+    # A screened trial tells the sampler its predicted warm throughput (a GP ignores pruned trials, TPE ranks them
+    # below every complete one); with no counted restart it is never the incumbent nor a verification candidate.
+    value = estimate if estimate is not None and not values else summary.mean
     if state == TrialState.COMPLETE:
-        study.tell(trial, summary.mean)
+        study.tell(trial, value)
     else:
         study.tell(trial, state=state)
     return TrialRecord(trial.number, state.name, config, tuple(restarts), summary,
                        reason if state == TrialState.FAIL else None,
-                       value=summary.mean if state == TrialState.COMPLETE else None)
+                       value=value if state == TrialState.COMPLETE else None)
+
+
+def _cold_verdict(ctx: StudyContext) -> ColdVerdict:
+    """The study's cold-start verdict from its own pairs (every trial's cold start and warm restarts), stored when it
+    changes so the report and other workers read it."""
+    ledger = ctx.ledger
+    stored = ledger.cold_verdict()
+    if stored.state == DIFFER:
+        return stored  # final
+    groups = [ledger.restarts(t) for t in ledger.study.get_trials(deepcopy=False) if not ledger.is_duplicate(t)]
+    noise = pooled_noise(ledger.study, -1)
+    alpha = 1.0 - ctx.options.confidence
+    margin = None if noise is None else equivalence_margin(noise.sd, noise.df, 1.0 - alpha)
+    verdict = judge_cold(cold_pairs(groups), None if margin is None or math.isnan(margin) else margin, alpha=alpha,
+                         previous=stored.state)
+    if verdict.state != stored.state or verdict.pairs != stored.pairs:
+        ledger.record_cold_verdict(verdict)
+    return verdict
+
+
+def _screened(ctx: StudyContext, number: int, cold: RestartResult, verdict: ColdVerdict) -> float | None:
+    """The predicted warm throughput when a cold start alone shows the configuration cannot be the best, else None.
+
+    Only once cold starts are known to differ (else the cold start counts, or the study is still collecting the
+    pairs that decide it). Cannot be the best: the one-sided prediction bound, at the racing confidence, for its
+    warm throughput from the study's cold/warm pairs is below the incumbent's mean, so its warm restart would at
+    best have completed it behind the incumbent.
+    """
+    if verdict.state != DIFFER or not cold.value:
+        return None
+    incumbent = incumbent_values(ctx.study, number)
+    if not incumbent:
+        return None
+    ledger = ctx.ledger
+    pairs = cold_pairs(ledger.restarts(t) for t in ledger.study.get_trials(deepcopy=False)
+                       if t.number != number and not ledger.is_duplicate(t))
+    bound = warm_upper_bound(float(cold.value), pairs, ctx.options.policy.confidence)
+    if bound is None or bound >= float(np.mean(incumbent)):
+        return None
+    return warm_estimate(float(cold.value), pairs)
 
 
 def _flag_speculation_change(ledger: Ledger, config: EngineConfig, summary: TrialSummary) -> TrialSummary:
@@ -254,6 +506,7 @@ def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
     ledger, study, options = ctx.ledger, ctx.study, ctx.options
     while True:
         ledger.fail_stale()
+        check_budget(ledger, ctx.space, options)  # a minutes budget is known to be too small once starts are priced
         finished, running, retries, queued = ledger.search_counts()
         for waiting in retries:
             trial = ledger.pop_waiting(waiting)
@@ -265,9 +518,10 @@ def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
                                                      else planned) + 1)
                 return trial
         stopped = ledger.search_stopped() is not None
+        verdict = ledger.cold_verdict()
         if (not stopped and finished + running + len(retries) < options.trials
                 # A queued trial's starts are held already; a new suggestion's are not.
-                and _search_may_start(ledger, options, 0 if queued else _first_starts(options, 0))):
+                and _search_may_start(ledger, options, [] if queued else _entry_starts(options, verdict), ctx.space)):
             with warnings.catch_warnings():
                 # Optuna warns that heartbeats are meant for Study.optimize; this worker beats for its trials
                 # itself (autotune.heartbeat), which is what optimize would do.
@@ -275,23 +529,17 @@ def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
                 trial = study.ask()  # a new suggestion, or a queued trial (baselines, --enqueue, a retry)
             ledger.record_owner(trial, ctx.owner)
             landed = len(ledger.restarts(study._storage.get_trial(trial._trial_id)))
-            ledger.record_planned_starts(trial, landed + _first_starts(options, landed))
+            ledger.record_planned_starts(trial, landed + _first_starts(options, landed, verdict))
             ctx.claims.heartbeat.hold(trial._trial_id)
             # Announced; now check again with this trial's starts held: of two workers that both saw room for
             # the last starts, at least one sees the other's announcement and gives its trial back.
-            if _search_may_start(ledger, options, 0):
+            if _search_may_start(ledger, options, [], ctx.space):
                 return trial
             _give_back(ctx, trial, "not started: the engine-start budget went to trials other workers started")
             continue
         if running == 0 and not retries:
             return None
         ctx.sleep(ctx.poll_s)
-
-
-def _first_starts(options: StudyOptions, landed: int) -> int:
-    """Engine starts a trial announces when it starts: its first restarts, plus one when nothing ran yet, for the
-    cold first start of a new configuration (recorded, not counted, and run again warm)."""
-    return options.policy.min_restarts + (1 if landed == 0 else 0)
 
 
 def _give_back(ctx: StudyContext, trial: optuna.Trial, reason: str) -> None:
@@ -380,13 +628,15 @@ def select_candidates(ledger: Ledger, space: SearchSpace, top_k: int) -> list[Ca
     return select_verified(evidence, space.baseline(), top_k)
 
 
-def _verify_may_start(ledger: Ledger, options: StudyOptions, extra: int) -> bool:
-    """Whether ``extra`` more verification starts fit the whole study's budget."""
+def _verify_may_start(ledger: Ledger, options: StudyOptions, participants: Sequence[Candidate]) -> bool:
+    """Whether a round of warm restarts of ``participants`` fits the whole study's budget."""
     used, minutes = ledger.budget_used()
-    if options.budget_restarts is not None and used + extra > options.budget_restarts:
+    if options.budget_restarts is not None and used + len(participants) > options.budget_restarts:
         return False
-    if options.budget_minutes is not None and used and minutes + extra * minutes / used > options.budget_minutes:
-        return False
+    if options.budget_minutes is not None:
+        need = StartCosts.of(ledger).forecast([(c.config.key(), False) for c in participants])
+        if minutes + need > options.budget_minutes:
+            return False
     return True
 
 
@@ -486,7 +736,7 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         claim = claims.wait_for(jobs[rnd], ctx.poll_s, ctx.sleep)
         if claim is None:
             continue  # another worker ran this round
-        if _verify_may_start(ledger, options, len(participants)):
+        if _verify_may_start(ledger, options, participants):
             _verify_round(ctx, observers, participants, rnd, claim)
         claim.complete()  # a round the budget leaves out stays empty: the next one finds no tie to break
     claim = None if ledger.has_verification() else claims.wait_for(VERIFY_CONCLUDE_JOB, ctx.poll_s, ctx.sleep)
@@ -619,5 +869,6 @@ def _open(space: SearchSpace, engine: EngineBackend, options: StudyOptions, work
         for params in [*space.baseline_params(), *options.enqueue]:
             ledger.study.enqueue_trial(dict(params))
         ledger.record_baselines_enqueued()
+    check_budget(ledger, space, options)  # before any engine starts (a minutes budget: when starts are on record)
     _record_metadata(ctx)
     return ctx

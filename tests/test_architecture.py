@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
 #: docs/architecture.md's layers, lowest first. A module may import its own layer and the ones before it.
 LAYERS = [
     {"autotune", "autotune.records", "autotune.status", "autotune.redact"},
-    {"autotune.space", "autotune.workload", "autotune.measure", "autotune.objective"},
+    {"autotune.space", "autotune.workload", "autotune.measure", "autotune.objective", "autotune.coldstart"},
     {"autotune.engines", "autotune.racing", "autotune.verify"},
     {"autotune.ledger", "autotune.options", "autotune.events", "autotune.heartbeat", "autotune.claims",
      "autotune.study", "autotune.fingerprint", "autotune.studydir"},

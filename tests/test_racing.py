@@ -125,8 +125,9 @@ def test_a_close_config_gets_more_restarts_up_to_the_cap(raced):
 def test_a_close_config_behind_the_incumbent_stops_at_two_restarts(raced):
     study, _ = raced
     behind = _by_params(study, BEHIND)
-    assert behind.state == TrialState.COMPLETE
-    assert sorted(behind.intermediate_values) == [0, 1]
+    # 1% behind under 1% noise: the test on the difference may already call it worse; either way no third restart.
+    assert behind.state in (TrialState.COMPLETE, TrialState.PRUNED)
+    assert sorted(behind.intermediate_values) in ([0], [0, 1])
 
 
 def test_a_clearly_better_config_stops_at_two_restarts(raced):
@@ -220,8 +221,11 @@ def test_cold_restarts_are_recorded_not_counted_and_rerun_warm_on_the_same_seed(
     for t in study.study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED)):
         restarts = study.restarts(t)
         assert restarts[0].cold and not any(r.cold for r in restarts[1:])
-        assert restarts[0].seed == restarts[1].seed
         assert len(t.intermediate_values) == len(restarts) - 1  # the cold start is never an observation
+        if len(restarts) == 1:  # stopped on its cold start: the study's pairs showed it cannot be the best
+            assert "screened on its cold start" in study.pruned_reason(t)
+            continue
+        assert restarts[0].seed == restarts[1].seed
     # Racing decided on warm values exactly as without cold starts.
     assert _by_params(study, WORSE).state == TrialState.PRUNED
     assert sorted(_by_params(study, BETTER).intermediate_values) == [0, 1]
@@ -231,7 +235,7 @@ def test_cold_restarts_are_recorded_not_counted_and_rerun_warm_on_the_same_seed(
 # -- budgets ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("budget", [14, 17, 25, 40])
+@pytest.mark.parametrize("budget", [18, 21, 25, 40])
 @pytest.mark.parametrize("engine_cls", [FakeEngine, cold_first_engine])
 def test_a_study_never_exceeds_its_restart_budget_verification_included(tmp_path, budget, engine_cls):
     options = _options(tmp_path, trials=200, verify=True, top_k=2, verify_restarts=3, budget_restarts=budget,

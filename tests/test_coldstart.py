@@ -1,0 +1,231 @@
+"""Cold starts: the study's own test of whether they differ, warm-up convergence, screening from a cold start, and
+budgets priced per kind of start."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import re
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from autotune.coldstart import (
+    ColdVerdict,
+    cold_pairs,
+    equivalence_margin,
+    judge_cold,
+    warm_estimate,
+    warm_upper_bound,
+    warmup_converged,
+)
+from autotune.racing import RacingPolicy
+from autotune.records import EngineConfig, RestartResult, Workload
+from autotune.report import build_report, render_report
+from autotune.space import parse_space
+from autotune.study import BudgetTooSmall, StudyOptions, minimum_plan, run_study, smallest_restart_budget
+from tests.conftest import SMALL_SPACE, FakeEngine, by_params
+
+TRUTH = {("PIECEWISE", 0): 100.0, ("NONE", 0): 40.0, ("FULL_AND_PIECEWISE", 0): 105.0, ("PIECEWISE", 1): 120.0,
+         ("FULL_AND_PIECEWISE", 1): 150.0, ("default", 0): 90.0, ("default", 1): 95.0}
+
+
+#: SMALL_SPACE with room for a few dozen configurations, so a study outlives the pairs that decide its verdict.
+WIDE_SPACE = {**SMALL_SPACE, "search": {**SMALL_SPACE["search"], "capture_sizes": {"tiny": [1, 2, 4, 8],
+                                                                                  "wide": [1, 2, 4, 8, 16, 32]},
+                                         "num_speculative_tokens": {"low": 0, "high": 4}}}
+
+
+def _restart(value: float, *, cold: bool, seed: int, warmup: tuple[float, ...] = ()) -> RestartResult:
+    return RestartResult(status="ok", seed=seed, passes_tok_s=(value, value), warmup_tok_s=warmup, cold=cold)
+
+
+def _pairs(ratio_low: float, ratio_high: float, n: int, noise: float, seed: int = 0) -> list[tuple[float, float]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        warm = 100.0 * math.exp(rng.gauss(0.0, noise))
+        out.append((100.0 * rng.uniform(ratio_low, ratio_high) * math.exp(rng.gauss(0.0, noise)), warm))
+    return out
+
+
+class SteadyEngine(FakeEngine):
+    """A FakeEngine whose warm-up converges (two passes within 1%), as the ``vllm`` runner's does, and whose two
+    starts on one seed differ a little (``rerun_noise``), as two processes do."""
+
+    def __init__(self, *args, rerun_noise: float = 0.005, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.rerun_rng = random.Random(1)
+        self.rerun_noise = rerun_noise
+
+    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
+        result = super().run_restart(config, workload, restart=restart, seed=seed)
+        if not result.ok:
+            return result
+        jitter = math.exp(self.rerun_rng.gauss(0.0, self.rerun_noise))
+        passes = tuple(v * jitter for v in result.passes_tok_s)
+        return dataclasses.replace(result, passes_tok_s=passes,
+                                   warmup_tok_s=(passes[0] * 0.7, passes[0] * 0.99, passes[0] * 0.995))
+
+
+def _options(tmp_path: Path, **kw) -> StudyOptions:
+    base = dict(study_name="cold", storage=f"sqlite:///{tmp_path}/optuna.db", workdir=str(tmp_path / "work"),
+                trials=12, verify=False, seed=0)
+    base.update(kw)
+    return StudyOptions(**base)
+
+
+# -- the test itself -------------------------------------------------------------------------------------
+
+
+def test_cold_starts_40_percent_slow_are_found_to_differ_and_not_counted():
+    verdict = judge_cold(_pairs(0.5, 0.7, 4, 0.03), noise_sd=0.03)
+    assert verdict.state == "differ" and not verdict.counts
+    assert verdict.p_value < 0.05 and 0.5 < verdict.ratio < 0.75
+    assert "not counted" in verdict.describe()
+
+
+def test_cold_starts_no_slower_count_once_equivalence_within_the_restart_noise_is_shown():
+    pairs = _pairs(1.0, 1.0, 8, 0.01, seed=3)
+    verdict = judge_cold(pairs, noise_sd=0.04)
+    assert verdict.state == "same" and verdict.counts and "counted as a restart" in verdict.describe()
+    assert judge_cold(pairs[:2], noise_sd=0.04).state == "undecided"  # fewer pairs than the test needs
+    assert judge_cold(pairs, noise_sd=None).state == "undecided"  # no margin without the restart noise
+    assert equivalence_margin(0.04, 1) == pytest.approx(0.04 / math.sqrt(3.841), rel=1e-3)  # chi2(1) 95%: 3.841
+    assert 0.04 * 0.7 < equivalence_margin(0.04, 30) < 0.04
+    # The margin is the study's own noise: the same pairs are not equivalent within a tenth of it.
+    assert judge_cold(pairs, noise_sd=0.004).state == "undecided"
+
+
+def test_differ_is_final_and_same_holds_until_a_difference_is_significant():
+    assert judge_cold(_pairs(1.0, 1.0, 3, 0.03, seed=1), noise_sd=0.03, previous="same").state == "same"
+    assert judge_cold(_pairs(0.5, 0.6, 5, 0.02), noise_sd=0.03, previous="same").state == "differ"
+    assert judge_cold(_pairs(1.0, 1.0, 8, 0.01), noise_sd=0.04, previous="differ").state == "differ"
+
+
+def test_a_verdict_round_trips_through_its_stored_form():
+    verdict = judge_cold(_pairs(0.5, 0.7, 4, 0.03), noise_sd=0.03)
+    back = ColdVerdict.from_dict(verdict.to_dict())
+    assert (back.state, back.pairs) == (verdict.state, verdict.pairs)
+    assert back.ratio == pytest.approx(verdict.ratio) and back.p_value == pytest.approx(verdict.p_value)
+    assert ColdVerdict.from_dict(None).state == "undecided"
+
+
+def test_pairs_match_the_cold_start_with_the_warm_restart_on_its_seed():
+    groups = [
+        [_restart(60.0, cold=True, seed=7), _restart(100.0, cold=False, seed=7), _restart(90.0, cold=False, seed=8)],
+        [_restart(50.0, cold=True, seed=7), _restart(80.0, cold=False, seed=9), _restart(125.0, cold=False, seed=10)],
+        [_restart(50.0, cold=True, seed=7)],  # no warm restart: no pair
+        [_restart(50.0, cold=False, seed=7)],  # no cold start: no pair
+    ]
+    pairs = cold_pairs(groups)
+    assert pairs[0] == pytest.approx((60.0, 100.0))
+    assert pairs[1] == pytest.approx((50.0, 100.0))  # geometric mean of its warm restarts on other seeds
+    assert len(pairs) == 2
+
+
+def test_warm_up_converged_only_when_its_last_two_passes_agree():
+    assert warmup_converged(_restart(100.0, cold=True, seed=0, warmup=(60.0, 99.0, 100.0)))
+    assert not warmup_converged(_restart(100.0, cold=True, seed=0, warmup=(60.0, 90.0)))  # stopped at its cap
+    assert not warmup_converged(_restart(100.0, cold=True, seed=0, warmup=(99.0,)))  # one pass says nothing
+    assert not warmup_converged(_restart(100.0, cold=True, seed=0))
+
+
+def test_a_cold_start_predicts_the_warm_throughput_with_a_bound_that_holds_its_level():
+    rng = random.Random(5)
+    misses, trials = 0, 1000
+    pairs: list[tuple[float, float]] = []
+    for i in range(trials):
+        pairs = _pairs(0.4, 0.7, 6, 0.04, seed=1000 + i)
+        warm = 100.0 * math.exp(rng.gauss(0.0, 0.04))
+        cold = 100.0 * rng.uniform(0.4, 0.7) * math.exp(rng.gauss(0.0, 0.04))
+        bound = warm_upper_bound(cold, pairs, 0.95)
+        assert bound is not None and bound > warm_estimate(cold, pairs)  # type: ignore[operator]
+        misses += warm > bound
+    assert 0.02 < misses / trials < 0.08
+    assert warm_upper_bound(50.0, pairs[:2], 0.95) is None
+
+
+# -- inside a study --------------------------------------------------------------------------------------
+
+
+def test_a_study_whose_cold_starts_are_no_slower_starts_counting_them_and_says_so(tmp_path):
+    engine = SteadyEngine(by_params(TRUTH), noise=0.03, cold_first=True, cold_factor=1.0)
+    # Two counted restarts a trial (--restarts 2): the restart noise, the equivalence margin, is known early.
+    ledger = run_study(parse_space(WIDE_SPACE), engine,
+                       _options(tmp_path, trials=20, policy=RacingPolicy(min_restarts=2)))
+    verdict = ledger.cold_verdict()
+    assert verdict.state == "same"
+    counted_cold = 0
+    for t in ledger.study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        restarts = ledger.restarts(t)
+        if not restarts or not restarts[0].cold:
+            continue
+        if 0 in t.intermediate_values and len(restarts) == len(t.intermediate_values):
+            counted_cold += 1  # the cold start is restart 0's observation: no warm rerun of its seed
+            assert ledger.summary(t).n_cold == 0 and restarts[0].seed not in [r.seed for r in restarts[1:]]
+    assert counted_cold >= 1
+    report = build_report(ledger)
+    assert "counted as a restart" in render_report(report)
+    shown = [r for t in report.to_json()["search_trials"] for r in t["restarts"] if r["cold"]]
+    assert sum(r["counted"] for r in shown) >= counted_cold and not all(r["counted"] for r in shown)
+
+
+def test_a_study_whose_cold_starts_are_slow_stops_counting_them_and_screens_with_them(tmp_path):
+    engine = SteadyEngine(by_params(TRUTH), noise=0.02, cold_first=True, cold_factor=0.6)
+    ledger = run_study(parse_space(SMALL_SPACE), engine, _options(tmp_path, trials=14))
+    assert ledger.cold_verdict().state == "differ"
+    for t in ledger.study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        restarts = ledger.restarts(t)
+        assert len(t.intermediate_values) == sum(1 for r in restarts if not r.cold)  # never an observation
+    screened = [t for t in ledger.study.trials if "screened" in (ledger.pruned_reason(t) or "")]
+    assert screened, "NONE runs at 40% of the incumbent: its cold start alone rules it out"
+    for t in screened:
+        assert [r.cold for r in ledger.restarts(t)] == [True] and not t.intermediate_values
+        assert ledger.summary(t).values == ()  # never a verification candidate
+    text = render_report(build_report(ledger))
+    assert re.search(r"Cold starts ran -[34]\d\.\d% against warm restarts .* recorded, not counted", text)
+
+
+# -- budgets ---------------------------------------------------------------------------------------------
+
+
+def test_a_restart_budget_too_small_for_one_search_trial_is_refused_before_any_start(tmp_path):
+    space = parse_space(SMALL_SPACE)
+    options = _options(tmp_path, verify=True, top_k=1, verify_restarts=3, budget_restarts=10)
+    # Two baselines (cold + 2, cold + 1), one search trial (cold + 1), verification (2 x 3).
+    assert len(minimum_plan(space, options)) == smallest_restart_budget(space, options) == 13
+    engine = FakeEngine(by_params(TRUTH))
+    with pytest.raises(BudgetTooSmall, match=r"--budget-restarts 10 is too small .* use --budget-restarts 13 or more"):
+        run_study(space, engine, options)
+    assert engine.calls == []
+    ledger = run_study(space, engine, dataclasses.replace(options, budget_restarts=13, fresh=True))
+    assert ledger.budget_used()[0] <= 13 and ledger.verification() is not None
+    assert ledger.finished_search_trials() >= 3  # the baselines and a search trial
+
+
+def test_a_minutes_budget_prices_cold_and_warm_starts_apart(tmp_path):
+    # Cold starts cost 10 engine-minutes, warm ones 1: pricing every start at the mean of those seen so far (a
+    # cold-heavy 4 minutes early on) would hold back ~4x what verification costs and leave no room for search.
+    engine = FakeEngine(by_params(TRUTH), cold_first=True, cold_wall_s=600.0, wall_s=60.0)
+    options = _options(tmp_path, trials=50, verify=True, top_k=1, verify_restarts=3, budget_minutes=75.0)
+    ledger = run_study(parse_space(SMALL_SPACE), engine, options)
+    used, minutes = ledger.budget_used()
+    assert minutes <= 75.0 and ledger.verification() is not None
+    assert ledger.finished_search_trials() >= 4  # two baselines and at least two search trials
+
+
+def test_a_minutes_budget_too_small_is_refused_once_a_start_has_been_priced(tmp_path):
+    engine = FakeEngine(by_params(TRUTH), cold_first=True, cold_wall_s=600.0, wall_s=60.0)
+    options = _options(tmp_path, verify=True, top_k=1, verify_restarts=3, budget_minutes=20.0)
+    with pytest.raises(BudgetTooSmall, match=r"--budget-minutes 20 is too small .* 600 s per cold start and 60 s "
+                                             r"per warm one\): use --budget-minutes 40 or more"):
+        run_study(parse_space(SMALL_SPACE), engine, options)
+    # A resumed study knows what its starts cost: the same too-small budget is refused before any start.
+    calls = len(engine.calls)
+    with pytest.raises(BudgetTooSmall, match="use --budget-minutes 40 or more"):
+        run_study(parse_space(SMALL_SPACE), engine, options)
+    assert len(engine.calls) == calls
+
