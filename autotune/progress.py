@@ -7,6 +7,7 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
+from autotune.coldstart import warmup_converged
 from autotune.events import StudyObserver
 from autotune.records import EngineConfig, RestartResult, config_differences
 from autotune.redact import redact_text
@@ -14,7 +15,8 @@ from autotune.redact import redact_text
 __all__ = ["ProgressPrinter"]
 
 
-def _restart_line(label: str, result: RestartResult, config: EngineConfig | None, unit: str = "tok/s") -> str:
+def _restart_line(label: str, result: RestartResult, config: EngineConfig | None, unit: str = "tok/s",
+                  cold_counts: bool = False) -> str:
     head = f"  {label} r{result.restart} seed={result.seed}"
     if not result.ok:
         return f"{head} {result.status.upper()}: {result.error}"
@@ -26,7 +28,8 @@ def _restart_line(label: str, result: RestartResult, config: EngineConfig | None
     if result.startup_s is not None:
         text += f"  startup={result.startup_s:.0f}s"
     if result.cold:
-        text += "  (cold first start: recorded, not counted)"
+        text += ("  (cold first start: counted, its warm-up converged and the study's cold starts match warm ones)"
+                 if cold_counts else "  (cold first start: recorded, not counted)")
     if config is not None:
         for d in config_differences(config, result.resolved):
             text += f"\n    WARNING resolved != configured: {d}"
@@ -66,7 +69,13 @@ class ProgressPrinter(StudyObserver):
     def on_restart(self, ctx: Any, phase: str, label: str, result: RestartResult) -> None:
         config = self.config if phase == "search" else None
         unit = getattr(getattr(getattr(ctx, "space", None), "workload", None), "unit", "tok/s")
-        self._write(_restart_line(label if phase == "verify" else "", result, config, unit).replace("   r", "  r", 1))
+        # The search counts a converged cold start once the study's own pairs found cold starts no different from
+        # warm ones (study._measure_trial); verification never counts one.
+        ledger = getattr(ctx, "ledger", None)
+        cold_counts = (phase == "search" and result.cold and ledger is not None and ledger.cold_verdict().counts
+                       and warmup_converged(result))
+        line = _restart_line(label if phase == "verify" else "", result, config, unit, cold_counts)
+        self._write(line.replace("   r", "  r", 1))
 
     def on_trial_end(self, ctx: Any, record: Any) -> None:
         summary = record.summary

@@ -229,3 +229,24 @@ def test_a_minutes_budget_too_small_is_refused_once_a_start_has_been_priced(tmp_
         run_study(parse_space(SMALL_SPACE), engine, options)
     assert len(engine.calls) == calls
 
+
+
+def test_the_restart_line_says_whether_a_cold_start_counted():
+    import io
+    import types
+
+    from autotune.coldstart import ColdVerdict
+    from autotune.progress import ProgressPrinter
+
+    def line(state: str, warmup: tuple[float, ...], phase: str = "search") -> str:
+        out = io.StringIO()
+        ctx = types.SimpleNamespace(ledger=types.SimpleNamespace(cold_verdict=lambda: ColdVerdict(state=state)))
+        ProgressPrinter(stream=out).on_restart(ctx, phase, "", _restart(100.0, cold=True, seed=0, warmup=warmup))
+        return out.getvalue()
+
+    converged, unsettled = (90.0, 100.0, 100.0), (50.0, 100.0)
+    assert "cold first start: counted" in line("same", converged)
+    assert "recorded, not counted" in line("same", unsettled), "a cold start whose warm-up did not settle never counts"
+    assert "recorded, not counted" in line("differ", converged)
+    assert "recorded, not counted" in line("undecided", converged)
+    assert "recorded, not counted" in line("same", converged, phase="verify"), "verification never counts one"
