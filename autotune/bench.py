@@ -291,7 +291,7 @@ def _run_autotune(space: SearchSpace, engine: SimEngine, budget: int, seed: int,
                                trials=budget, budget_restarts=budget, sampler=sampler, seed=seed)
         report = build_report(run_study(space, engine, options))
     counts = report.trials
-    trials = counts.complete + counts.pruned + counts.fail
+    trials = counts.complete + counts.screened + counts.pruned + counts.fail
     # Configurations that got an engine start, in the search or in verification.
     started = {t.record.config.key() for t in report.search_trials if t.record.restarts}
     if report.verification is not None:

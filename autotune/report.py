@@ -232,13 +232,19 @@ class SearchTrial:
 
 @dataclasses.dataclass(frozen=True)
 class TrialCounts:
-    """Search trials by outcome; repeats of a configuration and infeasible suggestions apart."""
+    """Search trials by outcome; repeats of a configuration and infeasible suggestions apart.
+
+    ``screened`` trials stopped at a cold start that showed they could not be the best (Optuna holds them as
+    complete, with the predicted value the sampler was told); they have no counted restart, so they are not among
+    ``complete``.
+    """
 
     complete: int = 0
     pruned: int = 0
     fail: int = 0
     duplicates: int = 0
     infeasible: int = 0
+    screened: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -441,8 +447,10 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
     records = ledger.trial_records()
     meta = ledger.meta()
     counted = [t for t in trials if not ledger.is_duplicate(t) and not ledger.is_infeasible(t)]
+    screened = [t for t in counted if t.state == TrialState.COMPLETE and ledger.pruned_reason(t)]
     counts = TrialCounts(
-        complete=sum(1 for t in counted if t.state == TrialState.COMPLETE),
+        complete=sum(1 for t in counted if t.state == TrialState.COMPLETE) - len(screened),
+        screened=len(screened),
         pruned=sum(1 for t in counted if t.state == TrialState.PRUNED),
         fail=sum(1 for t in counted if t.state == TrialState.FAIL),
         duplicates=sum(1 for t in trials if ledger.is_duplicate(t)),
@@ -557,7 +565,9 @@ def render_report(report: Report) -> str:
     lines.append(f"Study {report.study}  |  space {meta.space_name}  |  engine {engine.name}"
                  f" {engine.version or ''}  |  model {meta.model}")
     t, b = report.trials, report.budget
-    lines.append(f"Trials: {t.complete} complete, {t.pruned} raced out, {t.fail} failed"
+    lines.append(f"Trials: {t.complete} complete, "
+                 + (f"{t.screened} screened on their cold start, " if t.screened else "")
+                 + f"{t.pruned} raced out, {t.fail} failed"
                  f"  |  engine starts {b.restarts_used}"
                  + (f" of {b.budget_restarts}" if b.budget_restarts else "")
                  + f", {b.minutes_used:.1f} engine-minutes"

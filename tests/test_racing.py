@@ -218,18 +218,26 @@ def test_pooled_noise_decides_at_two_restarts_what_a_trials_own_spread_cannot():
 def test_cold_restarts_are_recorded_not_counted_and_rerun_warm_on_the_same_seed(tmp_path):
     engine = cold_first_engine(by_params(TRUTH), noise=0.01)
     study = _run_enqueued(tmp_path, ORDER, engine)
+    screened = 0
     for t in study.study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED)):
         restarts = study.restarts(t)
         assert restarts[0].cold and not any(r.cold for r in restarts[1:])
         assert len(t.intermediate_values) == len(restarts) - 1  # the cold start is never an observation
         if len(restarts) == 1:  # stopped on its cold start: the study's pairs showed it cannot be the best
             assert "screened on its cold start" in study.pruned_reason(t)
+            screened += 1
             continue
         assert restarts[0].seed == restarts[1].seed
     # Racing decided on warm values exactly as without cold starts.
     assert _by_params(study, WORSE).state == TrialState.PRUNED
     assert sorted(_by_params(study, BETTER).intermediate_values) == [0, 1]
     assert _by_params(study, BETTER).value == pytest.approx(250.0, rel=0.05)
+    # The report does not call a trial with no counted restart complete (this study screens at least one).
+    assert screened >= 1
+    counts = build_report(study).trials
+    complete = [t for t in study.study.get_trials(states=(TrialState.COMPLETE,))]
+    assert counts.screened == screened and counts.complete == len(complete) - screened
+    assert (f"{screened} screened on their cold start" in render_report(build_report(study))) == bool(screened)
 
 
 # -- budgets ---------------------------------------------------------------------------------------------
