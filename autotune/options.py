@@ -90,12 +90,21 @@ class StudyOptions:
 
         Verifying three configurations and the baseline in three rounds costs 12 starts: 40% of a 30-start
         budget, every one of them a search trial not run. The benchmark (docs/benchmarks.md) measured the split.
+        A minutes budget buys a number of starts known only once a start is priced: see :meth:`top_k_for`.
+        """
+        return self.top_k_for(self.budget_restarts)
+
+    def top_k_for(self, starts: float | None) -> int:
+        """``top_k`` if set, else one configuration per 30 engine starts the budget buys (1 to 3; 3 with no budget).
+
+        ``starts`` is the restart budget, or what a minutes budget buys at the study's measured warm-start price
+        (``study._verify_top_k``): a minutes budget is no license to spend 40% of 30 starts on verification.
         """
         if self.top_k is not None:
             return self.top_k
-        if self.budget_restarts is None:
+        if starts is None:
             return MAX_TOP_K
-        return max(1, min(MAX_TOP_K, self.budget_restarts // STARTS_PER_VERIFIED))
+        return max(1, min(MAX_TOP_K, int(starts) // STARTS_PER_VERIFIED))
 
     @property
     def verify_reserve(self) -> int:

@@ -223,12 +223,23 @@ class StartCosts:
         return sum(self.price(s) for s in starts)
 
 
+def _verify_top_k(ledger: Ledger, options: StudyOptions) -> int:
+    """Configurations verification takes: :attr:`StudyOptions.verify_top_k`, except under a minutes budget alone,
+    where it scales with the starts the budget buys at the study's measured warm-start price (one until a warm
+    start is priced: the least that lets a study under a minutes budget claim anything)."""
+    if options.top_k is not None or options.budget_restarts is not None or options.budget_minutes is None:
+        return options.verify_top_k
+    costs = StartCosts.of(ledger)
+    warm = costs.price((None, False)) if costs.warm else 0.0
+    return options.top_k_for(options.budget_minutes / warm if warm > 0 else 0)
+
+
 def _verify_plan(ledger: Ledger, space: SearchSpace, options: StudyOptions) -> list[Start]:
     """Verification's share: the baseline and ``top_k`` configurations, ``verify_restarts`` warm restarts each, and
     with several compile caches one cold start per verified configuration and other cache."""
     if not options.verify:
         return []
-    keys: list[str | None] = [space.baseline().key(), *([None] * options.verify_top_k)]
+    keys: list[str | None] = [space.baseline().key(), *([None] * _verify_top_k(ledger, options))]
     plan: list[Start] = [(key, False) for key in keys for _ in range(options.verify_restarts)]
     others = min(options.verify_restarts, max(0, ledger.compile_caches() - 1))
     return plan + [(key, True) for key in keys for _ in range(others)]
@@ -250,7 +261,9 @@ def minimum_plan(space: SearchSpace, options: StudyOptions) -> list[Start]:
     """The least a study can do and still say something: the baselines, one search trial, verification.
 
     Priced on the conservative side: no cold start counts (the study has not shown it may), and the first
-    baseline gets a second counted restart (racing needs the study's noise, :class:`RacingPolicy`).
+    baseline gets a second counted restart (racing needs the study's noise, :class:`RacingPolicy`). Verification
+    takes the restart budget's top-k, or one configuration under a minutes budget alone (what a budget that
+    barely pays for the minimum buys, :func:`_verify_top_k`).
     """
     policy = options.policy
     plan: list[Start] = []
@@ -262,7 +275,9 @@ def minimum_plan(space: SearchSpace, options: StudyOptions) -> list[Start]:
         plan += [(key, True)] + [(key, False)] * counted
     plan += [(None, True)] + [(None, False)] * policy.min_restarts
     if options.verify:
-        keys: list[str | None] = [space.baseline().key(), *([None] * options.verify_top_k)]
+        minutes_only = options.top_k is None and options.budget_restarts is None and options.budget_minutes is not None
+        top_k = 1 if minutes_only else options.verify_top_k
+        keys: list[str | None] = [space.baseline().key(), *([None] * top_k)]
         plan += [(key, False) for key in keys for _ in range(options.verify_restarts)]
     return plan
 
@@ -326,8 +341,9 @@ def _search_may_start(ledger: Ledger, options: StudyOptions, extra: Sequence[Sta
             return False
     if options.budget_minutes is not None:
         costs = StartCosts.of(ledger)
+        top_k = _verify_top_k(ledger, options)
         reserve = (_verify_plan(ledger, space, options) if space is not None
-                   else [(None, False)] * options.verify_reserve)
+                   else [(None, False)] * ((top_k + 1) * options.verify_restarts if options.verify else 0))
         # Running trials' announced starts are mostly warm restarts; their cold starts have landed already. Until
         # a warm start has been measured the reserve cannot be priced (at the cold price it would hold back several
         # times what it costs): the first warm start is the measurement, and only what is asked for is priced.
@@ -660,7 +676,7 @@ def _candidates(ctx: StudyContext) -> list[Candidate]:
     ledger = ctx.ledger
     candidates = ledger.verify_candidates()
     if candidates is None:
-        candidates = select_candidates(ledger, ctx.space, ctx.options.verify_top_k)
+        candidates = select_candidates(ledger, ctx.space, _verify_top_k(ledger, ctx.options))
         ledger.record_verify_candidates(candidates)
     return [_runnable(ctx.space, c) for c in candidates]
 
@@ -766,7 +782,10 @@ def _record_metadata(ctx: StudyContext) -> None:
         sampler=options.sampler,
         sampler_why=why,
         racing=dataclasses.asdict(options.policy),
-        top_k=options.verify_top_k,
+        # Under a minutes budget alone top-k follows the measured price of a start (_verify_top_k): a worker that
+        # joins must derive it the same way, not inherit the number this one would have used before any start.
+        top_k=options.top_k if options.budget_restarts is None and options.budget_minutes is not None
+        else options.verify_top_k,
         verify_restarts=options.verify_restarts,
         verify_max_restarts=options.verify_max_restarts,
         budget_restarts=options.budget_restarts,

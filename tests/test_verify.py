@@ -44,3 +44,39 @@ def test_verified_intervals_hold_for_the_whole_family_the_winner_included():
     for entry in verification.entries:
         low, high = interval(entry.summary.values, 1 - 0.05 / 4)
         assert (entry.summary.ci_low, entry.summary.ci_high) == pytest.approx((low, high))
+
+
+def test_under_a_minutes_budget_verification_scales_with_the_starts_it_buys(tmp_path):
+    from autotune.study import _verify_top_k, minimum_plan
+
+    space = parse_space(SMALL_SPACE)
+    ledger = _ledger_with_starts(tmp_path, warm_minutes=0.5)
+    # 20 minutes at half a minute per warm start buy 40 starts: one configuration, as a 40-start budget would.
+    assert _verify_top_k(ledger, StudyOptions(study_name="s", budget_minutes=20)) == 1
+    assert _verify_top_k(ledger, StudyOptions(study_name="s", budget_minutes=45)) == 3  # 90 starts
+    assert _verify_top_k(ledger, StudyOptions(study_name="s", budget_minutes=45, top_k=2)) == 2  # explicit wins
+    assert _verify_top_k(ledger, StudyOptions(study_name="s")) == 3  # no budget: as before
+    # Before any start is priced: one, the least that lets the study claim anything.
+    empty = _ledger_with_starts(tmp_path / "empty", warm_minutes=None)
+    assert _verify_top_k(empty, StudyOptions(study_name="s", budget_minutes=600)) == 1
+    # The smallest minutes budget is priced with one verified configuration, not three.
+    minutes = minimum_plan(space, StudyOptions(study_name="s", budget_minutes=5))
+    restarts = minimum_plan(space, StudyOptions(study_name="s", budget_restarts=400))
+    assert len(restarts) - len(minutes) == 2 * 3, "two more verified configurations x three rounds"
+
+
+def _ledger_with_starts(path, warm_minutes):
+    """A study whose one trial ran a 3-minute cold start and, with ``warm_minutes``, a warm restart."""
+    import optuna
+
+    from autotune.ledger import Ledger
+    from autotune.records import RestartResult
+
+    ledger = Ledger(optuna.create_study(direction="maximize"), create=True)
+    trial = ledger.study.ask()
+    restarts = [RestartResult(status="ok", seed=0, passes_tok_s=(100.0,), cold=True, wall_s=180.0)]
+    if warm_minutes is not None:
+        restarts.append(RestartResult(status="ok", seed=0, passes_tok_s=(100.0,), wall_s=warm_minutes * 60.0))
+    ledger.record_restarts(trial, restarts)
+    ledger.study.tell(trial, 100.0)
+    return ledger
