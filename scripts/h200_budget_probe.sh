@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# A short H200 study under a minutes budget (what the end of a session's device time allows; issue 9's record asks
+# for 20 minutes): search_spaces/h200-dummy.yaml, real vLLM 0.26.0, restarts forked from the forkserver.
+# Shows on real hardware what the study's own cold-start test says, and how a minutes budget is priced per kind of start.
+#
+# Usage (repository root, vLLM bundle unpacked to /tmp/site, see shared/h200/README.md):
+#   OUT=/path/for/results MINUTES=8 SECONDS_LEFT=480 bash scripts/h200_budget_probe.sh
+set -uo pipefail
+OUT="${OUT:-/tmp/out}"
+STUDY_DIR="${STUDY_DIR:-/tmp/budget-study}"
+export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT" "$STUDY_DIR"
+{
+    date -u +%FT%TZ
+    python3 -c 'import sys, vllm, torch; print("python", sys.version.split()[0]); print("vllm", vllm.__version__);
+print("torch", torch.__version__, "cuda", torch.version.cuda); print("gpu", torch.cuda.get_device_name(0))'
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+timeout --signal=INT --kill-after=30 "${SECONDS_LEFT:-480}" \
+    python3 -m autotune tune --space search_spaces/h200-dummy.yaml --engine vllm --no-mlflow \
+        --study h200-budget --storage "sqlite:///$STUDY_DIR/optuna.db" --workdir "$STUDY_DIR" \
+        --budget-minutes "${MINUTES:-8}" --seed 0 --json "$OUT/report.json" 2>&1 | tr '\r' '\n' | grep -v '^trials:' \
+        | tee "$OUT/tune.txt"
+echo "tune exit status: ${PIPESTATUS[0]}" | tee -a "$OUT/tune.txt"
+python3 -m autotune report --study h200-budget --storage "sqlite:///$STUDY_DIR/optuna.db" \
+    --json "$OUT/report-now.json" > "$OUT/report-now.txt" 2>&1 || true
+cp -f "$STUDY_DIR/optuna.db" "$OUT/optuna.db" 2>/dev/null || true
+(cd "$STUDY_DIR" && find . -name '*.log' -print0 | tar --null -czf "$OUT/engine-logs.tar.gz" -T -) 2>/dev/null || true
