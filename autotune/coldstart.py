@@ -1,8 +1,9 @@
 """Cold first starts: does a study count them, and what does a cold start say about the warm throughput?
 
-The first start of a configuration compiles (empty caches). On some engines it also runs slower once warm-up is
-over (the first restarts seen on an H200 ran 30-60% slow); on others its steady state is no different (an H200
-MoE cold start took 167 s to start and its throughput was not lower). Which holds is a property of the engine
+The first start of a configuration compiles (empty caches). It may also run slower once warm-up is over (the
+simulator's profiles model 30-60%, `docs/simulator.md`), or its steady state may be no different: on an H200 a
+MoE cold start took 167 s to start and its throughput was not lower, and a dense one ran 1647.6 tok/s cold against
+1598.4 warm on the same seed (`docs/measurements/h200-budget-probe.md`). Which holds is a property of the engine
 and the machine, so each study tests it on its own data instead of assuming either:
 
 * Every configuration with a cold start and a warm restart gives a **pair** (:func:`cold_pairs`); the baselines,
