@@ -328,19 +328,28 @@ def _grid_subset(space: SearchSpace, budget: int, seed: int) -> list[dict[str, A
 
 def _run_grid(space: SearchSpace, engine: SimEngine, budget: int, seed: int) -> Pick:
     """Three restarts per grid point on the same seeds, best mean wins, no verification."""
+    return _sweep(space, engine, _grid_subset(space, budget, seed), GRID_RESTARTS, seed)
+
+
+def _sweep(space: SearchSpace, engine: SimEngine, points: Iterable[Mapping[str, Any]], restarts: int, seed: int,
+           budget: int | None = None) -> Pick:
+    """``restarts`` restarts of each point in turn on the same seeds (while ``budget`` affords all of a point's),
+    best mean wins: what a user sweeping by hand does. A crash ends that point (the user moves on to the next)."""
     means: list[tuple[float, EngineConfig]] = []
     used, wall_s, distinct = 0, 0.0, 0
-    for params in _grid_subset(space, budget, seed):
-        config = space.config_from_params(params)
+    for params in points:
+        if budget is not None and used + restarts > budget:
+            break
+        config = space.config_from_params(dict(params))
         distinct += 1
         values = []
-        for j in range(GRID_RESTARTS):
+        for j in range(restarts):
             result = engine.run_restart(config, space.workload, restart=j, seed=_restart_seed(seed, j))
             used, wall_s = used + 1, wall_s + (result.wall_s or 0.0)
             if not result.ok:
-                break  # the sweep user sees a crash and moves on to the next point
+                break
             values.append(float(result.value))  # type: ignore[arg-type]
-        if len(values) == GRID_RESTARTS:
+        if len(values) == restarts:
             means.append((statistics.fmean(values), config))
     return _best_mean(space, means, used, wall_s, distinct)
 
@@ -367,23 +376,7 @@ def _run_random2(space: SearchSpace, engine: SimEngine, budget: int, seed: int) 
     base_key = space.baseline().key()
     others = [p for p in space.all_params() if space.config_from_params(p).key() != base_key]
     random.Random(seed).shuffle(others)
-    means: list[tuple[float, EngineConfig]] = []
-    used, wall_s, distinct = 0, 0.0, 0
-    for params in [space.baseline_params()[0], *others]:
-        if used + RANDOM2_RESTARTS > budget:
-            break
-        config = space.config_from_params(params)
-        distinct += 1
-        values = []
-        for j in range(RANDOM2_RESTARTS):
-            result = engine.run_restart(config, space.workload, restart=j, seed=_restart_seed(seed, j))
-            used, wall_s = used + 1, wall_s + (result.wall_s or 0.0)
-            if not result.ok:
-                break  # a crash: the user moves on to the next configuration
-            values.append(float(result.value))  # type: ignore[arg-type]
-        if len(values) == RANDOM2_RESTARTS:
-            means.append((statistics.fmean(values), config))
-    return _best_mean(space, means, used, wall_s, distinct)
+    return _sweep(space, engine, [space.baseline_params()[0], *others], RANDOM2_RESTARTS, seed, budget)
 
 
 def _run_naive_tpe(space: SearchSpace, engine: SimEngine, budget: int, seed: int) -> Pick:
