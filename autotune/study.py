@@ -579,6 +579,7 @@ def _search(ctx: StudyContext, observers: Sequence[StudyObserver]) -> None:
         ctx.claims.heartbeat.hold(trial._trial_id)
         try:
             idle = 0 if _run_trial(ctx, trial, observers) else idle + 1
+            _stop_if_the_baseline_failed(ctx, trial)
         except optuna.exceptions.UpdateFinishedTrialError:
             # Another worker failed this trial: no heartbeat of ours reached the storage for the grace period
             # (a storage outage, a frozen process). It is queued again with what it had; this worker moves on.
@@ -586,6 +587,20 @@ def _search(ctx: StudyContext, observers: Sequence[StudyObserver]) -> None:
                   "not reach the storage); carrying on with the next one", file=sys.stderr)
         finally:
             ctx.claims.heartbeat.release(trial._trial_id)
+
+
+def _stop_if_the_baseline_failed(ctx: StudyContext, trial: optuna.Trial) -> None:
+    """Stop the search when the engine defaults failed on the engine (not an interruption): every speedup is
+    against them, so nothing the search measures could be claimed, and a setup that cannot start the defaults
+    (a model that cannot be loaded, no network for the hub, too little memory) fails every other configuration
+    too. Verification still runs the baseline on fresh seeds, and the study ends with its reason."""
+    ledger = ctx.ledger
+    frozen = ctx.study._storage.get_trial(trial._trial_id)
+    if (frozen.state != TrialState.FAIL or ledger.search_stopped() is not None or ledger.interrupted(frozen)
+            or ledger.config_key(frozen) != ctx.space.baseline().key()):
+        return
+    ledger.record_search_stopped(f"the baseline (engine defaults) failed ({ledger.failure(frozen)}): no speedup "
+                                 "can be claimed without it, and a setup that cannot start it fails the rest too")
 
 
 def _run_trial(ctx: StudyContext, trial: optuna.Trial, observers: Sequence[StudyObserver]) -> bool:
