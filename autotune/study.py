@@ -223,11 +223,16 @@ class StartCosts:
         return sum(self.price(s) for s in starts)
 
 
+def _top_k_follows_minutes(options: StudyOptions) -> bool:
+    """Verification's top-k is left to a minutes budget alone (no ``top_k``, no restart budget)."""
+    return options.top_k is None and options.budget_restarts is None and options.budget_minutes is not None
+
+
 def _verify_top_k(ledger: Ledger, options: StudyOptions) -> int:
     """Configurations verification takes: :attr:`StudyOptions.verify_top_k`, except under a minutes budget alone,
     where it scales with the starts the budget buys at the study's measured warm-start price (one until a warm
     start is priced: the least that lets a study under a minutes budget claim anything)."""
-    if options.top_k is not None or options.budget_restarts is not None or options.budget_minutes is None:
+    if not _top_k_follows_minutes(options):
         return options.verify_top_k
     costs = StartCosts.of(ledger)
     warm = costs.price((None, False)) if costs.warm else 0.0
@@ -275,8 +280,7 @@ def minimum_plan(space: SearchSpace, options: StudyOptions) -> list[Start]:
         plan += [(key, True)] + [(key, False)] * counted
     plan += [(None, True)] + [(None, False)] * policy.min_restarts
     if options.verify:
-        minutes_only = options.top_k is None and options.budget_restarts is None and options.budget_minutes is not None
-        top_k = 1 if minutes_only else options.verify_top_k
+        top_k = 1 if _top_k_follows_minutes(options) else options.verify_top_k
         keys: list[str | None] = [space.baseline().key(), *([None] * top_k)]
         plan += [(key, False) for key in keys for _ in range(options.verify_restarts)]
     return plan
@@ -799,8 +803,7 @@ def _record_metadata(ctx: StudyContext) -> None:
         racing=dataclasses.asdict(options.policy),
         # Under a minutes budget alone top-k follows the measured price of a start (_verify_top_k): a worker that
         # joins must derive it the same way, not inherit the number this one would have used before any start.
-        top_k=options.top_k if options.budget_restarts is None and options.budget_minutes is not None
-        else options.verify_top_k,
+        top_k=options.top_k if _top_k_follows_minutes(options) else options.verify_top_k,
         verify_restarts=options.verify_restarts,
         verify_max_restarts=options.verify_max_restarts,
         budget_restarts=options.budget_restarts,
