@@ -61,31 +61,50 @@ def test_an_engine_whose_autotune_still_runs_is_left_alone():
             proc.wait()
 
 
-def test_an_interruption_while_an_engine_starts_does_not_leak_it(monkeypatch):
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_an_interruption_while_an_engine_starts_does_not_leak_it(monkeypatch, signame):
+    """The signal lands while the child is forked: Python runs the handler as the fork returns, before ``Popen``
+    has recorded the child's pid (the window that once left a cmd engine running after ``autotune`` exited)."""
     from autotune.engines import _process
 
+    sig = getattr(signal, signame)
+    tag_prefix = f"{os.getpid()}-".encode()
+    real = subprocess._fork_exec  # type: ignore[attr-defined]
+
+    def fork_then_signal(*args, **kwargs):
+        pid = real(*args, **kwargs)
+        started.append(pid)
+        signal.raise_signal(sig)  # its handler runs here, before _fork_exec's caller sees the pid
+        return pid
+
     started: list[int] = []
-    real = subprocess.Popen._execute_child
-
-    def exec_then_ctrl_c(self, *args, **kwargs):
-        real(self, *args, **kwargs)
-        started.append(self.pid)
-        raise KeyboardInterrupt  # Ctrl-C lands while Popen waits for the child's exec
-
-    monkeypatch.setattr(subprocess.Popen, "_execute_child", exec_then_ctrl_c)
+    monkeypatch.setattr(subprocess, "_fork_exec", fork_then_signal)
     try:
         with pytest.raises(KeyboardInterrupt):
-            with _process.EngineProcess(["sleep", "600"]):
-                time.sleep(5)
-        _process.stop_live()  # what the study and the command do on an interruption
+            with _process.interrupt_on_sigterm():
+                try:
+                    with _process.EngineProcess(["sleep", "600"]):
+                        time.sleep(5)  # the interruption must arrive before this: the start is over
+                    pytest.fail("the held signal was not delivered once the engine was registered")
+                finally:
+                    _process.stop_live()  # what the study and the command do on an interruption
         (pid,) = started
         assert not os.path.exists(f"/proc/{pid}") or "\nState:\tZ" in open(f"/proc/{pid}/status").read()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are back
+        assert not [p for p in _process._pids() if tag_prefix in _environ(p) and _process._live(p)]
     finally:
         for pid in started:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return open(f"/proc/{pid}/environ", "rb").read()
+    except OSError:
+        return b""
 
 
 def test_an_engine_receives_sigterm_when_it_is_stopped():

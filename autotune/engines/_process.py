@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -302,28 +303,36 @@ def _reap_orphans(pids: set[int], sessions: set[int]) -> None:
 _LIVE: set[EngineProcess] = set()
 
 
-class _StartedPopen(subprocess.Popen):  # type: ignore[type-arg]
-    """``Popen`` that kills its child when the start itself is interrupted (Ctrl-C while waiting for the exec).
+#: The signals that interrupt autotune; held while an engine starts (see :func:`_signals_held`).
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    Popen forks, then waits for the child's exec; an interruption in that wait leaves a running child that no
-    caller holds. (Blocking the signals instead would be inherited by the engine, which could then not be
-    stopped gracefully.)
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM wait; the first one that arrived is delivered again when it ends.
+
+    An engine's start cannot be made safe against an interruption that lands inside it: ``Popen`` learns the
+    child's pid only when the fork returns, and a handler that raises right there (where Python runs it) leaves a
+    running engine that no object holds and no cleanup can find until the next autotune sweeps for orphans. So
+    the interruption waits until the engine is registered in :data:`_LIVE`, and then takes its usual path. (Masking
+    the signals in the kernel instead would be inherited by the engine, which could then not be stopped
+    gracefully.) Python runs signal handlers in the main thread only; elsewhere the block runs as it is.
     """
-
-    def _execute_child(self, *args: Any, **kwargs: Any) -> None:
-        try:
-            super()._execute_child(*args, **kwargs)  # type: ignore[misc]
-        except BaseException:
-            pid = getattr(self, "pid", None)
-            if getattr(self, "_child_created", False) and pid:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitpid(pid, 0)
-                self.returncode = -signal.SIGKILL
-            raise
+    if threading.current_thread() is not threading.main_thread() or any(
+            signal.getsignal(sig) is None for sig in _HELD_SIGNALS):  # a handler installed from C: not ours to swap
+        yield
+        return
+    pending: list[int] = []
+    previous: dict[int, Any] = {}
+    try:
+        for sig in _HELD_SIGNALS:
+            previous[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if pending:
+            signal.raise_signal(pending[0])  # to the handler it was meant for: Ctrl-C's, SIGTERM's, or the default
 
 
 def stop_live() -> None:
@@ -358,13 +367,14 @@ class EngineProcess:
         self.argv = list(argv)
         self.survivors: list[Survivor] = []
         self._stopped = False
-        # Ctrl-C or SIGTERM landing while the child starts would raise before the caller's ``with`` holds this
-        # object, and the engine would run on unstopped: _StartedPopen kills a child whose start was interrupted,
-        # and stop_live() stops whatever an interruption leaves registered here.
-        self.popen: subprocess.Popen[Any] = _StartedPopen(
-            self.argv, stdin=stdin, stdout=stdout, stderr=stderr, env=full_env, cwd=cwd, start_new_session=True)
-        self.pid = self.popen.pid
-        _LIVE.add(self)
+        # Ctrl-C or SIGTERM landing while the child starts would raise before anything holds it, and the engine
+        # would run on unstopped: the interruption waits until it is registered, and stop_live() (which the study
+        # and the command call on every interruption) stops what is registered here.
+        with _signals_held():
+            self.popen: subprocess.Popen[Any] = subprocess.Popen(
+                self.argv, stdin=stdin, stdout=stdout, stderr=stderr, env=full_env, cwd=cwd, start_new_session=True)
+            self.pid = self.popen.pid
+            _LIVE.add(self)
 
     def __enter__(self) -> EngineProcess:
         return self
