@@ -115,11 +115,25 @@ def test_a_clearly_worse_config_is_pruned_through_optuna(raced):
     assert len(study.restarts(worse)) == 1
 
 
-def test_a_close_config_gets_more_restarts_up_to_the_cap(raced):
+def test_a_close_config_stops_once_it_has_run_every_seed_of_the_incumbent(raced):
     study, _ = raced
     close = _by_params(study, CLOSE)
+    incumbent = max((t for t in study.study.trials if t.state == TrialState.COMPLETE and t.number < close.number),
+                    key=lambda t: t.value)
     assert close.state == TrialState.COMPLETE
-    assert sorted(close.intermediate_values) == list(range(6))
+    # Ahead and not shown better: it runs the incumbent's seeds, no more (the cap of 6 would allow more).
+    assert sorted(close.intermediate_values) == sorted(incumbent.intermediate_values) == [0, 1]
+
+
+def test_policy_stops_a_challenger_at_the_incumbents_restarts():
+    noise = Noise(sd=0.03, df=30)
+    ahead = [102.0, 103.0]
+    assert RacingPolicy().decide(ahead, [100.0, 101.0], noise) == Decision.MORE  # no such cap: the old race
+    assert RacingPolicy().decide(ahead, [100.0, 101.0], noise, incumbent_restarts=3) == Decision.MORE
+    assert RacingPolicy().decide(ahead, [100.0, 101.0], noise, incumbent_restarts=2) == Decision.COMPLETE
+    # The first counted restart is always allowed its decision: a one-restart incumbent does not stop a challenger
+    # that min_restarts says needs two.
+    assert RacingPolicy(min_restarts=2).decide([102.0], [100.0], noise, incumbent_restarts=1) == Decision.MORE
 
 
 def test_a_close_config_behind_the_incumbent_stops_at_two_restarts(raced):
