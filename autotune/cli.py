@@ -47,7 +47,8 @@ def _configure_tune(p: argparse.ArgumentParser) -> None:
     add_store_args(p)
     p.add_argument("--workdir", default=os.path.join("mlruns", "autotune"), help="engine caches and logs")
     p.add_argument("--trials", type=int, default=None,
-                   help="search trials (default: 20; with --budget-restarts, as many as the budget allows)")
+                   help="search trials: configurations measured, a repeated suggestion does not count "
+                        "(default: 20; with --budget-restarts, as many as the budget allows)")
     p.add_argument("--restarts", type=int, default=None,
                    help="restarts per trial: the starting number with racing (default 1), fixed without (default 3)")
     p.add_argument("--max-restarts", type=int, default=6, help="racing cap per trial (default: %(default)s)")

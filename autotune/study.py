@@ -85,6 +85,8 @@ __all__ = [
 
 #: Give up after this many suggestions in a row that start no engine (duplicates, infeasible): space exhausted.
 MAX_IDLE_SUGGESTIONS = 30
+#: Random draws tried for an unmeasured configuration after a repeated suggestion (:func:`_queue_unmeasured`).
+EXPLORE_DRAWS = 50
 #: Seconds between looks at the study while a worker waits for others (their trials, verification rounds).
 DEFAULT_POLL_S = 2.0
 
@@ -117,7 +119,9 @@ def make_sampler(name: str, seed: int) -> tuple[optuna.samplers.BaseSampler, str
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             # constant_liar: trials other workers are running count as bad guesses, so parallel suggestions
             # spread out instead of piling onto the current best region (a no-op for one worker).
-            sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed, n_startup_trials=6,
+            # n_startup_trials=10 is Optuna's default; 6 (two baselines and four random draws) let TPE settle on a
+            # plateau early (docs/benchmarks.md: gb10 mean regret at 60 starts 2.4% with 6, 0.6% with 10).
+            sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed, n_startup_trials=10,
                                                  constant_liar=True)
         why = ("TPE (multivariate, group, constant liar): handles the conditional space (draft only when K > 0) "
                "natively; it is told the mean over matched restarts of each trial")
@@ -620,6 +624,7 @@ def _run_trial(ctx: StudyContext, trial: optuna.Trial, observers: Sequence[Study
     duplicate = ledger.find_duplicate(config.key(), trial.number)
     if duplicate is not None:
         _tell_duplicate(ledger, trial, duplicate)
+        _queue_unmeasured(ctx, trial.number)
         return False
     notify(observers, "on_trial_start", ctx, trial.number, config)
     try:
@@ -629,6 +634,28 @@ def _run_trial(ctx: StudyContext, trial: optuna.Trial, observers: Sequence[Study
         raise
     notify(observers, "on_trial_end", ctx, record)
     return True
+
+
+def _queue_unmeasured(ctx: StudyContext, number: int) -> None:
+    """After a repeated suggestion, queue a configuration drawn uniformly from those not measured yet.
+
+    A sampler that repeats a measured configuration has stopped exploring (TPE does once one region dominates its
+    model). The repeat is answered from the record and starts nothing; the trial after it explores instead, so the
+    budget keeps buying information rather than ending the study with starts unspent. The draw is Optuna's
+    ``RandomSampler`` over the same define-by-run space, seeded by the study's seed and the repeat's number; when
+    :data:`EXPLORE_DRAWS` draws all hit measured or infeasible configurations nothing is queued, and the search
+    ends on repeats as before (:data:`MAX_IDLE_SUGGESTIONS`).
+    """
+    draws = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=ctx.options.search_seed(number)))
+    for _ in range(EXPLORE_DRAWS):
+        draw = draws.ask()
+        try:
+            config = ctx.space.suggest(draw)
+        except Infeasible:
+            continue
+        if ctx.ledger.find_duplicate(config.key(), -1) is None:
+            ctx.study.enqueue_trial(draw.params, skip_if_exists=True)
+            return
 
 
 def _interruption(exc: KeyboardInterrupt) -> str:

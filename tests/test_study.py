@@ -230,3 +230,24 @@ def test_when_nothing_meets_the_slo_the_report_says_so(tmp_path):
     text = render_report(report)
     assert "no verified configuration met the limits" in text and "MISSES ttft_p99_ms" in text
     assert "Verdict: no configuration met the latency limits" in text
+
+
+def test_a_repeated_suggestion_starts_nothing_counts_no_trial_and_the_next_trial_explores(tmp_path):
+    """TPE repeats itself once one region dominates its model; a repeat is answered from the record, and the trial
+    after it is an unmeasured configuration, so ``trials`` measured configurations are what the study measures."""
+    space = parse_space(SMALL_SPACE)
+    n_configs = len({space.config_from_params(p).key() for p in space.all_params()})
+    trials = n_configs - 1
+    study = run_study(space, FakeEngine(by_params(TRUTH)), _options(tmp_path, trials=trials, verify=False))
+    records = study.trial_records()
+    repeats = [r for r in records if r.duplicate_of is not None]
+    measured = [r for r in records if r.duplicate_of is None and r.state != "PRUNED"]
+    assert repeats, "no repeated suggestion: the space is too large for this test"
+    assert all(not r.restarts for r in repeats)  # a repeat starts no engine
+    # Every repeat is followed by a trial of a configuration nobody had measured.
+    keys = [r.config.key() for r in sorted(records, key=lambda r: r.number)]
+    for r in repeats:
+        later = [k for k in keys[r.number + 1:]]
+        assert later and later[0] not in keys[: r.number + 1]
+    # Repeats do not count towards --trials: the study measured `trials` distinct configurations.
+    assert len({r.config.key() for r in measured}) == len(measured) == trials
