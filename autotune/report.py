@@ -611,7 +611,7 @@ def render_report(report: Report) -> str:
     duplicates = [t.record for t in report.search_trials if t.duplicate_of is not None]
     if duplicates:
         lines.append("")
-        lines.append(f"Repeated suggestions ({len(duplicates)}, counted as trials, nothing run: each was told its "
+        lines.append(f"Repeated suggestions ({len(duplicates)}, nothing run, not counted as trials: each was told its "
                      "original's result):")
         for r in duplicates[:_SHOWN_FAILURES]:
             lines.append(f"  = trial {r.number} {r.config.label()}: same configuration as trial {r.duplicate_of}")
