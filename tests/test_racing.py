@@ -131,8 +131,7 @@ def test_policy_stops_a_challenger_at_the_incumbents_restarts():
     assert RacingPolicy().decide(ahead, [100.0, 101.0], noise) == Decision.MORE  # no such cap: the old race
     assert RacingPolicy().decide(ahead, [100.0, 101.0], noise, incumbent_restarts=3) == Decision.MORE
     assert RacingPolicy().decide(ahead, [100.0, 101.0], noise, incumbent_restarts=2) == Decision.COMPLETE
-    # The first counted restart is always allowed its decision: a one-restart incumbent does not stop a challenger
-    # that min_restarts says needs two.
+    # min_restarts comes first: a one-restart incumbent does not stop a challenger before its min_restarts.
     assert RacingPolicy(min_restarts=2).decide([102.0], [100.0], noise, incumbent_restarts=1) == Decision.MORE
 
 

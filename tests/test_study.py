@@ -247,7 +247,6 @@ def test_a_repeated_suggestion_starts_nothing_counts_no_trial_and_the_next_trial
     # Every repeat is followed by a trial of a configuration nobody had measured.
     keys = [r.config.key() for r in sorted(records, key=lambda r: r.number)]
     for r in repeats:
-        later = [k for k in keys[r.number + 1:]]
-        assert later and later[0] not in keys[: r.number + 1]
+        assert r.number + 1 < len(keys) and keys[r.number + 1] not in keys[: r.number + 1]
     # Repeats do not count towards --trials: the study measured `trials` distinct configurations.
     assert len({r.config.key() for r in measured}) == len(measured) == trials
