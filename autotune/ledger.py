@@ -31,7 +31,7 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -693,12 +693,18 @@ class Ledger:
     def find_duplicate(self, key: str, number: int) -> FrozenTrial | None:
         """A measured (not itself a repeat) trial of the configuration ``key``, other than ``number``: a finished
         one, or one another worker is running now (then this one is told that trial's result once it has one)."""
+        return next((t for t in self._measured_trials() if t.number != number and self.config_key(t) == key), None)
+
+    def measured_keys(self) -> set[str]:
+        """Config keys of every measured trial (finished or running, not interrupted, not a repeat): the
+        configurations :meth:`find_duplicate` would find, read from the storage once."""
+        return {key for t in self._measured_trials() if (key := self.config_key(t)) is not None}
+
+    def _measured_trials(self) -> Iterator[FrozenTrial]:
         retried = self.retried()
         for t in self.study.get_trials(deepcopy=False, states=(*_FINISHED, TrialState.RUNNING)):
-            if (t.number != number and self.config_key(t) == key and not self.interrupted(t, retried)
-                    and not self.is_duplicate(t)):
-                return t
-        return None
+            if not self.interrupted(t, retried) and not self.is_duplicate(t):
+                yield t
 
     # -- workers: who runs what, liveness, the budget they share -----------------------------------------
 

@@ -647,13 +647,14 @@ def _queue_unmeasured(ctx: StudyContext, number: int) -> None:
     ends on repeats as before (:data:`MAX_IDLE_SUGGESTIONS`).
     """
     draws = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=ctx.options.search_seed(number)))
+    measured = ctx.ledger.measured_keys()
     for _ in range(EXPLORE_DRAWS):
         draw = draws.ask()
         try:
             config = ctx.space.suggest(draw)
         except Infeasible:
             continue
-        if ctx.ledger.find_duplicate(config.key(), -1) is None:
+        if config.key() not in measured:
             ctx.study.enqueue_trial(draw.params, skip_if_exists=True)
             return
 
