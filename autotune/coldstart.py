@@ -11,12 +11,20 @@ and the machine, so each study tests it on its own data instead of assuming eith
 * :func:`judge_cold` runs a paired t-test on log throughput (``scipy.stats.ttest_rel``). A significant difference:
   cold starts are **not counted** from then on. Equivalence within the study's pooled restart noise (two
   one-sided tests, ``scipy.stats.ttest_1samp``): a cold start whose warm-up converged **counts** as a restart,
-  which saves an engine start per configuration. Neither yet: **undecided**.
+  which saves an engine start per configuration. Neither, with at least :data:`MIN_PAIRS` pairs whose mean
+  difference lies within the noise the pairs themselves show: it counts **provisionally**, until a difference is
+  found. Otherwise (too few pairs, or a mean difference larger than that noise and not yet significant):
+  **undecided**.
 * While undecided, a cold start is recorded and not counted, and the same seed runs again warm (what autotune
   always did). That is the conservative side: counting a start that may run 30-60% slow would rank
   configurations by their compile luck, while not counting it costs one start per configuration only until the
-  pairs it produces decide the question. Only the search ever counts a cold start: verification, which gives
-  the user's verdict, counts warm restarts only.
+  pairs it produces decide the question. The provisional state is the issue's rule (a converged cold start
+  counts; the study stops counting when its data show a difference) once there is data to test: a measured bias
+  smaller than one restart's own noise at most doubles the variance of a one-restart estimate, and equivalence
+  proper needs a dozen pairs at a 10% restart noise (an H200 study of 20 minutes has fewer), so without it every
+  new configuration would cost two starts for the whole study. The difference test keeps running on every
+  trial's pairs, and a significant difference ends the counting for good. Only the search ever counts a cold
+  start: verification, which gives the user's verdict, counts warm restarts only.
 * When cold starts differ they still screen (:func:`warm_upper_bound`): a prediction bound for a
   configuration's warm throughput from its cold start alone, from the pairs' spread. A configuration whose bound
   is below the incumbent cannot be the best, and its warm restart would change no decision.
@@ -44,6 +52,7 @@ __all__ = [
     "ColdVerdict",
     "DIFFER",
     "MIN_PAIRS",
+    "PROVISIONAL",
     "SAME",
     "STEADY_TOLERANCE",
     "UNDECIDED",
@@ -61,7 +70,7 @@ MIN_PAIRS = 3
 #: simulator stop their warm-up on (empirical: the ``vllm`` engine's default ``steady_tolerance``).
 STEADY_TOLERANCE = 0.03
 
-UNDECIDED, SAME, DIFFER = "undecided", "same", "differ"
+UNDECIDED, SAME, DIFFER, PROVISIONAL = "undecided", "same", "differ", "provisional"
 
 
 def warmup_converged(result: RestartResult, tolerance: float = STEADY_TOLERANCE) -> bool:
@@ -109,7 +118,9 @@ class ColdVerdict:
     """What the study's own pairs say about cold starts.
 
     Attributes:
-        state: ``undecided``, ``same`` (a converged cold start counts) or ``differ`` (recorded, not counted).
+        state: ``undecided`` (recorded, not counted), ``same`` (equivalent: a converged cold start counts),
+            ``provisional`` (no difference found, the mean within the pairs' noise: a converged cold start counts
+            until one is) or ``differ`` (recorded, not counted, final).
         pairs: Pairs the test used.
         ratio: Geometric mean of cold / warm throughput (``nan`` without pairs).
         p_value: Paired t-test p-value for "cold = warm" (``nan`` when undefined).
@@ -125,7 +136,7 @@ class ColdVerdict:
     @property
     def counts(self) -> bool:
         """Whether a cold start whose warm-up converged counts as a restart."""
-        return self.state == SAME
+        return self.state in (SAME, PROVISIONAL)
 
     def describe(self) -> str:
         """One sentence for the report."""
@@ -133,6 +144,10 @@ class ColdVerdict:
             return (f"cold starts: undecided after {self.pairs} cold/warm pair(s); recorded, not counted "
                     "(each new configuration also ran warm on the same seed)")
         pct = (self.ratio - 1.0) * 100.0
+        if self.state == PROVISIONAL:
+            return (f"cold starts ran {pct:+.1f}% against warm restarts ({self.pairs} pairs, p={self.p_value:.3g}: no "
+                    "difference found, within the pairs' own noise): a cold start whose warm-up converged counted as "
+                    "a restart in the search until a difference is found")
         if self.state == DIFFER:
             return (f"cold starts ran {pct:+.1f}% against warm restarts of the same configurations (paired t-test "
                     f"on log throughput, {self.pairs} pairs, p={self.p_value:.3g}): recorded, not counted")
@@ -160,8 +175,9 @@ def judge_cold(pairs: Sequence[tuple[float, float]], noise_sd: float | None, alp
 
     Equivalent within the margin (two one-sided tests): ``same``. Otherwise a significant paired t-test (once
     ``same``: significantly beyond the margin): ``differ``, which is final (the study says so once, and stops
-    counting for good). Otherwise the previous ``same`` holds, or
-    the question stays ``undecided``. The test is repeated as pairs come in, which raises the chance of a false
+    counting for good). Otherwise the previous ``same`` holds; or, with ``min_pairs`` pairs whose mean log ratio
+    is within their own noise (their sd over sqrt(2): one start's noise when cold and warm starts are equally
+    noisy), ``provisional``; or the question stays ``undecided``. The test is repeated as pairs come in, which raises the chance of a false
     ``differ``: that costs starts, never honesty.
 
     Args:
@@ -211,7 +227,12 @@ def judge_cold(pairs: Sequence[tuple[float, float]], noise_sd: float | None, alp
         return ColdVerdict(SAME, n, ratio, p, margin)
     if different:
         return ColdVerdict(DIFFER, n, ratio, p, margin)
-    return ColdVerdict(SAME if previous == SAME else UNDECIDED, n, ratio, p, margin)
+    if previous == SAME:
+        return ColdVerdict(SAME, n, ratio, p, margin)
+    # Not different, not shown equivalent: count while the measured bias is within one start's noise as the pairs
+    # show it. Such a mean has |t| <= sqrt(n/2), never significant, so this is no looser than the test above.
+    within = abs(mean) <= spread / math.sqrt(2.0)
+    return ColdVerdict(PROVISIONAL if within else UNDECIDED, n, ratio, p, margin)
 
 
 def _log_ratios(pairs: Sequence[tuple[float, float]], min_pairs: int) -> np.ndarray | None:

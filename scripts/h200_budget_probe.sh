@@ -5,9 +5,15 @@
 #
 # Usage (repository root, vLLM bundle unpacked to /tmp/site, see shared/h200/README.md):
 #   OUT=/path/for/results MINUTES=8 SECONDS_LEFT=480 bash scripts/h200_budget_probe.sh
+# Run it again with the same STUDY and STUDY_DIR to resume the study (a study longer than one 10-minute device call:
+# the time limit interrupts it with SIGINT, which keeps every restart that landed, and the next call goes on).
+# PART names this call's files under $OUT (tune-<PART>.txt); ENGINE=sim tries the script without a GPU.
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"
 STUDY_DIR="${STUDY_DIR:-/tmp/budget-study}"
+STUDY="${STUDY:-h200-budget}"
+PART="${PART:-}"
+TUNE_TXT="$OUT/tune${PART:+-$PART}.txt"
 export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$STUDY_DIR"
@@ -18,12 +24,12 @@ print("torch", torch.__version__, "cuda", torch.version.cuda); print("gpu", torc
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 timeout --signal=INT --kill-after=30 "${SECONDS_LEFT:-480}" \
-    python3 -m autotune tune --space search_spaces/h200-dummy.yaml --engine vllm --no-mlflow \
-        --study h200-budget --storage "sqlite:///$STUDY_DIR/optuna.db" --workdir "$STUDY_DIR" \
+    python3 -m autotune tune --space search_spaces/h200-dummy.yaml --engine "${ENGINE:-vllm}" --no-mlflow \
+        --study "$STUDY" --storage "sqlite:///$STUDY_DIR/optuna.db" --workdir "$STUDY_DIR" \
         --budget-minutes "${MINUTES:-8}" --seed 0 --json "$OUT/report.json" 2>&1 | tr '\r' '\n' | grep -v '^trials:' \
-        | tee "$OUT/tune.txt"
-echo "tune exit status: ${PIPESTATUS[0]}" | tee -a "$OUT/tune.txt"
-python3 -m autotune report --study h200-budget --storage "sqlite:///$STUDY_DIR/optuna.db" \
+        | tee "$TUNE_TXT"
+echo "tune exit status: ${PIPESTATUS[0]}" | tee -a "$TUNE_TXT"
+python3 -m autotune report --study "$STUDY" --storage "sqlite:///$STUDY_DIR/optuna.db" \
     --json "$OUT/report-now.json" > "$OUT/report-now.txt" 2>&1 || true
 cp -f "$STUDY_DIR/optuna.db" "$OUT/optuna.db" 2>/dev/null || true
 (cd "$STUDY_DIR" && find . -name '*.log' -print0 | tar --null -czf "$OUT/engine-logs.tar.gz" -T -) 2>/dev/null || true

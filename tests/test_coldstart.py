@@ -92,11 +92,29 @@ def test_cold_starts_no_slower_count_once_equivalence_within_the_restart_noise_i
     verdict = judge_cold(pairs, noise_sd=0.04)
     assert verdict.state == "same" and verdict.counts and "counted as a restart" in verdict.describe()
     assert judge_cold(pairs[:2], noise_sd=0.04).state == "undecided"  # fewer pairs than the test needs
-    assert judge_cold(pairs, noise_sd=None).state == "undecided"  # no margin without the restart noise
+    # No margin without the restart noise: not equivalent, but no difference and a mean within the pairs' noise.
+    assert judge_cold(pairs, noise_sd=None).state == "provisional"
     assert equivalence_margin(0.04, 1) == pytest.approx(0.04 / math.sqrt(3.841), rel=1e-3)  # chi2(1) 95%: 3.841
     assert 0.04 * 0.7 < equivalence_margin(0.04, 30) < 0.04
     # The margin is the study's own noise: the same pairs are not equivalent within a tenth of it.
-    assert judge_cold(pairs, noise_sd=0.004).state == "undecided"
+    assert judge_cold(pairs, noise_sd=0.004).state == "provisional"
+
+
+def test_cold_starts_count_provisionally_only_while_their_measured_bias_is_within_the_pairs_noise():
+    # Three pairs, no difference: the mean log ratio (+0.01) is inside sd/sqrt(2) of the pairs (~0.035).
+    close = [(101.0, 100.0), (96.0, 100.0), (106.0, 100.0)]
+    verdict = judge_cold(close, noise_sd=None)
+    assert verdict.state == "provisional" and verdict.counts
+    assert "until a difference is found" in verdict.describe()
+    assert judge_cold(close[:2], noise_sd=None).state == "undecided"  # fewer than MIN_PAIRS
+    # A bias of ~-15% on noisy pairs: not significant at 3 pairs, but larger than their noise: not counted.
+    far = [(70.0, 100.0), (95.0, 100.0), (90.0, 100.0)]
+    verdict = judge_cold(far, noise_sd=None)
+    assert verdict.p_value > 0.05 and verdict.state == "undecided" and not verdict.counts
+    # Counting provisionally stops at the first significant difference, for good.
+    slow = close + _pairs(0.55, 0.65, 4, 0.02)
+    assert judge_cold(slow, noise_sd=None, previous="provisional").state == "differ"
+    assert judge_cold(close, noise_sd=None, previous="differ").state == "differ"
 
 
 def test_differ_is_final_and_same_holds_until_a_difference_is_significant():
@@ -171,6 +189,19 @@ def test_a_study_whose_cold_starts_are_no_slower_starts_counting_them_and_says_s
     assert "counted as a restart" in render_report(report)
     shown = [r for t in report.to_json()["search_trials"] for r in t["restarts"] if r["cold"]]
     assert sum(r["counted"] for r in shown) >= counted_cold and not all(r["counted"] for r in shown)
+
+
+def test_with_one_counted_restart_a_study_counts_cold_starts_provisionally_once_its_pairs_show_no_difference(tmp_path):
+    # One counted restart a trial (the default): pooled restart noise comes late, equivalence later still. The
+    # pairs of the first configurations show no difference, so new configurations stop paying a warm rerun.
+    engine = SteadyEngine(by_params(TRUTH), noise=0.03, cold_first=True, cold_factor=1.0)
+    ledger = run_study(parse_space(WIDE_SPACE), engine, _options(tmp_path, trials=16))
+    verdict = ledger.cold_verdict()
+    assert verdict.counts and verdict.state in ("provisional", "same")
+    single = [t for t in ledger.study.get_trials(states=(TrialState.COMPLETE,))
+              if [r.cold for r in ledger.restarts(t)] == [True] and t.intermediate_values]
+    assert single, "some configuration entered the race on its cold start alone"
+    assert "counted as a restart" in render_report(build_report(ledger))
 
 
 def test_a_study_whose_cold_starts_are_slow_stops_counting_them_and_screens_with_them(tmp_path):
@@ -249,4 +280,6 @@ def test_the_restart_line_says_whether_a_cold_start_counted():
     assert "recorded, not counted" in line("same", unsettled), "a cold start whose warm-up did not settle never counts"
     assert "recorded, not counted" in line("differ", converged)
     assert "recorded, not counted" in line("undecided", converged)
+    assert "cold first start: counted" in line("provisional", converged)
+    assert "recorded, not counted" in line("provisional", unsettled)
     assert "recorded, not counted" in line("same", converged, phase="verify"), "verification never counts one"
