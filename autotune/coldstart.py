@@ -177,8 +177,8 @@ def judge_cold(pairs: Sequence[tuple[float, float]], noise_sd: float | None, alp
     ``same``: significantly beyond the margin): ``differ``, which is final (the study says so once, and stops
     counting for good). Otherwise the previous ``same`` holds; or, with ``min_pairs`` pairs whose mean log ratio
     is within their own noise (their sd over sqrt(2): one start's noise when cold and warm starts are equally
-    noisy), ``provisional``; or the question stays ``undecided``. The test is repeated as pairs come in, which raises the chance of a false
-    ``differ``: that costs starts, never honesty.
+    noisy), ``provisional``; or the question stays ``undecided``. The test is repeated as pairs come in, which
+    raises the chance of a false ``differ``: that costs starts, never honesty.
 
     Args:
         pairs: ``(cold, warm)`` throughputs (see :func:`cold_pairs`).

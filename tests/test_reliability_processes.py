@@ -79,6 +79,9 @@ def test_an_interruption_while_an_engine_starts_does_not_leak_it(monkeypatch, si
 
     started: list[int] = []
     monkeypatch.setattr(subprocess, "_fork_exec", fork_then_signal)
+    # Python's own Ctrl-C handler, as in a terminal: a process started in the background (`cmd &` in a script, as CI
+    # may run the tests) inherits SIGINT ignored, and Python then leaves it ignored.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
             with _process.interrupt_on_sigterm():
@@ -93,6 +96,7 @@ def test_an_interruption_while_an_engine_starts_does_not_leak_it(monkeypatch, si
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are back
         assert not [p for p in _process._pids() if tag_prefix in _environ(p) and _process._live(p)]
     finally:
+        signal.signal(signal.SIGINT, inherited)
         for pid in started:
             try:
                 os.kill(pid, signal.SIGKILL)
