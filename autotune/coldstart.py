@@ -18,7 +18,7 @@ and the machine, so each study tests it on its own data instead of assuming eith
 * While undecided, a cold start is recorded and not counted, and the same seed runs again warm (what autotune
   always did). That is the conservative side: counting a start that may run 30-60% slow would rank
   configurations by their compile luck, while not counting it costs one start per configuration only until the
-  pairs it produces decide the question. The provisional state is the issue's rule (a converged cold start
+  pairs it produces decide the question. The provisional state is issue 9's rule (a converged cold start
   counts; the study stops counting when its data show a difference) once there is data to test: a measured bias
   smaller than one restart's own noise at most doubles the variance of a one-restart estimate, and equivalence
   proper needs a dozen pairs at a 10% restart noise (an H200 study of 20 minutes has fewer), so without it every
