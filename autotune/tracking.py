@@ -329,6 +329,14 @@ class _Session:
             max_results=1, order_by=["attributes.start_time ASC"])
         return found[0] if found else None
 
+    def _adopt_parent(self, ledger: Ledger, run: Any) -> str:
+        """Continue an existing parent run: reopen it unless the study is over, and make the ledger name it."""
+        if run.info.status != "RUNNING" and not ledger.has_verification():
+            self.client.update_run(run.info.run_id, status="RUNNING")
+        if ledger.mlflow_parent_run_id() != run.info.run_id:
+            ledger.record_mlflow_parent_run_id(run.info.run_id)
+        return str(run.info.run_id)
+
     def open_parent(self, ledger: Ledger, experiment_id: str, meta: StudyMeta, claims: Any = None,
                     wait: Callable[[], None] | None = None) -> tuple[str, bool]:
         """The study's parent run: found by the study's id if it exists, else created, by one worker only.
@@ -343,16 +351,20 @@ class _Session:
         while True:
             run = self.find_parent(ledger, experiment_id)
             if run is not None:
-                if run.info.status != "RUNNING" and not ledger.has_verification():
-                    self.client.update_run(run.info.run_id, status="RUNNING")
-                if ledger.mlflow_parent_run_id() != run.info.run_id:
-                    ledger.record_mlflow_parent_run_id(run.info.run_id)
-                return run.info.run_id, False
+                return self._adopt_parent(ledger, run), False
             if claims is None:
                 break
             claim = claims.try_claim(MLFLOW_PARENT_JOB)
             if claim is not None or claims.done(MLFLOW_PARENT_JOB):
-                break  # ours to create, or created in another store (a different tracking URI): create one here
+                # Look again before creating: the worker that held the claim may have created the run (and
+                # finished its claim, or died holding it) after this worker looked. Only when there is still
+                # none is it ours to create (or it was created in another store: a different tracking URI).
+                run = self.find_parent(ledger, experiment_id)
+                if run is None:
+                    break
+                if claim is not None:
+                    claim.complete()
+                return self._adopt_parent(ledger, run), False
             if wait is not None:
                 wait()
         tags = {TAG_KIND: KIND_STUDY, TAG_STUDY: ledger.name, "mlflow.source.name": "autotune",
@@ -382,6 +394,15 @@ class _Session:
             token = page.token
             if not token:
                 return found
+
+    def find_child(self, experiment_id: str, parent_id: str, key: tuple[str, str]) -> _Child | None:
+        """The parent's child run of identity ``key`` (see :meth:`children`), if there is one."""
+        kind, ident = key
+        tag = TAG_TRIAL if kind == KIND_TRIAL else TAG_CONFIG_KEY
+        runs = self.client.search_runs([experiment_id], filter_string=(
+            f"tags.`mlflow.parentRunId` = '{parent_id}' and tags.`{TAG_KIND}` = '{kind}' and tags.`{tag}` = '{ident}'"),
+            max_results=1, order_by=["attributes.start_time ASC"])
+        return _Child(runs[0].info.run_id, bool(runs[0].data.tags.get(TAG_LOGGED))) if runs else None
 
     def child_run(self, experiment_id: str, parent_id: str, name: str, tags: Mapping[str, str],
                   start_ms: int | None = None) -> str:
@@ -542,13 +563,16 @@ class _StudyLog:
 
     def start_trial(self, number: int, config: EngineConfig) -> str:
         """Open the trial's run before its restarts, so the UI shows it (and its restarts) as they land."""
-        existing = self._children.get((KIND_TRIAL, str(number)))
+        key = (KIND_TRIAL, str(number))
+        existing = self._children.get(key)
         if existing is not None:
             return existing.run_id
         run_id = self.session.child_run(self.experiment_id, self.parent_id, _trial_name(number, config),
                                         _trial_tags(self.study.study_name, number, config, self.engine_info))
+        # Known before anything else is logged to it: if logging the params fails, the trial's end completes
+        # this run instead of opening a second one.
+        self._children[key] = _Child(run_id)
         self.session.log(run_id, params=config_params(config))
-        self._children[(KIND_TRIAL, str(number))] = _Child(run_id)
         return run_id
 
     def log_restart(self, run_id: str, step: int, result: RestartResult) -> None:
@@ -572,9 +596,13 @@ class _StudyLog:
         """Log a child run in full, or finish one that an interruption left open, exactly once.
 
         The completion tag goes in the last batch, after the failure logs: a run without it is redone on the
-        next sync, and what it already holds (params, restarts logged live) is not logged again.
+        next sync, and the restarts it already holds (logged live) are not logged again.
         """
         existing = self._children.get(key)
+        if existing is None:
+            # Another process (a worker's live logging, another worker's sync) may have opened it since this
+            # one last looked: one narrow search before creating it.
+            existing = self.session.find_child(self.experiment_id, self.parent_id, key)
         if existing is not None and existing.logged:
             return
         if existing is None:
@@ -583,6 +611,8 @@ class _StudyLog:
             skip = 0
         else:
             run_id = existing.run_id
+            # Again, in case the opening half failed: MLflow accepts a param logged again with the same value.
+            self.session.log(run_id, params=params)
             skip = self.session.logged_steps(run_id, _restart_metric(self.unit))
         self.session.restart_logs(run_id, restarts)
         values = _restart_metrics(restarts, skip, self.unit) + [(k, v, 0) for k, v in metrics.items()]

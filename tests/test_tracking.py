@@ -468,3 +468,71 @@ def test_tracking_server_gets_short_retries_unless_the_user_chose(monkeypatch: p
     tracking._Session("http://127.0.0.1:1")  # no request yet: the client connects lazily
     assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3"
     assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "99"
+
+
+# -- several processes on one study: each run is created once, whoever logs it ---------------------------------
+
+
+class _PeerCreatesTheParent:
+    """Claims as a worker sees them when a peer created the parent run and finished its claim between this
+    worker's look for the run and its try for the claim."""
+
+    def __init__(self, peer: Any, ledger: Ledger, experiment_id: str) -> None:
+        self.peer, self.ledger, self.experiment_id = peer, ledger, experiment_id
+        self.finished = False
+
+    def try_claim(self, job: str) -> None:
+        if not self.finished:
+            self.peer.open_parent(self.ledger, self.experiment_id, self.ledger.meta())  # the peer's whole claim
+            self.finished = True
+        return None
+
+    def done(self, job: str) -> bool:
+        return self.finished
+
+
+def _parents(client: Any, ledger: Ledger) -> list[Any]:
+    return client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              filter_string=f"tags.`autotune.study_uid` = '{ledger.study_uid()}' and "
+                                            "tags.`autotune.kind` = 'study'")
+
+
+def test_a_worker_that_loses_the_race_for_the_parent_run_joins_the_peers_run(tmp_path: Path) -> None:
+    from autotune.tracking import _Session
+
+    study = run_study(load_space(write_space(tmp_path)), fake_engine(), options(tmp_path, trials=2, verify=False))
+    mine, peers = _Session(store(tmp_path)), _Session(store(tmp_path))
+    exp = mine.experiment_id(experiment_name(study.meta().model, study.meta().engine))
+    claims = _PeerCreatesTheParent(peers, study, exp)
+    run_id, created = mine.open_parent(study, exp, study.meta(), claims, wait=lambda: None)
+    assert claims.finished and not created
+    parents = _parents(client_for(tmp_path), study)
+    assert [p.info.run_id for p in parents] == [run_id] == [study.mlflow_parent_run_id()]
+
+
+def test_a_trial_run_is_completed_not_duplicated_when_its_opening_half_failed_or_a_peer_opened_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune import tracking
+
+    study = run_study(load_space(write_space(tmp_path)), fake_engine(), options(tmp_path, trials=3, verify=False))
+    first, second = measured_trials(study)[:2]
+    owner = tracking._StudyLog(tracking._Session(store(tmp_path)), study, study.meta())
+    peer = tracking._StudyLog(tracking._Session(store(tmp_path)), study, study.meta())  # looked before any trial run
+
+    # The owner's live logging opens the run, then the store fails while the params go in.
+    real_log = tracking._Session.log
+    monkeypatch.setattr(tracking._Session, "log", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("locked")))
+    with pytest.raises(RuntimeError):
+        owner.start_trial(first.number, first.config)
+    monkeypatch.setattr(tracking._Session, "log", real_log)
+    owner.log_trial(first)  # the trial's end: completes that run
+    # A peer whose view of the runs predates the owner's opens nothing new either.
+    owner.start_trial(second.number, second.config)
+    peer.log_trial(second)
+    peer.log_trial(first)
+
+    client = client_for(tmp_path)
+    runs = child_runs(client, client.get_run(owner.parent_id), "trial")
+    numbers = sorted(int(r.data.tags["autotune.trial_number"]) for r in runs)
+    assert numbers == sorted([first.number, second.number])
+    assert all(r.data.tags.get("autotune.logged") == "true" and r.data.params for r in runs)
