@@ -23,7 +23,7 @@ import sys
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -546,6 +546,8 @@ def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
         if (not stopped and finished + running + len(retries) < options.trials
                 # A queued trial's starts are held already; a new suggestion's are not.
                 and _search_may_start(ledger, options, [] if queued else _entry_starts(options, verdict), ctx.space)):
+            if not queued and options.sampler != "random" and finished + running < START_DESIGN_TRIALS:
+                _queue_spread(ctx, len(study.trials))  # the start design (the random control keeps its own draws)
             with warnings.catch_warnings():
                 # Optuna warns that heartbeats are meant for Study.optimize; this worker beats for its trials
                 # itself (autotune.heartbeat), which is what optimize would do.
@@ -657,6 +659,48 @@ def _queue_unmeasured(ctx: StudyContext, number: int) -> None:
         if config.key() not in measured:
             ctx.study.enqueue_trial(draw.params, skip_if_exists=True)
             return
+
+
+#: Search trials (baselines included) whose configurations come from the spread-out start design
+#: (:func:`_queue_spread`): TPE's own ``n_startup_trials``, so the design replaces its independent random draws.
+START_DESIGN_TRIALS = 10
+
+
+_ABSENT = object()
+
+
+def _param_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
+    """How many parameters two points of the define-by-run space differ in; one only one side has (the draft of a
+    configuration with speculation on) counts. Numbers count as categories: a distance over their range would push
+    the design to the ends of each range (K = 0 and the largest K)."""
+    return sum(a.get(name, _ABSENT) != b.get(name, _ABSENT) for name in set(a) | set(b))
+
+
+def _queue_spread(ctx: StudyContext, number: int) -> None:
+    """Queue the start design's next configuration: of :data:`EXPLORE_DRAWS` random draws, the one farthest (its
+    nearest neighbour farthest, :func:`_param_distance`) from every configuration the study has tried.
+
+    Independent random draws cluster by chance; with the 10-20 configurations a small budget measures, a whole
+    mode or draft can go unmeasured. A maximin choice among random candidates spreads the same number of draws
+    over every dimension (a space-filling start, as BoTorch starts from Sobol points), for any landscape: it
+    reads only the space and the trials' parameters.
+    """
+    trials = [t for t in ctx.study.get_trials(deepcopy=False) if t.params]
+    if not trials:
+        return
+    draws = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=ctx.options.search_seed(number)))
+    best, best_distance = None, 0.0
+    for _ in range(EXPLORE_DRAWS):
+        draw = draws.ask()
+        try:
+            ctx.space.suggest(draw)
+        except Infeasible:
+            continue
+        nearest = min(_param_distance(draw.params, t.params) for t in trials)
+        if nearest > best_distance:  # ties keep the earlier draw: the choice among equals stays random
+            best, best_distance = draw.params, nearest
+    if best is not None:
+        ctx.study.enqueue_trial(best, skip_if_exists=True)
 
 
 def _interruption(exc: KeyboardInterrupt) -> str:
