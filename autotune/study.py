@@ -662,7 +662,8 @@ def _queue_unmeasured(ctx: StudyContext, number: int) -> None:
 
 
 #: Search trials (baselines included) whose configurations come from the spread-out start design
-#: (:func:`_queue_spread`): TPE's own ``n_startup_trials``, so the design replaces its independent random draws.
+#: (:func:`_queue_spread`): TPE's own ``n_startup_trials``, so the design replaces its independent random draws
+#: (with ``--sampler gp`` too, whose model then starts from the same ten points).
 START_DESIGN_TRIALS = 10
 
 
