@@ -18,7 +18,8 @@ from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
 pytestmark = pytest.mark.services
 
-TRUTH = {("FULL_AND_PIECEWISE", 2): 300.0, ("PIECEWISE", 1): 200.0, ("NONE", 0): 40.0}
+#: The capture mode decides: any FULL_AND_PIECEWISE configuration wins, whichever K the sampler pairs it with.
+TRUTH = {("FULL_AND_PIECEWISE", k): 300.0 + 10.0 * k for k in range(3)} | {("PIECEWISE", 1): 200.0, ("NONE", 0): 40.0}
 
 
 def test_a_study_on_postgresql_logs_to_the_mlflow_server(postgres_url: str, mlflow_server_uri: str,

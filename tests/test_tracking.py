@@ -349,7 +349,8 @@ def test_resumed_study_with_more_trials_adds_only_new_trials(tmp_path: Path) -> 
     assert parent.info.run_id == parent_id
     assert before < {r.info.run_id for r in after}
     assert len(after) == len(measured_trials(study))
-    assert len(child_runs(client, parent, "verification")) == 3  # top-2 + baseline, verified once
+    # One run per verified configuration (the candidates and the baseline), verified once.
+    assert len(child_runs(client, parent, "verification")) == len(study.verification().entries) >= 2
 
 
 def test_log_study_after_the_fact_is_complete_and_idempotent(tmp_path: Path) -> None:
@@ -362,7 +363,7 @@ def test_log_study_after_the_fact_is_complete_and_idempotent(tmp_path: Path) -> 
     parent = client.get_run(parent_id)
     trials = child_runs(client, parent, "trial")
     assert len(trials) == len(measured_trials(study))
-    assert len(child_runs(client, parent, "verification")) == 3
+    assert len(child_runs(client, parent, "verification")) == len(study.verification().entries) >= 2
     assert "plots/optimization_history.png" in artifact_paths(client, parent_id)
     assert parent.info.status == "FINISHED"
     # Trial runs keep the study's own timing, not the time of logging.
