@@ -38,6 +38,7 @@ import math
 import multiprocessing
 import os
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -520,6 +521,17 @@ def summarize_runs(runs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _quiet_worker() -> None:
+    # A forked worker inherits the CLI's SIGTERM handler (SIGTERM takes Ctrl-C's path, autotune.cli). The pool
+    # ends its idle workers with SIGTERM: with that handler each would print a traceback as it goes.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def worker_pool(jobs: int) -> Any:
+    """The pool the seeds run in: ``jobs`` processes that end quietly when it closes."""
+    return multiprocessing.Pool(jobs, initializer=_quiet_worker)
+
+
 def run_benchmark(config: BenchConfig, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Run every task of ``config`` (in a pool of ``config.jobs`` processes) and summarise.
 
@@ -537,7 +549,7 @@ def run_benchmark(config: BenchConfig, progress: Callable[[int, int], None] | No
             if progress is not None:
                 progress(len(runs), len(tasks))
     else:
-        with multiprocessing.Pool(config.jobs) as pool:
+        with worker_pool(config.jobs) as pool:
             for outcome in pool.imap_unordered(_run_task, work, chunksize=1):
                 runs.append(outcome)
                 if progress is not None:

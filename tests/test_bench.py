@@ -250,7 +250,7 @@ def test_random_profile_scores_each_seed_on_its_own_landscape():
         assert run["true_speedup"] == pytest.approx(run["true"] / truth.baseline)
 
 
-def test_cli_writes_json_and_png_and_prints_the_table_last(tmp_path):
+def test_cli_writes_json_and_png_and_prints_the_table_last(tmp_path, capfd):
     out = io.StringIO()
     status = raw_main(["bench", "--profiles", "flat", "--strategies", "grid,naive-tpe", "--budgets", "30",
                        "--seeds", "2", "--jobs", "2", "--root", str(ROOT), "--out", str(tmp_path), "--no-mlflow"],
@@ -262,6 +262,20 @@ def test_cli_writes_json_and_png_and_prints_the_table_last(tmp_path):
     result = json.loads((tmp_path / "bench.json").read_text())
     assert {"config", "truth", "runs", "summary", "targets", "wall_s"} <= set(result)
     assert (tmp_path / "regret.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The pool's workers end quietly: the SIGTERM that closes the pool is not autotune's "interrupted" path.
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_the_seed_pool_workers_do_not_take_the_clis_sigterm_path():
+    import signal
+
+    from autotune.bench import worker_pool
+    from autotune.engines._process import interrupt_on_sigterm
+
+    with interrupt_on_sigterm():  # as under the CLI: SIGTERM raises in this process
+        with worker_pool(2) as pool:
+            handlers = pool.map(signal.getsignal, [signal.SIGTERM] * 2)
+    assert handlers == [signal.SIG_DFL] * 2
 
 
 def test_cli_rejects_unknown_profiles_and_bad_budgets(capsys):
