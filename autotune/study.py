@@ -23,7 +23,7 @@ import sys
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -648,17 +648,24 @@ def _queue_unmeasured(ctx: StudyContext, number: int) -> None:
     :data:`EXPLORE_DRAWS` draws all hit measured or infeasible configurations nothing is queued, and the search
     ends on repeats as before (:data:`MAX_IDLE_SUGGESTIONS`).
     """
-    draws = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=ctx.options.search_seed(number)))
     measured = ctx.ledger.measured_keys()
+    for params, config in _random_draws(ctx, number):
+        if config.key() not in measured:
+            ctx.study.enqueue_trial(params, skip_if_exists=True)
+            return
+
+
+def _random_draws(ctx: StudyContext, number: int) -> Iterator[tuple[dict[str, Any], EngineConfig]]:
+    """The feasible ones of :data:`EXPLORE_DRAWS` draws of Optuna's ``RandomSampler`` over the space, as
+    ``(params, config)``; seeded by the study's seed and ``number``, so a resume draws the same."""
+    draws = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=ctx.options.search_seed(number)))
     for _ in range(EXPLORE_DRAWS):
         draw = draws.ask()
         try:
             config = ctx.space.suggest(draw)
         except Infeasible:
             continue
-        if config.key() not in measured:
-            ctx.study.enqueue_trial(draw.params, skip_if_exists=True)
-            return
+        yield draw.params, config
 
 
 #: Search trials (baselines included) whose configurations come from the spread-out start design
@@ -689,17 +696,11 @@ def _queue_spread(ctx: StudyContext, number: int) -> None:
     trials = [t for t in ctx.study.get_trials(deepcopy=False) if t.params]
     if not trials:
         return
-    draws = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=ctx.options.search_seed(number)))
-    best, best_distance = None, 0.0
-    for _ in range(EXPLORE_DRAWS):
-        draw = draws.ask()
-        try:
-            ctx.space.suggest(draw)
-        except Infeasible:
-            continue
-        nearest = min(_param_distance(draw.params, t.params) for t in trials)
+    best, best_distance = None, 0
+    for params, _ in _random_draws(ctx, number):
+        nearest = min(_param_distance(params, t.params) for t in trials)
         if nearest > best_distance:  # ties keep the earlier draw: the choice among equals stays random
-            best, best_distance = draw.params, nearest
+            best, best_distance = params, nearest
     if best is not None:
         ctx.study.enqueue_trial(best, skip_if_exists=True)
 

@@ -250,6 +250,11 @@ def _quiet_mlflow_logs() -> None:
 # -- one connection to a tracking store ------------------------------------------------------------------
 
 
+def _identity_tag(kind: str | None) -> str:
+    """The tag that tells a parent's child runs of one kind apart: a trial's number, a verified config's key."""
+    return TAG_TRIAL if kind == KIND_TRIAL else TAG_CONFIG_KEY
+
+
 @dataclasses.dataclass
 class _Child:
     """A child run of the parent: its id, and whether it is complete (carries :data:`TAG_LOGGED`)."""
@@ -388,7 +393,7 @@ class _Session:
                                            max_results=1000, page_token=token)
             for run in page:
                 kind = run.data.tags.get(TAG_KIND)
-                ident = run.data.tags.get(TAG_TRIAL if kind == KIND_TRIAL else TAG_CONFIG_KEY)
+                ident = run.data.tags.get(_identity_tag(kind))
                 if kind and ident is not None:
                     found[(kind, ident)] = _Child(run.info.run_id, bool(run.data.tags.get(TAG_LOGGED)))
             token = page.token
@@ -398,9 +403,9 @@ class _Session:
     def find_child(self, experiment_id: str, parent_id: str, key: tuple[str, str]) -> _Child | None:
         """The parent's child run of identity ``key`` (see :meth:`children`), if there is one."""
         kind, ident = key
-        tag = TAG_TRIAL if kind == KIND_TRIAL else TAG_CONFIG_KEY
         runs = self.client.search_runs([experiment_id], filter_string=(
-            f"tags.`mlflow.parentRunId` = '{parent_id}' and tags.`{TAG_KIND}` = '{kind}' and tags.`{tag}` = '{ident}'"),
+            f"tags.`mlflow.parentRunId` = '{parent_id}' and tags.`{TAG_KIND}` = '{kind}' and "
+            f"tags.`{_identity_tag(kind)}` = '{ident}'"),
             max_results=1, order_by=["attributes.start_time ASC"])
         return _Child(runs[0].info.run_id, bool(runs[0].data.tags.get(TAG_LOGGED))) if runs else None
 
