@@ -6,7 +6,6 @@ import io
 import json
 from pathlib import Path
 
-import pytest
 
 from autotune.cli import main, raw_main
 from autotune.status import ExitStatus

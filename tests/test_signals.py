@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -12,7 +11,6 @@ import time
 from pathlib import Path
 
 import mlflow
-import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
