@@ -122,6 +122,8 @@ class VerifiedRow:
     shares_slot_with: tuple[int, ...] = ()
     latency: Mapping[str, LatencyStat] = dataclasses.field(default_factory=dict)
     slo_checks: tuple[SloCheck, ...] = ()
+    #: The runner-up or a challenger it displaced, dropped after the first round (autotune.verify.first_round_cut).
+    dropped: bool = False
 
     @property
     def meets_slo(self) -> bool:
@@ -146,7 +148,7 @@ class VerifiedRow:
             differences=tuple(s.differences),
             speedup=None if entry.comparison is None else CompareResult.from_comparison(entry.comparison),
             latency=summarize_latency(entry.restarts), slo_checks=tuple(entry.slo_checks),
-            restarts=tuple(entry.restarts), resolved_mode=s.resolved_mode, unit=s.unit,
+            restarts=tuple(entry.restarts), resolved_mode=s.resolved_mode, unit=s.unit, dropped=entry.dropped,
         )
 
     @property
@@ -169,7 +171,7 @@ class VerifiedRow:
                "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n, "values": list(self.values),
                "unstable": self.unstable, "status": self.status, "failure": self.failure,
                "accept_len": self.accept_len, "differences": list(self.differences), "text": self.describe(),
-               "unit": self.unit,
+               "unit": self.unit, "dropped": self.dropped,
                "restarts": [_restart_dict(r) for r in self.restarts]}
         if self.speedup is not None:
             out["speedup"] = self.speedup.to_dict()
@@ -653,9 +655,14 @@ def _verification_lines(report: Report, winner: VerifiedRow, table: Verification
         is_winner = not report.no_result and (e is winner or e.label == winner.label)
         tag = "WINNER" if is_winner else ("baseline" if e.is_baseline else "")
         extra = "" if e.speedup is None else f"  {e.speedup.oneliner()}"
+        text = e.describe().replace('95% CI', 'CI')
+        if e.dropped and e.status == "ok" and e.mean is not None:
+            # One restart has no spread: say what it was and why it stopped there.
+            text = (f"{e.mean:.1f} {e.unit} (n={e.n}), dropped after round 1: the lowest geometric mean of its "
+                    "search and round-1 restarts")
         if e.status != "ok":
             extra += f"  FAILED: {e.failure}"
-        lines.append(f"{tag:<10}{e.label:<{width}}  {e.describe().replace('95% CI', 'CI')}{extra}")
+        lines.append(f"{tag:<10}{e.label:<{width}}  {text}{extra}")
     n_family = len(table.entries)
     lines.append(f"(intervals hold jointly at 95% for these {n_family} configurations: each is a "
                  f"{100 - 5 / n_family:.2f}% interval, so picking the best does not shrink the winner's)")

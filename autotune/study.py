@@ -245,7 +245,8 @@ def _verify_top_k(ledger: Ledger, options: StudyOptions) -> int:
 
 def _verify_plan(ledger: Ledger, space: SearchSpace, options: StudyOptions) -> list[Start]:
     """Verification's share: the baseline and ``top_k`` configurations, ``verify_restarts`` warm restarts each, and
-    with several compile caches one cold start per verified configuration and other cache."""
+    with several compile caches one cold start per verified configuration and other cache. The runner-up
+    (:func:`_candidates`) gets no share: it runs on a start the search left over."""
     if not options.verify:
         return []
     keys: list[str | None] = [space.baseline().key(), *([None] * _verify_top_k(ledger, options))]
@@ -722,8 +723,9 @@ def _abandon(ledger: Ledger, trial: optuna.Trial, reason: str) -> None:
 # -- verification ----------------------------------------------------------------------------------------
 
 
-def select_candidates(ledger: Ledger, space: SearchSpace, top_k: int) -> list[Candidate]:
-    """Up to top-k engine plans by shrunk search estimate, then the baseline (see :func:`select_verified`)."""
+def select_candidates(ledger: Ledger, space: SearchSpace, top_k: int, runner_up: bool = False) -> list[Candidate]:
+    """Up to top-k engine plans by shrunk search estimate (and a runner-up), then the baseline (see
+    :func:`select_verified`)."""
     evidence = []
     complete = ledger.measured_complete()
     # Under latency limits only configurations that met them are candidates, as long as any did: a fast one that
@@ -734,18 +736,21 @@ def select_candidates(ledger: Ledger, space: SearchSpace, top_k: int) -> list[Ca
         config = ledger.config(t)
         if summary is not None and summary.values and config is not None:
             evidence.append(SearchEvidence.from_summary(t.number, config, summary))
-    return select_verified(evidence, space.baseline(), top_k)
+    return select_verified(evidence, space.baseline(), top_k, runner_up)
 
 
 def _verify_may_start(ledger: Ledger, options: StudyOptions, participants: Sequence[Candidate]) -> bool:
     """Whether a round of warm restarts of ``participants`` fits the whole study's budget."""
+    return _starts_fit(ledger, options, [(c.config.key(), False) for c in participants])
+
+
+def _starts_fit(ledger: Ledger, options: StudyOptions, starts: Sequence[Start]) -> bool:
+    """Whether ``starts`` more engine starts fit the whole study's budget (restarts, and minutes at their price)."""
     used, minutes = ledger.budget_used()
-    if options.budget_restarts is not None and used + len(participants) > options.budget_restarts:
+    if options.budget_restarts is not None and used + len(starts) > options.budget_restarts:
         return False
-    if options.budget_minutes is not None:
-        need = StartCosts.of(ledger).forecast([(c.config.key(), False) for c in participants])
-        if minutes + need > options.budget_minutes:
-            return False
+    if options.budget_minutes is not None and minutes + StartCosts.of(ledger).forecast(starts) > options.budget_minutes:
+        return False
     return True
 
 
@@ -769,7 +774,13 @@ def _candidates(ctx: StudyContext) -> list[Candidate]:
     ledger = ctx.ledger
     candidates = ledger.verify_candidates()
     if candidates is None:
-        candidates = select_candidates(ledger, ctx.space, _verify_top_k(ledger, ctx.options))
+        # A runner-up for the first round (autotune.verify.first_round_cut) when a start is left over for it: the
+        # search stops once a new configuration's cold and warm starts no longer fit, which often leaves one. It
+        # is the cheapest evidence that can change the pick (docs/benchmarks.md); it takes nothing from the search.
+        options = ctx.options
+        runner_up = options.verify_restarts >= 1 and _starts_fit(ledger, options, [
+            *_verify_plan(ledger, ctx.space, options), (None, False)])
+        candidates = select_candidates(ledger, ctx.space, _verify_top_k(ledger, options), runner_up)
         ledger.record_verify_candidates(candidates)
     return [_runnable(ctx.space, c) for c in candidates]
 
@@ -814,24 +825,28 @@ def _progress(ledger: Ledger) -> dict[str, list[dict[str, Any]]]:
 def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verification | None:
     """Verification rounds spread over the workers, one claim per round; the conclusion by exactly one worker.
 
-    The common rounds (every candidate, ``verify_restarts`` of them) are independent and run at once on as many
-    workers; the near-tie rounds after them (:func:`round_participants`) each depend on the rounds before, so
-    they run one at a time. Returns the verification if this worker concluded it, else ``None``.
+    The common rounds (``verify_restarts`` of them) run at once on as many workers, except that with a runner-up
+    the rounds after the first wait for it (who runs them is decided on it, :func:`round_participants`); the
+    near-tie rounds after them each depend on the rounds before, so they run one at a time. Returns the
+    verification if this worker concluded it, else ``None``.
     """
     ledger, options, claims = ctx.ledger, ctx.options, ctx.claims
     candidates = _candidates(ctx)
     common = options.verify_restarts
     cap = max(common, options.verify_max_restarts or common)
     jobs = [ledger.verify_round_job(r) for r in range(cap)]
+    cut_waits = any(c.runner_up for c in candidates)
     while not ledger.has_verification():
         claims.refresh()
         pending = [r for r in range(common) if not claims.done(jobs[r])]
         if not pending:
             break
-        for rnd in pending:
+        ready = [r for r in pending if r == 0 or not cut_waits or claims.done(jobs[0])]
+        for rnd in ready:
             claim = claims.try_claim(jobs[rnd])
             if claim is not None:
-                _verify_round(ctx, observers, candidates, rnd, claim)
+                participants = round_participants(candidates, _progress(ledger), rnd, common, options.confidence)
+                _verify_round(ctx, observers, participants or [], rnd, claim)
                 claim.complete()
                 break
         else:

@@ -43,7 +43,8 @@ def test_a_new_study_is_stamped_with_the_schema_and_every_key_is_namespaced(tmp_
     # Verification restarts live on the rounds' claims, in the study's companion claims study, namespaced too.
     claims = optuna.load_study(study_name="l" + ledger_mod.CLAIMS_SUFFIX, storage=ledger.study._storage)
     assert all(k.startswith("autotune:") for t in claims.trials for k in t.user_attrs)
-    assert sum(len(v) for by_key in ledger.verify_rounds().values() for v in by_key.values()) == 4
+    stored = sum(len(v) for by_key in ledger.verify_rounds().values() for v in by_key.values())
+    assert stored == sum(len(e.restarts) for e in ledger.verification().entries) >= 4
     assert ledger_mod.study_names(ledger.study._storage) == ["l"]
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autotune.measure import interval
 from autotune.options import VERIFY_SEED_OFFSET
 from autotune.space import parse_space
 from autotune.study import StudyOptions
-from autotune.verify import BASELINE, CANDIDATE, Candidate, run_verification
+from autotune.verify import BASELINE, CANDIDATE, Candidate, first_round_cut, run_verification
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 from tests.test_racing import BEHIND, BETTER, CLOSE, TRUTH
 
@@ -80,3 +82,86 @@ def _ledger_with_starts(path, warm_minutes):
     ledger.record_restarts(trial, restarts)
     ledger.study.tell(trial, 100.0)
     return ledger
+
+
+# -- the runner-up ---------------------------------------------------------------------------------------
+
+
+def _runner_up_pair(space, leader_search, runner_search):
+    """CLOSE (truly 101) as the search's leader and BETTER (truly 250) as the runner-up, with the given search means."""
+    leader = Candidate(CANDIDATE, space.config_from_params(CLOSE), 3, leader_search, leader_search,
+                       search_values=(leader_search,))
+    runner = Candidate(CANDIDATE, space.config_from_params(BETTER), 4, runner_search, runner_search,
+                       search_values=(runner_search,), runner_up=True)
+    return [leader, runner, Candidate(BASELINE, space.baseline())]
+
+
+def test_a_runner_up_that_is_ahead_on_search_and_first_round_restarts_takes_the_slot_and_can_win():
+    space = parse_space(SMALL_SPACE)
+    engine = FakeEngine(by_params(TRUTH), noise=0.01)
+    # The search saw the leader lucky (300 against its true 101) and the runner-up at 240: the first round's fresh
+    # restarts (about 101 and 250) turn the order round, so the leader is the one dropped.
+    candidates = _runner_up_pair(space, 300.0, 240.0)
+    verification = run_verification(engine, space.workload, candidates, restarts=3,
+                                    seed_for=lambda r: VERIFY_SEED_OFFSET + r)
+    leader, runner, base = verification.entries
+    assert leader.dropped and len(leader.summary.values) == 1 and leader.comparison is None
+    assert not runner.dropped and len(runner.summary.values) == 3 and runner.comparison is not None
+    assert len(base.summary.values) == 3
+    assert verification.winner is runner and verification.verdict == "faster"
+    assert len(engine.calls) == 1 + 3 + 3, "the dropped challenger ran the first round only"
+    # The comparison is Bonferroni over the challengers that went on: one.
+    assert runner.comparison.comparisons == 1
+
+
+def test_a_dropped_challenger_cannot_win_even_with_the_highest_fresh_mean():
+    space = parse_space(SMALL_SPACE)
+    engine = FakeEngine(by_params(TRUTH), noise=0.01)
+    # The runner-up (truly 250) was seen at 60 in the search, the leader (101) at 200: on search and first round
+    # together (about 122 against 142) the runner-up is lowest, so it is dropped, and the winner is the leader
+    # although the runner-up's one fresh restart is far higher.
+    candidates = _runner_up_pair(space, 200.0, 60.0)
+    verification = run_verification(engine, space.workload, candidates, restarts=3,
+                                    seed_for=lambda r: VERIFY_SEED_OFFSET + r)
+    leader, runner, _ = verification.entries
+    assert runner.dropped and runner.summary.mean > leader.summary.mean
+    assert verification.winner is leader
+
+
+def test_without_a_runner_up_every_challenger_runs_every_common_round():
+    space = parse_space(SMALL_SPACE)
+    candidates = [dataclasses.replace(c, runner_up=False) for c in _runner_up_pair(space, 300.0, 240.0)]
+    assert first_round_cut(candidates, {}) == candidates[:2]
+    verification = run_verification(FakeEngine(by_params(TRUTH), noise=0.01), space.workload, candidates, restarts=3,
+                                    seed_for=lambda r: VERIFY_SEED_OFFSET + r)
+    assert [len(e.summary.values) for e in verification.entries] == [3, 3, 3]
+    assert not any(e.dropped for e in verification.entries)
+
+
+def test_a_runner_up_whose_first_round_failed_is_the_one_dropped():
+    space = parse_space(SMALL_SPACE)
+    better = space.config_from_params(BETTER)
+    engine = FakeEngine(by_params(TRUTH), noise=0.01, fail=lambda c: "boom" if c.key() == better.key() else None)
+    verification = run_verification(engine, space.workload, _runner_up_pair(space, 100.0, 400.0), restarts=3,
+                                    seed_for=lambda r: VERIFY_SEED_OFFSET + r)
+    leader, runner, _ = verification.entries
+    assert runner.dropped and not leader.dropped and verification.winner is leader
+    assert len(leader.summary.values) == 3
+
+
+def test_a_study_verifies_a_runner_up_for_one_round_and_the_report_says_it_was_dropped(tmp_path):
+    from autotune.report import build_report, render_report
+    from autotune.study import run_study
+
+    space = parse_space(SMALL_SPACE)
+    options = StudyOptions(study_name="runner-up", storage=f"sqlite:///{tmp_path / 'o.db'}", workdir=str(tmp_path),
+                           trials=6, top_k=1, verify_restarts=3, seed=0)
+    ledger = run_study(space, FakeEngine(by_params(TRUTH), noise=0.02), options)
+    entries = ledger.verification().entries
+    challengers = [e for e in entries if e.candidate.role == CANDIDATE]
+    assert len(challengers) == 2 and sum(e.candidate.runner_up for e in challengers) == 1
+    assert sorted(len(e.summary.values) for e in challengers) == [1, 3]
+    dropped = next(e for e in challengers if e.dropped)
+    assert ledger.verification().winner is not dropped
+    text = render_report(build_report(ledger))
+    assert f"{dropped.candidate.config.label()}" in text and "dropped after round 1" in text
