@@ -655,6 +655,8 @@ class _StudyLog:
             tags: dict[str, str] = {}
             if entry.slo_checks:
                 tags["slo_met"] = str(entry.meets_slo).lower()
+            if entry.dropped:
+                tags["dropped_after_round"] = "1"  # the runner-up cut (autotune.verify.first_round_cut)
             if entry.comparison is not None:
                 c = entry.comparison
                 tags["verdict"] = c.verdict
