@@ -96,14 +96,19 @@ def _runner_up_pair(space, leader_search, runner_search):
     return [leader, runner, Candidate(BASELINE, space.baseline())]
 
 
-def test_a_runner_up_that_is_ahead_on_search_and_first_round_restarts_takes_the_slot_and_can_win():
+def _verify_pair(leader_search, runner_search, **engine):
+    """:func:`_runner_up_pair` verified in three rounds on a FakeEngine (1% noise unless ``engine`` says)."""
     space = parse_space(SMALL_SPACE)
-    engine = FakeEngine(by_params(TRUTH), noise=0.01)
+    engine = FakeEngine(by_params(TRUTH), **{"noise": 0.01, **engine})
+    verification = run_verification(engine, space.workload, _runner_up_pair(space, leader_search, runner_search),
+                                    restarts=3, seed_for=lambda r: VERIFY_SEED_OFFSET + r)
+    return verification, engine
+
+
+def test_a_runner_up_that_is_ahead_on_search_and_first_round_restarts_takes_the_slot_and_can_win():
     # The search saw the leader lucky (300 against its true 101) and the runner-up at 240: the first round's fresh
     # restarts (about 101 and 250) turn the order round, so the leader is the one dropped.
-    candidates = _runner_up_pair(space, 300.0, 240.0)
-    verification = run_verification(engine, space.workload, candidates, restarts=3,
-                                    seed_for=lambda r: VERIFY_SEED_OFFSET + r)
+    verification, engine = _verify_pair(300.0, 240.0)
     leader, runner, base = verification.entries
     assert leader.dropped and len(leader.summary.values) == 1 and leader.comparison is None
     assert not runner.dropped and len(runner.summary.values) == 3 and runner.comparison is not None
@@ -115,14 +120,10 @@ def test_a_runner_up_that_is_ahead_on_search_and_first_round_restarts_takes_the_
 
 
 def test_a_dropped_challenger_cannot_win_even_with_the_highest_fresh_mean():
-    space = parse_space(SMALL_SPACE)
-    engine = FakeEngine(by_params(TRUTH), noise=0.01)
     # The runner-up (truly 250) was seen at 60 in the search, the leader (101) at 200: on search and first round
     # together (about 122 against 142) the runner-up is lowest, so it is dropped, and the winner is the leader
     # although the runner-up's one fresh restart is far higher.
-    candidates = _runner_up_pair(space, 200.0, 60.0)
-    verification = run_verification(engine, space.workload, candidates, restarts=3,
-                                    seed_for=lambda r: VERIFY_SEED_OFFSET + r)
+    verification, _ = _verify_pair(200.0, 60.0)
     leader, runner, _ = verification.entries
     assert runner.dropped and runner.summary.mean > leader.summary.mean
     assert verification.winner is leader
@@ -139,11 +140,8 @@ def test_without_a_runner_up_every_challenger_runs_every_common_round():
 
 
 def test_a_runner_up_whose_first_round_failed_is_the_one_dropped():
-    space = parse_space(SMALL_SPACE)
-    better = space.config_from_params(BETTER)
-    engine = FakeEngine(by_params(TRUTH), noise=0.01, fail=lambda c: "boom" if c.key() == better.key() else None)
-    verification = run_verification(engine, space.workload, _runner_up_pair(space, 100.0, 400.0), restarts=3,
-                                    seed_for=lambda r: VERIFY_SEED_OFFSET + r)
+    better = parse_space(SMALL_SPACE).config_from_params(BETTER)
+    verification, _ = _verify_pair(100.0, 400.0, fail=lambda c: "boom" if c.key() == better.key() else None)
     leader, runner, _ = verification.entries
     assert runner.dropped and not leader.dropped and verification.winner is leader
     assert len(leader.summary.values) == 3
