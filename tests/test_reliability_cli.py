@@ -85,8 +85,13 @@ def test_top_k_verifies_exactly_k(tmp_path, capsys):
     assert status == ExitStatus.SUCCESS, err
     from autotune import ledger
 
-    candidates = ledger.load("k", f"sqlite:///{tmp_path}/optuna.db").verify_candidates()
-    assert candidates is not None and len(candidates) == 2  # one challenger and the baseline
+    stored = ledger.load("k", f"sqlite:///{tmp_path}/optuna.db")
+    candidates = stored.verify_candidates()
+    # One challenger and the baseline; with no restart budget a runner-up joins the first round only.
+    assert candidates is not None and [c.role for c in candidates if not c.runner_up] == ["candidate", "baseline"]
+    assert sum(c.runner_up for c in candidates) <= 1
+    went_on = [e for e in stored.verification().entries if e.candidate.role == "candidate" and not e.dropped]
+    assert len(went_on) == 1 and len(went_on[0].summary.values) == 2
 
 
 @pytest.mark.parametrize("item, words", [
