@@ -324,10 +324,9 @@ def run_verification(
     progress: dict[str, list[dict[str, Any]]] = {k: list(v) for k, v in (done or {}).items()}
     cap = max(restarts, max_restarts or restarts)
     for rnd in range(cap):
-        found = round_participants(candidates, progress, rnd, restarts, confidence)
-        if found is None:
+        participants = round_participants(candidates, progress, rnd, restarts, confidence)
+        if participants is None:
             break  # the leading challenger is settled: more restarts would not change the winner
-        participants = found
         if rnd >= restarts:
             todo = [c for c in participants if _needs(c, progress, rnd)]
             if todo and may_start is not None and not may_start(len(todo)):
