@@ -291,8 +291,10 @@ def test_offline_load_levels_cap_requests_in_flight_in_one_engine_start(cache_di
         assert level.latency["requests"] == workload.num_prompts
         assert level.latency["goodput"] == pytest.approx(level.latency["request_throughput"])
     one, eight = result.levels
-    # One request at a time: none waits for a slot, each decodes alone; eight at once batch and queue together.
-    assert one.latency["ttft_p99_ms"] < eight.latency["ttft_p99_ms"]
-    assert eight.tok_s > one.tok_s, "eight requests in flight make more tokens per second than one"
+    # The cap shows in the tokens per second: one request in flight decodes alone, eight batch (about 5x more on 2
+    # CPU cores with this model; an uncapped first level would match the second). Their TTFTs are no test of it: at
+    # max_num_seqs 8 nothing queues, and one batched prefill of 8 tiny prompts costs about what one prompt's does.
+    assert eight.tok_s > 2 * one.tok_s, "eight requests in flight make more tokens per second than one"
     assert result.value == pytest.approx(min(one.latency["goodput"], eight.latency["goodput"]))
-    assert result.latency["ttft_p99_ms"] == eight.latency["ttft_p99_ms"], "a restart's percentile: its worst level's"
+    worst = max(one.latency["ttft_p99_ms"], eight.latency["ttft_p99_ms"])
+    assert result.latency["ttft_p99_ms"] == worst, "a restart's percentile: its worst level's"
