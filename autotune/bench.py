@@ -9,7 +9,9 @@ and is scored on what its user would walk away with:
   interval over the runs whose winner is not the baseline (xCI), for strategies that report them;
 * **"faster" claims**: how often the strategy tells its user the pick beats the baseline. On the ``flat``
   profile no configuration is more than 1% faster than the baseline, so every claim there is a false win;
-* **distinct configurations** that got at least one engine start, and the starts used.
+* **distinct configurations** that got at least one engine start, and the starts used;
+* **found**: the regret of the truly best configuration that got an engine start, whatever was picked. It splits
+  the pick's regret in two: what the search never reached (``found``) and what selection lost (regret - found).
 
 Strategies:
 
@@ -196,6 +198,10 @@ class Truth:
         """Simple regret relative to the best: 0 is the best configuration, 1 is nothing that runs."""
         return (self.best - self.of(config)) / self.best
 
+    def regret_of_key(self, key: str) -> float:
+        """:meth:`regret` of the configuration with ``key``."""
+        return (self.best - float(self.values.get(key, 0.0))) / self.best
+
 
 @dataclasses.dataclass(frozen=True)
 class Pick:
@@ -209,7 +215,7 @@ class Pick:
         restarts_used: Engine starts spent, cold first starts included.
         minutes_used: Simulated engine wall minutes spent.
         trials: Configurations tried (search trials, grid points).
-        distinct: Distinct configurations that got at least one engine start.
+        started: Keys of the configurations that got at least one engine start (in the search or verification).
         speedup_ci: The verdict's interval of the pick's speedup over the baseline, ``None`` when none is shown
             (strategies without a verdict, or the baseline won).
     """
@@ -221,8 +227,13 @@ class Pick:
     restarts_used: int
     minutes_used: float
     trials: int
-    distinct: int = 0
+    started: frozenset[str] = frozenset()
     speedup_ci: tuple[float, float] | None = None
+
+    @property
+    def distinct(self) -> int:
+        """Distinct configurations that got at least one engine start."""
+        return len(self.started)
 
 
 # -- ground truth ----------------------------------------------------------------------------------------
@@ -300,14 +311,14 @@ def _run_autotune(space: SearchSpace, engine: SimEngine, budget: int, seed: int,
     winner = report.winner
     used, minutes = report.budget.restarts_used, float(report.budget.minutes_used)
     if winner is None:  # no verification (budget too small for it): the user is handed nothing
-        return Pick(None, None, None, False, used, minutes, trials, len(started))
+        return Pick(None, None, None, False, used, minutes, trials, frozenset(started))
     ci = None
     if winner.ci_low is not None and winner.ci_high is not None:
         ci = (float(winner.ci_low), float(winner.ci_high))
     speedup_ci = None
     if winner.speedup is not None and winner.speedup.has_interval:
         speedup_ci = (float(winner.speedup.ci_low), float(winner.speedup.ci_high))  # type: ignore[arg-type]
-    return Pick(winner.config, winner.mean, ci, report.verdict == "faster", used, minutes, trials, len(started),
+    return Pick(winner.config, winner.mean, ci, report.verdict == "faster", used, minutes, trials, frozenset(started),
                 speedup_ci)
 
 
@@ -337,12 +348,12 @@ def _sweep(space: SearchSpace, engine: SimEngine, points: Iterable[Mapping[str, 
     """``restarts`` restarts of each point in turn on the same seeds (while ``budget`` affords all of a point's),
     best mean wins: what a user sweeping by hand does. A crash ends that point (the user moves on to the next)."""
     means: list[tuple[float, EngineConfig]] = []
-    used, wall_s, distinct = 0, 0.0, 0
+    used, wall_s, started = 0, 0.0, set()
     for params in points:
         if budget is not None and used + restarts > budget:
             break
         config = space.config_from_params(dict(params))
-        distinct += 1
+        started.add(config.key())
         values = []
         for j in range(restarts):
             result = engine.run_restart(config, space.workload, restart=j, seed=_restart_seed(seed, j))
@@ -352,19 +363,19 @@ def _sweep(space: SearchSpace, engine: SimEngine, points: Iterable[Mapping[str, 
             values.append(float(result.value))  # type: ignore[arg-type]
         if len(values) == restarts:
             means.append((statistics.fmean(values), config))
-    return _best_mean(space, means, used, wall_s, distinct)
+    return _best_mean(space, means, used, wall_s, frozenset(started))
 
 
 def _best_mean(space: SearchSpace, means: list[tuple[float, EngineConfig]], used: int, wall_s: float,
-               distinct: int) -> Pick:
+               started: frozenset[str]) -> Pick:
     """A sweep user's pick: the best mean; "faster" when it is not the baseline and beats the baseline's mean."""
     if not means:
-        return Pick(None, None, None, False, used, wall_s / 60.0, 0, distinct)
+        return Pick(None, None, None, False, used, wall_s / 60.0, 0, started)
     best_mean, best = max(means, key=lambda m: m[0])
     base_key = space.baseline().key()
     base_mean = next((m for m, c in means if c.key() == base_key), math.nan)
     claims = best.key() != base_key and best_mean > base_mean
-    return Pick(best, best_mean, None, claims, used, wall_s / 60.0, len(means), distinct)
+    return Pick(best, best_mean, None, claims, used, wall_s / 60.0, len(means), started)
 
 
 def _run_random2(space: SearchSpace, engine: SimEngine, budget: int, seed: int) -> Pick:
@@ -408,12 +419,12 @@ def _run_naive_tpe(space: SearchSpace, engine: SimEngine, budget: int, seed: int
         observed.append((float(result.value), config))  # type: ignore[arg-type]
         started.add(config.key())
     if not observed:
-        return Pick(None, None, None, False, used, wall_s / 60.0, 0, len(started))
+        return Pick(None, None, None, False, used, wall_s / 60.0, 0, frozenset(started))
     best_value, best = max(observed, key=lambda o: o[0])
     base_key = space.baseline().key()
     base_values = [v for v, c in observed if c.key() == base_key]
     claims = best.key() != base_key and bool(base_values) and best_value > statistics.fmean(base_values)
-    return Pick(best, best_value, None, claims, used, wall_s / 60.0, len(observed), len(started))
+    return Pick(best, best_value, None, claims, used, wall_s / 60.0, len(observed), frozenset(started))
 
 
 STRATEGY_FUNCS: dict[str, Callable[[SearchSpace, SimEngine, int, int], Pick]] = {
@@ -473,6 +484,8 @@ def run_one(task: Task, root: str = ".") -> dict[str, Any]:
         "minutes_used": round(pick.minutes_used, 3),
         "trials": pick.trials,
         "distinct": pick.distinct,
+        # The best the strategy ever started, scored like a pick (1.0: nothing it started runs).
+        "found": min((truth.regret_of_key(k) for k in pick.started), default=1.0),
         "wall_s": round(time.perf_counter() - started, 3),
     }
 
@@ -514,6 +527,7 @@ def summarize_runs(runs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "max_restarts_used": max(r["restarts_used"] for r in rs),
             "mean_trials": statistics.fmean(r["trials"] for r in rs),
             "mean_distinct": statistics.fmean(r.get("distinct", 0) for r in rs),
+            "mean_found": statistics.fmean(r["found"] for r in rs) if all("found" in r for r in rs) else None,
         })
     order = {s: i for i, s in enumerate(STRATEGIES)}
     prof_order = {p: i for i, p in enumerate(PROFILES)}
@@ -659,10 +673,11 @@ def _pct(value: float | None) -> str:
 def render_table(result: Mapping[str, Any]) -> str:
     """The benchmark table: one line per profile, budget and strategy."""
     header = (f"{'profile':<8}{'budget':>7}  {'strategy':<10}{'mean':>7}{'median':>8}{'p90':>7}"
-              f"{'CI cov':>8}{'xCI cov':>9}{'faster':>9}{'starts':>8}{'configs':>9}")
+              f"{'CI cov':>8}{'xCI cov':>9}{'faster':>9}{'starts':>8}{'configs':>9}{'found':>7}")
     lines = ["regret of the pick: mean / median / p90; coverage of the winner's throughput interval (CI cov) and of",
              "the verdict's speedup interval when the winner is not the baseline (xCI cov); how often the user is told",
-             "'faster'; engine starts used; distinct configurations that got an engine start", "",
+             "'faster'; engine starts used; distinct configurations that got an engine start; found: mean regret of",
+             "the best configuration that got an engine start (what the search reached, whatever it picked)", "",
              header, "-" * len(header)]
     previous = None
     for r in result["summary"]:
@@ -673,7 +688,7 @@ def render_table(result: Mapping[str, Any]) -> str:
         lines.append(f"{r['profile']:<8}{r['budget']:>7}  {r['strategy']:<10}{_pct(r['mean_regret']):>7}"
                      f"{_pct(r['median_regret']):>8}{_pct(r['p90_regret']):>7}{_pct(r['coverage']):>8}"
                      f"{_pct(r.get('speedup_coverage')):>9}{claims:>9}{r['mean_restarts_used']:>8.1f}"
-                     f"{r.get('mean_distinct', 0.0):>9.1f}")
+                     f"{r.get('mean_distinct', 0.0):>9.1f}{_pct(r.get('mean_found')):>7}")
     if any(r["profile"] == "flat" for r in result["summary"]):
         lines.append("* flat: no configuration is more than 1% faster than the baseline, so every 'faster' is false")
     return "\n".join(lines)
@@ -790,8 +805,8 @@ def log_to_mlflow(result: Mapping[str, Any], artifacts: Sequence[str | os.PathLi
     for r in result["summary"]:
         prefix = f"{r['profile']}/{r['strategy']}/b{r['budget']}"
         for key in ("median_regret", "mean_regret", "p90_regret", "coverage", "speedup_coverage", "claim_rate",
-                    "mean_restarts_used", "mean_distinct"):
-            if r[key] is not None:
+                    "mean_restarts_used", "mean_distinct", "mean_found"):
+            if r.get(key) is not None:
                 metrics[f"{prefix}/{key}"] = float(r[key])
     client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
                      params=[Param(k, str(v)) for k, v in params.items()],

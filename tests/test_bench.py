@@ -29,6 +29,7 @@ from autotune.bench import (
     make_engine,
     run_benchmark,
     run_one,
+    summarize_runs,
 )
 from autotune.cli import raw_main
 from autotune.engines.sim import SimEngine
@@ -76,6 +77,23 @@ def test_picks_are_scored_on_the_simulators_noiseless_truth(smoke):
             assert run["regret"] == pytest.approx((best - values[run["pick_key"]]) / best)
             assert 0.0 <= run["regret"] < 1.0
             assert run["true_speedup"] == pytest.approx(values[run["pick_key"]] / baseline)
+            # "found" is the best configuration the strategy started: the pick is one of them, so never worse.
+            assert 0.0 <= run["found"] <= run["regret"]
+
+
+def test_found_is_the_best_configuration_a_strategy_started_whatever_it_picked():
+    profile = PROFILES["gb10"]
+    space = load_profile_space(profile, ROOT)
+    engine = _CountingSim(**dict(profile.sim))
+    pick = STRATEGY_FUNCS["random-2"](space, engine, 30, 5)
+    values, best, _ = _truth_by_key("gb10")
+    started = {k for k, _ in engine.starts}
+    assert pick.started == started
+    run = run_one(Task("gb10", "random-2", 30, 5), ROOT)
+    assert run["found"] == pytest.approx(min((best - values.get(k, 0.0)) / best for k in started))
+    assert run["found"] < run["regret"]  # this seed measured something better than its two-restart means picked
+    row = summarize_runs([run, {**run, "seed": 6, "found": 0.01}])[0]
+    assert row["mean_found"] == pytest.approx((run["found"] + 0.01) / 2)
 
 
 def test_flat_has_no_configuration_more_than_one_percent_above_the_baseline(smoke):
