@@ -196,7 +196,7 @@ class Truth:
 
     def regret(self, config: EngineConfig | None) -> float:
         """Simple regret relative to the best: 0 is the best configuration, 1 is nothing that runs."""
-        return (self.best - self.of(config)) / self.best
+        return 1.0 if config is None else self.regret_of_key(config.key())
 
     def regret_of_key(self, key: str) -> float:
         """:meth:`regret` of the configuration with ``key``."""
