@@ -527,7 +527,7 @@ def summarize_runs(runs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "max_restarts_used": max(r["restarts_used"] for r in rs),
             "mean_trials": statistics.fmean(r["trials"] for r in rs),
             "mean_distinct": statistics.fmean(r.get("distinct", 0) for r in rs),
-            "mean_found": statistics.fmean(r["found"] for r in rs) if all("found" in r for r in rs) else None,
+            "mean_found": statistics.fmean(r["found"] for r in rs),
         })
     order = {s: i for i, s in enumerate(STRATEGIES)}
     prof_order = {p: i for i, p in enumerate(PROFILES)}
@@ -688,7 +688,7 @@ def render_table(result: Mapping[str, Any]) -> str:
         lines.append(f"{r['profile']:<8}{r['budget']:>7}  {r['strategy']:<10}{_pct(r['mean_regret']):>7}"
                      f"{_pct(r['median_regret']):>8}{_pct(r['p90_regret']):>7}{_pct(r['coverage']):>8}"
                      f"{_pct(r.get('speedup_coverage')):>9}{claims:>9}{r['mean_restarts_used']:>8.1f}"
-                     f"{r.get('mean_distinct', 0.0):>9.1f}{_pct(r.get('mean_found')):>7}")
+                     f"{r.get('mean_distinct', 0.0):>9.1f}{_pct(r['mean_found']):>7}")
     if any(r["profile"] == "flat" for r in result["summary"]):
         lines.append("* flat: no configuration is more than 1% faster than the baseline, so every 'faster' is false")
     return "\n".join(lines)
@@ -806,7 +806,7 @@ def log_to_mlflow(result: Mapping[str, Any], artifacts: Sequence[str | os.PathLi
         prefix = f"{r['profile']}/{r['strategy']}/b{r['budget']}"
         for key in ("median_regret", "mean_regret", "p90_regret", "coverage", "speedup_coverage", "claim_rate",
                     "mean_restarts_used", "mean_distinct", "mean_found"):
-            if r.get(key) is not None:
+            if r[key] is not None:
                 metrics[f"{prefix}/{key}"] = float(r[key])
     client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
                      params=[Param(k, str(v)) for k, v in params.items()],
