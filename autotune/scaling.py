@@ -128,8 +128,12 @@ class ScalingRun:
         return best is not None and self.regret <= best + REGRET_TOLERANCE
 
 
-def run_one(profile_name: str, workers: int, budget: int, seed: int, root: str = ".") -> ScalingRun:
-    """One whole study by ``workers`` simulated workers sharing an in-memory Optuna storage."""
+def run_one(profile_name: str, workers: int, budget: int, seed: int, root: str = ".", machines: int = 1) -> ScalingRun:
+    """One whole study by ``workers`` simulated workers sharing an in-memory Optuna storage.
+
+    ``machines``: the workers take turns over this many machines, each with its own compile cache (workdir), so
+    a configuration's first start on each machine is cold.
+    """
     import optuna
 
     from autotune.ledger import Ledger
@@ -150,9 +154,11 @@ def run_one(profile_name: str, workers: int, budget: int, seed: int, root: str =
         def worker(index: int) -> None:
             engine = make_engine(profile)
             engine.time_scale, engine.sleep = 1.0, clock.sleep
+            mine = options if machines <= 1 else dataclasses.replace(
+                options, workdir=str(Path(workdir) / f"machine-{index % machines}"))
             clock.enter(index)
             try:
-                run_study(space, engine, options, worker=index, sleep=clock.sleep, poll_s=POLL_S)
+                run_study(space, engine, mine, worker=index, sleep=clock.sleep, poll_s=POLL_S)
             except BaseException as exc:  # noqa: BLE001 - reported after the other workers finished
                 errors.append(exc)
             finally:

@@ -255,6 +255,12 @@ def _verify_plan(ledger: Ledger, space: SearchSpace, options: StudyOptions) -> l
     return plan + [(key, True) for key in keys for _ in range(others)]
 
 
+def _runner_up_starts(ledger: Ledger) -> list[Start]:
+    """The runner-up's share of verification: its first-round restart, and with several compile caches a cold
+    start before it (the round may run in a cache its configuration never ran in)."""
+    return [(None, True)] * (ledger.compile_caches() > 1) + [(None, False)]
+
+
 def _entry_starts(options: StudyOptions, verdict: ColdVerdict) -> list[Start]:
     """A new configuration's first starts: its cold start, its first counted restarts (the cold one among them when
     the study's cold starts count)."""
@@ -779,7 +785,7 @@ def _candidates(ctx: StudyContext) -> list[Candidate]:
         # is the cheapest evidence that can change the pick (docs/benchmarks.md); it takes nothing from the search.
         options = ctx.options
         runner_up = options.verify_restarts >= 1 and _starts_fit(ledger, options, [
-            *_verify_plan(ledger, ctx.space, options), (None, False)])
+            *_verify_plan(ledger, ctx.space, options), *_runner_up_starts(ledger)])
         candidates = select_candidates(ledger, ctx.space, _verify_top_k(ledger, options), runner_up)
         ledger.record_verify_candidates(candidates)
     return [_runnable(ctx.space, c) for c in candidates]
