@@ -91,6 +91,10 @@ _SPACE_YAML_KEY = "autotune:space_yaml"
 _BASELINES_ENQUEUED_KEY = "autotune:baselines_enqueued"
 #: Why the search stopped before its trial count (space exhausted), if it did.
 _SEARCH_STOPPED_KEY = "autotune:search_stopped"
+#: The search of a study with verification is over: no worker starts a new search trial (retries of a dead
+#: worker's trials still run). Set by the first worker that finds nothing left to start and nothing running;
+#: verification chooses its configurations after it.
+_SEARCH_CLOSED_KEY = "autotune:search_closed"
 #: The configurations chosen for verification, fixed once chosen so a resume verifies the same ones.
 _VERIFY_CANDIDATES_KEY = "autotune:verify_candidates"
 #: Verification restarts run so far: config key -> list of restart dicts, saved after every restart.
@@ -912,6 +916,12 @@ class Ledger:
 
     def record_search_stopped(self, reason: str) -> None:
         self._set_study(_SEARCH_STOPPED_KEY, reason)
+
+    def search_closed(self) -> bool:
+        return bool(self._study_attr(_SEARCH_CLOSED_KEY))
+
+    def record_search_closed(self) -> None:
+        self._set_study(_SEARCH_CLOSED_KEY, True)
 
     def verify_candidates(self) -> list[Candidate] | None:
         stored = self._study_attr(_VERIFY_CANDIDATES_KEY)

@@ -427,7 +427,14 @@ def _measure_trial(ctx: StudyContext, trial: optuna.Trial, config: EngineConfig,
     carried_failure = next((r for r in restarts if not r.ok), None)
     if carried_failure is not None:
         state, reason = TrialState.FAIL, f"restart {carried_failure.restart} {carried_failure.status}: {carried_failure.error}"
+    # A retry's starts were announced by the worker that died and held while the trial waited, but never checked
+    # here: while a peer was failing that trial its hold was briefly gone, and another start may have taken it.
+    resumed = bool(restarts)
     for j in range(len(counted), limit if carried_failure is None else 0):
+        if resumed and j == len(counted) and not _search_may_start(ledger, options, [], ctx.space):
+            if not values:
+                state, reason = TrialState.PRUNED, "no counted restart: the budget left no room to resume it"
+            break
         if j >= policy.min_restarts:
             # Announce the next start before checking the budget, so two workers never both take the last one.
             ledger.record_planned_starts(trial, len(restarts) + 1)
@@ -548,7 +555,7 @@ def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
                 ledger.record_planned_starts(trial, (landed + options.policy.min_restarts if planned is None
                                                      else planned) + 1)
                 return trial
-        stopped = ledger.search_stopped() is not None
+        stopped = ledger.search_stopped() is not None or ledger.search_closed()
         verdict = ledger.cold_verdict()
         if (not stopped and finished + running + len(retries) < options.trials
                 # A queued trial's starts are held already; a new suggestion's are not.
@@ -565,13 +572,21 @@ def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
             ledger.record_planned_starts(trial, landed + _first_starts(options, landed, verdict))
             ctx.claims.heartbeat.hold(trial._trial_id)
             # Announced; now check again with this trial's starts held: of two workers that both saw room for
-            # the last starts, at least one sees the other's announcement and gives its trial back.
-            if _search_may_start(ledger, options, [], ctx.space):
+            # the last starts, at least one sees the other's announcement and gives its trial back. The same for a
+            # worker that closed the search meanwhile (below).
+            if not ledger.search_closed() and _search_may_start(ledger, options, [], ctx.space):
                 return trial
             _give_back(ctx, trial, "not started: the engine-start budget went to trials other workers started")
             continue
         if running == 0 and not retries:
-            return None
+            if ledger.search_closed() or not options.verify:
+                return None  # without verification nothing is chosen after the search (a resume may extend it)
+            # Nothing to start and nothing running: close the search, then look once more. A trial another worker
+            # announced meanwhile is either seen here (and waited for) or sees the closed search in its own second
+            # check (and is given back), so verification chooses from every search trial there will be, and the
+            # starts it leaves over (a runner-up's) are not also taken by a late search trial.
+            ledger.record_search_closed()
+            continue
         ctx.sleep(ctx.poll_s)
 
 

@@ -382,6 +382,53 @@ def test_workers_on_several_machines_never_start_more_than_the_budget() -> None:
         assert run.restarts_used <= 30, f"seed {seed}: {run.restarts_used} engine starts of 30"
 
 
+def test_a_retry_the_budget_has_no_room_for_ends_with_what_its_worker_measured(tmp_path: Path) -> None:
+    """A dead worker's trial comes back as a retry after other trials spent the budget: the retry starts nothing,
+    keeps the two restarts it carries, and verification still gets its share."""
+    from autotune.racing import RacingPolicy
+    from autotune.space import parse_space
+    from autotune.study import StudyOptions, run_study
+    from tests.conftest import SMALL_SPACE, FakeEngine, by_params
+
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    budget = 26
+    options = StudyOptions(study_name="r", storage=storage, workdir=str(tmp_path / "w"), trials=4,
+                           policy=RacingPolicy(min_restarts=3, racing=False), top_k=1, verify_restarts=2,
+                           heartbeat_s=1, budget_restarts=budget)
+    lg, _ = ledger_mod.create_or_load("r", storage, sampler=optuna.samplers.RandomSampler(0),
+                                      pruner=optuna.pruners.NopPruner(), heartbeat_s=1)
+    space = parse_space(SMALL_SPACE)
+    engine = FakeEngine(by_params({}))
+    # Two finished trials that took 20 starts between them, and the dead worker's trial: two restarts landed of
+    # the three it announced. 22 used; its retry would hold 2 more, the queued baseline 4, verification 4.
+    asked = []
+    for _ in range(3):
+        trial = lg.study.ask()
+        config = space.suggest(trial)
+        lg.record_config(trial, config)
+        asked.append((trial, config))
+    assert len({c.key() for _, c in asked}) == 3
+    for trial, config in asked[:2]:
+        lg.record_restarts(trial, [engine.run_restart(config, space.workload, restart=j, seed=j) for j in range(10)])
+        lg.study.tell(trial, 100.0)
+    trial, config = asked[2]
+    first = [engine.run_restart(config, space.workload, restart=j, seed=options.search_seed(j)) for j in range(2)]
+    lg.record_restarts(trial, first)
+    lg.record_planned_starts(trial, 3)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lg.record_owner(trial, {**ledger_mod.owner_id(), "pid": int(dead.stdout)})
+    lg.study._storage.record_heartbeat(trial._trial_id)
+
+    engine.calls.clear()
+    run_study(space, engine, options)
+    retry = {t.number: t for t in lg.study.get_trials(deepcopy=False)}[lg.retried()[trial.number]]
+    assert retry.state == TrialState.COMPLETE
+    assert [r.to_dict() for r in lg.restarts(retry)] == [r.to_dict() for r in first]
+    assert not [seed for key, seed in engine.calls if key == config.key() and seed == options.search_seed(2)]
+    assert lg.verification() is not None
+    assert lg.budget_used()[0] <= budget
+
+
 def test_urls_lose_their_password_wherever_autotune_shows_or_stores_them():
     from autotune.ledger import redact
 
