@@ -647,8 +647,10 @@ def _run_trial(ctx: StudyContext, trial: optuna.Trial, observers: Sequence[Study
     ledger.record_config(trial, config)
     duplicate = ledger.find_duplicate(config.key(), trial.number)
     if duplicate is not None:
-        _tell_duplicate(ledger, trial, duplicate)
+        # Queued while this trial still runs: a worker closing the search (_next_trial) sees either this trial
+        # running or the queued one, never neither.
         _queue_unmeasured(ctx, trial.number)
+        _tell_duplicate(ledger, trial, duplicate)
         return False
     notify(observers, "on_trial_start", ctx, trial.number, config)
     try:

@@ -171,7 +171,8 @@ def _check_study(lg: Ledger, killer: Killer) -> None:
     assert retry.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
     assert [r.to_dict() for r in lg.restarts(trials[number])][:landed] == \
         [r.to_dict() for r in lg.restarts(retry)][:landed]
-    assert not [t for t in trials.values() if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert not [t for t in trials.values() if t.state in (TrialState.RUNNING, TrialState.WAITING)], \
+        _budget_breakdown(lg)
     # No restart counted twice: in every trial that counts, each restart index (its seed) is counted once.
     for t in trials.values():
         if t.number in retried:
