@@ -574,9 +574,11 @@ def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
             # Announced; now check again with this trial's starts held: of two workers that both saw room for
             # the last starts, at least one sees the other's announcement and gives its trial back. The same for a
             # worker that closed the search meanwhile (below).
-            if not ledger.search_closed() and _search_may_start(ledger, options, [], ctx.space):
+            closed = ledger.search_closed()
+            if not closed and _search_may_start(ledger, options, [], ctx.space):
                 return trial
-            _give_back(ctx, trial, "not started: the engine-start budget went to trials other workers started")
+            _give_back(ctx, trial, "not started: another worker closed the search" if closed else
+                       "not started: the engine-start budget went to trials other workers started")
             continue
         if running == 0 and not retries:
             if ledger.search_closed() or not options.verify:
