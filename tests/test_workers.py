@@ -133,18 +133,23 @@ def _wait(procs: list[subprocess.Popen[bytes]], killer: Killer) -> None:
                 p.wait()
 
 
+def _starts(restarts: Any) -> str:
+    """A run of restarts as letters: ``c`` cold, ``w`` warm, ``x`` failed."""
+    return "".join("x" if not r.ok else "c" if r.cold else "w" for r in restarts)
+
+
 def _budget_breakdown(lg: Ledger) -> str:
     """Where every engine start of the study went (the message of a failed budget check)."""
     retried = lg.retried()
     lines = [f"retried: {retried}"]
     for t in sorted(lg.study.get_trials(deepcopy=False), key=lambda t: t.number):
         owner = lg.owner(t) or {}
-        runs = "".join("x" if not r.ok else "c" if r.cold else "w" for r in lg.restarts(t))
+        runs = _starts(lg.restarts(t))
         lines.append(f"trial {t.number} {t.state.name} pid {owner.get('pid')} cache {owner.get('cache')} "
                      f"planned {lg.planned_starts(t)} starts {runs or '-'}{' (retried)' if t.number in retried else ''}")
     for t in sorted(_claims(lg).get_trials(deepcopy=False), key=lambda t: t.number):
         owner = t.user_attrs.get(CLAIM_OWNER_KEY, {})
-        runs = {k[:8]: "".join("x" if d.get("status") != "ok" else "c" if d.get("cold") else "w" for d in v)
+        runs = {k[:8]: _starts(RestartResult.from_dict(d) for d in v)
                 for k, v in (t.user_attrs.get(CLAIM_RESTARTS_KEY) or {}).items()}
         lines.append(f"claim {t.user_attrs.get(CLAIM_JOB_KEY)} {t.state.name} pid {owner.get('pid')} "
                      f"cache {owner.get('cache')} starts {runs}")
