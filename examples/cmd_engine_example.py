@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune.engines.sim import SimEngine
-from autotune.records import EngineConfig, Workload
+from autotune.core.records import EngineConfig, Workload
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

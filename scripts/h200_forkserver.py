@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from autotune.engines import make_engine
-from autotune.space import load_space
+from autotune.config.space import load_space
 
 
 def _row(result, method: str, phase: str, index: int) -> dict:

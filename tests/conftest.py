@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engines import EngineBackend
-from autotune.options import SEED_STRIDE, VERIFY_SEED_OFFSET
-from autotune.records import EngineConfig, EngineFacts, Resolved, RestartResult, Workload
+from autotune.study.options import SEED_STRIDE, VERIFY_SEED_OFFSET
+from autotune.core.records import EngineConfig, EngineFacts, Resolved, RestartResult, Workload
 
 #: PostgreSQL and MLflow tracking server fixtures (the services .ci/with-services.sh starts).
 pytest_plugins = ["tests.services"]

@@ -6,8 +6,8 @@ import ast
 import io
 from pathlib import Path
 
-from autotune.cli import raw_main
-from autotune.records import Detail, Resolved
+from autotune.cli._main import raw_main
+from autotune.core.records import Detail, Resolved
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.bench import (
+from autotune.bench._bench import (
     HELD_OUT_SEEDS,
     PROFILES,
     RANDOM2_RESTARTS,
@@ -31,10 +31,10 @@ from autotune.bench import (
     run_one,
     summarize_runs,
 )
-from autotune.cli import raw_main
+from autotune.cli._main import raw_main
 from autotune.engines.sim import SimEngine
-from autotune.space import DEFAULT
-from autotune.status import ExitStatus
+from autotune.config.space import DEFAULT
+from autotune.core.exit_status import ExitStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -287,8 +287,8 @@ def test_cli_writes_json_and_png_and_prints_the_table_last(tmp_path, capfd):
 def test_the_seed_pool_workers_do_not_take_the_clis_sigterm_path():
     import signal
 
-    from autotune.bench import worker_pool
-    from autotune.engines._process import interrupt_on_sigterm
+    from autotune.bench._bench import worker_pool
+    from autotune.engines.process import interrupt_on_sigterm
 
     with interrupt_on_sigterm():  # as under the CLI: SIGTERM raises in this process
         with worker_pool(2) as pool:

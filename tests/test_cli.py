@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 
-from autotune.cli import main, raw_main
-from autotune.status import ExitStatus
+from autotune.cli._main import main, raw_main
+from autotune.core.exit_status import ExitStatus
 
 
 def _run(argv, capsys):

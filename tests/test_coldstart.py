@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from autotune.coldstart import (
+from autotune.stats.coldstart import (
     ColdVerdict,
     cold_pairs,
     equivalence_margin,
@@ -21,11 +21,11 @@ from autotune.coldstart import (
     warm_upper_bound,
     warmup_converged,
 )
-from autotune.racing import RacingPolicy
-from autotune.records import EngineConfig, RestartResult, Workload
-from autotune.report import build_report, render_report
-from autotune.space import parse_space
-from autotune.study import BudgetTooSmall, StudyOptions, minimum_plan, run_study, smallest_restart_budget
+from autotune.decisions.racing import RacingPolicy
+from autotune.core.records import EngineConfig, RestartResult, Workload
+from autotune.report._build import build_report, render_report
+from autotune.config.space import parse_space
+from autotune.study._loop import BudgetTooSmall, StudyOptions, minimum_plan, run_study, smallest_restart_budget
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
 TRUTH = {("PIECEWISE", 0): 100.0, ("NONE", 0): 40.0, ("FULL_AND_PIECEWISE", 0): 105.0, ("PIECEWISE", 1): 120.0,
@@ -266,8 +266,8 @@ def test_the_restart_line_says_whether_a_cold_start_counted():
     import io
     import types
 
-    from autotune.coldstart import ColdVerdict
-    from autotune.progress import ProgressPrinter
+    from autotune.stats.coldstart import ColdVerdict
+    from autotune.observers.progress import ProgressPrinter
 
     def line(state: str, warmup: tuple[float, ...], phase: str = "search") -> str:
         out = io.StringIO()

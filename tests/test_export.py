@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 import yaml
 
-from autotune.cli import raw_main
-from autotune.export import NoResult, to_cli, to_llm_kwargs, to_vllm_yaml
-from autotune.racing import RacingPolicy
-from autotune.ledger import StudyMeta
-from autotune.records import EngineConfig, EngineFacts, Resolved
-from autotune.report import Budget, CompareResult, Report, TrialCounts, VerificationTable, VerifiedRow, build_report
-from autotune.space import parse_space
-from autotune.status import ExitStatus
-from autotune.study import StudyOptions, run_study
+from autotune.cli._main import raw_main
+from autotune.cli.export import NoResult, to_cli, to_llm_kwargs, to_vllm_yaml
+from autotune.decisions.racing import RacingPolicy
+from autotune.store.ledger import StudyMeta
+from autotune.core.records import EngineConfig, EngineFacts, Resolved
+from autotune.report._build import Budget, CompareResult, Report, TrialCounts, VerificationTable, VerifiedRow, build_report
+from autotune.config.space import parse_space
+from autotune.core.exit_status import ExitStatus
+from autotune.study._loop import StudyOptions, run_study
 from tests.conftest import FakeEngine
 
 SPACE = {
@@ -67,7 +67,7 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     storage = make_study(tmp, "winner")
     make_study(tmp, "flat", flat=True, trials=3)
     make_study(tmp, "unverified", verify=False, trials=2)
-    from autotune import ledger
+    from autotune.store import ledger
 
     report = build_report(ledger.load("winner", storage))
     return {"tmp": tmp, "storage": storage, "report": report}

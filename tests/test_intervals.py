@@ -1,6 +1,6 @@
 """Interval levels, checked by coverage over enough seeded draws that a broken interval fails.
 
-The figures for every noise, CV and restart count are in docs/benchmarks.md (``python -m autotune.bench_coverage``);
+The figures for every noise, CV and restart count are in docs/benchmarks.md (``python -m autotune.bench.coverage``);
 these keep the cells that broke before: three restarts a side, and two restarts with a wide spread.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.bench_coverage import speedup_coverage, throughput_coverage, verification_coverage
+from autotune.bench.coverage import speedup_coverage, throughput_coverage, verification_coverage
 
 DRAWS = 2000  # binomial sd 0.5% at 95%: a 93% floor is four sds below the claim
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from autotune.measure import Verdict, compare, interval, measure_restart, summarize
-from autotune.records import EngineConfig, Resolved, RestartResult
+from autotune.stats.intervals import Verdict, compare, interval, measure_restart, summarize
+from autotune.core.records import EngineConfig, Resolved, RestartResult
 
 
 def test_t_interval_covers_the_true_mean_95_percent_of_the_time():

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from autotune.engines.sim import SimEngine
-from autotune.racing import RacingPolicy
-from autotune.records import LevelResult, RestartResult, Workload
-from autotune.report import build_report, render_report
-from autotune.space import parse_space
-from autotune.study import StudyOptions, run_study
+from autotune.decisions.racing import RacingPolicy
+from autotune.core.records import LevelResult, RestartResult, Workload
+from autotune.report._build import build_report, render_report
+from autotune.config.space import parse_space
+from autotune.study._loop import StudyOptions, run_study
 
 from tests.conftest import store
 
@@ -127,7 +127,7 @@ def test_a_goodput_study_maximises_goodput_not_throughput(tmp_path: Path) -> Non
     assert "MISSES" not in text, "under goodput the limits judge requests, not configurations"
     assert any("goodput 0 req/s" in f.reason for f in report.failures), "64: no request met the limit"
     assert report.to_json()["unit"] == "req/s"
-    from autotune.export import header_lines
+    from autotune.cli.export import header_lines
 
     assert header_lines(report)[1].startswith("goodput: ") and "req/s (n=" in header_lines(report)[1]
     assert "meeting tpot_p99_ms <= 2 on" in header_lines(report)[1]
@@ -157,8 +157,8 @@ def test_a_load_level_study_reports_the_best_configuration_per_level(tmp_path: P
 
 
 def test_per_level_values_go_to_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune import plots
-    from autotune.tracking import MlflowTracker
+    from autotune.report import plots
+    from autotune.observers.mlflow import MlflowTracker
 
     mlflow = pytest.importorskip("mlflow")
     # Drawing the PNGs is half this test's time and none of its subject (tests/test_tracking.py covers them).

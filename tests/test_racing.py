@@ -11,11 +11,11 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from autotune.racing import Decision, Noise, RacingPolicy, RacingPruner, incumbent_values, pooled_noise
-from autotune.report import build_report, render_report
-from autotune.space import parse_space
-from autotune.ledger import Ledger
-from autotune.study import StudyOptions, make_sampler, run_study
+from autotune.decisions.racing import Decision, Noise, RacingPolicy, RacingPruner, incumbent_values, pooled_noise
+from autotune.report._build import build_report, render_report
+from autotune.config.space import parse_space
+from autotune.store.ledger import Ledger
+from autotune.study._loop import StudyOptions, make_sampler, run_study
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
 INCUMBENT = {"cudagraph_mode": "PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 0}

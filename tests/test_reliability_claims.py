@@ -6,14 +6,14 @@ import io
 import json
 from pathlib import Path
 
-from autotune.cli import raw_main
-from autotune.measure import ALWAYS_COLD
-from autotune.racing import RacingPolicy
-from autotune.records import Resolved, RestartResult
-from autotune.report import build_report, render_report
-from autotune.space import parse_space
-from autotune.status import ExitStatus
-from autotune.study import StudyOptions, run_study
+from autotune.cli._main import raw_main
+from autotune.stats.intervals import ALWAYS_COLD
+from autotune.decisions.racing import RacingPolicy
+from autotune.core.records import Resolved, RestartResult
+from autotune.report._build import build_report, render_report
+from autotune.config.space import parse_space
+from autotune.core.exit_status import ExitStatus
+from autotune.study._loop import StudyOptions, run_study
 from tests.conftest import SMALL_SPACE, FakeEngine
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.cli import raw_main
-from autotune.status import ExitStatus
+from autotune.cli._main import raw_main
+from autotune.core.exit_status import ExitStatus
 
 SIM = ["--space", "search_spaces/gb10.yaml", "--engine", "sim", "--trials", "2", "--no-verify", "--quiet"]
 
@@ -83,7 +83,7 @@ def test_top_k_verifies_exactly_k(tmp_path, capsys):
             str(tmp_path / "w"), "--study", "k", "--no-mlflow", "--quiet"]
     status, _, err = _run(argv, capsys)
     assert status == ExitStatus.SUCCESS, err
-    from autotune import ledger
+    from autotune.store import ledger
 
     stored = ledger.load("k", f"sqlite:///{tmp_path}/optuna.db")
     candidates = stored.verify_candidates()

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
-from autotune.records import RestartResult
+from autotune.core.records import RestartResult
 
 pytestmark = pytest.mark.slow
 
@@ -132,8 +132,8 @@ class Stored:
 
 
 def _stored(tmp: Path) -> Stored:
-    from autotune import ledger as _ledger
-    from autotune.report import build_report
+    from autotune.store import ledger as _ledger
+    from autotune.report._build import build_report
 
     ledger = _ledger.load("faults", f"sqlite:///{tmp}/optuna.db")
     restarts: Counter[tuple[Any, ...]] = Counter()

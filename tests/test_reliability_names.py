@@ -9,10 +9,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.cli import raw_main
-from autotune.ledger import study_names
-from autotune.status import ExitStatus
-from autotune.studydir import MARKER, MAX_NAME_BYTES, NotOwned, check_study_name, prepare_study_dir, remove_study_dir
+from autotune.cli._main import raw_main
+from autotune.store.ledger import study_names
+from autotune.core.exit_status import ExitStatus
+from autotune.store.studydir import MARKER, MAX_NAME_BYTES, NotOwned, check_study_name, prepare_study_dir, remove_study_dir
 
 
 def _tune(tmp_path: Path, capsys, *extra: str) -> tuple[ExitStatus, str]:

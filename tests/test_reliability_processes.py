@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from autotune.engines._process import TAG_ENV, orphaned_engine_processes, stop_orphans
+from autotune.engines.process import TAG_ENV, orphaned_engine_processes, stop_orphans
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
 
@@ -65,7 +65,7 @@ def test_an_engine_whose_autotune_still_runs_is_left_alone():
 def test_an_interruption_while_an_engine_starts_does_not_leak_it(monkeypatch, signame):
     """The signal lands while the child is forked: Python runs the handler as the fork returns, before ``Popen``
     has recorded the child's pid (the window that once left a cmd engine running after ``autotune`` exited)."""
-    from autotune.engines import _process
+    from autotune.engines import process as _process
 
     sig = getattr(signal, signame)
     tag_prefix = f"{os.getpid()}-".encode()
@@ -112,7 +112,7 @@ def _environ(pid: int) -> bytes:
 
 
 def test_an_engine_receives_sigterm_when_it_is_stopped():
-    from autotune.engines import _process
+    from autotune.engines import process as _process
 
     with _process.EngineProcess([sys.executable, "-c", "import signal, sys, time\n"
                                  "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\ntime.sleep(600)"]) as proc:

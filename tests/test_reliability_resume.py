@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from autotune import ledger as _ledger
-from autotune.cli import raw_main
-from autotune.status import ExitStatus
+from autotune.store import ledger as _ledger
+from autotune.cli._main import raw_main
+from autotune.core.exit_status import ExitStatus
 
 
 def _space(tmp_path: Path, token: str = "hf_first_token_value", **search_changes) -> Path:

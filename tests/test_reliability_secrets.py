@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.cli import raw_main
-from autotune.redact import REDACTED, is_secret_key, redact, redact_command, redact_text, redact_uri
-from autotune.status import ExitStatus
+from autotune.cli._main import raw_main
+from autotune.core.redact import REDACTED, is_secret_key, redact, redact_command, redact_text, redact_uri
+from autotune.core.exit_status import ExitStatus
 from tests.conftest import store
 
 API_KEY = "sk-live-51Habcdefghijklmnopqrstuv"
@@ -93,9 +93,9 @@ def test_export_writes_no_credential_and_names_the_fields_to_fill(secret_study, 
 
 
 def test_the_recorded_command_hides_credentials(tmp_path, monkeypatch):
-    from autotune.space import load_space
-    from autotune.study import StudyOptions, run_study
-    from autotune.tracking import MlflowTracker
+    from autotune.config.space import load_space
+    from autotune.study._loop import StudyOptions, run_study
+    from autotune.observers.mlflow import MlflowTracker
     from tests.conftest import FakeEngine
 
     uri = store(tmp_path)
@@ -194,9 +194,9 @@ def test_optuna_db_holds_no_credential_yet_every_engine_start_gets_it(secret_stu
 
 
 def test_verification_and_resume_run_with_the_real_credential(tmp_path):
-    from autotune.racing import RacingPolicy
-    from autotune.space import load_space
-    from autotune.study import StudyOptions, run_study
+    from autotune.decisions.racing import RacingPolicy
+    from autotune.config.space import load_space
+    from autotune.study._loop import StudyOptions, run_study
     from tests.conftest import FakeEngine
 
     space = load_space(_secret_space(tmp_path))

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from autotune.cli import raw_main
-from autotune.space import MAX_CAPTURE_SIZE, SpaceError, load_space
-from autotune.status import ExitStatus
+from autotune.cli._main import raw_main
+from autotune.config.space import MAX_CAPTURE_SIZE, SpaceError, load_space
+from autotune.core.exit_status import ExitStatus
 
 HEAD = """\
 name: t

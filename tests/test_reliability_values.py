@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.cli import raw_main
-from autotune.records import MAX_TOK_S, RestartResult, throughput_problem
-from autotune.status import ExitStatus
+from autotune.cli._main import raw_main
+from autotune.core.records import MAX_TOK_S, RestartResult, throughput_problem
+from autotune.core.exit_status import ExitStatus
 
 #: A cmd engine whose speculative configurations report $BAD_VALUE tok/s and the rest a sane, noisy value.
 ENGINE = textwrap.dedent("""\

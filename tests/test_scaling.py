@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.cli import raw_main
-from autotune.scaling import ScalingRun, regret_worse_p, render, summarize
-from autotune.status import ExitStatus
+from autotune.cli._main import raw_main
+from autotune.bench.scaling import ScalingRun, regret_worse_p, render, summarize
+from autotune.core.exit_status import ExitStatus
 
 
 def _run(workers: int, seed: int, regret: float, wall_h: float = 1.0,

@@ -15,10 +15,10 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from autotune import ledger as ledger_mod
+from autotune.store import ledger as ledger_mod
 from autotune.engines.cmd import CmdEngine
-from autotune.records import EngineConfig, Workload
-from autotune.status import ExitStatus
+from autotune.core.records import EngineConfig, Workload
+from autotune.core.exit_status import ExitStatus
 from tests.conftest import SMALL_SPACE, store
 
 REPO = Path(__file__).resolve().parents[1]

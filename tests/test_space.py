@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.space import DEFAULT, Infeasible, SpaceError, load_space, parse_space
+from autotune.config.space import DEFAULT, Infeasible, SpaceError, load_space, parse_space
 from tests.conftest import SMALL_SPACE
 
 

@@ -13,12 +13,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune import ledger as ledger_mod
-from autotune.racing import RacingPolicy
-from autotune.records import Resolved
-from autotune.report import build_report, render_report
-from autotune.space import parse_space
-from autotune.study import Interrupted, StudyOptions, run_study
+from autotune.store import ledger as ledger_mod
+from autotune.decisions.racing import RacingPolicy
+from autotune.core.records import Resolved
+from autotune.report._build import build_report, render_report
+from autotune.config.space import parse_space
+from autotune.study._loop import Interrupted, StudyOptions, run_study
 from tests import slow_study
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
@@ -134,7 +134,7 @@ def _restarts_recorded(db: Path) -> int:
     child's creation of Optuna's schema."""
     import sqlite3
 
-    from autotune.ledger import _RESTARTS_KEY
+    from autotune.store.ledger import _RESTARTS_KEY
 
     if not db.exists():
         return 0

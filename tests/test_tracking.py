@@ -12,15 +12,15 @@ import optuna
 import pytest
 import yaml
 
-from autotune import ledger as ledger_mod
-from autotune.ledger import Ledger, TrialRecord
-from autotune.plots import PLOT_FILES, save_study_plots
-from autotune.racing import RacingPolicy
-from autotune.records import EngineConfig, EngineFacts, RestartResult, Resolved
-from autotune.report import build_report
-from autotune.space import load_space
-from autotune.study import Interrupted, StudyOptions, run_study
-from autotune.tracking import (
+from autotune.store import ledger as ledger_mod
+from autotune.store.ledger import Ledger, TrialRecord
+from autotune.report.plots import PLOT_FILES, save_study_plots
+from autotune.decisions.racing import RacingPolicy
+from autotune.core.records import EngineConfig, EngineFacts, RestartResult, Resolved
+from autotune.report._build import build_report
+from autotune.config.space import load_space
+from autotune.study._loop import Interrupted, StudyOptions, run_study
+from autotune.observers.mlflow import (
     MlflowTracker,
     TrackingError,
     config_params,
@@ -251,7 +251,7 @@ def test_failed_trial_has_reason_and_engine_log_artifact(finished: dict[str, Any
 
 def test_crashing_restart_log_file_is_attached(tmp_path: Path) -> None:
     """A restart whose log file still exists has the file itself attached, not its tail."""
-    from autotune.tracking import _Session
+    from autotune.observers.mlflow import _Session
 
     log_file = tmp_path / "engine.log"
     log_file.write_text("full engine log\nRuntimeError: boom\n")
@@ -393,7 +393,7 @@ def test_unreachable_store_warns_once_and_the_study_completes(tmp_path: Path) ->
 
 def test_failing_operation_mid_study_warns_once_and_the_study_completes(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune import tracking
+    from autotune.observers import mlflow as tracking
 
     def broken(self: Any, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError("tracking server returned 503\nlong body")
@@ -437,7 +437,7 @@ def test_default_store_is_sqlite_under_mlruns(tmp_path: Path, monkeypatch: pytes
 
 def test_store_directory_is_created_on_demand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fresh clone has no mlruns/: SQLite cannot create directories, so the tracker does."""
-    from autotune import tracking
+    from autotune.observers import mlflow as tracking
 
     opened: list[str] = []
     monkeypatch.setattr(mlflow, "MlflowClient", lambda tracking_uri: opened.append(tracking_uri))
@@ -462,7 +462,7 @@ def test_plots_skip_what_a_small_study_cannot_show(tmp_path: Path) -> None:
 
 def test_tracking_server_gets_short_retries_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
     """A server that is down must not stall the study for MLflow's default ~4 minutes of retries per call."""
-    from autotune import tracking
+    from autotune.observers import mlflow as tracking
 
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "99")
@@ -499,7 +499,7 @@ def _parents(client: Any, ledger: Ledger) -> list[Any]:
 
 
 def test_a_worker_that_loses_the_race_for_the_parent_run_joins_the_peers_run(tmp_path: Path) -> None:
-    from autotune.tracking import _Session
+    from autotune.observers.mlflow import _Session
 
     study = run_study(load_space(write_space(tmp_path)), fake_engine(), options(tmp_path, trials=2, verify=False))
     mine, peers = _Session(store(tmp_path)), _Session(store(tmp_path))
@@ -513,7 +513,7 @@ def test_a_worker_that_loses_the_race_for_the_parent_run_joins_the_peers_run(tmp
 
 def test_a_trial_run_is_completed_not_duplicated_when_its_opening_half_failed_or_a_peer_opened_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune import tracking
+    from autotune.observers import mlflow as tracking
 
     study = run_study(load_space(write_space(tmp_path)), fake_engine(), options(tmp_path, trials=3, verify=False))
     first, second = measured_trials(study)[:2]

@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from autotune.cli import raw_main
-from autotune.racing import RacingPolicy
-from autotune.records import EngineConfig, EngineFacts, Resolved
-from autotune.space import parse_space
-from autotune.status import ExitStatus
-from autotune.study import StudyOptions, run_study
-from autotune.ui import server_command, ui_url
+from autotune.cli._main import raw_main
+from autotune.decisions.racing import RacingPolicy
+from autotune.core.records import EngineConfig, EngineFacts, Resolved
+from autotune.config.space import parse_space
+from autotune.core.exit_status import ExitStatus
+from autotune.study._loop import StudyOptions, run_study
+from autotune.cli.ui import server_command, ui_url
 from tests.conftest import FakeEngine, store
 
 pytest.importorskip("mlflow")
@@ -92,7 +92,7 @@ def wait_for(path: Path, text: str, proc: subprocess.Popen[Any], timeout: float)
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A tracked study in a fresh store, and ``autotune ui`` serving it as a user would start it."""
-    from autotune.tracking import MlflowTracker
+    from autotune.observers.mlflow import MlflowTracker
 
     tmp = tmp_path_factory.mktemp("ui")
     uri = store(tmp)

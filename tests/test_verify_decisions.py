@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.measure import shrunk_means
-from autotune.report import build_report
-from autotune.records import EngineConfig, Resolved, Workload
-from autotune.space import parse_space
-from autotune.study import StudyOptions, run_study
-from autotune.verify import (BASELINE, CANDIDATE, Candidate, SearchEvidence, plan_key, run_verification,
+from autotune.stats.intervals import shrunk_means
+from autotune.report._build import build_report
+from autotune.core.records import EngineConfig, Resolved, Workload
+from autotune.config.space import parse_space
+from autotune.study._loop import StudyOptions, run_study
+from autotune.decisions.verification import (BASELINE, CANDIDATE, Candidate, SearchEvidence, plan_key, run_verification,
                              select_candidates)
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 

@@ -23,8 +23,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune import ledger as ledger_mod
-from autotune.ledger import (
+from autotune.store import ledger as ledger_mod
+from autotune.store.ledger import (
     CLAIM_JOB_KEY,
     CLAIM_OWNER_KEY,
     CLAIM_RESTARTS_KEY,
@@ -32,8 +32,8 @@ from autotune.ledger import (
     VERIFY_CONCLUDE_JOB,
     Ledger,
 )
-from autotune.records import RestartResult
-from autotune.workers import GpuSpecError, gpu_groups
+from autotune.core.records import RestartResult
+from autotune.cli.gpu_workers import GpuSpecError, gpu_groups
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACE = ROOT / "search_spaces" / "h200.yaml"
@@ -306,9 +306,9 @@ def test_four_workers_on_one_machine_with_the_default_storage_survive_two_kill_9
 
 def test_a_retried_trial_keeps_its_restarts_and_runs_only_the_rest(tmp_path: Path) -> None:
     """A worker killed after two restarts: the next worker's retry counts those two and starts restart 2."""
-    from autotune.racing import RacingPolicy
-    from autotune.space import parse_space
-    from autotune.study import StudyOptions, run_study
+    from autotune.decisions.racing import RacingPolicy
+    from autotune.config.space import parse_space
+    from autotune.study._loop import StudyOptions, run_study
     from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
     storage = f"sqlite:///{tmp_path}/optuna.db"
@@ -346,7 +346,7 @@ def test_a_retried_trial_keeps_its_restarts_and_runs_only_the_rest(tmp_path: Pat
 _TAKE_QUEUED = """
 import sys, time
 import optuna
-from autotune.ledger import make_storage
+from autotune.store.ledger import make_storage
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 study = optuna.load_study(study_name="q", storage=make_storage(sys.argv[1], heartbeat_s=1))
 while time.time() < float(sys.argv[2]):  # start together: the race is in the first milliseconds of each take
@@ -361,7 +361,7 @@ print(" ".join(map(str, taken)))
 def test_a_queued_trial_goes_to_one_worker_on_the_default_sqlite_storage(tmp_path: Path) -> None:
     """``tune --gpus`` on one machine: its workers take queued trials (baselines, the start design, retries) from
     one SQLite file. Each must go to exactly one of them, or one configuration runs twice (two MLflow runs, starts
-    over the budget). Without :func:`autotune.ledger._serialize_sqlite` 4 processes took 22 of 400 twice."""
+    over the budget). Without :func:`autotune.store.ledger._serialize_sqlite` 4 processes took 22 of 400 twice."""
     url = f"sqlite:///{tmp_path}/optuna.db"
     study = optuna.create_study(study_name="q", storage=ledger_mod.make_storage(url, heartbeat_s=None))
     queued = 200
@@ -381,7 +381,7 @@ def test_workers_on_several_machines_never_start_more_than_the_budget() -> None:
     """Each machine (compile cache) starts a configuration cold the first time; verification's runner-up may be
     such a cold start plus its warm restart. Two machines, a 30-start budget: before the runner-up's possible cold
     start was held, 21 of 40 seeds on the simulated H200 used 31 (and 7 of 40 at 4 workers and 40 starts)."""
-    from autotune.scaling import run_one
+    from autotune.bench.scaling import run_one
 
     for seed in range(8):
         run = run_one("h200", workers=2, budget=30, seed=seed, root=str(ROOT), machines=2)
@@ -391,9 +391,9 @@ def test_workers_on_several_machines_never_start_more_than_the_budget() -> None:
 def test_a_retry_the_budget_has_no_room_for_ends_with_what_its_worker_measured(tmp_path: Path) -> None:
     """A dead worker's trial comes back as a retry after other trials spent the budget: the retry starts nothing,
     keeps the two restarts it carries, and verification still gets its share."""
-    from autotune.racing import RacingPolicy
-    from autotune.space import parse_space
-    from autotune.study import StudyOptions, run_study
+    from autotune.decisions.racing import RacingPolicy
+    from autotune.config.space import parse_space
+    from autotune.study._loop import StudyOptions, run_study
     from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
     storage = f"sqlite:///{tmp_path}/optuna.db"
@@ -436,7 +436,7 @@ def test_a_retry_the_budget_has_no_room_for_ends_with_what_its_worker_measured(t
 
 
 def test_urls_lose_their_password_wherever_autotune_shows_or_stores_them():
-    from autotune.ledger import redact
+    from autotune.store.ledger import redact
 
     assert redact("postgresql+psycopg2://tuner:s3cr:et@db:5432/autotune") == \
         "postgresql+psycopg2://tuner:***@db:5432/autotune"
@@ -446,8 +446,8 @@ def test_urls_lose_their_password_wherever_autotune_shows_or_stores_them():
 
 
 def test_a_claim_has_one_holder_and_passes_on_when_its_holder_stops_beating(tmp_path):
-    from autotune.claims import Claims
-    from autotune.heartbeat import Heartbeat
+    from autotune.store.claims import Claims
+    from autotune.store.heartbeat import Heartbeat
 
     url = f"sqlite:///{tmp_path}/optuna.db"
 
@@ -474,8 +474,8 @@ def test_a_claim_has_one_holder_and_passes_on_when_its_holder_stops_beating(tmp_
 
 def test_a_claim_whose_holder_died_on_this_machine_passes_on_at_once(tmp_path):
     """kill -9 and the same command again: the dead holder's process is gone, no need to wait out the grace."""
-    from autotune.claims import Claims
-    from autotune.heartbeat import Heartbeat
+    from autotune.store.claims import Claims
+    from autotune.store.heartbeat import Heartbeat
 
     url = f"sqlite:///{tmp_path}/optuna.db"
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

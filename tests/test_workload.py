@@ -10,10 +10,10 @@ import optuna
 import pytest
 
 from autotune.engines.vllm import _dataset
-from autotune.objective import check_slo, constraint_values, meets_slo, summarize_latency
-from autotune.records import Dataset, EngineConfig, Resolved, RestartResult, Workload, config_differences
-from autotune.space import SpaceError, parse_space
-from autotune.workload import DEFAULT_PROMPTS, default_dataset, unfit_for_serving
+from autotune.stats.latency import check_slo, constraint_values, meets_slo, summarize_latency
+from autotune.core.records import Dataset, EngineConfig, Resolved, RestartResult, Workload, config_differences
+from autotune.config.space import SpaceError, parse_space
+from autotune.config.workload import DEFAULT_PROMPTS, default_dataset, unfit_for_serving
 
 BASE = {
     "engine_args": {"model": "org/model"},
@@ -301,7 +301,7 @@ def test_test_only_settings_name_each_reason() -> None:
 
 
 def test_pareto_front_keeps_only_undominated_points() -> None:
-    from autotune.plots import pareto_front
+    from autotune.report.plots import pareto_front
 
     points = [(100.0, 10.0), (200.0, 20.0), (150.0, 25.0), (250.0, 40.0), (90.0, 12.0)]
     assert pareto_front(points) == [0, 1, 3], "(150, 25) loses to (200, 20); (90, 12) to (100, 10)"
@@ -310,8 +310,8 @@ def test_pareto_front_keeps_only_undominated_points() -> None:
 def test_throughput_vs_latency_plot_marks_the_slo_and_skips_without_latency() -> None:
     from types import SimpleNamespace
 
-    from autotune.plots import PlotSkipped, throughput_vs_latency
-    from autotune.report_latency import TrialLatency
+    from autotune.report.plots import PlotSkipped, throughput_vs_latency
+    from autotune.report.latency import TrialLatency
 
     report = SimpleNamespace(slo={"tpot_p99_ms": 30.0}, search_latency=(
         TrialLatency(0, "a", "COMPLETE", 100.0, {"tpot_p99_ms": 10.0}),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any
 
-from autotune.records import EngineConfig, EngineFacts, RestartResult, Workload
+from autotune.core.records import EngineConfig, EngineFacts, RestartResult, Workload
 
 if TYPE_CHECKING:
-    from autotune.space import SearchSpace
+    from autotune.config.space import SearchSpace
 
 __all__ = ["EngineBackend", "EngineError"]
 
@@ -51,7 +51,7 @@ class EngineBackend(abc.ABC):
         """Validate ``space`` against what this engine needs before anything runs.
 
         Raises:
-            autotune.space.SpaceError: naming the file, field and fix.
+            autotune.config.space.SpaceError: naming the file, field and fix.
             EngineError: the engine itself is unusable.
         """
 

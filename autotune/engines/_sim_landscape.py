@@ -34,7 +34,7 @@ import random
 from collections.abc import Mapping
 
 from autotune.engines import _sim_model as model
-from autotune.records import EngineConfig, Workload
+from autotune.core.records import EngineConfig, Workload
 
 __all__ = ["Landscape", "draw_landscape"]
 

@@ -1,6 +1,6 @@
 """The performance model behind the ``sim`` engine: every constant and every rule, in one place.
 
-The simulator answers two questions about an :class:`~autotune.records.EngineConfig`:
+The simulator answers two questions about an :class:`~autotune.core.records.EngineConfig`:
 
 1. *What would vLLM actually run?* (:func:`plan_config`) - the configured CUDA-graph mode and capture sizes after
    the engine-version rules that silently change them, the model runner, async scheduling, and whether graph
@@ -105,7 +105,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.records import Detail, EngineConfig, Resolved, Workload
+from autotune.core.records import Detail, EngineConfig, Resolved, Workload
 
 __all__ = [
     "ACCEPTANCE",

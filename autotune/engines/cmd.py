@@ -14,14 +14,14 @@ its environment. It may log anything; its LAST stdout line must be one JSON obje
     {"status": "failed", "error": "CUDA out of memory ..."}
 
 ``warmup_tok_s``, ``cold``, ``accept_len``, ``peak_memory_gib``, ``latency`` (an object of numbers under
-:attr:`~autotune.records.RestartResult.latency`'s keys, e.g. ``{"ttft_p99_ms": 120.5, "tpot_p99_ms": 9.1}``, which
+:attr:`~autotune.core.records.RestartResult.latency`'s keys, e.g. ``{"ttft_p99_ms": 120.5, "tpot_p99_ms": 9.1}``, which
 ``slo:`` limits are checked against) and the other ``resolved`` fields
 (``compile_mode``, ``details``, ``notes``) are optional. A workload with load levels (``"concurrency": [1, 8]``)
 needs ``"levels": [{"concurrency": 1, "passes_tok_s": [...], "latency": {...}}, ...]``, one entry per level in
 order, measured in the one engine start (``passes_tok_s`` then holds every level's timed passes).
 
 Anything else - a non-zero exit, no JSON, a missing or ill-typed field, a timeout - becomes a failed
-:class:`~autotune.records.RestartResult` with a one-line reason and the output's tail; this engine never raises for
+:class:`~autotune.core.records.RestartResult` with a one-line reason and the output's tail; this engine never raises for
 a bad restart. See ``examples/cmd_engine_example.py``.
 """
 
@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from autotune.engines._base import EngineBackend, EngineError
-from autotune.engines._process import EngineProcess
-from autotune.records import EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus, Workload
+from autotune.engines.process import EngineProcess
+from autotune.core.records import EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus, Workload
 
 __all__ = ["CmdEngine", "ProtocolError", "parse_result_line"]
 

@@ -14,7 +14,7 @@ import pytest
 from autotune.engines import EngineError, make_engine
 from autotune.engines.cmd import CmdEngine
 from autotune.engines.sim import SimEngine
-from autotune.records import EngineConfig, Workload
+from autotune.core.records import EngineConfig, Workload
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "cmd_engine_example.py"

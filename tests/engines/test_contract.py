@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from autotune.engines import EngineBackend, make_engine
-from autotune.records import EngineConfig, EngineFacts, RestartResult, RestartStatus, Workload
+from autotune.core.records import EngineConfig, EngineFacts, RestartResult, RestartStatus, Workload
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cmd_engine_example.py"
 WL = Workload(num_prompts=8, input_len=64, output_len=64, concurrency=4, timed_passes=2)

@@ -13,8 +13,8 @@ import pytest
 
 from autotune.engines import EngineError, make_engine
 from autotune.engines.sim import COMPILE_CACHE_DIR, SimEngine
-from autotune.records import EngineConfig, Workload, config_differences
-from autotune.space import SearchSpace, parse_space
+from autotune.core.records import EngineConfig, Workload, config_differences
+from autotune.config.space import SearchSpace, parse_space
 
 #: The H200 reference probe's workload: 16 prompts of 128 tokens, 192 out, 4 at a time.
 REF = Workload(num_prompts=16, input_len=128, output_len=192, concurrency=4)

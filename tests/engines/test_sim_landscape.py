@@ -10,7 +10,7 @@ import pytest
 from autotune.engines._base import EngineError
 from autotune.engines._sim_landscape import draw_landscape
 from autotune.engines.sim import SimEngine
-from autotune.space import load_space
+from autotune.config.space import load_space
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ import pytest
 from autotune.engines import EngineError, make_engine
 from autotune.engines.vllm import VllmEngine
 from autotune.engines.vllm._forkserver import ForkHost
-from autotune.records import Dataset, EngineConfig, RestartStatus, Workload
+from autotune.core.records import Dataset, EngineConfig, RestartStatus, Workload
 from tests.engines.test_vllm_launcher import _wait_gone
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="process checks read /proc")

@@ -19,8 +19,8 @@ from autotune.engines import EngineError, make_engine
 from autotune.engines.vllm import VllmEngine
 from autotune.engines.vllm import _runner as runner
 from autotune.engines.vllm._launcher import kill_group, launch, tail_text
-from autotune.workload import DEFAULT_PROMPTS
-from autotune.records import Dataset, EngineConfig, RestartStatus, Workload
+from autotune.config.workload import DEFAULT_PROMPTS
+from autotune.core.records import Dataset, EngineConfig, RestartStatus, Workload
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="process checks read /proc")
 
@@ -510,8 +510,8 @@ FAKE_AUDIT = """
 def test_audit_reports_silent_capture_size_rounding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from autotune.audit import run_audit
-    from autotune.space import load_space
+    from autotune.cli.audit import run_audit
+    from autotune.config.space import load_space
 
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autotune.engines.vllm import build_resolved
 from autotune.engines.vllm._logparse import failure_reason, parse_startup_log, strip_prefix
-from autotune.records import Detail
+from autotune.core.records import Detail
 
 # Shapes copied from vLLM 0.26 (H200) and 0.32 (CPU) start-up logs.
 GPU_LOG = """\

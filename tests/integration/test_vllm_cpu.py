@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.records import Detail, RestartStatus, config_differences
-from autotune.space import load_space
+from autotune.core.records import Detail, RestartStatus, config_differences
+from autotune.config.space import load_space
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACE = ROOT / "search_spaces" / "cpu-tiny.yaml"
@@ -148,7 +148,7 @@ def test_rejected_config_fails_the_restart_with_vllms_reason(space, cache_dir: s
 
 
 def test_audit_strict_exits_nonzero_on_the_cpu_downgrade(space, cache_dir: str) -> None:
-    from autotune.audit import run_audit
+    from autotune.cli.audit import run_audit
 
     out = io.StringIO()
     params = {"cudagraph_mode": "PIECEWISE", "capture_sizes": [1, 2, 4, 8], "K": 3}
@@ -162,9 +162,8 @@ def test_audit_strict_exits_nonzero_on_the_cpu_downgrade(space, cache_dir: str) 
 # A whole study of real vLLM starts on 2 CPU cores: longer than the suite's per-test limit when the machine is busy.
 @pytest.mark.timeout(2400)
 def test_cli_tune_with_ngram_flags_the_piecewise_downgrade(tmp_path: Path, cache_dir: str) -> None:
-    from autotune import ledger
-
-    from autotune.cli import main
+    from autotune.store import ledger
+    from autotune.cli._main import main
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     report_path = tmp_path / "report.json"
@@ -238,8 +237,8 @@ def test_cli_slo_study_on_text_prompts_records_latency_and_an_infeasible_configu
     """The tiny model with its tokenizer on text prompts, max_num_seqs searched, a p99 TTFT limit (offline mode)."""
     import optuna
 
-    from autotune import ledger
-    from autotune.cli import main
+    from autotune.store import ledger
+    from autotune.cli._main import main
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     report_path = tmp_path / "report.json"

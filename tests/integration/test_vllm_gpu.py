@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from autotune.cli import main
-from autotune.status import ExitStatus
+from autotune.cli._main import main
+from autotune.core.exit_status import ExitStatus
 
 
 def _cuda_vllm_available() -> bool:

@@ -41,12 +41,12 @@ from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
 from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
-from autotune.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
+from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
-from autotune.workload import default_dataset
+from autotune.config.workload import default_dataset
 
 if TYPE_CHECKING:
-    from autotune.space import SearchSpace
+    from autotune.config.space import SearchSpace
 
 __all__ = ["RUNNER_PATH", "VllmEngine", "VllmOptions"]
 

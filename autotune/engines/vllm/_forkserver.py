@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from autotune.engines._process import TAG_ENV, EngineProcess, Survivor, kill_group, tagged_processes
+from autotune.engines.process import TAG_ENV, EngineProcess, Survivor, kill_group, tagged_processes
 from autotune.engines.vllm._launcher import LaunchResult, supervise, tail_text
 
 __all__ = ["HOST_PATH", "ForkHost", "ForkedProcess", "HostError", "HostTimeout", "launch_forked"]
@@ -201,11 +201,11 @@ class ForkHost:
 
 
 class ForkedProcess:
-    """A restart forked by a :class:`ForkHost`, with the :class:`~autotune.engines._process.EngineProcess`
+    """A restart forked by a :class:`ForkHost`, with the :class:`~autotune.engines.process.EngineProcess`
     surface the launcher uses (``poll``, ``wait``, ``stop``, a context manager that stops it).
 
     ``pid`` is also its process group id (the restart called ``setsid`` before the host reported it). Its
-    environment carries ``tag`` (:data:`~autotune.engines._process.TAG_ENV`), which every process it starts
+    environment carries ``tag`` (:data:`~autotune.engines.process.TAG_ENV`), which every process it starts
     inherits, so descendants that leave its group are found and stopped as for a spawned engine. When the host
     dies first, the restart is unsupervised: :meth:`poll` stops its group and reports :attr:`lost` (the reason),
     with ``returncode`` -9.

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.engines._process import EngineProcess, kill_group
+from autotune.engines.process import EngineProcess, kill_group
 
 __all__ = [
     "ERROR_MARKER",
@@ -200,7 +200,7 @@ def supervise(
     """Watch a started process's log against the deadlines, then stop its whole group (see :func:`launch`).
 
     Args:
-        proc: An :class:`~autotune.engines._process.EngineProcess`, or anything with its surface (``pid``, also
+        proc: An :class:`~autotune.engines.process.EngineProcess`, or anything with its surface (``pid``, also
             the group id; ``poll``, ``wait``, ``returncode``, ``stop(grace_s)``, a context manager): a forked
             restart (:class:`~._forkserver.ForkedProcess`).
         log: The file receiving its stdout and stderr.

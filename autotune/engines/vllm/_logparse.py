@@ -13,7 +13,7 @@ import dataclasses
 import re
 from typing import Any
 
-from autotune.records import Detail
+from autotune.core.records import Detail
 
 __all__ = ["LogFindings", "failure_reason", "parse_engine_config", "parse_startup_log"]
 

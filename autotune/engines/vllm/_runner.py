@@ -127,7 +127,7 @@ def resolved_config(llm: Any, engine_args: list[str] | None = None) -> dict[str,
     sizes = comp.cudagraph_capture_sizes
     details: dict[str, Any] = {}
     spec = getattr(config, "speculative_config", None)
-    # Keys are autotune.records.Detail's names (this file cannot import autotune; a test holds them equal).
+    # Keys are autotune.core.records.Detail's names (this file cannot import autotune; a test holds them equal).
     details["speculative_method"] = None if spec is None else getattr(spec, "method", None)
     details["num_speculative_tokens"] = 0 if spec is None else getattr(spec, "num_speculative_tokens", None)
     scheduler = getattr(config, "scheduler_config", None)

@@ -1,0 +1,294 @@
+"""``python -m autotune.bench.coverage``: do the printed intervals hold their stated level?
+
+Draws restart samples with known truth and counts how often each interval covers it:
+
+* **throughput**: :func:`autotune.stats.intervals.interval` for one configuration's mean, ``n`` restarts;
+* **speedup**: :func:`autotune.stats.intervals.compare` for mean(challenger) / mean(baseline), at 95% and at the
+  Bonferroni level of three challengers (98.33%), with equal and with unequal spread and restart counts;
+* **verification**: the whole :func:`autotune.decisions.verification.run_verification` phase (three challengers and the baseline,
+  extra rounds for near-ties, winner picked by its verified mean) on a simulated engine: how often the
+  winner's speedup interval covers its true speedup, and how often it says "faster" when nothing is.
+
+Noise is lognormal or normal at a given coefficient of variation (CV), independent between restarts. The old
+percentile bootstrap of the ratio of means (what the verdict used before) is kept here as a reference column:
+it is the interval a coverage check has to be able to fail. Everything is seeded; the same command prints the
+same table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import math
+import multiprocessing
+import sys
+import time
+from collections.abc import Sequence
+from typing import IO, Any
+
+import numpy as np
+from scipy import stats
+
+from autotune.stats.intervals import compare, interval
+from autotune.core.records import EngineConfig, Resolved, RestartResult, Workload
+from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, run_verification
+
+__all__ = [
+    "NOISES",
+    "draw_restarts",
+    "main",
+    "speedup_coverage",
+    "throughput_coverage",
+    "verification_coverage",
+]
+
+NOISES = ("lognormal", "normal")
+SPEEDUP_METHODS = ("welch-log", "bootstrap")
+THROUGHPUT_METHODS = ("log-t", "t")
+
+
+def draw_restarts(rng: np.random.Generator, noise: str, cv: float, n: int, mean: float = 1000.0,
+                  draws: int = 1) -> np.ndarray:
+    """``draws x n`` restart throughputs with true mean ``mean`` and coefficient of variation ``cv``."""
+    if noise == "lognormal":
+        sd = math.sqrt(math.log1p(cv * cv))
+        return np.exp(rng.normal(math.log(mean) - sd * sd / 2.0, sd, size=(draws, n)))
+    if noise == "normal":
+        # 15% CV puts a value below zero once in 10^17 draws; clip so a throughput is never non-positive.
+        return np.maximum(rng.normal(mean, cv * mean, size=(draws, n)), 1e-9 * mean)
+    raise ValueError(f"unknown noise {noise!r}: use one of {NOISES}")
+
+
+def _rng(seed: int, *cell: object) -> np.random.Generator:
+    """A generator of its own for each table cell (cells are independent samples, and reproducible)."""
+    return np.random.default_rng([seed, int.from_bytes(hashlib.sha256(repr(cell).encode()).digest()[:8], "big")])
+
+
+def _old_arithmetic_t(values: Sequence[float], confidence: float) -> tuple[float, float]:
+    x = np.asarray(values, dtype=float)
+    low, high = stats.t.interval(confidence, x.size - 1, loc=float(x.mean()), scale=stats.sem(x))
+    return float(low), float(high)
+
+
+def throughput_coverage(method: str, noise: str, cv: float, n: int, draws: int, seed: int,
+                        confidence: float = 0.95) -> tuple[float, float]:
+    """Coverage of the true mean by a throughput interval, and the share of intervals with a low end <= 0.
+
+    Args:
+        method: ``log-t`` (:func:`autotune.stats.intervals.interval`, today's) or ``t`` (the arithmetic t interval it
+            replaced).
+    """
+    rng = _rng(seed, "throughput", noise, cv, n)
+    samples = draw_restarts(rng, noise, cv, n, draws=draws)
+    fn = interval if method == "log-t" else _old_arithmetic_t
+    hits = nonpositive = 0
+    for row in samples:
+        low, high = fn(row, confidence)
+        hits += low <= 1000.0 <= high
+        nonpositive += low <= 0.0
+    return hits / draws, nonpositive / draws
+
+
+def _ratio_of_means(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(a, axis=axis) / np.mean(b, axis=axis)
+
+
+def _old_bootstrap(a: np.ndarray, b: np.ndarray, confidence: float, seed: int) -> tuple[float, float]:
+    res = stats.bootstrap((a, b), _ratio_of_means, vectorized=True, paired=False, confidence_level=confidence,
+                          method="percentile", n_resamples=2000, random_state=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def speedup_coverage(method: str, noise: str, cv: float, n: int, draws: int, seed: int, *,
+                     comparisons: int = 1, ref_cv: float | None = None, ref_n: int | None = None,
+                     true_speedup: float = 1.2) -> float:
+    """Coverage of the true speedup by a speedup interval at Bonferroni level ``0.05 / comparisons``.
+
+    Args:
+        method: ``welch-log`` (:func:`autotune.stats.intervals.compare`, today's) or ``bootstrap`` (the percentile
+            bootstrap of the ratio of means it replaced).
+        cv, n: The challenger's noise and restarts; ``ref_cv``/``ref_n`` the baseline's (default: the same).
+    """
+    rng = _rng(seed, "speedup", noise, cv, n, ref_cv, ref_n, true_speedup)
+    a = draw_restarts(rng, noise, cv, n, mean=1000.0 * true_speedup, draws=draws)
+    b = draw_restarts(rng, noise, cv if ref_cv is None else ref_cv, n if ref_n is None else ref_n, draws=draws)
+    hits = 0
+    for i in range(draws):
+        if method == "welch-log":
+            c = compare(a[i], b[i], comparisons=comparisons)
+            low, high = c.ci_low, c.ci_high
+        else:
+            low, high = _old_bootstrap(a[i], b[i], 1.0 - 0.05 / comparisons, seed + i)
+        hits += low <= true_speedup <= high
+    return hits / draws
+
+
+# -- the whole verification phase ---------------------------------------------------------------------------
+
+
+class _NoisyEngine:
+    """An engine whose configurations have known true means and draw lognormal or normal restart noise."""
+
+    def __init__(self, truth: dict[str, float], noise: str, cv: float, rng: np.random.Generator) -> None:
+        self.truth, self.noise, self.cv, self.rng = truth, noise, cv, rng
+
+    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
+        value = float(draw_restarts(self.rng, self.noise, self.cv, 1, mean=self.truth[config.key()])[0, 0])
+        return RestartResult(status="ok", restart=restart, seed=seed, passes_tok_s=(value,), wall_s=60.0,
+                             resolved=Resolved(cudagraph_mode=config.cudagraph_mode))
+
+
+#: Verification scenarios: true speedups of three challengers over a baseline at 1000 tok/s.
+SCENARIOS: dict[str, tuple[float, ...]] = {
+    "flat": (1.0, 1.0, 1.0),
+    "near-tie": (1.10, 1.08, 1.0),
+    "clear": (1.30, 1.10, 0.90),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class VerificationCoverage:
+    scenario: str
+    noise: str
+    cv: float
+    draws: int
+    speedup_coverage: float
+    throughput_coverage: float
+    says_faster: float
+    mean_starts: float
+
+
+def verification_coverage(scenario: str, noise: str, cv: float, draws: int, seed: int, *, restarts: int = 3,
+                          max_restarts: int = 5) -> VerificationCoverage:
+    """Run the verification phase ``draws`` times on a known landscape and score its winner's intervals."""
+    speedups = SCENARIOS[scenario]
+    configs = [EngineConfig(compilation_config={"cudagraph_mode": f"MODE{i}"}) for i in range(len(speedups))]
+    base = EngineConfig()
+    truth = {c.key(): 1000.0 * s for c, s in zip(configs, speedups)} | {base.key(): 1000.0}
+    candidates = [Candidate(CANDIDATE, c) for c in configs] + [Candidate(BASELINE, base)]
+    sp_hits = tp_hits = faster = starts = 0
+    for d in range(draws):
+        engine = _NoisyEngine(truth, noise, cv, _rng(seed, "verify", scenario, noise, cv, d))
+        v = run_verification(engine, Workload(), candidates, restarts, seed_for=lambda r: r,
+                             max_restarts=max_restarts)
+        win = v.winner
+        true = truth[win.candidate.config.key()]
+        tp_hits += win.summary.ci_low <= true <= win.summary.ci_high
+        starts += v.restarts_used
+        if win.comparison is None:  # the baseline won: its "speedup" is 1 by definition, no interval shown
+            sp_hits += 1
+            continue
+        sp_hits += win.comparison.ci_low <= true / 1000.0 <= win.comparison.ci_high
+        faster += v.verdict == "faster"
+    return VerificationCoverage(scenario, noise, cv, draws, sp_hits / draws, tp_hits / draws, faster / draws,
+                                starts / draws)
+
+
+# -- the table -------------------------------------------------------------------------------------------------
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _cell(job: tuple[str, tuple, dict]) -> object:
+    fn = {"throughput": throughput_coverage, "speedup": speedup_coverage, "verify": verification_coverage}[job[0]]
+    return fn(*job[1], **job[2])
+
+
+def run(draws: int, seed: int, out: IO[str], cvs: Sequence[float] = (0.03, 0.06, 0.10, 0.15),
+        ns: Sequence[int] = (2, 3, 4, 5, 6), bootstrap_draws: int = 400, verify_draws: int = 400,
+        jobs: int = 1) -> None:
+    """Print the four coverage tables as markdown, computing their cells in ``jobs`` processes."""
+    started = time.monotonic()
+    unequal = [(cv, ref_cv, n, ref_n) for cv, ref_cv in ((0.15, 0.03), (0.03, 0.15), (0.10, 0.05))
+               for n, ref_n in ((3, 3), (3, 6), (6, 3), (6, 6))]
+    cells: list[tuple[str, tuple, dict]] = []
+    for noise in NOISES:
+        for cv in cvs:
+            cells += [("throughput", ("log-t", noise, cv, n, draws, seed), {}) for n in ns]
+            cells.append(("throughput", ("t", noise, cv, 2, draws, seed), {}))
+            for k in (1, 3):
+                cells += [("speedup", ("welch-log", noise, cv, n, draws, seed), {"comparisons": k}) for n in ns]
+                cells.append(("speedup", ("bootstrap", noise, cv, 3, bootstrap_draws, seed), {"comparisons": k}))
+        for cv, ref_cv, n, ref_n in unequal:
+            cells += [("speedup", ("welch-log", noise, cv, n, draws, seed),
+                       {"comparisons": k, "ref_cv": ref_cv, "ref_n": ref_n}) for k in (1, 3)]
+    for scenario in SCENARIOS:
+        for noise in NOISES:
+            cells += [("verify", (scenario, noise, cv, verify_draws, seed), {}) for cv in (0.03, 0.10, 0.15)]
+    if jobs > 1:
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            results = dict(zip(range(len(cells)), pool.map(_cell, cells, chunksize=1)))
+    else:
+        results = {i: _cell(c) for i, c in enumerate(cells)}
+    got = {(c[0], c[1], tuple(sorted(c[2].items()))): results[i] for i, c in enumerate(cells)}
+
+    def cell(kind: str, *args: object, **kw: object) -> Any:
+        return got[(kind, args, tuple(sorted(kw.items())))]
+
+    out.write(f"Throughput interval, 95% claimed ({draws} draws a cell; `old t` = the arithmetic t interval it "
+              "replaced, `old t low<=0` = share of those reaching zero or below)\n\n")
+    out.write("| noise | CV | " + " | ".join(f"n={n}" for n in ns) + " | old t, n=2 | old t low<=0, n=2 |\n")
+    out.write("|---|---|" + "---|" * (len(ns) + 2) + "\n")
+    for noise in NOISES:
+        for cv in cvs:
+            row = [_pct(cell("throughput", "log-t", noise, cv, n, draws, seed)[0]) for n in ns]
+            old, nonpos = cell("throughput", "t", noise, cv, 2, draws, seed)
+            out.write(f"| {noise} | {cv:.0%} | " + " | ".join(row) + f" | {_pct(old)} | {_pct(nonpos)} |\n")
+
+    out.write(f"\nSpeedup interval, true speedup 1.2, same CV and restarts on both sides ({draws} draws a cell; "
+              f"old bootstrap = the percentile bootstrap it replaced, {bootstrap_draws} draws)\n\n")
+    out.write("| noise | CV | claimed | " + " | ".join(f"n={n}" for n in ns) + " | old bootstrap, n=3 |\n")
+    out.write("|---|---|---|" + "---|" * (len(ns) + 1) + "\n")
+    for noise in NOISES:
+        for cv in cvs:
+            for k, level in ((1, "95%"), (3, "98.33%")):
+                row = [_pct(cell("speedup", "welch-log", noise, cv, n, draws, seed, comparisons=k))
+                       for n in ns]
+                old = cell("speedup", "bootstrap", noise, cv, 3, bootstrap_draws, seed, comparisons=k)
+                out.write(f"| {noise} | {cv:.0%} | {level} | " + " | ".join(row) + f" | {_pct(old)} |\n")
+
+    out.write(f"\nSpeedup interval, unequal spread or restarts (challenger / baseline; {draws} draws a cell)\n\n")
+    out.write("| noise | CV | n | 95% claimed | 98.33% claimed |\n|---|---|---|---|---|\n")
+    for noise in NOISES:
+        for cv, ref_cv, n, ref_n in unequal:
+            row = [_pct(cell("speedup", "welch-log", noise, cv, n, draws, seed, comparisons=k,
+                             ref_cv=ref_cv, ref_n=ref_n)) for k in (1, 3)]
+            out.write(f"| {noise} | {cv:.0%} / {ref_cv:.0%} | {n} / {ref_n} | " + " | ".join(row) + " |\n")
+
+    out.write(f"\nWhole verification phase: 3 challengers and the baseline, 3 common rounds, near-ties up to 5 "
+              f"({verify_draws} phases a cell). The winner's intervals claim 98.33% (speedup, Bonferroni over 3) "
+              "and 98.75% (throughput, over the 4 verified); `says faster` on `flat` is a false win.\n\n")
+    out.write("| true speedups | noise | CV | speedup coverage | throughput coverage | says faster | starts |\n")
+    out.write("|---|---|---|---|---|---|---|\n")
+    for scenario in SCENARIOS:
+        for noise in NOISES:
+            for cv in (0.03, 0.10, 0.15):
+                r = cell("verify", scenario, noise, cv, verify_draws, seed)
+                out.write(f"| {scenario} {SCENARIOS[scenario]} | {noise} | {cv:.0%} | {_pct(r.speedup_coverage)} "
+                          f"| {_pct(r.throughput_coverage)} | {_pct(r.says_faster)} | {r.mean_starts:.1f} |\n")
+    out.write(f"\n({time.monotonic() - started:.0f} s wall, {jobs} process(es))\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autotune.bench.coverage", description=__doc__.split("\n")[0])
+    parser.add_argument("--draws", type=int, default=4000, help="samples per cell (default 4000)")
+    parser.add_argument("--bootstrap-draws", type=int, default=400,
+                        help="samples per cell for the old bootstrap, which is slow (default 400)")
+    parser.add_argument("--verify-draws", type=int, default=400,
+                        help="verification phases per cell (default 400)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    args = parser.parse_args(argv)
+    for name in ("draws", "bootstrap_draws", "verify_draws", "jobs"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    run(args.draws, args.seed, sys.stdout, bootstrap_draws=args.bootstrap_draws, verify_draws=args.verify_draws,
+        jobs=args.jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

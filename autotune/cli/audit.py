@@ -1,0 +1,244 @@
+"""``autotune audit``: start the engine once and show configured vs resolved, side by side.
+
+The trap this catches: an engine that silently runs something other than what was asked for (speculation
+turning graph capture off, capture sizes rounded to multiples of 1+K, a fallback model runner, async
+scheduling disabled). With ``--strict`` any configured field the engine changed makes the exit status
+:attr:`~autotune.core.exit_status.ExitStatus.CHANGED` (3), so CI or a deployment script can refuse such a config.
+
+Usage::
+
+    autotune audit --space search_spaces/h200-dummy.yaml --params cudagraph_mode=FULL_AND_PIECEWISE \\
+        --params capture_sizes=[1,2,4,8] --params num_speculative_tokens=3 --params draft=small-draft --strict
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Mapping
+from typing import IO, Any
+
+from autotune.core.records import Detail, EngineConfig, EngineFacts, RestartResult, config_differences
+from autotune.core.redact import redact, redact_text
+from autotune.core.exit_status import ExitStatus
+
+__all__ = ["AuditRow", "audit_rows", "config_for_audit", "configure_parser", "run", "run_audit"]
+
+#: Parameter aliases accepted on the command line.
+_ALIASES = {"K": "num_speculative_tokens", "k": "num_speculative_tokens", "sizes": "capture_sizes",
+            "mode": "cudagraph_mode"}
+_UNSET = "(engine default)"
+_AUDIT_OUTPUT_LEN = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditRow:
+    """One field, configured vs resolved; ``changed`` when the configuration set it and the engine differs."""
+
+    field: str
+    configured: Any
+    resolved: Any
+    changed: bool = False
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``autotune audit``."""
+    parser.add_argument("--space", default="search_spaces/default.yaml", help="search space YAML")
+    parser.add_argument("--model", help="model path or hub id; overrides engine_args.model")
+    parser.add_argument("--engine", help="engine (default: the space's engine.name, else vllm)")
+    parser.add_argument("--engine-opt", action="append", metavar="KEY=VALUE", help="engine option, repeatable")
+    parser.add_argument("--params", action="append", metavar="KEY=VALUE",
+                        help="the configuration: cudagraph_mode=…, capture_sizes=NAME or [1,2,4], "
+                             "num_speculative_tokens=K, draft=NAME (repeatable; unset = engine default)")
+    parser.add_argument("--workdir", default="mlruns/autotune/audit", help="engine caches and logs")
+    parser.add_argument("--strict", action="store_true",
+                        help=f"exit {int(ExitStatus.CHANGED)} when the engine changed anything that was configured")
+    parser.add_argument("--json", metavar="PATH", help="also write configured, resolved and differences as JSON")
+
+
+def run(args: argparse.Namespace, out: IO[str]) -> int:
+    """The ``audit`` subcommand."""
+    from autotune.cli._common import load_space_for, parse_kv
+
+    space = load_space_for(args)
+    params = parse_kv(args.params, "--params")
+    options = parse_kv(args.engine_opt, "--engine-opt")
+    return run_audit(space, params, options, args.strict, out, engine=args.engine, cache_dir=args.workdir,
+                     json_path=args.json)
+
+
+def run_audit(
+    space: Any,
+    params: Mapping[str, Any],
+    engine_options: Mapping[str, Any],
+    strict: bool,
+    out: IO[str] = sys.stdout,
+    *,
+    engine: str | None = None,
+    cache_dir: str | None = None,
+    json_path: str | None = None,
+) -> int:
+    """Start one restart of the configuration ``params`` and print configured vs resolved.
+
+    Args:
+        space: The search space (engine arguments, drafts, capture-size presets).
+        params: ``cudagraph_mode``, ``capture_sizes`` (a preset name or a list), ``num_speculative_tokens``
+            (alias ``K``), ``draft``; anything unset is the engine default.
+        engine_options: Engine options over the space's ``engine:`` section.
+        strict: Return :attr:`ExitStatus.CHANGED` when the engine changed a configured field.
+        out: Where the table goes.
+        engine: Engine name (default: the space's ``engine.name``, else ``vllm``).
+        cache_dir: Engine caches and logs.
+        json_path: Also write the audit as JSON here.
+
+    Returns:
+        The exit status: 0, :attr:`ExitStatus.CHANGED` (strict and changed), or :attr:`ExitStatus.ERROR` when the
+        engine did not start.
+
+    Raises:
+        SpaceError, EngineError, KeyError: bad space, unusable engine or unknown parameter choice.
+    """
+    from autotune.cli._common import build_engine
+
+    config = config_for_audit(space, params)
+    backend = build_engine(space, engine, dict(engine_options), cache_dir=cache_dir)
+    try:
+        workload = _audit_workload(space.workload)
+        result = backend.run_restart(config, workload, restart=0, seed=workload.seed)
+        facts = EngineFacts.of(backend.describe())
+    finally:
+        backend.close()
+    rows = audit_rows(config, result, dict(engine_options))
+    changed = [r for r in rows if r.changed]
+    _print_audit(out, config, result, rows, facts)
+    if json_path:
+        _write_json(json_path, config, result, rows, facts)
+    if not result.ok:
+        return int(ExitStatus.ERROR)
+    if changed and strict:
+        print(f"audit: {len(changed)} configured field(s) changed by the engine (--strict)", file=out)
+        return int(ExitStatus.CHANGED)
+    return int(ExitStatus.SUCCESS)
+
+
+def config_for_audit(space: Any, params: Mapping[str, Any]) -> EngineConfig:
+    """The configuration to audit: the space's translation, with literal capture-size lists allowed.
+
+    A speculative configuration without ``draft`` uses the space's first draft.
+    """
+    norm = {_ALIASES.get(str(k), str(k)): v for k, v in params.items()}
+    literal_sizes = norm.get("capture_sizes") if isinstance(norm.get("capture_sizes"), list) else None
+    if literal_sizes is not None:
+        norm["capture_sizes"] = "default"
+    if int(norm.get("num_speculative_tokens", 0) or 0) > 0 and "draft" not in norm and space.drafts:
+        norm["draft"] = space.drafts[0].name
+    config = space.config_from_params(norm)
+    if literal_sizes is None or norm.get("cudagraph_mode") == "NONE":
+        return config
+    compilation = {**dict(config.compilation_config), "cudagraph_capture_sizes": sorted(int(s) for s in literal_sizes)}
+    params_out = {**dict(config.params), "capture_sizes": sorted(int(s) for s in literal_sizes)}
+    return dataclasses.replace(config, compilation_config=compilation, params=params_out)
+
+
+def audit_rows(config: EngineConfig, result: RestartResult, engine_options: Mapping[str, Any]) -> list[AuditRow]:
+    """Configured vs resolved for every field the audit shows."""
+    resolved = result.resolved
+    details = dict(resolved.details) if resolved else {}
+    diffs = {d.field for d in config_differences(config, resolved)}
+    sizes = None if resolved is None or resolved.cudagraph_capture_sizes is None else list(
+        resolved.cudagraph_capture_sizes)
+    rows = [
+        AuditRow("cudagraph_mode", config.cudagraph_mode or _UNSET, _shown(resolved and resolved.cudagraph_mode),
+                 "cudagraph_mode" in diffs),
+        AuditRow("capture_sizes", _UNSET if config.capture_sizes is None else list(config.capture_sizes),
+                 _shown(sizes), "cudagraph_capture_sizes" in diffs),
+        AuditRow("compile_mode", config.compilation_config.get("mode", _UNSET),
+                 _shown(resolved and resolved.compile_mode)),
+    ]
+    env = dict(engine_options.get("env") or {})
+    want_runner = {"0": "v1", "1": "v2"}.get(str(env.get("VLLM_USE_V2_MODEL_RUNNER", "")), _UNSET)
+    got_runner = details.get(Detail.MODEL_RUNNER)
+    rows.append(AuditRow("model_runner", want_runner, _shown(got_runner),
+                         want_runner != _UNSET and got_runner is not None and want_runner != got_runner))
+    want_async = config.engine_args.get("async_scheduling", _UNSET)
+    got_async = details.get(Detail.ASYNC_SCHEDULING)
+    rows.append(AuditRow("async_scheduling", want_async, _shown(got_async),
+                         want_async not in (_UNSET, None) and got_async is not None and bool(want_async) != got_async))
+    want_spec = config.spec_method or "off"
+    if Detail.SPEC_METHOD in details:  # an engine that does not say is not an engine that changed it
+        got_spec = details[Detail.SPEC_METHOD] or "off"
+        rows.append(AuditRow("speculative_method", want_spec, got_spec, want_spec != got_spec))
+    else:
+        rows.append(AuditRow("speculative_method", want_spec, "?"))
+    got_k = details.get(Detail.NUM_SPECULATIVE_TOKENS)
+    rows.append(AuditRow("num_speculative_tokens", config.num_speculative_tokens, _shown(got_k),
+                         got_k is not None and int(got_k or 0) != config.num_speculative_tokens))
+    return rows
+
+
+def _shown(value: Any) -> Any:
+    return "?" if value is None else value
+
+
+def _audit_workload(workload: Any) -> Any:
+    # The audit is about start-up; one short pass proves the configuration runs and reads acceptance.
+    # One load level (the highest) is enough for that.
+    workload = workload.at(workload.max_concurrency) if len(workload.levels) > 1 else workload
+    return dataclasses.replace(
+        workload, num_prompts=max(1, workload.concurrency), output_len=min(workload.output_len, _AUDIT_OUTPUT_LEN),
+        warmup_passes=0, max_warmup_passes=0, timed_passes=1,
+    )
+
+
+def _print_audit(out: IO[str], config: EngineConfig, result: RestartResult, rows: list[AuditRow],
+                 facts: EngineFacts) -> None:
+    print(f"audit: {config.label()}   [{facts.name or '?'} {facts.version or ''} {facts.gpu or ''}]".rstrip(), file=out)
+    width = max(len(r.field) for r in rows) + 2
+    conf_width = max(max(len(str(r.configured)) for r in rows), len("configured")) + 2
+    print(f"  {'field':<{width}}{'configured':<{conf_width}}resolved", file=out)
+    res_width = max(len(str(r.resolved)) for r in rows) + 2
+    for r in rows:
+        line = f"  {r.field:<{width}}{str(r.configured):<{conf_width}}"
+        line += f"{str(r.resolved):<{res_width}}<- CHANGED" if r.changed else str(r.resolved)
+        print(line, file=out)
+    notes = result.resolved.notes if result.resolved else ()
+    print("start-up log lines that changed the plan:" if notes else "start-up log: no line changed the plan", file=out)
+    for note in notes:
+        print(f"  {note}", file=out)
+    silent = [r.field for r in rows if r.changed and not _announced(r, notes)]
+    if silent:
+        print(f"changed without a log line saying so: {', '.join(silent)}", file=out)
+    if result.ok:
+        accept = "" if result.accept_len is None else f", acceptance length {result.accept_len:.2f}"
+        startup = "" if result.startup_s is None else f"started in {result.startup_s:.0f} s, "
+        print(f"engine ran: {startup}{result.value:.1f} tok/s in one short pass{accept}", file=out)
+    else:
+        print(f"engine failed ({result.status}): {redact_text(result.error or '')}", file=out)
+        if result.log_path:
+            print(f"  log: {result.log_path}", file=out)
+
+
+def _announced(row: AuditRow, notes: tuple[str, ...]) -> bool:
+    """Whether a start-up log line names this field's new value (capture-size rounding never has one)."""
+    keys = {row.field.lower(), row.field.lower().replace("_", " ")}
+    for note in notes:
+        low = note.lower()
+        if any(k in low for k in keys) and (row.field != "cudagraph_mode" or str(row.resolved) in note):
+            return True
+    return False
+
+
+def _write_json(path: str, config: EngineConfig, result: RestartResult, rows: list[AuditRow],
+                facts: EngineFacts) -> None:
+    payload = {
+        "config": config.to_dict(),
+        "label": config.label(),
+        "engine": facts.to_dict(),
+        "rows": [dataclasses.asdict(r) for r in rows],
+        "changed": [r.field for r in rows if r.changed],
+        "restart": result.to_dict(),
+    }
+    with open(path, "w") as fh:
+        json.dump(redact(payload), fh, indent=2, default=str)  # the configuration's credentials stay out

@@ -1,0 +1,208 @@
+"""Checks that run before a study starts its first engine: a study must not fail after an hour for a bad flag.
+
+Every check raises :class:`PreflightError` with one line naming the flag (or file) and the fix. They cover what the
+engine never sees: the study name, numeric flags whose bad values would only fail deep inside Optuna or numpy,
+the Optuna storage (a bad URL, an unwritable or corrupt database), the MLflow SQLite store, and every output file
+the command will write at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from autotune.core.redact import redact_uri
+from autotune.store.studydir import check_study_name
+
+__all__ = [
+    "MAX_SEED",
+    "PreflightError",
+    "check_budget",
+    "check_budget_covers",
+    "check_output_path",
+    "check_seed",
+    "check_sqlite_writable",
+    "check_storage",
+    "check_study_name_flag",
+    "check_top_k",
+    "check_tracking_store",
+]
+
+#: Optuna's samplers seed numpy, which takes seeds in [0, 2**32).
+MAX_SEED = 2**32 - 1
+
+
+class PreflightError(ValueError):
+    """A flag or a store that cannot work; the message is one line naming it and the fix."""
+
+
+def check_study_name_flag(name: str) -> None:
+    problem = check_study_name(name)
+    if problem is not None:
+        raise PreflightError(f"--study: the study name {problem}; use letters, digits, '-', '_' and '.' "
+                             "(no '/'), e.g. --study my-model-h200")
+
+
+def check_top_k(top_k: int | None) -> None:
+    if top_k is not None and top_k < 1:
+        raise PreflightError(f"--top-k must be >= 1, got {top_k}; use --no-verify to skip verification")
+
+
+def check_seed(seed: int) -> None:
+    if not 0 <= seed <= MAX_SEED:
+        raise PreflightError(f"--seed must be between 0 and {MAX_SEED}, got {seed}")
+
+
+def check_budget(budget_restarts: int | None, budget_minutes: float | None) -> None:
+    """A budget, when given, is positive."""
+    if budget_restarts is not None and budget_restarts < 1:
+        raise PreflightError(f"--budget-restarts must be >= 1, got {budget_restarts}")
+    if budget_minutes is not None and not (math.isfinite(budget_minutes) and budget_minutes > 0):
+        raise PreflightError(f"--budget-minutes must be a positive number of minutes, got {budget_minutes:g}")
+
+
+def check_budget_covers(budget_restarts: int | None, needed: int, why: str) -> None:
+    """A restart budget covers at least the ``needed`` starts (``why`` says what they are for)."""
+    if budget_restarts is not None and budget_restarts < needed:
+        raise PreflightError(f"--budget-restarts {budget_restarts} cannot measure anything: {why} need {needed} "
+                             f"engine starts; give at least --budget-restarts {needed}")
+
+
+def _probe_dir(directory: Path) -> str | None:
+    """Why files cannot be created in ``directory`` (created if missing), or ``None``. Root-proof: it writes."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".autotune-probe-"):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def check_output_path(path: str, flag: str) -> None:
+    """``path`` can be written at the end of the run: its directory exists and takes files, it is not a directory."""
+    target = Path(path)
+    if target.is_dir():
+        raise PreflightError(f"{flag} {path}: is a directory; give a file name, e.g. {flag} {target / 'report.json'}")
+    parent = target.parent
+    if not parent.is_dir():
+        raise PreflightError(f"{flag} {path}: directory {parent} does not exist; create it first or write elsewhere")
+    if target.exists():
+        try:
+            with open(target, "a"):
+                pass
+        except OSError as exc:
+            raise PreflightError(f"{flag} {path}: cannot be written ({exc.strerror}); write elsewhere") from None
+        return
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".autotune-probe-"):
+            pass
+    except OSError as exc:
+        raise PreflightError(f"{flag} {path}: cannot create files in {parent} ({exc.strerror}); "
+                             "write elsewhere") from None
+
+
+def _sqlite_file(url: str) -> Path | None:
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url[len("sqlite:///"):].split("?", 1)[0]
+    return None if not path or path == ":memory:" else Path(path)
+
+
+def check_sqlite_file(db: Path, what: str, write: bool) -> None:
+    """An existing SQLite file is an intact database (SQLite's ``quick_check``) and, with ``write``, writable."""
+    try:
+        con = sqlite3.connect(f"file:{db}?mode={'rw' if write else 'ro'}", uri=True, timeout=30)
+        try:
+            ok = con.execute("PRAGMA quick_check").fetchone()
+            if ok is None or ok[0] != "ok":
+                raise sqlite3.DatabaseError(f"integrity check failed: {ok[0] if ok else 'no answer'}")
+            if write:
+                con.execute("BEGIN IMMEDIATE")  # takes the write lock: fails on a read-only file or file system
+                con.rollback()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise PreflightError(f"{what}: {db} is not a usable SQLite database ({exc}); restore it from a copy, or "
+                             "point the flag at a new file") from None
+
+
+def check_sqlite_writable(db: Path, what: str) -> None:
+    """An SQLite database file autotune will write: its directory takes files, the file is a writable database."""
+    problem = _probe_dir(db.parent)
+    if problem is not None:
+        raise PreflightError(f"{what}: cannot create files in {db.parent} ({problem}); make it writable or "
+                             "point the flag elsewhere")
+    if db.exists():
+        check_sqlite_file(db, what, write=True)
+
+
+def check_storage(url: str, write: bool) -> Any:
+    """Open the Optuna storage at ``url`` once, so a bad URL or a broken store is one line, not a traceback.
+
+    Args:
+        url: The ``--storage`` URL (``memory`` for tests and benchmarks).
+        write: The command will write to it (``tune``): an SQLite file must also be writable.
+
+    Returns:
+        The opened storage.
+    """
+    import optuna
+
+    shown = redact_uri(url)
+    if url == "memory":
+        return optuna.storages.InMemoryStorage()
+    db = _sqlite_file(url)
+    if db is None and url.startswith("sqlite:"):
+        raise PreflightError(f"--storage {shown}: an SQLite URL needs three slashes and a path, e.g. "
+                             "sqlite:///mlruns/optuna.db")
+    if "://" not in url:
+        raise PreflightError(f"--storage {shown}: not a database URL; use e.g. sqlite:///mlruns/optuna.db or "
+                             "postgresql://user@host/db")
+    if db is not None:
+        if write:
+            check_sqlite_writable(db, f"--storage {shown}")
+        elif not db.exists():
+            raise PreflightError(f"--storage {shown}: no studies yet ({db} does not exist): run `make demo` or "
+                                 "`autotune tune` first, or pass the --storage the study was run with")
+        else:
+            check_sqlite_file(db, f"--storage {shown}", write=False)
+    try:
+        from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+        storage = optuna.storages.RDBStorage(url, heartbeat_interval=None)
+        optuna.get_all_study_summaries(storage)
+    except (ArgumentError, ValueError) as exc:
+        raise PreflightError(f"--storage {shown}: not a database URL Optuna can open ({_first_line(exc)}); use e.g. "
+                             "sqlite:///mlruns/optuna.db") from None
+    except ImportError as exc:
+        driver = exc.name or _first_line(exc)
+        raise PreflightError(f"--storage {shown}: its database driver {driver!r} is not installed; install it into "
+                             "autotune's environment, or use sqlite:///...") from None
+    except SQLAlchemyError as exc:
+        raise PreflightError(f"--storage {shown}: cannot be used ({_first_line(exc)}); check the URL, the server "
+                             "and permissions") from None
+    return storage
+
+
+def check_tracking_store(uri: str) -> None:
+    """The MLflow store, where it can be checked without a network call: an SQLite file must be writable.
+
+    MLflow itself retries a locked or read-only SQLite store for minutes before giving up.
+    """
+    db = _sqlite_file(uri)
+    if db is not None:
+        check_sqlite_writable(db, f"--tracking-uri {redact_uri(uri)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    with contextlib.suppress(Exception):
+        line = redact_uri(line)
+    return line[:300]
+

@@ -1,0 +1,205 @@
+"""``autotune worker``: join a running study, from this machine or another, one worker per GPU with ``--gpus``.
+
+Everything a worker needs comes from the study itself (its space file, engine, budgets, racing and verification
+settings, as ``autotune tune`` recorded them), so a machine joins with the study's name and the storage URL:
+
+    AUTOTUNE_STORAGE=postgresql+psycopg2://autotune@db-host/autotune \\
+        autotune worker --study llama8b-h200 --gpus 0,1,2,3,4,5,6,7
+
+``autotune tune --gpus`` uses the same code: it creates the study, then starts one worker per GPU group here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+from autotune.core.redact import redact, redact_text
+from autotune.cli._common import UsageError, add_output_args, add_store_args, parse_kv
+from autotune.core.exit_status import ExitStatus
+
+__all__ = ["add_worker_args", "configure_parser", "gpu_groups_of", "run", "run_here", "run_local_workers_for"]
+
+
+def add_worker_args(p: argparse.ArgumentParser) -> None:
+    """``--gpus``, ``--gpus-per-trial`` and ``--heartbeat``: shared by ``tune`` and ``worker``."""
+    from autotune.store.ledger import DEFAULT_HEARTBEAT_S
+
+    p.add_argument("--gpus", metavar="LIST", default=None,
+                   help="run one worker per GPU of this machine, e.g. 0,1,2,3: each engine start sees only its "
+                        "worker's GPUs (CUDA_VISIBLE_DEVICES); the workers share the study through --storage")
+    p.add_argument("--gpus-per-trial", type=int, default=1, metavar="N",
+                   help="GPUs each worker gets (tensor-parallel models), e.g. 2 with --gpus 0,1,2,3: two workers")
+    p.add_argument("--heartbeat", type=int, default=DEFAULT_HEARTBEAT_S, metavar="SECONDS",
+                   help="seconds between a worker's heartbeats in the storage; a worker silent for four times "
+                        "this is taken for dead and its trial retried (default: %(default)s)")
+
+
+def gpu_groups_of(args: argparse.Namespace) -> list[str]:
+    from autotune.cli.gpu_workers import GpuSpecError, gpu_groups
+
+    try:
+        return gpu_groups(args.gpus, args.gpus_per_trial)
+    except GpuSpecError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _write_json(path: str, data: Any) -> None:
+    with open(path, "w") as fh:
+        json.dump(data, fh, indent=2, default=str)
+
+
+def run_here(args: argparse.Namespace, space: Any, engine: Any, options: Any, out: IO[str],
+             worker: int | None = None) -> ExitStatus:
+    """Run the study in this process (alone, or as one of several workers) and print its report."""
+    from autotune.observers.progress import ProgressPrinter
+    from autotune.report import build_report
+    from autotune.study import Interrupted, run_study
+    from autotune.cli.gpu_workers import GPU_ENV
+
+    observers: list[Any] = [ProgressPrinter(quiet=args.quiet)]
+    tracker = None
+    if not args.no_mlflow:
+        from autotune.observers.mlflow import MlflowTracker
+
+        tracker = MlflowTracker(tracking_uri=args.tracking_uri)
+        observers.append(tracker)
+    try:
+        ledger = run_study(space, engine, options, observers, worker=worker,
+                           gpus=os.environ.get(GPU_ENV) if worker is not None else None)
+        # One report per tune: the one MLflow logged (when this process logged it) is the one printed.
+        report = (tracker.report if tracker is not None and tracker.report is not None
+                  else build_report(ledger, engine=engine, space=space))
+    except Interrupted as exc:
+        print(f"autotune: {exc}", file=sys.stderr)
+        return ExitStatus.for_signal(exc.signum)
+    finally:
+        for obs in observers:
+            obs.close()  # an error must not leave MLflow runs marked RUNNING
+        engine.close()
+    return _print_report(report, args, out)
+
+
+def _print_report(report: Any, args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    """The study's report, redacted, on ``out`` (and ``--json``); a study with no result exits non-zero."""
+    print(redact_text(report.render()), file=out)
+    if args.json:
+        _write_json(args.json, redact(report.to_json()))
+    if report.no_result:
+        # A study that measured nothing claims nothing: scripts must not take its "winner" for a result.
+        print(f"autotune: error: study {report.study!r} has no result: {redact_text(report.no_result)}",
+              file=sys.stderr)
+        return ExitStatus.NO_RESULT
+    return ExitStatus.SUCCESS
+
+
+def run_local_workers_for(args: argparse.Namespace, study_name: str, groups: Sequence[str], out: IO[str],
+                          engine: Any, space: Any) -> ExitStatus:
+    """One ``autotune worker`` process per GPU group on this machine, then the study's report."""
+    from autotune.store import ledger
+    from autotune.report import build_report
+    from autotune.cli.gpu_workers import run_local_workers
+
+    argv = ["worker", "--study", study_name, "--workdir", args.workdir, "--heartbeat", str(args.heartbeat)]
+    for item in getattr(args, "engine_opt", None) or ():
+        argv += ["--engine-opt", item]
+    if args.no_mlflow:
+        argv.append("--no-mlflow")
+    elif args.tracking_uri:
+        argv += ["--tracking-uri", args.tracking_uri]
+    argv.append("--quiet")
+    from autotune.store.studydir import NotOwned, prepare_study_dir
+
+    # The workers' logs live in the study's directory: create it with its marker first, as a worker would (on a
+    # machine that joins a study the directory does not exist yet; a bare mkdir would leave it unmarked and every
+    # worker would refuse to write into it).
+    try:
+        log_dir = str(prepare_study_dir(args.workdir, study_name) / "workers")
+    except NotOwned as exc:
+        raise UsageError(str(exc)) from None
+    print(f"autotune: {len(groups)} workers on study {study_name} ({ledger.redact(args.storage)}); "
+          f"their output goes to {log_dir}", file=out)
+    watched = ledger.load(study_name, args.storage)
+
+    def progress() -> str:
+        used, _ = watched.budget_used()
+        budget = watched.meta().budget_restarts
+        return (f"autotune: {watched.finished_search_trials()} trials finished, {used}"
+                f"{f' of {budget}' if budget else ''} engine starts used")
+
+    if not args.no_mlflow:
+        from autotune.observers.mlflow import prepare_store
+
+        try:
+            prepare_store(args.tracking_uri)
+        except Exception:  # noqa: BLE001 - each worker reports a tracking problem itself and carries on
+            pass
+    status = run_local_workers(argv, groups, args.storage, log_dir, out, progress=progress)
+    study = ledger.load(study_name, args.storage)
+    meta = study.meta()
+    if not (study.has_verification() or meta.verify is False):
+        print(f"autotune: the study is not finished (worst worker status {status}); run the same command again "
+              "to resume it", file=sys.stderr)
+        return ExitStatus.for_signal(status - 128) if status > 128 else ExitStatus.ERROR
+    if status:
+        print(f"autotune: a worker stopped early (worst status {status}); the others finished the study",
+              file=sys.stderr)
+    report = build_report(study, engine=engine, space=space)
+    return _print_report(report, args, out)
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--study", required=True, help="the study to join (started with autotune tune --storage URL)")
+    add_store_args(p)
+    p.add_argument("--workdir", default=os.path.join("mlruns", "autotune"), help="engine caches and logs")
+    p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE",
+                   help="engine option for this machine (e.g. python=/opt/vllm/bin/python), repeatable")
+    add_output_args(p, tracking_note="; use the same server as the study's other workers")
+    add_worker_args(p)
+
+
+def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    """Join the study: its space, engine and settings come from the study, so any machine can join."""
+    import yaml
+
+    from autotune.store import ledger
+    from autotune.engines import make_engine
+    from autotune.decisions.racing import RacingPolicy
+    from autotune.config.space import parse_space
+    from autotune.study import StudyOptions
+    from autotune.cli.gpu_workers import WORKER_ENV
+
+    if args.heartbeat < 1:
+        raise UsageError(f"--heartbeat must be >= 1, got {args.heartbeat}")
+    try:
+        study = ledger.load(args.study, args.storage)
+    except ledger.LedgerError as exc:
+        raise UsageError(f"{exc}; start the study first with autotune tune --study {args.study} --storage URL "
+                         "(the same URL on every machine)") from None
+    meta, text = study.meta(), study.space_yaml()
+    if text is None or meta.engine.name is None:
+        raise UsageError(f"study {args.study!r} has no recorded space or engine (an older autotune started it): "
+                         "resume it with autotune tune --space FILE instead")
+    space = parse_space(yaml.safe_load(text))
+    if meta.model and space.engine_args.get("model") != meta.model:
+        space = space.with_model(meta.model)
+    engine = make_engine(meta.engine.name, **{**dict(meta.engine_options), **parse_kv(args.engine_opt, "--engine-opt")})
+    engine.check(space)
+    options = StudyOptions(
+        study_name=args.study, storage=args.storage, workdir=args.workdir, trials=meta.trials or 20,
+        policy=RacingPolicy(**meta.racing), top_k=meta.top_k, verify_restarts=meta.verify_restarts or 3,
+        verify_max_restarts=meta.verify_max_restarts or meta.verify_restarts or 3,
+        budget_restarts=meta.budget_restarts, budget_minutes=meta.budget_minutes, sampler=meta.sampler or "tpe",
+        seed=meta.seed or 0, confidence=meta.confidence or 0.95, interval_method=meta.interval_method or "t",
+        verify=True if meta.verify is None else meta.verify, heartbeat_s=args.heartbeat,
+        command=tuple(["autotune", *sys.argv[1:]] if sys.argv and "autotune" in sys.argv[0] else ()),
+    )
+    if args.gpus is not None:
+        groups = gpu_groups_of(args)
+        engine.close()
+        return run_local_workers_for(args, args.study, groups, out, engine, space)
+    return run_here(args, space, engine, options, out, worker=int(os.environ.get(WORKER_ENV, "0")))

@@ -1,0 +1,675 @@
+"""Search spaces: load and validate a YAML file, suggest engine configurations from an Optuna trial.
+
+A space file declares the fixed engine arguments, the workload and the searched parameters::
+
+    name: gb10-moe
+    engine: {name: sim, profile: gb10, model_profile: moe}     # default engine and its options
+    engine_args: {model: sim/moe, max_num_seqs: 4, max_model_len: 2048}
+    workload: {num_prompts: 16, input_len: 128, output_len: 128, concurrency: 4}   # see autotune.config.workload
+    slo: {tpot_p99_ms: 50}                                    # optional latency limits (milliseconds)
+    objective: throughput                                     # output tok/s subject to the slo limits, or goodput
+    search:
+      cudagraph_mode: [NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE]
+      capture_sizes:
+        tiny: [1, 2, 4, 8]                      # a named preset
+        pow2-64: {pattern: pow2, max: 64}       # generated: a pattern plus a maximum size
+        aligned-64: {pattern: aligned, max: 64} # multiples of 1+K, so verification batches fit
+      num_speculative_tokens: {low: 0, high: 6} # 0 = speculation off
+      drafts:                                   # vLLM speculative_config fragments; used only when K > 0
+        ngram: {method: ngram, prompt_lookup_min: 2, prompt_lookup_max: 5}
+        small-draft: {method: draft_model, model: ./models/draft, max_k: 8}
+
+The name ``default`` is always a choice of ``cudagraph_mode`` and ``capture_sizes``: it leaves the key unset so
+the engine picks, which is what the baselines run. Every suggested configuration is expressed in vLLM's own
+names (``compilation_config.cudagraph_mode``, ``compilation_config.cudagraph_capture_sizes``,
+``speculative_config.*``), so the engines and the exporter share one translation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
+from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
+from autotune.config.workload import parse_slo, parse_workload
+
+__all__ = [
+    "CUDAGRAPH_MODES",
+    "DEFAULT",
+    "OBJECTIVES",
+    "DraftOption",
+    "EngineArgDim",
+    "Infeasible",
+    "SearchSpace",
+    "SizeOption",
+    "SpaceError",
+    "load_space",
+]
+
+#: vLLM's ``CUDAGraphMode`` values.
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+#: The choice that leaves a setting to the engine.
+DEFAULT = "default"
+SIZE_PATTERNS = ("pow2", "step8", "aligned")
+SPEC_METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp", "medusa", "suffix")
+_TOP_KEYS = ("name", "description", "engine", "engine_args", "workload", "search", "objective", "slo")
+#: What a study maximises: output tokens/s subject to the ``slo:`` limits when there are any (``throughput``), or
+#: requests/s that meet every limit (``goodput``, which needs limits to count against).
+OBJECTIVES = RECORD_OBJECTIVES
+_SEARCH_KEYS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "drafts", "engine_args")
+#: Optuna parameter names the graph/speculation search uses; an engine argument cannot take one of them.
+_CORE_PARAMS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft")
+#: Points a numeric engine-argument range contributes to :meth:`SearchSpace.all_params` (grids, ground truth).
+_GRID_POINTS = 5
+_RESERVED_ENGINE_ARGS = ("compilation_config", "speculative_config", "num_speculative_tokens")
+K_HARD_MAX = 16
+#: Largest capture size a space may declare or generate. vLLM's own default stops at 512 and it never captures a
+#: batch above ``max_num_batched_tokens``; the bound keeps a typo (``max: 1000000000``) from generating a list of
+#: millions of sizes at load time.
+MAX_CAPTURE_SIZE = 8192
+
+
+class SpaceError(ValueError):
+    """A search space file is invalid. The message is one line: file, field, problem and fix."""
+
+    def __init__(self, source: str, field: str, problem: str, fix: str) -> None:
+        self.source, self.field, self.problem, self.fix = source, field, problem, fix
+        super().__init__(f"{source}: {field}: {problem}; fix: {fix}")
+
+
+class Infeasible(Exception):
+    """A suggested combination the engine would reject; the trial is pruned without starting the engine."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeOption:
+    """A capture-size choice: a fixed list, a generated list, or the engine default (``sizes=None``)."""
+
+    name: str
+    sizes: tuple[int, ...] | None = None
+    pattern: str | None = None
+    max: int | None = None
+
+    def resolve(self, k: int) -> list[int] | None:
+        """The capture sizes for ``k`` draft tokens; ``None`` means the engine default."""
+        if self.pattern is None:
+            return None if self.sizes is None else sorted(set(self.sizes))
+        assert self.max is not None
+        if self.pattern == "pow2":
+            out, s = [], 1
+            while s <= self.max:
+                out.append(s)
+                s *= 2
+            return out
+        if self.pattern == "step8":  # vLLM's own default shape: 1, 2, 4, then every 8
+            out = [s for s in (1, 2, 4) if s <= self.max]
+            out += list(range(8, self.max + 1, 8))
+            return out
+        # aligned: (1+K) x {1, 2, 4, ...}, so a batch of B sequences verifying K drafts fits a captured size.
+        step, out, b = 1 + k, [], 1
+        while step * b <= self.max:
+            out.append(step * b)
+            b *= 2
+        return out or [step]
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftOption:
+    """A named draft: a vLLM ``speculative_config`` fragment (without ``num_speculative_tokens``)."""
+
+    name: str
+    fragment: Mapping[str, Any]
+    max_k: int | None = None
+
+    @property
+    def method(self) -> str:
+        return str(self.fragment["method"])
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineArgDim:
+    """A searched engine argument (``search.engine_args``): a list of choices or a numeric range.
+
+    Attributes:
+        name: vLLM's argument name with underscores (``max_num_seqs``); also the Optuna parameter name.
+        choices: The values to choose from, or ``None`` for a range.
+        low, high: The range's bounds (inclusive).
+        log: Sample the range on a log scale.
+        integer: The range holds whole numbers.
+        baseline: What the baselines run: the first choice, or the range's ``baseline:`` (default ``low``).
+    """
+
+    name: str
+    choices: tuple[Any, ...] | None = None
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    integer: bool = True
+    baseline: Any = None
+
+    def suggest(self, trial: Any) -> Any:
+        if self.choices is not None:
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if self.integer:
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)  # type: ignore[arg-type]
+        return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)  # type: ignore[arg-type]
+
+    def grid(self) -> list[Any]:
+        """The values a grid over the space uses: every choice, or a few points spread over the range."""
+        if self.choices is not None:
+            return list(self.choices)
+        low, high = float(self.low), float(self.high)  # type: ignore[arg-type]
+        if self.integer and high - low + 1 <= _GRID_POINTS:
+            return list(range(int(low), int(high) + 1))
+        if self.log:
+            points = [low * (high / low) ** (i / (_GRID_POINTS - 1)) for i in range(_GRID_POINTS)]
+        else:
+            points = [low + (high - low) * i / (_GRID_POINTS - 1) for i in range(_GRID_POINTS)]
+        return sorted({int(round(p)) for p in points}) if self.integer else points
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSpace:
+    """A validated search space. Build it with :func:`load_space`."""
+
+    name: str
+    source: str
+    engine: Mapping[str, Any]
+    engine_args: Mapping[str, Any]
+    workload: Workload
+    modes: tuple[str, ...]
+    sizes: tuple[SizeOption, ...]
+    k_low: int
+    k_high: int
+    drafts: tuple[DraftOption, ...]
+    raw: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    description: str = ""
+    objective: str = "throughput"
+    engine_dims: tuple[EngineArgDim, ...] = ()
+
+    @property
+    def slo(self) -> dict[str, float]:
+        """Latency limits in milliseconds (``tpot_p99_ms: 50``); empty when the space sets none."""
+        return dict(self.workload.slo)
+
+    @property
+    def slo_constraints(self) -> dict[str, float]:
+        """The limits a configuration's latency percentiles must meet to win: the ``slo`` under ``throughput``.
+
+        Under ``goodput`` the limits are counted per request instead (a request that misses one is not good), so
+        they constrain nothing on top: a configuration with a slow tail simply scores fewer good requests.
+        """
+        return {} if self.objective == "goodput" else self.slo
+
+    # -- Optuna ------------------------------------------------------------------------------------------
+    def suggest(self, trial: Any) -> EngineConfig:
+        """Draw a configuration from an Optuna trial (define-by-run: draft parameters only when K > 0).
+
+        Raises:
+            Infeasible: the combination is one the engine rejects (e.g. K above a draft's ``max_k``).
+        """
+        mode = trial.suggest_categorical("cudagraph_mode", list(self.modes))
+        size_name = DEFAULT
+        if mode != "NONE":
+            size_name = trial.suggest_categorical("capture_sizes", [s.name for s in self.sizes])
+        k = trial.suggest_int("num_speculative_tokens", self.k_low, self.k_high) if self.k_high > 0 else 0
+        draft_name = None
+        if k > 0:
+            draft_name = trial.suggest_categorical("draft", [d.name for d in self.drafts])
+        params: dict[str, Any] = {"cudagraph_mode": mode, "num_speculative_tokens": k}
+        if mode != "NONE":
+            params["capture_sizes"] = size_name
+        if draft_name is not None:
+            params["draft"] = draft_name
+        for dim in self.engine_dims:
+            params[dim.name] = dim.suggest(trial)
+        return self.config_from_params(params)
+
+    def config_from_params(self, params: Mapping[str, Any]) -> EngineConfig:
+        """The configuration for a parameter dict (as stored on an Optuna trial).
+
+        Raises:
+            Infeasible: the combination is one the engine rejects.
+            KeyError: a parameter names a choice this space does not have.
+        """
+        mode = params.get("cudagraph_mode", DEFAULT)
+        k = int(params.get("num_speculative_tokens", 0))
+        size_name = params.get("capture_sizes", DEFAULT) if mode != "NONE" else DEFAULT
+        compilation: dict[str, Any] = {}
+        if mode != DEFAULT:
+            compilation["cudagraph_mode"] = mode
+        if mode != "NONE":
+            sizes = self._size(size_name).resolve(k)
+            if sizes is not None:
+                compilation["cudagraph_capture_sizes"] = sizes
+        spec = None
+        draft_name = None
+        if k > 0:
+            draft = self._draft(params["draft"])
+            draft_name = draft.name
+            if draft.max_k is not None and k > draft.max_k:
+                raise Infeasible(f"draft {draft.name!r} allows at most {draft.max_k} speculative tokens, got {k}")
+            spec = {**dict(draft.fragment), "num_speculative_tokens": k}
+            rates = spec.get("synthetic_acceptance_rates")
+            if isinstance(rates, list):
+                # Rates are per draft position and vLLM wants exactly K of them: a space lists them for its
+                # largest K, each configuration takes the first K, so the exported config starts as measured.
+                spec["synthetic_acceptance_rates"] = rates[:k]
+        clean = {key: params[key] for key in _CORE_PARAMS
+                 if key in params and not (key == "capture_sizes" and mode == "NONE")
+                 and not (key == "draft" and k == 0)}
+        engine_args = dict(self.engine_args)
+        for dim in self.engine_dims:
+            engine_args[dim.name] = clean[dim.name] = params.get(dim.name, dim.baseline)
+        return EngineConfig(
+            engine_args=engine_args,
+            compilation_config=compilation,
+            speculative_config=spec,
+            params=clean,
+            draft=draft_name,
+        )
+
+    def params_problem(self, params: Mapping[str, Any]) -> str | None:
+        """Why ``params`` (Optuna's names, e.g. from ``--enqueue``) lie outside this space, or ``None``."""
+        mode = params.get("cudagraph_mode", DEFAULT)
+        if mode not in self.modes:
+            return f"cudagraph_mode {mode!r} is not in the space; use one of {', '.join(self.modes)}"
+        size = params.get("capture_sizes", DEFAULT)
+        if size not in [s.name for s in self.sizes]:
+            return f"capture_sizes has no choice {size!r}; use one of {', '.join(s.name for s in self.sizes)}"
+        k = params.get("num_speculative_tokens", 0)
+        if isinstance(k, bool) or not isinstance(k, int) or not self.k_low <= k <= self.k_high:
+            return (f"num_speculative_tokens {k!r} is outside the space; use a whole number from {self.k_low} to "
+                    f"{self.k_high}")
+        draft = params.get("draft")
+        if k > 0 and draft not in [d.name for d in self.drafts]:
+            return f"drafts has no choice {draft!r}; use one of {', '.join(d.name for d in self.drafts)}"
+        try:
+            self.config_from_params(params)
+        except (KeyError, Infeasible) as exc:
+            return str(exc.args[0])
+        return None
+
+    def baseline_params(self) -> list[dict[str, Any]]:
+        """The enqueued first trials: speculation off with engine defaults, then defaults + first draft."""
+        out: list[dict[str, Any]] = [
+            {"cudagraph_mode": DEFAULT, "capture_sizes": DEFAULT, "num_speculative_tokens": 0},
+        ]
+        if self.drafts and self.k_high > 0:
+            first = self.drafts[0]
+            k = max(self.k_low, min(3, self.k_high, first.max_k or self.k_high))
+            out.append({"cudagraph_mode": DEFAULT, "capture_sizes": DEFAULT,
+                        "num_speculative_tokens": k, "draft": first.name})
+        for params in out:
+            params.update({dim.name: dim.baseline for dim in self.engine_dims})
+        return out
+
+    def baseline(self) -> EngineConfig:
+        """Speculation off, engine-default capture settings: what every winner is compared against."""
+        return self.config_from_params(self.baseline_params()[0])
+
+    def all_params(self) -> list[dict[str, Any]]:
+        """Every distinct parameter combination (for grids, ground truth and small spaces)."""
+        out = []
+        for mode in self.modes:
+            size_names = [DEFAULT] if mode == "NONE" else [s.name for s in self.sizes]
+            for size_name in size_names:
+                for k in range(self.k_low, self.k_high + 1):
+                    drafts = [d.name for d in self.drafts] if k > 0 else [None]
+                    for draft in drafts:
+                        p: dict[str, Any] = {"cudagraph_mode": mode, "num_speculative_tokens": k}
+                        if mode != "NONE":
+                            p["capture_sizes"] = size_name
+                        if draft is not None:
+                            p["draft"] = draft
+                        try:
+                            self.config_from_params(p)
+                        except Infeasible:
+                            continue
+                        out.append(p)
+        for dim in self.engine_dims:
+            out = [{**p, dim.name: value} for p in out for value in dim.grid()]
+        return out
+
+    def with_model(self, model: str) -> SearchSpace:
+        """A copy with ``engine_args.model`` replaced (``make tune MODEL=...``)."""
+        return dataclasses.replace(self, engine_args={**self.engine_args, "model": model})
+
+    def check_model_paths(self) -> None:
+        """For real engines: the target and every draft model must exist locally or be a hub id ``org/name``.
+
+        Raises:
+            SpaceError: naming the field and the fix.
+        """
+        _check_model_ref(self.source, "engine_args.model", self.engine_args.get("model"))
+        for d in self.drafts:
+            if "model" in d.fragment:
+                _check_model_ref(self.source, f"search.drafts.{d.name}.model", d.fragment["model"])
+
+    def _size(self, name: str) -> SizeOption:
+        for s in self.sizes:
+            if s.name == name:
+                return s
+        raise KeyError(f"capture_sizes has no choice {name!r}")
+
+    def _draft(self, name: str) -> DraftOption:
+        for d in self.drafts:
+            if d.name == name:
+                return d
+        raise KeyError(f"drafts has no choice {name!r}")
+
+
+def _check_model_ref(source: str, field: str, ref: Any) -> None:
+    if not ref:
+        raise SpaceError(source, field, "is missing", "set it in the space file or pass --model PATH")
+    ref = str(ref)
+    if os.path.exists(ref):
+        return
+    looks_like_hub_id = ref.count("/") == 1 and not ref.startswith((".", "/", "~"))
+    if not looks_like_hub_id:
+        raise SpaceError(source, field, f"model path {ref!r} does not exist",
+                         "give an existing local model directory or a hub id like org/name")
+
+
+# -- loading ---------------------------------------------------------------------------------------------
+
+
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, line: int, first_line: int) -> None:
+        super().__init__(f"key {key!r} appears twice (lines {first_line} and {line})")
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key repeated in one mapping is an error rather than a silent overwrite."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.get(key)
+            except TypeError:
+                continue  # an unhashable key: PyYAML reports it itself below
+            if first is not None:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1, first)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_space(path: str | os.PathLike[str]) -> SearchSpace:
+    """Load and validate a search space file.
+
+    Raises:
+        SpaceError: the file is missing, not YAML, or invalid; the message names the field and the fix.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise SpaceError(source, "file", "does not exist",
+                         "pass an existing file, e.g. search_spaces/default.yaml") from None
+    try:
+        raw = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as exc:
+        raise SpaceError(source, f"line {exc.line}", f"duplicate key {exc.key!r} (first at line {exc.first_line}; "
+                         "YAML would silently keep only the last one)", "merge the two blocks into one") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "file"
+        problem = getattr(exc, "problem", None) or "is not valid YAML"
+        raise SpaceError(source, where, f"invalid YAML ({problem})", "fix the YAML syntax at that line") from None
+    return parse_space(raw, source=source, base_dir=Path(path).resolve().parent)
+
+
+def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None) -> SearchSpace:
+    """Validate an already-parsed mapping (see :func:`load_space`)."""
+    v = _Validator(source, base_dir or Path.cwd())
+    top = v.mapping(raw, "top level")
+    v.known_keys(top, _TOP_KEYS, "top level")
+    for required in ("engine_args", "workload", "search"):
+        if required not in top:
+            raise SpaceError(source, required, "section is missing", f"add a '{required}:' section")
+    name = str(top.get("name") or Path(source).stem)
+    engine = dict(v.mapping(top.get("engine", {}) or {}, "engine"))
+    engine_args = v.engine_args(top["engine_args"])
+    slo = parse_slo(top.get("slo"), v.fail)
+    workload = parse_workload(top["workload"], v.fail, v.base_dir, slo)
+    objective = str(top.get("objective", "throughput"))
+    if objective not in OBJECTIVES:
+        raise SpaceError(source, "objective", f"unknown objective {objective!r}", f"use one of: {', '.join(OBJECTIVES)}")
+    if objective == "goodput" and not any(key.split("_p", 1)[0] in GOODPUT_METRICS for key, _ in slo):
+        raise SpaceError(source, "slo", "objective: goodput counts requests meeting the slo limits, but none is set",
+                         "add e.g. slo: {tpot_p99_ms: 50, ttft_p99_ms: 500} (ttft, tpot or e2el limits)")
+    if objective == "goodput":
+        for key, _ in slo:
+            if key.split("_p", 1)[0] not in GOODPUT_METRICS:
+                raise SpaceError(source, f"slo.{key}", "goodput judges each request by its own ttft, tpot and e2el; "
+                                 "a single request has no inter-token percentile to hold to this limit",
+                                 "use a tpot limit instead, or objective: throughput to constrain percentiles")
+    workload = dataclasses.replace(workload, objective=objective)
+    search = v.mapping(top["search"], "search")
+    v.known_keys(search, _SEARCH_KEYS, "search")
+    modes = v.modes(search.get("cudagraph_mode", [DEFAULT]))
+    sizes = v.sizes(search.get("capture_sizes", {}))
+    k_low, k_high = v.k_range(search.get("num_speculative_tokens", {"low": 0, "high": 0}))
+    drafts = v.drafts(search.get("drafts", {}))
+    if k_high > 0 and not drafts:
+        raise SpaceError(source, "search.drafts", "is empty but num_speculative_tokens allows K > 0",
+                         "declare at least one draft (e.g. ngram) or set num_speculative_tokens.high: 0")
+    engine_dims = v.engine_dims(search.get("engine_args"), engine_args)
+    if "max_num_seqs" not in engine_args and not any(d.name == "max_num_seqs" for d in engine_dims):
+        engine_args["max_num_seqs"] = workload.max_concurrency
+    if k_low > 0 and drafts and all(d.max_k is not None and d.max_k < k_low for d in drafts):
+        most = max(d.max_k or 0 for d in drafts)
+        raise SpaceError(source, "search.num_speculative_tokens.low",
+                         f"no configuration is feasible: every K from {k_low} to {k_high} is above every draft's "
+                         f"max_k (at most {most})", f"lower num_speculative_tokens.low to {most} or raise a max_k")
+    space = SearchSpace(
+        name=name, source=source, engine=engine, engine_args=engine_args, workload=workload, modes=modes,
+        sizes=sizes, k_low=k_low, k_high=k_high, drafts=drafts, raw=top, description=str(top.get("description", "")),
+        objective=objective, engine_dims=engine_dims,
+    )
+    if not space.all_params():
+        raise SpaceError(source, "search", "no configuration is feasible (every combination is rejected)",
+                         "widen num_speculative_tokens or the drafts' max_k")
+    return space
+
+
+class _Validator:
+    """Field-by-field checks; every failure is a :class:`SpaceError` naming the field and the fix."""
+
+    def __init__(self, source: str, base_dir: Path) -> None:
+        self.source = source
+        self.base_dir = base_dir
+
+    def fail(self, field: str, problem: str, fix: str) -> SpaceError:
+        return SpaceError(self.source, field, problem, fix)
+
+    def mapping(self, value: Any, field: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(field, f"must be a mapping, got {type(value).__name__}", "write it as 'key: value' lines")
+        return value
+
+    def known_keys(self, value: Mapping[str, Any], allowed: tuple[str, ...], field: str) -> None:
+        for key in value:
+            if key not in allowed:
+                raise self.fail(f"{field}.{key}" if field != "top level" else str(key), "unknown key",
+                                f"use one of: {', '.join(allowed)}")
+
+    def integer(self, value: Any, field: str, minimum: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(field, f"must be an integer, got {value!r}", f"write a whole number >= {minimum}")
+        if value < minimum:
+            raise self.fail(field, f"must be >= {minimum}, got {value}", f"use a value >= {minimum}")
+        return value
+
+    def capture_size(self, value: Any, field: str) -> int:
+        size = self.integer(value, field, 1)
+        if size > MAX_CAPTURE_SIZE:
+            raise self.fail(field, f"capture size {size} is above {MAX_CAPTURE_SIZE}",
+                            f"use sizes up to {MAX_CAPTURE_SIZE} (vLLM captures no batch above max_num_batched_tokens)")
+        return size
+
+    def engine_args(self, value: Any) -> dict[str, Any]:
+        args = self.mapping(value, "engine_args")
+        out: dict[str, Any] = {}
+        for key, val in args.items():
+            norm = str(key).replace("-", "_")
+            if norm in _RESERVED_ENGINE_ARGS:
+                raise self.fail(f"engine_args.{key}", "is set by the search",
+                                "declare it under 'search:' (cudagraph_mode, capture_sizes, drafts) instead")
+            out[norm] = val
+        return out
+
+    def engine_dims(self, value: Any, fixed: Mapping[str, Any]) -> tuple[EngineArgDim, ...]:
+        """``search.engine_args``: ``name: [choices]`` or ``name: {low, high, log, baseline}``."""
+        if value is None:
+            return ()
+        data = self.mapping(value, "search.engine_args")
+        out = []
+        for key, spec in data.items():
+            name = str(key).replace("-", "_")
+            field = f"search.engine_args.{key}"
+            if name in _RESERVED_ENGINE_ARGS or name in _CORE_PARAMS or name == "model":
+                raise self.fail(field, "cannot be searched as an engine argument",
+                                "search graphs and speculation with cudagraph_mode, capture_sizes, "
+                                "num_speculative_tokens and drafts; the model is fixed")
+            if name in fixed:
+                raise self.fail(field, f"is also fixed in engine_args ({fixed[name]!r})",
+                                f"remove engine_args.{name} or stop searching it")
+            if isinstance(spec, list):
+                if not spec:
+                    raise self.fail(field, "is an empty list", "list at least two values to choose from")
+                for i, choice in enumerate(spec):
+                    if not isinstance(choice, (str, int, float, bool)) or choice is None:
+                        raise self.fail(f"{field}[{i}]", f"must be a string, number or boolean, got {choice!r}",
+                                        "list plain values")
+                if len(set(map(repr, spec))) != len(spec):
+                    raise self.fail(field, "lists a value twice", "list each value once")
+                out.append(EngineArgDim(name, choices=tuple(spec), baseline=spec[0]))
+            elif isinstance(spec, dict):
+                self.known_keys(spec, ("low", "high", "log", "baseline"), field)
+                bounds = []
+                for bound in ("low", "high"):
+                    val = spec.get(bound)
+                    if isinstance(val, bool) or not isinstance(val, (int, float)):
+                        raise self.fail(f"{field}.{bound}", f"must be a number, got {val!r}",
+                                        "give both low and high as numbers")
+                    bounds.append(val)
+                low, high = bounds
+                if high <= low:
+                    raise self.fail(f"{field}.high", f"must be above low ({high} <= {low})", "make high > low")
+                log = spec.get("log", False)
+                if not isinstance(log, bool):
+                    raise self.fail(f"{field}.log", f"must be true or false, got {log!r}", "write true or false")
+                if log and low <= 0:
+                    raise self.fail(f"{field}.low", "must be above 0 on a log scale", "raise low or drop log")
+                integer = isinstance(low, int) and isinstance(high, int)
+                base = spec.get("baseline", low)
+                if isinstance(base, bool) or not isinstance(base, (int, float)) or not low <= base <= high:
+                    raise self.fail(f"{field}.baseline", f"must be a number in [{low}, {high}], got {base!r}",
+                                    "give the value you run today, within the range")
+                if integer and not isinstance(base, int):
+                    raise self.fail(f"{field}.baseline", f"must be a whole number, got {base!r}",
+                                    "give a whole number (low and high are whole numbers)")
+                out.append(EngineArgDim(name, low=low, high=high, log=log, integer=integer, baseline=base))
+            else:
+                raise self.fail(field, f"must be a list of values or {{low, high}}, got {spec!r}",
+                                "write e.g. [4, 8, 16] or {low: 512, high: 8192, log: true}")
+        return tuple(out)
+
+    def modes(self, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list) or not value:
+            raise self.fail("search.cudagraph_mode", "must be a non-empty list",
+                            f"list some of: {', '.join(CUDAGRAPH_MODES)}")
+        out = [DEFAULT]
+        for i, m in enumerate(value):
+            mode = str(m)
+            if mode != DEFAULT and mode.upper() not in CUDAGRAPH_MODES:
+                raise self.fail(f"search.cudagraph_mode[{i}]", f"unknown mode {m!r}",
+                                f"use one of: {', '.join(CUDAGRAPH_MODES)}")
+            mode = DEFAULT if mode == DEFAULT else mode.upper()
+            if mode not in out:
+                out.append(mode)
+        return tuple(out)
+
+    def sizes(self, value: Any) -> tuple[SizeOption, ...]:
+        data = self.mapping(value if value is not None else {}, "search.capture_sizes")
+        out = [SizeOption(DEFAULT)]
+        for name, spec in data.items():
+            field = f"search.capture_sizes.{name}"
+            name = str(name)
+            if name == DEFAULT:
+                if spec is not None:
+                    raise self.fail(field, "'default' is reserved for the engine's own sizes",
+                                    "give this list another name")
+                continue
+            if isinstance(spec, list):
+                if not spec:
+                    raise self.fail(field, "is an empty list", "list at least one capture size, e.g. [1, 2, 4, 8]")
+                sizes = tuple(self.capture_size(s, f"{field}[{i}]") for i, s in enumerate(spec))
+                out.append(SizeOption(name, sizes=sizes))
+            elif isinstance(spec, dict):
+                self.known_keys(spec, ("pattern", "max"), field)
+                pattern = spec.get("pattern")
+                if pattern not in SIZE_PATTERNS:
+                    raise self.fail(f"{field}.pattern", f"unknown pattern {pattern!r}",
+                                    f"use one of: {', '.join(SIZE_PATTERNS)}")
+                if "max" not in spec:
+                    raise self.fail(f"{field}.max", "is missing", "give the largest capture size, e.g. max: 64")
+                out.append(SizeOption(name, pattern=pattern, max=self.capture_size(spec["max"], f"{field}.max")))
+            else:
+                raise self.fail(field, f"must be a list of sizes or {{pattern, max}}, got {spec!r}",
+                                "write e.g. [1, 2, 4, 8] or {pattern: pow2, max: 64}")
+        return tuple(out)
+
+    def k_range(self, value: Any) -> tuple[int, int]:
+        field = "search.num_speculative_tokens"
+        data = self.mapping(value, field)
+        self.known_keys(data, ("low", "high"), field)
+        low = self.integer(data.get("low", 0), f"{field}.low", 0)
+        high = self.integer(data.get("high", 0), f"{field}.high", 0)
+        if high < low:
+            raise self.fail(f"{field}.high", f"is below low ({high} < {low})", "make high >= low")
+        if high > K_HARD_MAX:
+            raise self.fail(f"{field}.high", f"K={high} is out of range", f"use at most {K_HARD_MAX} draft tokens")
+        return low, high
+
+    def drafts(self, value: Any) -> tuple[DraftOption, ...]:
+        data = self.mapping(value if value is not None else {}, "search.drafts")
+        out = []
+        for name, spec in data.items():
+            field = f"search.drafts.{name}"
+            frag = dict(self.mapping(spec, field))
+            method = frag.get("method")
+            if method not in SPEC_METHODS:
+                raise self.fail(f"{field}.method", f"unknown speculative method {method!r}",
+                                f"use one of: {', '.join(SPEC_METHODS)}")
+            if "num_speculative_tokens" in frag:
+                raise self.fail(f"{field}.num_speculative_tokens", "is searched, not fixed per draft",
+                                "remove it and set search.num_speculative_tokens instead")
+            if method in ("draft_model", "eagle", "eagle3", "medusa") and not frag.get("model"):
+                raise self.fail(f"{field}.model", f"method {method} needs a draft model",
+                                "add model: PATH-OR-HUB-ID")
+            if method == "ngram":
+                lo = frag.get("prompt_lookup_min", 1)
+                hi = frag.get("prompt_lookup_max", lo)
+                self.integer(lo, f"{field}.prompt_lookup_min", 1)
+                if self.integer(hi, f"{field}.prompt_lookup_max", 1) < lo:
+                    raise self.fail(f"{field}.prompt_lookup_max", "is below prompt_lookup_min",
+                                    "make prompt_lookup_max >= prompt_lookup_min")
+            max_k = frag.pop("max_k", None)
+            if max_k is not None:
+                max_k = self.integer(max_k, f"{field}.max_k", 1)
+            model = frag.get("model")
+            if isinstance(model, str) and model.startswith("."):
+                frag["model"] = str((self.base_dir / model).resolve())
+            out.append(DraftOption(str(name), frag, max_k))
+        return tuple(out)

@@ -1,0 +1,1 @@
+"""Observers of a running study: the progress bar and MLflow."""

@@ -1,0 +1,684 @@
+"""The report: a table a person reads in ten seconds, and the same facts as JSON.
+
+:func:`build_report` reads a study's ledger once into a typed :class:`Report`; everything that shows a result
+(the table, ``--json``, export, plots, MLflow, the benchmark) reads that object by attribute. Winner, baseline,
+speedup with its interval and verdict come first; then every configured-vs-resolved warning (the trap this
+tool exists for), failures, and the budget spent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.store.ledger import Ledger, StudyMeta, TrialRecord
+from autotune.stats.intervals import Comparison, TrialSummary, format_mean
+from autotune.stats.latency import LatencyStat, SloCheck, meets_slo, summarize_latency
+from autotune.core.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, speculation_plan_change
+from autotune.report.latency import (Prompts, SloOutcome, TrialLatency, prompts_note, render_latency, search_latency,
+                                     slo_outcome)
+from autotune.report.levels import LevelBest, level_bests, render_levels
+from autotune.decisions.verification import BASELINE, VerifiedConfig
+
+__all__ = [
+    "Budget",
+    "ChangedConfig",
+    "CompareResult",
+    "FailedTrial",
+    "Report",
+    "SearchBest",
+    "SearchTrial",
+    "SimulatorCheck",
+    "TrialCounts",
+    "VerifiedRow",
+    "build_report",
+    "no_result_reason",
+    "render_report",
+    "simulator_check",
+]
+
+#: Warnings and failures the table lists before pointing at ``--json``.
+_SHOWN_WARNINGS, _SHOWN_FAILURES = 8, 5
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
+@dataclasses.dataclass(frozen=True)
+class CompareResult:
+    """A verified configuration against the baseline: speedup, its interval, and the verdict (pyperf style).
+
+    Attributes:
+        speedup: mean(configuration) / mean(baseline).
+        ci_low, ci_high: The speedup's interval at ``confidence`` (``None`` with too few restarts).
+        confidence: The interval's coverage, Bonferroni-corrected for the number of challengers.
+        verdict: ``faster``, ``no significant difference`` or ``slower``.
+        p_value: Welch's t-test on log throughput.
+        comparisons: Challengers compared with the same baseline.
+    """
+
+    speedup: float
+    ci_low: float | None
+    ci_high: float | None
+    confidence: float
+    verdict: str
+    p_value: float | None = None
+    comparisons: int = 1
+
+    @classmethod
+    def from_comparison(cls, c: Comparison) -> CompareResult:
+        return cls(c.speedup, _finite_or_none(c.ci_low), _finite_or_none(c.ci_high), c.confidence, c.verdict,
+                   _finite_or_none(c.p_value), c.comparisons)
+
+    @property
+    def has_interval(self) -> bool:
+        return self.ci_low is not None and self.ci_high is not None
+
+    def oneliner(self) -> str:
+        """``x1.52 [1.33, 1.66]`` (``x1.52`` without an interval)."""
+        if not self.has_interval:
+            return f"x{self.speedup:.2f}"
+        return f"x{self.speedup:.2f} [{self.ci_low:.2f}, {self.ci_high:.2f}]"
+
+    def interval_text(self) -> str:
+        """`` [1.33, 1.66] (98.3% CI)``, or nothing without an interval."""
+        if not self.has_interval:
+            return ""
+        family = f", Bonferroni over {self.comparisons} challengers" if self.comparisons > 1 else ""
+        return f" [{self.ci_low:.2f}, {self.ci_high:.2f}] ({self.confidence * 100:.1f}% CI{family})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high, "p_value": self.p_value,
+                "confidence": self.confidence, "comparisons": self.comparisons, "verdict": self.verdict}
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifiedRow:
+    """One configuration of the verification table: its fresh restarts summarised, and its speedup."""
+
+    label: str
+    role: str
+    trial_number: int | None
+    config: EngineConfig
+    search_mean: float | None
+    mean: float | None
+    std: float | None
+    ci_low: float | None
+    ci_high: float | None
+    values: tuple[float, ...]
+    unstable: bool
+    status: str
+    failure: str | None
+    accept_len: float | None
+    differences: tuple[str, ...]
+    speedup: CompareResult | None = None
+    search_estimate: float | None = None
+    shares_slot_with: tuple[int, ...] = ()
+    latency: Mapping[str, LatencyStat] = dataclasses.field(default_factory=dict)
+    slo_checks: tuple[SloCheck, ...] = ()
+    #: The runner-up or a challenger it displaced, dropped after the first round (autotune.decisions.verification.first_round_cut).
+    dropped: bool = False
+
+    @property
+    def meets_slo(self) -> bool:
+        """No latency limit keeps this configuration from winning (always true without limits)."""
+        return meets_slo(self.slo_checks)
+    #: Every verification restart of the configuration (cold and failed ones included).
+    restarts: tuple[RestartResult, ...] = ()
+    #: The capture mode the configuration's restarts resolved to.
+    resolved_mode: str | None = None
+    #: The unit of ``values`` (the study's objective: ``tok/s`` or goodput's ``req/s``).
+    unit: str = "tok/s"
+
+    @classmethod
+    def from_verified(cls, entry: VerifiedConfig) -> VerifiedRow:
+        s, cand = entry.summary, entry.candidate
+        return cls(
+            label=cand.config.label(), role=cand.role, trial_number=cand.trial_number, config=cand.config,
+            search_mean=cand.search_mean, search_estimate=cand.estimate,
+            shares_slot_with=tuple(cand.shares_slot_with), mean=_finite_or_none(s.mean), std=_finite_or_none(s.std),
+            ci_low=_finite_or_none(s.ci_low), ci_high=_finite_or_none(s.ci_high), values=tuple(s.values),
+            unstable=s.unstable, status=s.status, failure=s.failure, accept_len=s.accept_len,
+            differences=tuple(s.differences),
+            speedup=None if entry.comparison is None else CompareResult.from_comparison(entry.comparison),
+            latency=summarize_latency(entry.restarts), slo_checks=tuple(entry.slo_checks),
+            restarts=tuple(entry.restarts), resolved_mode=s.resolved_mode, unit=s.unit, dropped=entry.dropped,
+        )
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.role == BASELINE
+
+    def describe(self) -> str:
+        """``mean ± std UNIT (n=…), 95% CI [low, high]``."""
+        return format_mean(self.values, math.nan if self.ci_low is None else self.ci_low,
+                           math.nan if self.ci_high is None else self.ci_high, self.unstable, self.unit)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"label": self.label, "role": self.role, "trial_number": self.trial_number,
+               "config": self.config.to_dict(), "search_mean": self.search_mean, "search_estimate": self.search_estimate,
+               "shares_slot_with": list(self.shares_slot_with), "mean": self.mean, "std": self.std,
+               "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n, "values": list(self.values),
+               "unstable": self.unstable, "status": self.status, "failure": self.failure,
+               "accept_len": self.accept_len, "differences": list(self.differences), "text": self.describe(),
+               "unit": self.unit, "dropped": self.dropped,
+               "restarts": [_restart_dict(r) for r in self.restarts]}
+        if self.speedup is not None:
+            out["speedup"] = self.speedup.to_dict()
+        out["latency"] = {k: v.to_dict() for k, v in self.latency.items()}
+        out["slo_checks"] = [c.to_dict() for c in self.slo_checks]
+        out["meets_slo"] = self.meets_slo
+        return out
+
+
+def _restart_dict(r: RestartResult, counted_cold_seeds: frozenset[int] = frozenset()) -> dict[str, Any]:
+    out = r.to_dict()
+    out["value"] = r.value
+    out["counted"] = bool(r.ok and (not r.cold or r.seed in counted_cold_seeds))
+    return out
+
+
+def _counted_cold_seeds(restarts: Sequence[RestartResult], summary: TrialSummary | None) -> frozenset[int]:
+    """Seeds of the trial's cold starts that counted (the study found its cold starts no different from warm
+    ones): a counted seed with no warm restart of its own."""
+    if summary is None:
+        return frozenset()
+    warm = {r.seed for r in restarts if r.ok and not r.cold}
+    return frozenset(seed for seed in summary.seeds if seed not in warm)
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchTrial:
+    """One search trial as ``report --json`` shows it: configuration, what the engine resolved, every restart.
+
+    A repeat of an earlier configuration (``duplicate_of``) ran nothing; a trial cut short by an interruption
+    (``interrupted``) keeps the restarts it finished.
+    """
+
+    record: TrialRecord
+
+    @property
+    def duplicate_of(self) -> int | None:
+        return self.record.duplicate_of
+
+    def to_dict(self) -> dict[str, Any]:
+        r, s = self.record, self.record.summary
+        return {
+            "trial": r.number,
+            "state": r.state,
+            "label": r.config.label(),
+            "params": dict(r.config.params),
+            "config": r.config.to_dict(),
+            "value": _finite_or_none(r.value),
+            "summary": None if s is None else s.to_dict(),
+            "resolved": None if s is None else {
+                "cudagraph_mode": s.resolved_mode,
+                "cudagraph_capture_sizes": None if s.resolved_sizes is None else list(s.resolved_sizes)},
+            "differences": [] if s is None else list(s.differences),
+            "reason": r.reason,
+            "duplicate_of": r.duplicate_of,
+            "interrupted": r.interrupted,
+            "restarts": [_restart_dict(x, _counted_cold_seeds(r.restarts, s)) for x in r.restarts],
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialCounts:
+    """Search trials by outcome; repeats of a configuration and infeasible suggestions apart.
+
+    ``screened`` trials stopped at a cold start that showed they could not be the best (Optuna holds them as
+    complete, with the predicted value the sampler was told); they have no counted restart, so they are not among
+    ``complete``.
+    """
+
+    complete: int = 0
+    pruned: int = 0
+    fail: int = 0
+    duplicates: int = 0
+    infeasible: int = 0
+    screened: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangedConfig:
+    """A configuration the engine changed silently: where (a trial, or verification) and how."""
+
+    trial: int | None
+    label: str
+    differences: tuple[str, ...]
+    phase: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"trial": self.trial, "label": self.label, "differences": list(self.differences)}
+        if self.phase is not None:
+            out["phase"] = self.phase
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class FailedTrial:
+    trial: int
+    label: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Engine starts and minutes spent, the limits set, and verification's share."""
+
+    restarts_used: int
+    minutes_used: float
+    budget_restarts: int | None = None
+    budget_minutes: float | None = None
+    verification_restarts: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        if self.verification_restarts is None:
+            del out["verification_restarts"]
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchBest:
+    """The search's best mean: unverified, and biased upwards by selection."""
+
+    trial: int
+    label: str | None
+    mean: float
+
+
+@dataclasses.dataclass(frozen=True)
+class VerificationTable:
+    entries: tuple[VerifiedRow, ...]
+    restarts_per_config: int
+    restarts_used: int
+    minutes_used: float
+    max_restarts: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"entries": [e.to_dict() for e in self.entries], "restarts_per_config": self.restarts_per_config,
+                "max_restarts": self.max_restarts,
+                "restarts_used": self.restarts_used, "minutes_used": self.minutes_used}
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatorCheck:
+    """Simulator only: the winner's true throughput against the best configuration in the space."""
+
+    winner_true: float
+    best_true: float
+    best_label: str
+    ratio_to_best: float
+    under_slo: bool = False
+    winner_meets_slo: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """Everything a person (or a script) needs to judge a study."""
+
+    study: str
+    meta: StudyMeta
+    trials: TrialCounts
+    warnings: tuple[ChangedConfig, ...]
+    failures: tuple[FailedTrial, ...]
+    budget: Budget
+    search_stopped: str | None = None
+    search_best: SearchBest | None = None
+    verification: VerificationTable | None = None
+    winner: VerifiedRow | None = None
+    baseline: VerifiedRow | None = None
+    verdict: str | None = None
+    simulator_check: SimulatorCheck | None = None
+    prompts: Prompts | None = None
+    objective: str = "throughput"
+    slo: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    search_latency: tuple[TrialLatency, ...] = ()
+    slo_outcome: SloOutcome | None = None
+    #: Every search trial that got a configuration, in trial order.
+    search_trials: tuple[SearchTrial, ...] = ()
+    #: Why the study has nothing to claim (see :func:`no_result_reason`); ``None`` when it has a result.
+    no_result: str | None = None
+    #: With load levels: the best configuration at each level (:mod:`autotune.report.levels`).
+    levels: tuple[LevelBest, ...] = ()
+    #: What the study's own test said about cold starts (:class:`~autotune.stats.coldstart.ColdVerdict`), when it ran.
+    cold_starts: str | None = None
+
+    @property
+    def unit(self) -> str:
+        """The unit of every value in the report: ``tok/s``, or ``req/s`` for goodput."""
+        return OBJECTIVE_UNITS.get(self.objective, "tok/s")
+
+    @property
+    def winner_is_baseline(self) -> bool:
+        return self.winner is not None and self.winner.is_baseline
+
+    def render(self) -> str:
+        """The ten-second table."""
+        return render_report(self)
+
+    def to_json(self) -> dict[str, Any]:
+        """The same facts as a JSON-ready dict (``report --json``, ``report.json`` in MLflow)."""
+        out: dict[str, Any] = {
+            "study": self.study,
+            "meta": self.meta.to_dict(),
+            "trials": dataclasses.asdict(self.trials),
+            "warnings": [w.to_dict() for w in self.warnings],
+            "failures": [dataclasses.asdict(f) for f in self.failures],
+            "budget": self.budget.to_dict(),
+            "search_stopped": self.search_stopped,
+            "cold_starts": self.cold_starts,
+            "verification": None if self.verification is None else self.verification.to_dict(),
+            "winner": None if self.winner is None else self.winner.to_dict(),
+            "baseline": None if self.baseline is None else self.baseline.to_dict(),
+        }
+        if self.search_best is not None:
+            out["search_best"] = dataclasses.asdict(self.search_best)
+        if self.verification is not None:
+            out["verdict"] = self.verdict
+            out["winner_is_baseline"] = self.winner_is_baseline
+        if self.simulator_check is not None:
+            out["simulator_check"] = dataclasses.asdict(self.simulator_check)
+        out["prompts"] = None if self.prompts is None else self.prompts.to_dict()
+        out["objective"] = self.objective
+        out["unit"] = self.unit
+        out["levels"] = [b.to_dict() for b in self.levels]
+        out["slo"] = dict(self.slo)
+        out["search_latency"] = [t.to_dict() for t in self.search_latency]
+        if self.slo_outcome is not None:
+            out["slo_outcome"] = self.slo_outcome.to_dict()
+        out["no_result"] = self.no_result
+        out["search_trials"] = [t.to_dict() for t in self.search_trials]
+        return out
+
+
+# -- building --------------------------------------------------------------------------------------------
+
+
+def simulator_check(engine: Any, space: Any, winner: EngineConfig) -> SimulatorCheck | None:
+    """For the sim engine only: where the winner's true throughput stands against the best in the space."""
+    if getattr(engine, "name", None) != "sim" or not hasattr(engine, "true_throughput"):
+        return None
+    slo = dict(getattr(space, "slo", {}) or {})
+
+    if getattr(space, "objective", "throughput") == "goodput":
+        slo = {}  # goodput counts the limits per request: every configuration competes
+
+    def meets(cfg: EngineConfig) -> bool:
+        # Under latency limits the best configuration is the best of those whose true latency meets them.
+        if not slo:
+            return True
+        latency = engine.true_latency(cfg, space.workload) or {}
+        return all(latency.get(key, math.inf) <= limit for key, limit in slo.items())
+
+    # The true value under the study's objective and load levels (tok/s, or goodput), where the engine knows it.
+    truth = getattr(engine, "true_value", engine.true_throughput)
+    truths = []
+    for params in space.all_params():
+        cfg = space.config_from_params(params)
+        value = truth(cfg, space.workload)
+        if value is not None and meets(cfg):
+            truths.append((value, cfg.label()))
+    if not truths:
+        return None
+    best, best_label = max(truths)
+    winner_true = truth(winner, space.workload) or 0.0
+    return SimulatorCheck(winner_true, best, best_label, winner_true / best, bool(slo), meets(winner))
+
+
+def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any = None) -> Report:
+    """Read the study's record into a :class:`Report`.
+
+    Args:
+        study: The study's ledger (an Optuna study is wrapped in one).
+        engine, space: With the sim engine and its space, the report also says how good the winner truly is.
+    """
+    ledger = study if isinstance(study, Ledger) else Ledger(study)
+    trials = ledger.study.get_trials(deepcopy=False)
+    records = ledger.trial_records()
+    meta = ledger.meta()
+    counted = [t for t in trials if not ledger.is_duplicate(t) and not ledger.is_infeasible(t)]
+    screened = [t for t in counted if t.state == TrialState.COMPLETE and ledger.pruned_reason(t)]
+    counts = TrialCounts(
+        complete=sum(1 for t in counted if t.state == TrialState.COMPLETE) - len(screened),
+        screened=len(screened),
+        pruned=sum(1 for t in counted if t.state == TrialState.PRUNED),
+        fail=sum(1 for t in counted if t.state == TrialState.FAIL),
+        duplicates=sum(1 for t in trials if ledger.is_duplicate(t)),
+        infeasible=sum(1 for t in trials if ledger.is_infeasible(t)),
+    )
+    warnings = [ChangedConfig(r.number, r.config.label(), tuple(r.summary.differences))
+                for r in records if r.summary is not None and r.summary.differences and r.duplicate_of is None]
+    failures = tuple(FailedTrial(r.number, r.config.label(), r.reason)
+                     for r in records if r.state == "FAIL" and r.reason and r.duplicate_of is None)
+    restarts_used, minutes_used = ledger.budget_used()
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+    search_best = None
+    if complete:
+        best = max(complete, key=lambda t: t.value)  # type: ignore[arg-type, return-value]
+        search_best = SearchBest(best.number, ledger.label(best), float(best.value))  # type: ignore[arg-type]
+    v = ledger.verification()
+    table = winner = baseline = verdict = check = None
+    if v is not None:
+        rows = _flag_speculation_changes(ledger, tuple(VerifiedRow.from_verified(e) for e in v.entries))
+        table = VerificationTable(rows, v.restarts_per_config, v.restarts_used, round(v.minutes_used, 3),
+                                  v.max_restarts)
+        winner = rows[v.winner_index]
+        baseline = next(r for r in rows if r.is_baseline)
+        verdict = v.verdict
+        warnings += _verification_warnings(rows, warnings)
+        if engine is not None and space is not None:
+            check = simulator_check(engine, space, winner.config)
+    budget = Budget(restarts_used, round(minutes_used, 3), meta.budget_restarts, meta.budget_minutes,
+                    None if v is None else v.restarts_used)
+    # Under goodput the limits judge each request, not a configuration's percentiles: nothing to meet or miss.
+    gating = {} if meta.objective == "goodput" else meta.slo
+    outcome = None if table is None else slo_outcome(table.entries, winner, baseline, gating)  # type: ignore[arg-type]
+    search_trials = tuple(SearchTrial(r) for r in records)
+    if table is not None:
+        levels = level_bests(meta.objective, [(e.label, e.restarts) for e in table.entries], "verification",
+                             None if winner is None else winner.label, None if baseline is None else baseline.label)
+    else:
+        levels = level_bests(meta.objective, [(r.config.label(), r.restarts) for r in records
+                                              if r.duplicate_of is None], "search")
+    return Report(ledger.name, meta, counts, tuple(warnings), failures, budget, ledger.search_stopped(),
+                  search_best, table, winner, baseline, verdict, check, prompts=prompts_note(meta),
+                  objective=meta.objective, slo=dict(meta.slo), search_latency=search_latency(ledger),
+                  slo_outcome=outcome, search_trials=search_trials,
+                  no_result=no_result_reason(counts, failures, winner, baseline, table is not None), levels=levels,
+                  cold_starts=_cold_starts_line(ledger))
+
+
+def _cold_starts_line(ledger: Ledger) -> str | None:
+    """The cold-start verdict as a sentence; ``None`` when the study saw no cold start with a warm restart."""
+    verdict = ledger.cold_verdict()
+    if not verdict.pairs:
+        return None
+    text = verdict.describe()
+    return text[0].upper() + text[1:]
+
+
+def _flag_speculation_changes(ledger: Ledger, rows: tuple[VerifiedRow, ...]) -> tuple[VerifiedRow, ...]:
+    """A verified default-mode configuration with speculation whose capture mode differs from what the same
+    defaults resolved to without it (see :func:`speculation_plan_change`) is flagged, the winner included."""
+    base_mode = next((r.resolved_mode for r in rows if r.is_baseline), None)
+    out = []
+    for row in rows:
+        config = row.config
+        if config.cudagraph_mode is None and config.num_speculative_tokens:
+            change = speculation_plan_change(config, row.resolved_mode,
+                                             ledger.mode_without_speculation(config) or base_mode)
+            if change is not None and not any(d.startswith(f"{change.field}:") for d in row.differences):
+                row = dataclasses.replace(row, differences=(*row.differences, str(change)))
+        out.append(row)
+    return tuple(out)
+
+
+def no_result_reason(counts: TrialCounts, failures: Sequence[FailedTrial], winner: VerifiedRow | None,
+                     baseline: VerifiedRow | None, verified: bool) -> str | None:
+    """Why the study has nothing to claim, or ``None``.
+
+    A study that verified must have a measured winner and a measured baseline (else there is no speedup to
+    state, and no configuration to export); one that did not verify (``--no-verify``, or stopped before it) must
+    have measured at least one search trial.
+    """
+    if verified:
+        if baseline is None or baseline.status != "ok" or not baseline.n:
+            why = (baseline.failure if baseline is not None else None) or "no restart succeeded"
+            label = baseline.label if baseline is not None else "engine defaults"
+            return f"the baseline ({label}) was not measured in verification: {why}; without it no speedup can be claimed"
+        if winner is None or winner.status != "ok" or not winner.n:
+            why = (winner.failure if winner is not None else None) or "no restart succeeded"
+            return f"no verified configuration was measured: {why}"
+        return None
+    if not counts.complete:
+        return "no search trial was measured" + (f": {failures[0].reason}" if failures else "")
+    return None
+
+
+def _verification_warnings(rows: Sequence[VerifiedRow], known: Sequence[ChangedConfig]) -> list[ChangedConfig]:
+    """Silent changes seen in verification that the search's warnings do not list already."""
+    out: list[ChangedConfig] = []
+    for row in rows:
+        for d in row.differences:
+            if not any(w.label == row.label and d in w.differences for w in [*known, *out]):
+                out.append(ChangedConfig(row.trial_number, row.label, (d,), "verify"))
+    return out
+
+
+# -- rendering -------------------------------------------------------------------------------------------
+
+
+def render_report(report: Report) -> str:
+    """The ten-second table."""
+    lines: list[str] = []
+    meta, engine = report.meta, report.meta.engine
+    lines.append(f"Study {report.study}  |  space {meta.space_name}  |  engine {engine.name}"
+                 f" {engine.version or ''}  |  model {meta.model}")
+    t, b = report.trials, report.budget
+    lines.append(f"Trials: {t.complete} complete, "
+                 + (f"{t.screened} screened on their cold start, " if t.screened else "")
+                 + f"{t.pruned} raced out, {t.fail} failed"
+                 f"  |  engine starts {b.restarts_used}"
+                 + (f" of {b.budget_restarts}" if b.budget_restarts else "")
+                 + f", {b.minutes_used:.1f} engine-minutes"
+                 + (" (simulated)" if engine.simulated else "")
+                 + (f" (verification: {b.verification_restarts} starts)" if b.verification_restarts is not None
+                    else ""))
+    if report.search_stopped:
+        lines.append(f"Search stopped early: {report.search_stopped}.")
+    if report.cold_starts:
+        lines.append(f"{report.cold_starts}.")
+    lines.append("")
+    winner, table = report.winner, report.verification
+    if (winner is None or table is None) and report.no_result:
+        lines.append(f"Nothing to report: {report.no_result}.")
+    elif winner is None or table is None:
+        lines.append("No verification yet: run `autotune tune` again to finish the study.")
+        if report.search_best is not None:
+            sb = report.search_best
+            lines.append(f"Search best so far (unverified, biased upwards): trial {sb.trial} {sb.label} "
+                         f"{sb.mean:.{1 if report.unit == 'tok/s' else 3}f} {report.unit}")
+    else:
+        lines += _verification_lines(report, winner, table)
+    lines += render_levels(report.levels)
+    lines += render_latency(report)
+    if report.warnings:
+        lines.append("")
+        lines.append(f"WARNING: the engine silently changed the configuration in {len(report.warnings)} "
+                     "configuration(s):")
+        for w in report.warnings[:_SHOWN_WARNINGS]:
+            where = f"trial {w.trial}" if w.trial is not None else "verification"
+            lines.append(f"  ! {where} {w.label}: " + "; ".join(w.differences))
+        if len(report.warnings) > _SHOWN_WARNINGS:
+            lines.append(f"  ... and {len(report.warnings) - _SHOWN_WARNINGS} more (--json for all)")
+    if report.failures:
+        lines.append("")
+        lines.append(f"Failed trials ({len(report.failures)}):")
+        for f in report.failures[:_SHOWN_FAILURES]:
+            lines.append(f"  x trial {f.trial} {f.label}: {f.reason}")
+        if len(report.failures) > _SHOWN_FAILURES:
+            lines.append(f"  ... and {len(report.failures) - _SHOWN_FAILURES} more (--json for all)")
+    duplicates = [t.record for t in report.search_trials if t.duplicate_of is not None]
+    if duplicates:
+        lines.append("")
+        lines.append(f"Repeated suggestions ({len(duplicates)}, nothing run, not counted as trials: each was told its "
+                     "original's result):")
+        for r in duplicates[:_SHOWN_FAILURES]:
+            lines.append(f"  = trial {r.number} {r.config.label()}: same configuration as trial {r.duplicate_of}")
+        if len(duplicates) > _SHOWN_FAILURES:
+            lines.append(f"  ... and {len(duplicates) - _SHOWN_FAILURES} more (--json for all)")
+    if report.simulator_check is not None:
+        sc = report.simulator_check
+        lines.append("")
+        what, digits = ("goodput", 3) if report.objective == "goodput" else ("throughput", 1)
+        lines.append(f"Simulator ground truth (sim engine only): winner's true {what} is "
+                     f"{sc.winner_true:.{digits}f} {report.unit} = {sc.ratio_to_best * 100:.1f}% of the best "
+                     f"configuration in the space{' meeting the SLOs' if sc.under_slo else ''} "
+                     f"({sc.best_true:.{digits}f} {report.unit}, "
+                     f"{sc.best_label})"
+                     + ("; the winner's true latency misses them." if sc.under_slo and not sc.winner_meets_slo
+                        else "."))
+    return "\n".join(lines)
+
+
+def _aggregate_text(report: Report) -> str:
+    """``min over concurrency 1, 8, 32`` or ``mean (weights 1, 2, 1) over ...``, from the stored workload."""
+    workload = report.meta.workload
+    raw = workload.get("concurrency")
+    levels = ", ".join(str(c) for c in (raw if isinstance(raw, list) else [raw]))
+    weights = workload.get("weights")
+    how = str(workload.get("aggregate"))
+    if weights:
+        how += f" (weights {', '.join(f'{w:g}' for w in weights)})"
+    return f"{how} over concurrency {levels}"
+
+
+def _verification_lines(report: Report, winner: VerifiedRow, table: VerificationTable) -> list[str]:
+    lines: list[str] = []
+    width = max(len(e.label) for e in table.entries)
+    what = "goodput" if report.objective == "goodput" else "throughput"
+    levels = "" if not report.levels else f", load levels combined by {_aggregate_text(report)}"
+    lines.append(f"{'':10}{'configuration':<{width}}  {what} (fresh interleaved restarts{levels})")
+    for e in table.entries:
+        is_winner = not report.no_result and (e is winner or e.label == winner.label)
+        tag = "WINNER" if is_winner else ("baseline" if e.is_baseline else "")
+        extra = "" if e.speedup is None else f"  {e.speedup.oneliner()}"
+        text = e.describe().replace('95% CI', 'CI')
+        if e.dropped and e.status == "ok" and e.mean is not None:
+            # One restart has no spread: say what it was and why it stopped there.
+            text = (f"{e.mean:.1f} {e.unit} (n={e.n}), dropped after round 1: the lowest geometric mean of its "
+                    "search and round-1 restarts")
+        if e.status != "ok":
+            extra += f"  FAILED: {e.failure}"
+        lines.append(f"{tag:<10}{e.label:<{width}}  {text}{extra}")
+    n_family = len(table.entries)
+    lines.append(f"(intervals hold jointly at 95% for these {n_family} configurations: each is a "
+                 f"{100 - 5 / n_family:.2f}% interval, so picking the best does not shrink the winner's)")
+    lines.append("")
+    if report.no_result:
+        lines.append(f"Verdict: NONE - {report.no_result}.")
+    elif report.slo_outcome is not None and not report.slo_outcome.any_met:
+        lines.append("Verdict: no configuration met the latency limits, the baseline included (below).")
+    elif report.winner_is_baseline:
+        lines.append("Verdict: no configuration beat the baseline - keep the engine defaults.")
+    else:
+        sp = winner.speedup
+        speedup = float("nan") if sp is None else sp.speedup
+        ci = "" if sp is None else sp.interval_text()
+        lines.append(f"Verdict: {str(report.verdict).upper()} - winner is {speedup:.2f}x the baseline{ci}")
+    if winner.differences:
+        lines.append("WARNING: the winner itself did not run as configured: " + "; ".join(winner.differences)
+                     + ". Its throughput is what the engine resolved to; export it knowing that.")
+    return lines

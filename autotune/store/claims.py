@@ -1,0 +1,127 @@
+"""Claims: "exactly one worker does this" through the study's own storage, with takeover when the holder dies.
+
+A study shared by several workers has jobs that must run once: creating the MLflow parent run, each
+verification round, concluding the verification. A claim is a trial in a companion Optuna study (the study's
+name plus :data:`CLAIMS_SUFFIX`, hidden from listings) created in one storage transaction, RUNNING, carrying
+the job's name. The holder of a job is the lowest-numbered claim for it that is RUNNING or COMPLETE:
+
+* Optuna numbers a study's trials under a lock on the study, so numbers follow creation order; a worker that
+  created its claim and then reads the claims sees every claim created before its own. Two workers that claim
+  at once both see the earlier claim and agree on it: no job has two holders.
+* The holder's :class:`~autotune.store.heartbeat.Heartbeat` keeps its claim alive. When the holder dies the claim's
+  heartbeat goes stale, :func:`optuna.storages.fail_stale_trials` fails it, and the next claimant becomes the
+  holder: a lease, renewed by heartbeat and taken over when stale.
+* A COMPLETE claim means the job is done; losing claims are finished as PRUNED at once.
+
+What a job wrote so far (the restarts of a verification round) is stored on its claim trial, so a new holder
+continues where a dead one stopped, nothing lost and nothing counted twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.store.heartbeat import Heartbeat
+from autotune.store.ledger import CLAIMS_SUFFIX, claim_attrs, claim_holder_gone, claim_job, record_claim_restarts
+from autotune.core.records import RestartResult
+
+__all__ = ["Claim", "Claims"]
+
+_LIVE = (TrialState.RUNNING, TrialState.COMPLETE)
+
+
+@dataclasses.dataclass
+class Claim:
+    """A job this process holds. Finish it with :meth:`complete` (done) or :meth:`give_up` (someone else may)."""
+
+    claims: Claims
+    job: str
+    trial_id: int
+    number: int
+
+    def record_restarts(self, restarts: Mapping[str, Sequence[RestartResult]]) -> None:
+        """The restarts this holder ran for the job so far, by config key (a later holder reads them through
+        :meth:`autotune.store.ledger.Ledger.verify_rounds`)."""
+        record_claim_restarts(self.claims.storage, self.trial_id, restarts)
+
+    def complete(self) -> None:
+        self.claims.heartbeat.release(self.trial_id)
+        self.claims.storage.set_trial_state_values(self.trial_id, TrialState.COMPLETE, [0.0])
+
+    def give_up(self) -> None:
+        self.claims.heartbeat.release(self.trial_id)
+        self.claims.storage.set_trial_state_values(self.trial_id, TrialState.FAIL)
+
+
+class Claims:
+    """The claims of one study.
+
+    Args:
+        study: The (main) study.
+        heartbeat: This process's heartbeat; it keeps held claims alive.
+    """
+
+    def __init__(self, study: optuna.Study, heartbeat: Heartbeat, owner: Mapping[str, Any]) -> None:
+        self.storage = study._storage
+        self.heartbeat = heartbeat
+        self.owner = dict(owner)
+        self.study = optuna.create_study(study_name=study.study_name + CLAIMS_SUFFIX, storage=self.storage,
+                                         direction="maximize", load_if_exists=True)
+
+    def _claims(self, job: str) -> list[FrozenTrial]:
+        return [t for t in self.study.get_trials(deepcopy=False) if claim_job(t) == job]
+
+    def refresh(self) -> None:
+        """Fail claims whose holder stopped beating, or whose holder's process on this machine is gone, so their
+        jobs can be taken over. The second is what lets ``kill -9`` and the same command again go on at once
+        instead of waiting out the heartbeat's grace period; a holder on another machine can only be judged by
+        its heartbeat."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(self.study)
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if claim_holder_gone(t):
+                # Another claimant may have failed it first.
+                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+    def done(self, job: str) -> bool:
+        return any(t.state == TrialState.COMPLETE for t in self._claims(job))
+
+    def held(self, job: str) -> bool:
+        """Someone holds ``job`` now, or did it."""
+        return any(t.state in _LIVE for t in self._claims(job))
+
+    def try_claim(self, job: str) -> Claim | None:
+        """Take ``job`` unless someone holds it or did it. ``None``: not ours (see :meth:`done`)."""
+        self.refresh()
+        if self.held(job):
+            return None
+        template = optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs=claim_attrs(job, self.owner))
+        trial_id = self.storage.create_new_trial(self.study._study_id, template_trial=template)
+        self.heartbeat.hold(trial_id)
+        number = self.storage.get_trial_number_from_id(trial_id)
+        holder = min((t for t in self._claims(job) if t.state in _LIVE), key=lambda t: t.number)
+        if holder.number == number:
+            return Claim(self, job, trial_id, number)
+        self.heartbeat.release(trial_id)
+        self.storage.set_trial_state_values(trial_id, TrialState.PRUNED)
+        return None
+
+    def wait_for(self, job: str, poll_s: float, sleep: Callable[[float], None] = time.sleep) -> Claim | None:
+        """Wait until ``job`` is done (``None``) or falls to this process (its :class:`Claim`)."""
+        while True:
+            if self.done(job):
+                return None
+            claim = self.try_claim(job)
+            if claim is not None:
+                return claim
+            sleep(poll_s)

@@ -1,0 +1,978 @@
+"""The ledger: what a study stores in Optuna, and the only module that knows how.
+
+A study's record is Optuna's storage (SQLite under ``mlruns/`` by default). Everything autotune adds to it is
+a user attribute of the study or of a trial, under one namespaced key per fact; each key is a constant below
+with one owner (this module), like Optuna's own ``_CONSTRAINTS_KEY = "tpe:constraints"``. Other modules call
+the writers and readers here and never name a key.
+
+Every value is redacted on its way in (:mod:`autotune.core.redact`): configurations are stored with their credentials
+replaced, so a configuration read back is for reports, never for running an engine; the study rebuilds runnable
+configurations from the space and the trial's parameters.
+
+Schema versions:
+
+* ``0``: studies written before this module existed: the same facts under bare keys (``config``, ``meta``)
+  and no version attribute. They still open and resume; what is written to them keeps the bare keys, so one
+  study never mixes two schemas.
+* ``1``: keys namespaced ``autotune:<name>``; the version is stored in the study under :data:`_SCHEMA_KEY`.
+
+A study written by a newer autotune (a higher version) is refused with one line naming both versions.
+
+Adding a key: one constant here (``_FINGERPRINT_KEY = "autotune:fingerprint"``), a writer and a reader on
+:class:`Ledger`. Old studies simply do not have it; a reader returns its default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import socket
+import time
+import uuid
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.stats.coldstart import ColdVerdict
+from autotune.store.fingerprint import Fingerprint
+from autotune.stats.intervals import TrialSummary
+from autotune.stats.latency import LatencyStat, SloCheck, constraint_values
+from autotune.core.records import EngineConfig, EngineFacts, RestartResult
+from autotune.core.redact import redact
+from autotune.decisions.verification import Candidate, Verification
+
+__all__ = [
+    "CLAIMS_SUFFIX",
+    "CLAIM_JOB_KEY",
+    "CLAIM_OWNER_KEY",
+    "CLAIM_RESTARTS_KEY",
+    "DEFAULT_HEARTBEAT_S",
+    "DEFAULT_STORAGE",
+    "DEFAULT_STORE_DIR",
+    "SCHEMA_VERSION",
+    "Ledger",
+    "LedgerError",
+    "StudyMeta",
+    "TrialRecord",
+    "create_or_load",
+    "ensure_sqlite_dir",
+    "latest_study_name",
+    "load",
+    "claim_attrs",
+    "claim_holder_gone",
+    "claim_job",
+    "make_storage",
+    "owner_id",
+    "record_claim_restarts",
+    "redact",
+    "study_names",
+]
+
+DEFAULT_STORE_DIR = "mlruns"
+DEFAULT_STORAGE = f"sqlite:///{DEFAULT_STORE_DIR}/optuna.db"
+
+#: The schema this code writes. Bump it when a stored shape changes incompatibly, and keep reading the old one.
+SCHEMA_VERSION = 1
+_NAMESPACE = "autotune:"
+
+# -- study user attributes -------------------------------------------------------------------------------
+_SCHEMA_KEY = "autotune:schema_version"
+#: The study's metadata (:class:`StudyMeta`), written once when the study starts.
+_META_KEY = "autotune:meta"
+#: The search space file's text, as the study first ran it.
+_SPACE_YAML_KEY = "autotune:space_yaml"
+#: The baselines and ``--enqueue`` configurations are queued once per study.
+_BASELINES_ENQUEUED_KEY = "autotune:baselines_enqueued"
+#: Why the search stopped before its trial count (space exhausted), if it did.
+_SEARCH_STOPPED_KEY = "autotune:search_stopped"
+#: The search of a study with verification is over: no worker starts a new search trial (retries of a dead
+#: worker's trials still run). Set by the first worker that finds nothing left to start and nothing running;
+#: verification chooses its configurations after it.
+_SEARCH_CLOSED_KEY = "autotune:search_closed"
+#: The configurations chosen for verification, fixed once chosen so a resume verifies the same ones.
+_VERIFY_CANDIDATES_KEY = "autotune:verify_candidates"
+#: Verification restarts run so far: config key -> list of restart dicts, saved after every restart.
+_VERIFY_PROGRESS_KEY = "autotune:verify_progress"
+#: The finished verification (:class:`~autotune.decisions.verification.Verification`).
+_VERIFICATION_KEY = "autotune:verification"
+#: What the study measures (:class:`~autotune.store.fingerprint.Fingerprint`): a resume must measure the same thing.
+_FINGERPRINT_KEY = "autotune:fingerprint"
+#: What the study's own cold/warm pairs say about cold starts (:class:`~autotune.stats.coldstart.ColdVerdict`): whether
+#: a cold start whose warm-up converged counts. ``differ`` is final once stored.
+_COLD_STARTS_KEY = "autotune:cold_starts"
+#: The MLflow parent run of the study, so a resumed study continues the same run.
+_MLFLOW_PARENT_RUN_KEY = "autotune:mlflow_parent_run_id"
+#: A random id written once by the process that created the study; MLflow finds the study's parent run by it
+#: (a name can be reused after ``--fresh``, and Optuna's own study id differs between storages).
+_STUDY_UID_KEY = "autotune:study_uid"
+
+# -- trial user attributes -------------------------------------------------------------------------------
+#: The configuration the trial ran (:class:`~autotune.core.records.EngineConfig`).
+_CONFIG_KEY = "autotune:config"
+#: :meth:`EngineConfig.key`, for finding repeats of a configuration.
+_CONFIG_ID_KEY = "autotune:config_key"
+_LABEL_KEY = "autotune:label"
+#: Every restart of the trial (cold and failed ones included), saved as each one lands.
+_RESTARTS_KEY = "autotune:restarts"
+#: The trial's :class:`~autotune.stats.intervals.TrialSummary`.
+_SUMMARY_KEY = "autotune:summary"
+_RESOLVED_DIFFERS_KEY = "autotune:resolved_differs"
+_DIFFERENCES_KEY = "autotune:differences"
+#: One-line reason a trial failed.
+_FAILURE_KEY = "autotune:failure"
+#: One-line reason a trial was raced out.
+_PRUNED_REASON_KEY = "autotune:pruned_reason"
+#: The trial was cut short (Ctrl-C, SIGTERM, kill -9) and its parameters queued again.
+_INTERRUPTED_KEY = "autotune:interrupted"
+#: The sampler suggested a configuration the space rules out; nothing ran.
+_INFEASIBLE_KEY = "autotune:infeasible"
+#: The trial repeated an earlier trial's configuration; it was told that trial's result and ran nothing.
+_DUPLICATE_OF_KEY = "autotune:duplicate_of"
+#: Who runs the trial (or holds the claim): host, pid, machine, worker index, GPUs (:func:`owner_id`).
+_OWNER_KEY = "autotune:owner"
+#: Engine starts the trial may reach: those it ran plus those it may still run. Workers hold the difference back
+#: from each other's budget, so several workers never start more than the budget between them.
+_PLANNED_STARTS_KEY = "autotune:planned_starts"
+
+# -- claims: a companion study whose trials say which worker does a job that must run once ----------------
+#: Suffix of the companion study holding a study's claims (hidden from study listings).
+CLAIMS_SUFFIX = ":autotune-claims"
+#: The job a claim trial is for (see :mod:`autotune.store.claims`).
+CLAIM_JOB_KEY = "autotune:claim"
+CLAIM_OWNER_KEY = _OWNER_KEY
+#: What a claim's holder ran for its job (a verification round's restarts).
+CLAIM_RESTARTS_KEY = _RESTARTS_KEY
+#: Jobs: creating the MLflow parent run, each verification round, concluding the verification.
+MLFLOW_PARENT_JOB = "mlflow-parent"
+VERIFY_CONCLUDE_JOB = "verify-conclude"
+#: Without verification: closing the study once its search of this many finished trials is over.
+FINISH_JOB = "finish-after-{}-trials"
+_VERIFY_ROUND_JOB = "verify-round-{}"
+
+# -- storage settings ------------------------------------------------------------------------------------
+#: Seconds between a worker's heartbeats; a trial whose worker was silent for :data:`GRACE_FACTOR` times this
+#: is failed and retried by another worker. An engine start takes 30 s to minutes: a minute or two of delay
+#: before a dead worker's trial is taken over costs little.
+DEFAULT_HEARTBEAT_S = 30
+GRACE_FACTOR = 4
+#: A stale trial is queued again at most this often: a configuration that kills its worker every time must
+#: not keep the study busy forever.
+MAX_RETRIES = 3
+#: SQLite busy timeout for several workers on one file. Measured (docs/scaling.md): 8 processes, 200 trials,
+#: 2,200 storage operations, no "database is locked" error even with SQLite's default 5 s; 30 s is headroom.
+SQLITE_BUSY_TIMEOUT_S = 30
+#: Latency over the trial's counted restarts: key (``tpot_p99_ms``...) -> :class:`~autotune.stats.latency.LatencyStat`.
+_LATENCY_KEY = "autotune:latency"
+#: Each SLO limit against the trial's latency (:class:`~autotune.stats.latency.SloCheck`), when the space sets limits.
+_SLO_CHECKS_KEY = "autotune:slo_checks"
+
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+class LedgerError(Exception):
+    """A study that cannot be opened (unknown name, a schema this autotune does not read): one line, the fix."""
+
+
+# -- storage ---------------------------------------------------------------------------------------------
+
+
+def ensure_sqlite_dir(storage: str) -> None:
+    """Create the directory of a ``sqlite:///path`` URL, so the default store works on a fresh clone."""
+    if storage.startswith("sqlite:///"):
+        path = storage[len("sqlite:///"):]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _retry_stale(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Heartbeat-stale trials: a search trial is queued again with what it measured; a claim is just taken over."""
+    if study.study_name.endswith(CLAIMS_SUFFIX):
+        return
+    RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES, inherit_intermediate_values=True)(study, trial)
+
+
+def make_storage(url: str | optuna.storages.BaseStorage,
+                 heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> optuna.storages.BaseStorage:
+    """Optuna storage for ``url``: ``memory`` (one process, nothing persisted) or an SQLAlchemy URL.
+
+    A relational storage gets Optuna's heartbeat (``heartbeat_s`` seconds, grace :data:`GRACE_FACTOR` times
+    that) and a stale-trial callback that queues the trial again, so a worker that dies mid-trial leaves work
+    another worker picks up, and a live worker's trial is never failed; on SQLite its transactions take the write
+    lock as they begin (:func:`_serialize_sqlite`). ``heartbeat_s=None`` opens a storage for reading the record.
+    A storage object is used as it is (threads sharing an in-memory study, in the scaling benchmark).
+
+    Raises:
+        LedgerError: the storage cannot be opened (a missing driver, a server that refuses); one line, no password.
+    """
+    if isinstance(url, optuna.storages.BaseStorage):
+        return url
+    if url == "memory":
+        return optuna.storages.InMemoryStorage()
+    ensure_sqlite_dir(url)
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+    if heartbeat_s:
+        kwargs.update(heartbeat_interval=int(heartbeat_s), grace_period=GRACE_FACTOR * int(heartbeat_s),
+                      heartbeat_stale_trial_callback=_retry_stale)
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                storage = optuna.storages.RDBStorage(url, **kwargs)
+            if url.startswith("sqlite") and heartbeat_s:
+                _serialize_sqlite(storage)  # a worker's: it takes trials (a reader's may be a read-only file)
+            return storage
+        except ImportError as exc:
+            driver = "pip install 'autotune[postgres]'" if url.startswith("postgres") else "install its driver"
+            raise LedgerError(f"storage {redact(url)}: the database driver is missing ({exc}): {driver}") from None
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors: first line only, never the URL's password
+            # Workers that start at once on a new database race to create Optuna's tables: the loser's second
+            # attempt finds them there.
+            message = str(exc)
+            if attempt < 2 and any(m in message for m in ("already exists", "UNIQUE constraint", "duplicate key")):
+                time.sleep(0.5 + attempt)
+                continue
+            first = redact((str(exc).strip().splitlines() or [""])[0])[:300]
+            raise LedgerError(f"storage {redact(url)} cannot be opened: {type(exc).__name__}: {first}") from None
+    raise AssertionError("unreachable")
+
+
+def _serialize_sqlite(storage: optuna.storages.RDBStorage) -> None:
+    """Make every SQLite transaction of ``storage`` take the database's write lock when it begins.
+
+    Optuna makes its read-then-write steps atomic with ``SELECT ... FOR UPDATE`` (taking a queued trial: read it
+    WAITING, set it RUNNING; failing a stale trial: read it RUNNING, set it FAIL). SQLite ignores ``FOR UPDATE``,
+    and Python's sqlite3 module opens a transaction only at the first write, so two workers can both read the
+    trial WAITING and both run it (optuna/optuna#4002). Measured: four processes emptying a queue of 400 trials
+    on one SQLite file took 22 of them twice; the same configuration then ran on two workers, with two MLflow
+    runs and starts over the budget. ``BEGIN IMMEDIATE`` (SQLAlchemy's documented recipe for pysqlite) puts the
+    read and the write in one transaction that holds the write lock, so SQLite runs them one worker at a time;
+    a worker that finds the lock taken waits (:data:`SQLITE_BUSY_TIMEOUT_S`) instead of failing.
+    """
+    import sqlalchemy
+
+    engine = storage.engine
+
+    def connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # no implicit BEGIN: SQLAlchemy's begin event issues it
+
+    def begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    sqlalchemy.event.listen(engine, "connect", connect)
+    sqlalchemy.event.listen(engine, "begin", begin)
+    engine.dispose()  # the connections opened while Optuna set the database up predate the hooks
+
+
+def study_names(storage: str | optuna.storages.BaseStorage) -> list[str]:
+    """Names of the studies in ``storage``, oldest first (a study's companion claims study is not one)."""
+    if isinstance(storage, str):
+        storage = make_storage(storage, heartbeat_s=None)
+    summaries = optuna.get_all_study_summaries(storage)
+    summaries.sort(key=lambda s: s.datetime_start.timestamp() if s.datetime_start else 0.0)
+    return [s.study_name for s in summaries if not s.study_name.endswith(CLAIMS_SUFFIX)]
+
+
+def claim_attrs(job: str, owner: Mapping[str, Any]) -> dict[str, Any]:
+    """The user attributes a new claim trial is created with (:mod:`autotune.store.claims`)."""
+    return {CLAIM_JOB_KEY: job, CLAIM_OWNER_KEY: dict(owner)}
+
+
+def claim_job(trial: FrozenTrial) -> str | None:
+    """The job a claim trial is for."""
+    return trial.user_attrs.get(CLAIM_JOB_KEY)
+
+
+def claim_holder_gone(trial: FrozenTrial) -> bool:
+    """The claim's holder ran on this machine and its process no longer exists (see :func:`_pid_dead`)."""
+    owner = trial.user_attrs.get(CLAIM_OWNER_KEY)
+    return isinstance(owner, Mapping) and _pid_dead(owner)
+
+
+def record_claim_restarts(storage: optuna.storages.BaseStorage, trial_id: int,
+                          restarts: Mapping[str, Sequence[RestartResult]]) -> None:
+    """What a claim's holder ran for its job so far, by config key (read back by :meth:`Ledger.verify_rounds`)."""
+    storage.set_trial_user_attr(trial_id, CLAIM_RESTARTS_KEY, {k: [r.to_dict() for r in rs] for k, rs in restarts.items()})
+
+
+def _machine() -> str:
+    """This machine (and PID namespace): two processes with the same token can see each other's PIDs."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        pidns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return ""  # not Linux: never judge a peer by its PID
+    return f"{socket.gethostname()}/{boot}/{pidns}"
+
+
+def owner_id(worker: int | None = None, gpus: str | None = None, cache_dir: str | None = None) -> dict[str, Any]:
+    """Who runs a trial or holds a claim: for people reading the record, for same-machine liveness, and for
+    which compile cache its engine starts warm (a configuration's first start in a cache is cold)."""
+    machine = _machine()
+    cache = None if cache_dir is None else f"{machine or socket.gethostname()}:{os.path.realpath(cache_dir)}"
+    return {"host": socket.gethostname(), "pid": os.getpid(), "machine": machine, "worker": worker,
+            "gpus": gpus, "cache": cache}
+
+
+def _pid_dead(owner: Mapping[str, Any]) -> bool:
+    """The owner ran on this machine and its process is gone (a PID reused since then reads as alive: safe)."""
+    machine = owner.get("machine")
+    if not machine or machine != _machine() or not isinstance(owner.get("pid"), int):
+        return False
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def latest_study_name(storage: str) -> str:
+    """The most recently started study in ``storage``.
+
+    Raises:
+        LedgerError: the store holds no study.
+    """
+    names = study_names(storage)
+    if not names:
+        raise LedgerError(f"no studies in {redact(storage)}: run `make demo` or `autotune tune` first")
+    return names[-1]
+
+
+def create_or_load(study_name: str, storage: str | optuna.storages.BaseStorage, *,
+                   sampler: optuna.samplers.BaseSampler, pruner: optuna.pruners.BasePruner, fresh: bool = False,
+                   heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> tuple[Ledger, bool]:
+    """Open the study for running: create it (stamped with :data:`SCHEMA_VERSION`) or load it to join or resume.
+
+    Several workers may call this at once: the storage lets exactly one of them create the study (a unique
+    name), and only that one gets ``resumed=False`` and queues the baselines.
+
+    Args:
+        fresh: Delete an existing study of that name (and its claims) first.
+
+    Returns:
+        ``(ledger, resumed)``.
+
+    Raises:
+        LedgerError: the existing study has a schema this autotune does not read.
+    """
+    store = make_storage(storage, heartbeat_s)
+    names = {s.study_name for s in optuna.get_all_study_summaries(store)}
+    if fresh:
+        for name in (study_name, study_name + CLAIMS_SUFFIX):
+            if name in names:
+                optuna.delete_study(study_name=name, storage=store)
+    try:
+        study = optuna.create_study(study_name=study_name, storage=store, sampler=sampler, pruner=pruner,
+                                    direction="maximize")
+        created = True
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=study_name, storage=store, sampler=sampler, pruner=pruner)
+        created = False
+    ledger = Ledger(study, create=True)
+    if created:
+        ledger._set_study(_STUDY_UID_KEY, uuid.uuid4().hex)
+    return ledger, not created
+
+
+def load(study_name: str, storage: str = DEFAULT_STORAGE) -> Ledger:
+    """Open an existing study to read it (reports, export, tracking).
+
+    Raises:
+        LedgerError: no such study (the message lists the studies there are), or an unreadable schema.
+    """
+    store = make_storage(storage, heartbeat_s=None)
+    names = study_names(store)
+    if study_name not in names:
+        have = ", ".join(sorted(names)) if names else "none"
+        raise LedgerError(f"no study named {study_name!r} in {redact(str(storage))} (studies there: {have})")
+    return Ledger(optuna.load_study(study_name=study_name, storage=store))
+
+
+# -- records ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyMeta:
+    """What a study records once about itself: space, engine, model, workload, search settings, command."""
+
+    space_name: str | None = None
+    space_file: str | None = None
+    engine: EngineFacts = dataclasses.field(default_factory=EngineFacts)
+    model: str | None = None
+    workload: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    sampler: str | None = None
+    sampler_why: str | None = None
+    racing: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    top_k: int | None = None
+    verify_restarts: int | None = None
+    verify_max_restarts: int | None = None
+    budget_restarts: int | None = None
+    budget_minutes: float | None = None
+    trials: int | None = None
+    seed: int | None = None
+    command: tuple[str, ...] = ()
+    baseline: EngineConfig | None = None
+    #: What ``autotune worker`` needs to join the study from another machine without the space file.
+    engine_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    confidence: float | None = None
+    interval_method: str | None = None
+    verify: bool | None = None
+    enqueue: tuple[Mapping[str, Any], ...] = ()
+    objective: str = "throughput"
+    slo: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["engine"] = self.engine.to_dict()
+        out["workload"] = dict(self.workload)
+        out["racing"] = dict(self.racing)
+        out["command"] = list(self.command)
+        out["baseline"] = None if self.baseline is None else self.baseline.to_dict()
+        out["engine_options"] = dict(self.engine_options)
+        out["enqueue"] = [dict(p) for p in self.enqueue]
+        out["slo"] = dict(self.slo)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> StudyMeta:
+        data = dict(data or {})
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in data.items() if k in names}
+        kw["engine"] = EngineFacts.from_dict(data.get("engine"))
+        kw["workload"] = dict(data.get("workload") or {})
+        kw["racing"] = dict(data.get("racing") or {})
+        kw["command"] = tuple(data.get("command") or ())
+        kw["baseline"] = None if not data.get("baseline") else EngineConfig.from_dict(data["baseline"])
+        kw["engine_options"] = dict(data.get("engine_options") or {})
+        kw["enqueue"] = tuple(dict(p) for p in data.get("enqueue") or ())
+        kw["slo"] = {str(k): float(v) for k, v in dict(data.get("slo") or {}).items()}
+        return cls(**kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialRecord:
+    """One search trial that ran (or was told a repeat's result), as observers and reports see it.
+
+    Attributes:
+        number: Optuna's trial number.
+        state: ``COMPLETE``, ``PRUNED``, ``FAIL`` (or ``RUNNING`` for the trial in progress).
+        config: The configuration.
+        restarts: Every restart, in order.
+        summary: The trial's summary, once it finished.
+        reason: Why it failed (or was infeasible).
+        duplicate_of: The earlier trial it repeated, if it did.
+        value: The value Optuna was told (the mean over counted restarts) when complete.
+        interrupted: Cut short by an interruption; its parameters were queued again.
+    """
+
+    number: int
+    state: str
+    config: EngineConfig
+    restarts: tuple[RestartResult, ...]
+    summary: TrialSummary | None
+    reason: str | None = None
+    duplicate_of: int | None = None
+    value: float | None = None
+    interrupted: bool = False
+
+
+def _bare(key: str) -> str:
+    return key[len(_NAMESPACE):] if key.startswith(_NAMESPACE) else key
+
+
+class Ledger:
+    """One study's record: typed writers and readers over its Optuna user attributes.
+
+    Args:
+        study: The Optuna study.
+        create: The caller may run the study: an unversioned study with no autotune data yet is stamped
+            with :data:`SCHEMA_VERSION`.
+
+    Raises:
+        LedgerError: the study's schema is newer than this autotune reads.
+    """
+
+    def __init__(self, study: optuna.Study, create: bool = False) -> None:
+        self.study = study
+        self.version = self._detect_version(create)
+
+    @property
+    def name(self) -> str:
+        return self.study.study_name
+
+    def _detect_version(self, create: bool) -> int:
+        attrs = self.study.user_attrs
+        stored = attrs.get(_SCHEMA_KEY)
+        if stored is not None:
+            version = int(stored)
+            if version > SCHEMA_VERSION:
+                raise LedgerError(f"study {self.name!r} was written with ledger schema version {version}; this "
+                                  f"autotune reads versions 0 to {SCHEMA_VERSION}: upgrade autotune to open it")
+            return version
+        has_data = bool(attrs) or any(t.user_attrs for t in self.study.get_trials(deepcopy=False))
+        if has_data:
+            return 0  # written before the schema was versioned: bare keys
+        if create:
+            self.study.set_user_attr(_SCHEMA_KEY, SCHEMA_VERSION)
+        return SCHEMA_VERSION
+
+    def _key(self, key: str) -> str:
+        """The stored name of ``key`` in this study's schema."""
+        return key if self.version >= 1 else _bare(key)
+
+    # -- low level ---------------------------------------------------------------------------------------
+
+    def _get(self, attrs: Mapping[str, Any], key: str, default: Any = None) -> Any:
+        return attrs.get(self._key(key), default)
+
+    def _has(self, attrs: Mapping[str, Any], key: str) -> bool:
+        return self._key(key) in attrs
+
+    def _set_study(self, key: str, value: Any) -> None:
+        # Every value goes through redaction on its way in: a credential the engine needs never reaches the store.
+        self.study.set_user_attr(self._key(key), redact(value))
+
+    def _set_trial(self, trial: optuna.Trial, key: str, value: Any) -> None:
+        trial.set_user_attr(self._key(key), redact(value))
+
+    def _study_attr(self, key: str, default: Any = None) -> Any:
+        return self._get(self.study.user_attrs, key, default)
+
+    # -- trial writers (on the live optuna.Trial) --------------------------------------------------------
+
+    def record_config(self, trial: optuna.Trial, config: EngineConfig) -> None:
+        self._set_trial(trial, _CONFIG_KEY, config.to_dict())
+        self._set_trial(trial, _CONFIG_ID_KEY, config.key())
+        self._set_trial(trial, _LABEL_KEY, config.label())
+
+    def record_restarts(self, trial: optuna.Trial, restarts: Sequence[RestartResult]) -> None:
+        self._set_trial(trial, _RESTARTS_KEY, [r.to_dict() for r in restarts])
+
+    def record_summary(self, trial: optuna.Trial, summary: TrialSummary) -> None:
+        self._set_trial(trial, _SUMMARY_KEY, summary.to_dict())
+        self._set_trial(trial, _RESOLVED_DIFFERS_KEY, summary.resolved_differs)
+        if summary.differences:
+            self._set_trial(trial, _DIFFERENCES_KEY, list(summary.differences))
+
+    def record_failure(self, trial: optuna.Trial, reason: str) -> None:
+        self._set_trial(trial, _FAILURE_KEY, reason)
+
+    def record_pruned(self, trial: optuna.Trial, reason: str) -> None:
+        self._set_trial(trial, _PRUNED_REASON_KEY, reason)
+
+    def record_infeasible(self, trial: optuna.Trial, reason: str) -> None:
+        self._set_trial(trial, _INFEASIBLE_KEY, reason)
+
+    def record_duplicate(self, trial: optuna.Trial, original: FrozenTrial) -> None:
+        """``trial`` repeats ``original``: point at it, and carry its failure reason and Optuna constraints."""
+        self._set_trial(trial, _DUPLICATE_OF_KEY, original.number)
+        for key, value in original.constraints.items():
+            # The repeat is as (in)feasible as what it repeats: the sampler must not see it as unconstrained.
+            trial.set_constraint(key, value)
+        failure = self.failure(original)
+        if failure:
+            self.record_failure(trial, f"same configuration as trial {original.number}: {failure}")
+
+    def record_latency(self, trial: optuna.Trial, latency: Mapping[str, LatencyStat],
+                       checks: Sequence[SloCheck] | None = None) -> None:
+        """The trial's latency and, under limits, each limit's check and Optuna's constraint for it.
+
+        The constraints are Optuna's own (``Trial.set_constraint``, named after the limit, feasible at <= 0): the
+        samplers model feasibility from them and ``FrozenTrial.constraints`` reads them back.
+        """
+        if latency:
+            trial.set_user_attr(self._key(_LATENCY_KEY), {k: v.to_dict() for k, v in latency.items()})
+        if checks is not None:
+            trial.set_user_attr(self._key(_SLO_CHECKS_KEY), [c.to_dict() for c in checks])
+            for check, value in zip(checks, constraint_values(checks)):
+                trial.set_constraint(check.key, value)
+
+    def record_interrupted(self, trial: optuna.Trial, reason: str) -> None:
+        self._set_trial(trial, _INTERRUPTED_KEY, True)
+        self._set_trial(trial, _FAILURE_KEY, reason)
+
+
+    # -- trial readers -----------------------------------------------------------------------------------
+
+    def has_config(self, trial: FrozenTrial) -> bool:
+        return self._has(trial.user_attrs, _CONFIG_KEY)
+
+    def config(self, trial: FrozenTrial) -> EngineConfig | None:
+        data = self._get(trial.user_attrs, _CONFIG_KEY)
+        return None if data is None else EngineConfig.from_dict(data)
+
+    def config_key(self, trial: FrozenTrial) -> str | None:
+        return self._get(trial.user_attrs, _CONFIG_ID_KEY)
+
+    def label(self, trial: FrozenTrial) -> str | None:
+        return self._get(trial.user_attrs, _LABEL_KEY)
+
+    def restarts(self, trial: FrozenTrial) -> tuple[RestartResult, ...]:
+        return tuple(RestartResult.from_dict(r) for r in self._get(trial.user_attrs, _RESTARTS_KEY, []))
+
+    def summary(self, trial: FrozenTrial) -> TrialSummary | None:
+        data = self._get(trial.user_attrs, _SUMMARY_KEY)
+        return None if data is None else TrialSummary.from_dict(data)
+
+    def failure(self, trial: FrozenTrial) -> str | None:
+        return self._get(trial.user_attrs, _FAILURE_KEY)
+
+    def pruned_reason(self, trial: FrozenTrial) -> str | None:
+        return self._get(trial.user_attrs, _PRUNED_REASON_KEY)
+
+    def infeasible(self, trial: FrozenTrial) -> str | None:
+        return self._get(trial.user_attrs, _INFEASIBLE_KEY)
+
+    def is_infeasible(self, trial: FrozenTrial) -> bool:
+        return self._has(trial.user_attrs, _INFEASIBLE_KEY)
+
+    def duplicate_of(self, trial: FrozenTrial) -> int | None:
+        return self._get(trial.user_attrs, _DUPLICATE_OF_KEY)
+
+    def is_duplicate(self, trial: FrozenTrial) -> bool:
+        return self._has(trial.user_attrs, _DUPLICATE_OF_KEY)
+
+    def interrupted(self, trial: FrozenTrial, retried: Mapping[int, int] | None = None) -> bool:
+        """Cut short: by an interruption this process saw, or by a worker that stopped beating (then retried)."""
+        if self._get(trial.user_attrs, _INTERRUPTED_KEY):
+            return True
+        if trial.state != TrialState.FAIL:
+            return False
+        return trial.number in (self.retried() if retried is None else retried)
+
+    def latency(self, trial: FrozenTrial) -> dict[str, LatencyStat]:
+        return {k: LatencyStat.from_dict(v) for k, v in (self._get(trial.user_attrs, _LATENCY_KEY) or {}).items()}
+
+    def slo_checks(self, trial: FrozenTrial) -> list[SloCheck]:
+        return [SloCheck.from_dict(c) for c in self._get(trial.user_attrs, _SLO_CHECKS_KEY) or ()]
+
+
+    def retried(self) -> dict[int, int]:
+        """Trials failed for a stale heartbeat and queued again: number -> the number of the latest retry.
+
+        A retry carries the restarts its predecessors measured, so theirs are counted once, on the retry.
+        """
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            out: dict[int, int] = {}
+            for t in sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number):
+                for number in RetryHeartbeatStaleTrialCallback.retry_history(t):
+                    out[number] = t.number
+            return out
+
+    def trial_record(self, trial: FrozenTrial, retried: Mapping[int, int] | None = None) -> TrialRecord | None:
+        """The trial as a :class:`TrialRecord`; ``None`` when it never got a configuration (infeasible)."""
+        config = self.config(trial)
+        if config is None:
+            return None
+        retried = self.retried() if retried is None else retried
+        reason = self.failure(trial) or self.infeasible(trial)
+        if reason is None and trial.number in retried:
+            reason = f"interrupted: its worker stopped (no heartbeat); retried as trial {retried[trial.number]}"
+        return TrialRecord(
+            number=trial.number,
+            state=trial.state.name,
+            config=config,
+            restarts=self.restarts(trial),
+            summary=self.summary(trial),
+            reason=reason,
+            duplicate_of=self.duplicate_of(trial),
+            value=trial.value,
+            interrupted=self.interrupted(trial, retried),
+        )
+
+    def trial_records(self) -> list[TrialRecord]:
+        """Every trial that got a configuration, in trial order."""
+        retried = self.retried()
+        return [r for r in (self.trial_record(t, retried) for t in self.study.get_trials(deepcopy=False))
+                if r is not None]
+
+    def mode_without_speculation(self, config: EngineConfig) -> str | None:
+        """The capture mode the engine resolved for ``config``'s default mode *without* speculation.
+
+        From the measured trial with the same compilation settings and speculation off, else from any measured
+        default-mode trial without speculation (the baseline); ``None`` when none was measured.
+        """
+        exact = fallback = None
+        for r in self.trial_records():
+            s = r.summary
+            if r.config.num_speculative_tokens or r.config.cudagraph_mode is not None or s is None:
+                continue
+            if s.resolved_mode is None:
+                continue
+            if dict(r.config.compilation_config) == dict(config.compilation_config):
+                exact = exact or s.resolved_mode
+            fallback = fallback or s.resolved_mode
+        return exact or fallback
+
+    def finished_search_trials(self) -> int:
+        """Trials that count towards ``--trials``: finished, not interrupted, not infeasible, not a repeat."""
+        retried = self.retried()
+        return sum(1 for t in self.study.get_trials(deepcopy=False, states=_FINISHED)
+                   if self._counts_as_trial(t, retried))
+
+    def _counts_as_trial(self, trial: FrozenTrial, retried: Mapping[int, int]) -> bool:
+        # A repeated suggestion is answered from the record and starts no engine: counting it would let a sampler
+        # that repeats itself end a study with its engine-start budget unspent (114 of 120 starts on gb10).
+        return not self.interrupted(trial, retried) and not self.is_infeasible(trial) and not self.is_duplicate(trial)
+
+    def find_duplicate(self, key: str, number: int) -> FrozenTrial | None:
+        """A measured (not itself a repeat) trial of the configuration ``key``, other than ``number``: a finished
+        one, or one another worker is running now (then this one is told that trial's result once it has one)."""
+        return next((t for t in self._measured_trials() if t.number != number and self.config_key(t) == key), None)
+
+    def measured_keys(self) -> set[str]:
+        """Config keys of every measured trial (finished or running, not interrupted, not a repeat): the
+        configurations :meth:`find_duplicate` would find, read from the storage once."""
+        return {key for t in self._measured_trials() if (key := self.config_key(t)) is not None}
+
+    def _measured_trials(self) -> Iterator[FrozenTrial]:
+        retried = self.retried()
+        for t in self.study.get_trials(deepcopy=False, states=(*_FINISHED, TrialState.RUNNING)):
+            if not self.interrupted(t, retried) and not self.is_duplicate(t):
+                yield t
+
+    # -- workers: who runs what, liveness, the budget they share -----------------------------------------
+
+    def record_owner(self, trial: optuna.Trial, owner: Mapping[str, Any]) -> None:
+        trial.set_user_attr(self._key(_OWNER_KEY), dict(owner))
+
+    def owner(self, trial: FrozenTrial) -> dict[str, Any] | None:
+        return self._get(trial.user_attrs, _OWNER_KEY)
+
+    def record_planned_starts(self, trial: optuna.Trial, starts: int) -> None:
+        trial.set_user_attr(self._key(_PLANNED_STARTS_KEY), int(starts))
+
+    def planned_starts(self, trial: FrozenTrial) -> int | None:
+        return self._get(trial.user_attrs, _PLANNED_STARTS_KEY)
+
+    def _heartbeat_grace_s(self) -> float | None:
+        storage = self.study._storage
+        interval = getattr(storage, "get_heartbeat_interval", lambda: None)()
+        return None if interval is None else float(getattr(storage, "grace_period", None) or 2 * interval)
+
+    def fail_stale(self) -> int:
+        """Fail trials whose worker is gone and queue them again (with what they measured). Returns the count.
+
+        Gone means: no heartbeat for the grace period (Optuna's :func:`~optuna.storages.fail_stale_trials`), or
+        a process on this machine that no longer exists (no need to wait out the grace period after ``kill -9``
+        and the same command again). A trial of a live worker is never failed. On a storage without heartbeats
+        (``memory``: one process) nothing can be left over, and nothing is done.
+        """
+        storage = self.study._storage
+        grace = self._heartbeat_grace_s()
+        if grace is None:
+            return 0
+        before = len(self.retried())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(self.study)
+            now = time.time()
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                owner = self.owner(t)
+                if owner is None:
+                    # Written by autotune before heartbeats existed (no owner, no heartbeat), or asked a moment
+                    # ago by a live worker: only the first is old.
+                    started = t.datetime_start.timestamp() if t.datetime_start else now
+                    if now - started <= grace:
+                        continue
+                elif not _pid_dead(owner):
+                    continue
+                try:
+                    if not storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                        continue
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    continue  # another worker failed it first
+                callback = storage.get_heartbeat_stale_trial_callback()
+                if callback is not None:
+                    callback(self.study, storage.get_trial(t._trial_id))
+        return len(self.retried()) - before
+
+    def search_counts(self) -> tuple[int, int, list[FrozenTrial], int]:
+        """``(finished, running, retries, queued)``: trials counting towards ``--trials``, search trials running
+        now, retries of stale trials waiting for a worker (oldest first), and other queued trials (baselines,
+        ``--enqueue``), which the next ask takes."""
+        retried = self.retried()
+        finished = running = queued = 0
+        waiting: list[FrozenTrial] = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            for t in self.study.get_trials(deepcopy=False):
+                if t.state in _FINISHED:
+                    finished += self._counts_as_trial(t, retried)
+                elif t.state == TrialState.RUNNING:
+                    running += 1
+                elif RetryHeartbeatStaleTrialCallback.retried_trial_number(t) is not None:
+                    waiting.append(t)
+                else:
+                    queued += 1
+        return finished, running, sorted(waiting, key=lambda t: t.number), queued
+
+    def pop_waiting(self, trial: FrozenTrial) -> optuna.Trial | None:
+        """Take the waiting ``trial`` (a retry) for this process: ``None`` if another worker took it first."""
+        try:
+            if self.study._storage.set_trial_state_values(trial._trial_id, TrialState.RUNNING):
+                return optuna.Trial(self.study, trial._trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
+        return None
+
+    def starts_in_flight(self, unplanned: int) -> int:
+        """Engine starts running and waiting search trials may still take (``unplanned`` for one that has not
+        said yet): what no worker may start on top of the budget."""
+        retried = self.retried()
+        total = 0
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+            if t.number in retried:
+                continue
+            landed = len(self._get(t.user_attrs, _RESTARTS_KEY, []))
+            planned = self.planned_starts(t)
+            if planned is None:  # queued (a baseline) or just asked: it will take its first starts and a cold one
+                planned = landed + unplanned + (1 if landed == 0 else 0)
+            elif t.state == TrialState.WAITING and landed:
+                planned += 1  # a retry: the worker that resumes it may start its configuration cold
+            total += max(0, planned - landed)
+        return total
+
+    def compile_caches(self) -> int:
+        """How many compile caches (machine and workdir) the study's trials ran in: each other one may start a
+        verified configuration cold once."""
+        return len({(self.owner(t) or {}).get("cache") for t in self.study.get_trials(deepcopy=False)} - {None})
+
+    # -- claims (read side; :mod:`autotune.store.claims` takes and finishes them) ------------------------------
+
+    @staticmethod
+    def verify_round_job(rnd: int) -> str:
+        return _VERIFY_ROUND_JOB.format(rnd)
+
+    def _claims_study(self) -> optuna.Study | None:
+        try:
+            return optuna.load_study(study_name=self.name + CLAIMS_SUFFIX, storage=self.study._storage)
+        except KeyError:
+            return None
+
+    def verify_rounds(self) -> dict[int, dict[str, list[dict[str, Any]]]]:
+        """Verification restarts by round and config key, as every holder of each round's claim stored them
+        (oldest holder first)."""
+        claims = self._claims_study()
+        if claims is None:
+            return {}
+        prefix = _VERIFY_ROUND_JOB.format("")
+        rounds: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        for t in sorted(claims.get_trials(deepcopy=False), key=lambda t: t.number):
+            job = t.user_attrs.get(CLAIM_JOB_KEY, "")
+            if job.startswith(prefix):
+                by_key = rounds.setdefault(int(job[len(prefix):]), {})
+                for key, runs in (t.user_attrs.get(_RESTARTS_KEY) or {}).items():
+                    by_key.setdefault(key, []).extend(runs)
+        return rounds
+
+    def study_uid(self) -> str | None:
+        """The id the creating process gave the study (``None`` for studies older than it)."""
+        return self._study_attr(_STUDY_UID_KEY)
+
+    def measured_complete(self) -> list[FrozenTrial]:
+        """Complete trials that measured their own configuration (no repeats), with a value."""
+        return [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if self.has_config(t) and not self.is_duplicate(t) and t.value is not None
+                and not math.isnan(t.value)]
+
+    # -- study writers and readers -----------------------------------------------------------------------
+
+    def meta(self) -> StudyMeta:
+        return StudyMeta.from_dict(self._study_attr(_META_KEY))
+
+    def has_meta(self) -> bool:
+        return self._has(self.study.user_attrs, _META_KEY)
+
+    def record_meta(self, meta: StudyMeta) -> None:
+        """The study's metadata, once: a resume keeps what the study started with."""
+        if not self.has_meta():
+            self._set_study(_META_KEY, meta.to_dict())
+
+    def space_yaml(self) -> str | None:
+        return self._study_attr(_SPACE_YAML_KEY)
+
+    def record_space_yaml(self, text: str) -> None:
+        self._set_study(_SPACE_YAML_KEY, text)
+
+    def baselines_enqueued(self) -> bool:
+        return bool(self._study_attr(_BASELINES_ENQUEUED_KEY))
+
+    def record_baselines_enqueued(self) -> None:
+        self._set_study(_BASELINES_ENQUEUED_KEY, True)
+
+    def search_stopped(self) -> str | None:
+        return self._study_attr(_SEARCH_STOPPED_KEY)
+
+    def record_search_stopped(self, reason: str) -> None:
+        self._set_study(_SEARCH_STOPPED_KEY, reason)
+
+    def search_closed(self) -> bool:
+        return bool(self._study_attr(_SEARCH_CLOSED_KEY))
+
+    def record_search_closed(self) -> None:
+        self._set_study(_SEARCH_CLOSED_KEY, True)
+
+    def verify_candidates(self) -> list[Candidate] | None:
+        stored = self._study_attr(_VERIFY_CANDIDATES_KEY)
+        return None if stored is None else [Candidate.from_dict(c) for c in stored]
+
+    def record_verify_candidates(self, candidates: Sequence[Candidate]) -> None:
+        self._set_study(_VERIFY_CANDIDATES_KEY, [c.to_dict() for c in candidates])
+
+    def verify_progress(self) -> dict[str, list[dict[str, Any]]]:
+        """Verification restarts a single-process autotune of an earlier version stored, by config key (this one
+        stores them on the rounds' claims: :meth:`verify_rounds`)."""
+        return {k: list(v) for k, v in (self._study_attr(_VERIFY_PROGRESS_KEY) or {}).items()}
+
+    def verification(self) -> Verification | None:
+        raw = self._study_attr(_VERIFICATION_KEY)
+        return None if raw is None else Verification.from_dict(raw)
+
+    def has_verification(self) -> bool:
+        return self._has(self.study.user_attrs, _VERIFICATION_KEY)
+
+    def record_verification(self, verification: Verification) -> None:
+        self._set_study(_VERIFICATION_KEY, verification.to_dict())
+
+    def cold_verdict(self) -> ColdVerdict:
+        """The study's stored cold-start verdict (undecided when none is stored yet)."""
+        return ColdVerdict.from_dict(self._study_attr(_COLD_STARTS_KEY))
+
+    def record_cold_verdict(self, verdict: ColdVerdict) -> None:
+        self._set_study(_COLD_STARTS_KEY, verdict.to_dict())
+
+    def fingerprint(self) -> Fingerprint | None:
+        data = self._study_attr(_FINGERPRINT_KEY)
+        return None if data is None else Fingerprint.from_dict(data)
+
+    def record_fingerprint(self, fingerprint: Fingerprint) -> None:
+        self._set_study(_FINGERPRINT_KEY, fingerprint.to_dict())
+
+    def mlflow_parent_run_id(self) -> str | None:
+        return self._study_attr(_MLFLOW_PARENT_RUN_KEY)
+
+    def record_mlflow_parent_run_id(self, run_id: str) -> None:
+        self._set_study(_MLFLOW_PARENT_RUN_KEY, run_id)
+
+    # -- budget ------------------------------------------------------------------------------------------
+
+    def budget_used(self) -> tuple[int, float]:
+        """Engine starts and engine wall minutes spent so far (search and verification)."""
+        retried = self.retried()  # a retry carries its predecessors' restarts: count them once, there
+        search = [r for t in self.study.get_trials(deepcopy=False) if t.number not in retried
+                  for r in self._get(t.user_attrs, _RESTARTS_KEY, [])]
+        verify = [r for rs in self.verify_progress().values() for r in rs]
+        verify += [r for by_key in self.verify_rounds().values() for rs in by_key.values() for r in rs]
+        runs = search + verify
+        return len(runs), sum(float(r.get("wall_s") or 0.0) for r in runs) / 60.0
