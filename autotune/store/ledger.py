@@ -1,9 +1,14 @@
 """The ledger: what a study stores in Optuna, and the only module that knows how.
 
 A study's record is Optuna's storage (SQLite under ``mlruns/`` by default). Everything autotune adds to it is
-a user attribute of the study or of a trial, under one namespaced key per fact; each key is a constant below
-with one owner (this module), like Optuna's own ``_CONSTRAINTS_KEY = "tpe:constraints"``. Other modules call
-the writers and readers here and never name a key.
+a user attribute of the study or of a trial, under one namespaced key per fact; each key is a constant in
+:mod:`autotune.store._keys`, and this module is the only one that reads or writes them. Other modules call the
+writers and readers here and never name a key.
+
+The store package's other modules hold one concept each: :mod:`~autotune.store._storage` (opening a storage,
+listing its studies), :mod:`~autotune.store._meta` (:class:`StudyMeta`), :mod:`~autotune.store._trials`
+(:class:`TrialRecord`), :mod:`~autotune.store._owners` (who runs a trial). Their public names are importable
+from here, as they always were.
 
 Every value is redacted on its way in (:mod:`autotune.core.redact`): configurations are stored with their credentials
 replaced, so a configuration read back is for reports, never for running an engine; the study rebuilds runnable
@@ -18,266 +23,61 @@ Schema versions:
 
 A study written by a newer autotune (a higher version) is refused with one line naming both versions.
 
-Adding a key: one constant here (``_FINGERPRINT_KEY = "autotune:fingerprint"``), a writer and a reader on
-:class:`Ledger`. Old studies simply do not have it; a reader returns its default.
+Adding a key: one constant in :mod:`autotune.store._keys` (``_FINGERPRINT_KEY = "autotune:fingerprint"``), a
+writer and a reader on :class:`Ledger`. Old studies simply do not have it; a reader returns its default.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
-import socket
 import time
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.stats.coldstart import ColdVerdict
-from autotune.store.fingerprint import Fingerprint
-from autotune.stats.intervals import TrialSummary
-from autotune.stats.latency import LatencyStat, SloCheck, constraint_values
-from autotune.core.records import EngineConfig, EngineFacts, RestartResult
+from autotune.core.records import EngineConfig, RestartResult
 from autotune.core.redact import redact
 from autotune.decisions.verification import Candidate, Verification
+from autotune.stats.coldstart import ColdVerdict
+from autotune.stats.intervals import TrialSummary
+from autotune.stats.latency import LatencyStat, SloCheck, constraint_values
+from autotune.store._keys import (  # noqa: F401 - the key constants are importable from here
+    _BASELINES_ENQUEUED_KEY, _COLD_STARTS_KEY, _CONFIG_ID_KEY, _CONFIG_KEY, _DIFFERENCES_KEY, _DUPLICATE_OF_KEY,
+    _FAILURE_KEY, _FINGERPRINT_KEY, _INFEASIBLE_KEY, _INTERRUPTED_KEY, _LABEL_KEY, _LATENCY_KEY, _META_KEY,
+    _MLFLOW_PARENT_RUN_KEY, _OWNER_KEY, _PLANNED_STARTS_KEY, _PRUNED_REASON_KEY, _RESOLVED_DIFFERS_KEY,
+    _RESTARTS_KEY, _SCHEMA_KEY, _SEARCH_CLOSED_KEY, _SEARCH_STOPPED_KEY, _SLO_CHECKS_KEY, _SPACE_YAML_KEY,
+    _STUDY_UID_KEY, _SUMMARY_KEY, _VERIFICATION_KEY, _VERIFY_CANDIDATES_KEY, _VERIFY_PROGRESS_KEY,
+    _VERIFY_ROUND_JOB, CLAIM_JOB_KEY, CLAIM_OWNER_KEY, CLAIM_RESTARTS_KEY, CLAIMS_SUFFIX, FINISH_JOB,
+    MLFLOW_PARENT_JOB, SCHEMA_VERSION, VERIFY_CONCLUDE_JOB, bare as _bare,
+)
+from autotune.store._meta import StudyMeta
+from autotune.store._owners import owner_id
+from autotune.store._owners import pid_dead as _pid_dead
+from autotune.store._storage import (  # noqa: F401 - _serialize_sqlite: tests name it here
+    DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_STORE_DIR, DEFAULT_WORKDIR, GRACE_FACTOR, MAX_RETRIES,
+    SQLITE_BUSY_TIMEOUT_S, LedgerError, _serialize_sqlite, ensure_sqlite_dir, latest_study_name, make_storage,
+    study_names,
+)
+from autotune.store._trials import TrialRecord
+from autotune.store.fingerprint import Fingerprint
 
 __all__ = [
-    "CLAIMS_SUFFIX",
-    "CLAIM_JOB_KEY",
-    "CLAIM_OWNER_KEY",
-    "CLAIM_RESTARTS_KEY",
-    "DEFAULT_HEARTBEAT_S",
-    "DEFAULT_STORAGE",
-    "DEFAULT_STORE_DIR",
-    "SCHEMA_VERSION",
-    "Ledger",
-    "LedgerError",
-    "StudyMeta",
-    "TrialRecord",
-    "create_or_load",
-    "ensure_sqlite_dir",
-    "latest_study_name",
-    "load",
-    "claim_attrs",
-    "claim_holder_gone",
-    "claim_job",
-    "make_storage",
-    "owner_id",
-    "record_claim_restarts",
-    "redact",
-    "study_names",
+    "CLAIMS_SUFFIX", "CLAIM_JOB_KEY", "CLAIM_OWNER_KEY", "CLAIM_RESTARTS_KEY", "DEFAULT_HEARTBEAT_S",
+    "DEFAULT_STORAGE", "DEFAULT_STORE_DIR", "DEFAULT_WORKDIR", "FINISH_JOB", "GRACE_FACTOR", "MAX_RETRIES",
+    "MLFLOW_PARENT_JOB", "SCHEMA_VERSION", "SQLITE_BUSY_TIMEOUT_S", "VERIFY_CONCLUDE_JOB", "Ledger", "LedgerError",
+    "StudyMeta", "TrialRecord", "create_or_load", "ensure_sqlite_dir", "latest_study_name", "load", "claim_attrs",
+    "claim_holder_gone", "claim_job", "make_storage", "owner_id", "record_claim_restarts", "redact", "study_names",
 ]
-
-DEFAULT_STORE_DIR = "mlruns"
-DEFAULT_STORAGE = f"sqlite:///{DEFAULT_STORE_DIR}/optuna.db"
-
-#: The schema this code writes. Bump it when a stored shape changes incompatibly, and keep reading the old one.
-SCHEMA_VERSION = 1
-_NAMESPACE = "autotune:"
-
-# -- study user attributes -------------------------------------------------------------------------------
-_SCHEMA_KEY = "autotune:schema_version"
-#: The study's metadata (:class:`StudyMeta`), written once when the study starts.
-_META_KEY = "autotune:meta"
-#: The search space file's text, as the study first ran it.
-_SPACE_YAML_KEY = "autotune:space_yaml"
-#: The baselines and ``--enqueue`` configurations are queued once per study.
-_BASELINES_ENQUEUED_KEY = "autotune:baselines_enqueued"
-#: Why the search stopped before its trial count (space exhausted), if it did.
-_SEARCH_STOPPED_KEY = "autotune:search_stopped"
-#: The search of a study with verification is over: no worker starts a new search trial (retries of a dead
-#: worker's trials still run). Set by the first worker that finds nothing left to start and nothing running;
-#: verification chooses its configurations after it.
-_SEARCH_CLOSED_KEY = "autotune:search_closed"
-#: The configurations chosen for verification, fixed once chosen so a resume verifies the same ones.
-_VERIFY_CANDIDATES_KEY = "autotune:verify_candidates"
-#: Verification restarts run so far: config key -> list of restart dicts, saved after every restart.
-_VERIFY_PROGRESS_KEY = "autotune:verify_progress"
-#: The finished verification (:class:`~autotune.decisions.verification.Verification`).
-_VERIFICATION_KEY = "autotune:verification"
-#: What the study measures (:class:`~autotune.store.fingerprint.Fingerprint`): a resume must measure the same thing.
-_FINGERPRINT_KEY = "autotune:fingerprint"
-#: What the study's own cold/warm pairs say about cold starts (:class:`~autotune.stats.coldstart.ColdVerdict`): whether
-#: a cold start whose warm-up converged counts. ``differ`` is final once stored.
-_COLD_STARTS_KEY = "autotune:cold_starts"
-#: The MLflow parent run of the study, so a resumed study continues the same run.
-_MLFLOW_PARENT_RUN_KEY = "autotune:mlflow_parent_run_id"
-#: A random id written once by the process that created the study; MLflow finds the study's parent run by it
-#: (a name can be reused after ``--fresh``, and Optuna's own study id differs between storages).
-_STUDY_UID_KEY = "autotune:study_uid"
-
-# -- trial user attributes -------------------------------------------------------------------------------
-#: The configuration the trial ran (:class:`~autotune.core.records.EngineConfig`).
-_CONFIG_KEY = "autotune:config"
-#: :meth:`EngineConfig.key`, for finding repeats of a configuration.
-_CONFIG_ID_KEY = "autotune:config_key"
-_LABEL_KEY = "autotune:label"
-#: Every restart of the trial (cold and failed ones included), saved as each one lands.
-_RESTARTS_KEY = "autotune:restarts"
-#: The trial's :class:`~autotune.stats.intervals.TrialSummary`.
-_SUMMARY_KEY = "autotune:summary"
-_RESOLVED_DIFFERS_KEY = "autotune:resolved_differs"
-_DIFFERENCES_KEY = "autotune:differences"
-#: One-line reason a trial failed.
-_FAILURE_KEY = "autotune:failure"
-#: One-line reason a trial was raced out.
-_PRUNED_REASON_KEY = "autotune:pruned_reason"
-#: The trial was cut short (Ctrl-C, SIGTERM, kill -9) and its parameters queued again.
-_INTERRUPTED_KEY = "autotune:interrupted"
-#: The sampler suggested a configuration the space rules out; nothing ran.
-_INFEASIBLE_KEY = "autotune:infeasible"
-#: The trial repeated an earlier trial's configuration; it was told that trial's result and ran nothing.
-_DUPLICATE_OF_KEY = "autotune:duplicate_of"
-#: Who runs the trial (or holds the claim): host, pid, machine, worker index, GPUs (:func:`owner_id`).
-_OWNER_KEY = "autotune:owner"
-#: Engine starts the trial may reach: those it ran plus those it may still run. Workers hold the difference back
-#: from each other's budget, so several workers never start more than the budget between them.
-_PLANNED_STARTS_KEY = "autotune:planned_starts"
-
-# -- claims: a companion study whose trials say which worker does a job that must run once ----------------
-#: Suffix of the companion study holding a study's claims (hidden from study listings).
-CLAIMS_SUFFIX = ":autotune-claims"
-#: The job a claim trial is for (see :mod:`autotune.store.claims`).
-CLAIM_JOB_KEY = "autotune:claim"
-CLAIM_OWNER_KEY = _OWNER_KEY
-#: What a claim's holder ran for its job (a verification round's restarts).
-CLAIM_RESTARTS_KEY = _RESTARTS_KEY
-#: Jobs: creating the MLflow parent run, each verification round, concluding the verification.
-MLFLOW_PARENT_JOB = "mlflow-parent"
-VERIFY_CONCLUDE_JOB = "verify-conclude"
-#: Without verification: closing the study once its search of this many finished trials is over.
-FINISH_JOB = "finish-after-{}-trials"
-_VERIFY_ROUND_JOB = "verify-round-{}"
-
-# -- storage settings ------------------------------------------------------------------------------------
-#: Seconds between a worker's heartbeats; a trial whose worker was silent for :data:`GRACE_FACTOR` times this
-#: is failed and retried by another worker. An engine start takes 30 s to minutes: a minute or two of delay
-#: before a dead worker's trial is taken over costs little.
-DEFAULT_HEARTBEAT_S = 30
-GRACE_FACTOR = 4
-#: A stale trial is queued again at most this often: a configuration that kills its worker every time must
-#: not keep the study busy forever.
-MAX_RETRIES = 3
-#: SQLite busy timeout for several workers on one file. Measured (docs/scaling.md): 8 processes, 200 trials,
-#: 2,200 storage operations, no "database is locked" error even with SQLite's default 5 s; 30 s is headroom.
-SQLITE_BUSY_TIMEOUT_S = 30
-#: Latency over the trial's counted restarts: key (``tpot_p99_ms``...) -> :class:`~autotune.stats.latency.LatencyStat`.
-_LATENCY_KEY = "autotune:latency"
-#: Each SLO limit against the trial's latency (:class:`~autotune.stats.latency.SloCheck`), when the space sets limits.
-_SLO_CHECKS_KEY = "autotune:slo_checks"
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
-class LedgerError(Exception):
-    """A study that cannot be opened (unknown name, a schema this autotune does not read): one line, the fix."""
-
-
-# -- storage ---------------------------------------------------------------------------------------------
-
-
-def ensure_sqlite_dir(storage: str) -> None:
-    """Create the directory of a ``sqlite:///path`` URL, so the default store works on a fresh clone."""
-    if storage.startswith("sqlite:///"):
-        path = storage[len("sqlite:///"):]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-
-
-def _retry_stale(study: optuna.Study, trial: FrozenTrial) -> None:
-    """Heartbeat-stale trials: a search trial is queued again with what it measured; a claim is just taken over."""
-    if study.study_name.endswith(CLAIMS_SUFFIX):
-        return
-    RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES, inherit_intermediate_values=True)(study, trial)
-
-
-def make_storage(url: str | optuna.storages.BaseStorage,
-                 heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> optuna.storages.BaseStorage:
-    """Optuna storage for ``url``: ``memory`` (one process, nothing persisted) or an SQLAlchemy URL.
-
-    A relational storage gets Optuna's heartbeat (``heartbeat_s`` seconds, grace :data:`GRACE_FACTOR` times
-    that) and a stale-trial callback that queues the trial again, so a worker that dies mid-trial leaves work
-    another worker picks up, and a live worker's trial is never failed; on SQLite its transactions take the write
-    lock as they begin (:func:`_serialize_sqlite`). ``heartbeat_s=None`` opens a storage for reading the record.
-    A storage object is used as it is (threads sharing an in-memory study, in the scaling benchmark).
-
-    Raises:
-        LedgerError: the storage cannot be opened (a missing driver, a server that refuses); one line, no password.
-    """
-    if isinstance(url, optuna.storages.BaseStorage):
-        return url
-    if url == "memory":
-        return optuna.storages.InMemoryStorage()
-    ensure_sqlite_dir(url)
-    kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        kwargs["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
-    if heartbeat_s:
-        kwargs.update(heartbeat_interval=int(heartbeat_s), grace_period=GRACE_FACTOR * int(heartbeat_s),
-                      heartbeat_stale_trial_callback=_retry_stale)
-    for attempt in range(3):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                storage = optuna.storages.RDBStorage(url, **kwargs)
-            if url.startswith("sqlite") and heartbeat_s:
-                _serialize_sqlite(storage)  # a worker's: it takes trials (a reader's may be a read-only file)
-            return storage
-        except ImportError as exc:
-            driver = "pip install 'autotune[postgres]'" if url.startswith("postgres") else "install its driver"
-            raise LedgerError(f"storage {redact(url)}: the database driver is missing ({exc}): {driver}") from None
-        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors: first line only, never the URL's password
-            # Workers that start at once on a new database race to create Optuna's tables: the loser's second
-            # attempt finds them there.
-            message = str(exc)
-            if attempt < 2 and any(m in message for m in ("already exists", "UNIQUE constraint", "duplicate key")):
-                time.sleep(0.5 + attempt)
-                continue
-            first = redact((str(exc).strip().splitlines() or [""])[0])[:300]
-            raise LedgerError(f"storage {redact(url)} cannot be opened: {type(exc).__name__}: {first}") from None
-    raise AssertionError("unreachable")
-
-
-def _serialize_sqlite(storage: optuna.storages.RDBStorage) -> None:
-    """Make every SQLite transaction of ``storage`` take the database's write lock when it begins.
-
-    Optuna makes its read-then-write steps atomic with ``SELECT ... FOR UPDATE`` (taking a queued trial: read it
-    WAITING, set it RUNNING; failing a stale trial: read it RUNNING, set it FAIL). SQLite ignores ``FOR UPDATE``,
-    and Python's sqlite3 module opens a transaction only at the first write, so two workers can both read the
-    trial WAITING and both run it (optuna/optuna#4002). Measured: four processes emptying a queue of 400 trials
-    on one SQLite file took 22 of them twice; the same configuration then ran on two workers, with two MLflow
-    runs and starts over the budget. ``BEGIN IMMEDIATE`` (SQLAlchemy's documented recipe for pysqlite) puts the
-    read and the write in one transaction that holds the write lock, so SQLite runs them one worker at a time;
-    a worker that finds the lock taken waits (:data:`SQLITE_BUSY_TIMEOUT_S`) instead of failing.
-    """
-    import sqlalchemy
-
-    engine = storage.engine
-
-    def connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # no implicit BEGIN: SQLAlchemy's begin event issues it
-
-    def begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-    sqlalchemy.event.listen(engine, "connect", connect)
-    sqlalchemy.event.listen(engine, "begin", begin)
-    engine.dispose()  # the connections opened while Optuna set the database up predate the hooks
-
-
-def study_names(storage: str | optuna.storages.BaseStorage) -> list[str]:
-    """Names of the studies in ``storage``, oldest first (a study's companion claims study is not one)."""
-    if isinstance(storage, str):
-        storage = make_storage(storage, heartbeat_s=None)
-    summaries = optuna.get_all_study_summaries(storage)
-    summaries.sort(key=lambda s: s.datetime_start.timestamp() if s.datetime_start else 0.0)
-    return [s.study_name for s in summaries if not s.study_name.endswith(CLAIMS_SUFFIX)]
+# -- claims: the attributes of a claim trial (:mod:`autotune.store.claims` takes and finishes claims) -----
 
 
 def claim_attrs(job: str, owner: Mapping[str, Any]) -> dict[str, Any]:
@@ -302,49 +102,7 @@ def record_claim_restarts(storage: optuna.storages.BaseStorage, trial_id: int,
     storage.set_trial_user_attr(trial_id, CLAIM_RESTARTS_KEY, {k: [r.to_dict() for r in rs] for k, rs in restarts.items()})
 
 
-def _machine() -> str:
-    """This machine (and PID namespace): two processes with the same token can see each other's PIDs."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        pidns = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return ""  # not Linux: never judge a peer by its PID
-    return f"{socket.gethostname()}/{boot}/{pidns}"
-
-
-def owner_id(worker: int | None = None, gpus: str | None = None, cache_dir: str | None = None) -> dict[str, Any]:
-    """Who runs a trial or holds a claim: for people reading the record, for same-machine liveness, and for
-    which compile cache its engine starts warm (a configuration's first start in a cache is cold)."""
-    machine = _machine()
-    cache = None if cache_dir is None else f"{machine or socket.gethostname()}:{os.path.realpath(cache_dir)}"
-    return {"host": socket.gethostname(), "pid": os.getpid(), "machine": machine, "worker": worker,
-            "gpus": gpus, "cache": cache}
-
-
-def _pid_dead(owner: Mapping[str, Any]) -> bool:
-    """The owner ran on this machine and its process is gone (a PID reused since then reads as alive: safe)."""
-    machine = owner.get("machine")
-    if not machine or machine != _machine() or not isinstance(owner.get("pid"), int):
-        return False
-    try:
-        os.kill(owner["pid"], 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def latest_study_name(storage: str) -> str:
-    """The most recently started study in ``storage``.
-
-    Raises:
-        LedgerError: the store holds no study.
-    """
-    names = study_names(storage)
-    if not names:
-        raise LedgerError(f"no studies in {redact(storage)}: run `make demo` or `autotune tune` first")
-    return names[-1]
+# -- opening a study ---------------------------------------------------------------------------------------
 
 
 def create_or_load(study_name: str, storage: str | optuna.storages.BaseStorage, *,
@@ -396,97 +154,6 @@ def load(study_name: str, storage: str = DEFAULT_STORAGE) -> Ledger:
         raise LedgerError(f"no study named {study_name!r} in {redact(str(storage))} (studies there: {have})")
     return Ledger(optuna.load_study(study_name=study_name, storage=store))
 
-
-# -- records ---------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class StudyMeta:
-    """What a study records once about itself: space, engine, model, workload, search settings, command."""
-
-    space_name: str | None = None
-    space_file: str | None = None
-    engine: EngineFacts = dataclasses.field(default_factory=EngineFacts)
-    model: str | None = None
-    workload: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    sampler: str | None = None
-    sampler_why: str | None = None
-    racing: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    top_k: int | None = None
-    verify_restarts: int | None = None
-    verify_max_restarts: int | None = None
-    budget_restarts: int | None = None
-    budget_minutes: float | None = None
-    trials: int | None = None
-    seed: int | None = None
-    command: tuple[str, ...] = ()
-    baseline: EngineConfig | None = None
-    #: What ``autotune worker`` needs to join the study from another machine without the space file.
-    engine_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    confidence: float | None = None
-    interval_method: str | None = None
-    verify: bool | None = None
-    enqueue: tuple[Mapping[str, Any], ...] = ()
-    objective: str = "throughput"
-    slo: Mapping[str, float] = dataclasses.field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["engine"] = self.engine.to_dict()
-        out["workload"] = dict(self.workload)
-        out["racing"] = dict(self.racing)
-        out["command"] = list(self.command)
-        out["baseline"] = None if self.baseline is None else self.baseline.to_dict()
-        out["engine_options"] = dict(self.engine_options)
-        out["enqueue"] = [dict(p) for p in self.enqueue]
-        out["slo"] = dict(self.slo)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> StudyMeta:
-        data = dict(data or {})
-        names = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in data.items() if k in names}
-        kw["engine"] = EngineFacts.from_dict(data.get("engine"))
-        kw["workload"] = dict(data.get("workload") or {})
-        kw["racing"] = dict(data.get("racing") or {})
-        kw["command"] = tuple(data.get("command") or ())
-        kw["baseline"] = None if not data.get("baseline") else EngineConfig.from_dict(data["baseline"])
-        kw["engine_options"] = dict(data.get("engine_options") or {})
-        kw["enqueue"] = tuple(dict(p) for p in data.get("enqueue") or ())
-        kw["slo"] = {str(k): float(v) for k, v in dict(data.get("slo") or {}).items()}
-        return cls(**kw)
-
-
-@dataclasses.dataclass(frozen=True)
-class TrialRecord:
-    """One search trial that ran (or was told a repeat's result), as observers and reports see it.
-
-    Attributes:
-        number: Optuna's trial number.
-        state: ``COMPLETE``, ``PRUNED``, ``FAIL`` (or ``RUNNING`` for the trial in progress).
-        config: The configuration.
-        restarts: Every restart, in order.
-        summary: The trial's summary, once it finished.
-        reason: Why it failed (or was infeasible).
-        duplicate_of: The earlier trial it repeated, if it did.
-        value: The value Optuna was told (the mean over counted restarts) when complete.
-        interrupted: Cut short by an interruption; its parameters were queued again.
-    """
-
-    number: int
-    state: str
-    config: EngineConfig
-    restarts: tuple[RestartResult, ...]
-    summary: TrialSummary | None
-    reason: str | None = None
-    duplicate_of: int | None = None
-    value: float | None = None
-    interrupted: bool = False
-
-
-def _bare(key: str) -> str:
-    return key[len(_NAMESPACE):] if key.startswith(_NAMESPACE) else key
 
 
 class Ledger:

@@ -1,0 +1,67 @@
+"""What a study records once about itself: :class:`StudyMeta`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.core.records import EngineConfig, EngineFacts
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyMeta:
+    """What a study records once about itself: space, engine, model, workload, search settings, command."""
+
+    space_name: str | None = None
+    space_file: str | None = None
+    engine: EngineFacts = dataclasses.field(default_factory=EngineFacts)
+    model: str | None = None
+    workload: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    sampler: str | None = None
+    sampler_why: str | None = None
+    racing: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    top_k: int | None = None
+    verify_restarts: int | None = None
+    verify_max_restarts: int | None = None
+    budget_restarts: int | None = None
+    budget_minutes: float | None = None
+    trials: int | None = None
+    seed: int | None = None
+    command: tuple[str, ...] = ()
+    baseline: EngineConfig | None = None
+    #: What ``autotune worker`` needs to join the study from another machine without the space file.
+    engine_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    confidence: float | None = None
+    interval_method: str | None = None
+    verify: bool | None = None
+    enqueue: tuple[Mapping[str, Any], ...] = ()
+    objective: str = "throughput"
+    slo: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["engine"] = self.engine.to_dict()
+        out["workload"] = dict(self.workload)
+        out["racing"] = dict(self.racing)
+        out["command"] = list(self.command)
+        out["baseline"] = None if self.baseline is None else self.baseline.to_dict()
+        out["engine_options"] = dict(self.engine_options)
+        out["enqueue"] = [dict(p) for p in self.enqueue]
+        out["slo"] = dict(self.slo)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> StudyMeta:
+        data = dict(data or {})
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in data.items() if k in names}
+        kw["engine"] = EngineFacts.from_dict(data.get("engine"))
+        kw["workload"] = dict(data.get("workload") or {})
+        kw["racing"] = dict(data.get("racing") or {})
+        kw["command"] = tuple(data.get("command") or ())
+        kw["baseline"] = None if not data.get("baseline") else EngineConfig.from_dict(data["baseline"])
+        kw["engine_options"] = dict(data.get("engine_options") or {})
+        kw["enqueue"] = tuple(dict(p) for p in data.get("enqueue") or ())
+        kw["slo"] = {str(k): float(v) for k, v in dict(data.get("slo") or {}).items()}
+        return cls(**kw)
