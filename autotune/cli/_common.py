@@ -1,4 +1,5 @@
-"""What every subcommand shares: usage errors, ``KEY=VALUE`` flags, the store, the space, the engine, a study.
+"""What every subcommand shares: usage errors, ``KEY=VALUE`` flags, the store, the space, the engine, a study,
+the command line as recorded, JSON files.
 
 Subcommand modules import these from here, never from :mod:`autotune.cli._main`, which imports them.
 """
@@ -6,25 +7,41 @@ Subcommand modules import these from here, never from :mod:`autotune.cli._main`,
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.store.ledger import DEFAULT_STORAGE, Ledger, latest_study_name, load
 from autotune.cli.gpu_workers import STORAGE_ENV
 from autotune.cli.preflight import check_storage
+from autotune.core.redact import redact, redact_command
+from autotune.store.ledger import DEFAULT_STORAGE, DEFAULT_WORKDIR, Ledger, latest_study_name, load
 from autotune.store.studydir import MAX_NAME_BYTES
 
 __all__ = [
+    "PARAM_ALIASES",
+    "StudyOutput",
     "UsageError",
+    "add_output_args",
     "add_store_args",
+    "add_workdir_arg",
     "build_engine",
+    "canonical_params",
+    "command_line",
     "default_study_name",
     "load_space_for",
     "open_named_study",
     "parse_kv",
+    "parse_params",
+    "write_json",
 ]
+
+#: Short names for a trial's parameters, accepted wherever a configuration is typed (``--params``, ``--enqueue``).
+PARAM_ALIASES = {"K": "num_speculative_tokens", "k": "num_speculative_tokens", "sizes": "capture_sizes",
+                 "mode": "cudagraph_mode"}
 
 
 class UsageError(Exception):
@@ -44,6 +61,33 @@ def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
     return out
 
 
+def canonical_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Trial parameters under their full names (:data:`PARAM_ALIASES`: ``K=3`` is ``num_speculative_tokens=3``)."""
+    return {PARAM_ALIASES.get(str(k), str(k)): v for k, v in params.items()}
+
+
+def parse_params(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
+    """A configuration typed as ``KEY=VALUE`` items (:func:`parse_kv`), aliases resolved (:func:`canonical_params`).
+
+    Engine options (``--engine-opt``) are not parameters: they keep their names as typed.
+    """
+    return canonical_params(parse_kv(items, flag))
+
+
+def command_line() -> tuple[str, ...]:
+    """The command that runs, redacted once here, as a study records it (empty when autotune runs in-process,
+    e.g. under pytest: the recorded line must be one a user can run again)."""
+    if not sys.argv or "autotune" not in sys.argv[0]:
+        return ()
+    return tuple(redact_command(["autotune", *sys.argv[1:]]))
+
+
+def write_json(path: str, data: Any) -> None:
+    """``data``, redacted, as indented JSON at ``path`` (``--json`` of every subcommand that has one)."""
+    with open(path, "w") as fh:
+        json.dump(redact(data), fh, indent=2, default=str)
+
+
 def default_study_name(space: Any, engine: str) -> str:
     model = str(space.engine_args.get("model", "model")).rstrip("/")
     base = f"{space.name}-{engine}-{os.path.basename(model) or model}"
@@ -59,6 +103,10 @@ def add_store_args(parser: argparse.ArgumentParser) -> None:
                              "machines, the password in ~/.pgpass or the URL, never printed or stored)")
 
 
+def add_workdir_arg(parser: argparse.ArgumentParser, default: str = DEFAULT_WORKDIR) -> None:
+    parser.add_argument("--workdir", default=default, help="engine caches and logs (default: %(default)s)")
+
+
 def add_output_args(parser: argparse.ArgumentParser, tracking_note: str = "") -> None:
     """Where a study's results go (MLflow, a JSON report) and how much is printed: ``tune`` and ``worker``."""
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI "
@@ -66,6 +114,20 @@ def add_output_args(parser: argparse.ArgumentParser, tracking_note: str = "") ->
     parser.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     parser.add_argument("--quiet", action="store_true", help="only the progress bar and the final report")
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyOutput:
+    """Where a running study's results go (:func:`add_output_args`), read from the command line once."""
+
+    tracking_uri: str | None = None
+    mlflow: bool = True
+    json_path: str | None = None
+    quiet: bool = False
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> StudyOutput:
+        return cls(tracking_uri=args.tracking_uri, mlflow=not args.no_mlflow, json_path=args.json, quiet=args.quiet)
 
 
 def load_space_for(args: argparse.Namespace) -> Any:

@@ -15,20 +15,28 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
+import os
 import sys
 from collections.abc import Mapping
 from typing import IO, Any
 
-from autotune.core.records import Detail, EngineConfig, EngineFacts, RestartResult, config_differences
-from autotune.core.redact import redact, redact_text
+from autotune.cli._common import (
+    add_workdir_arg,
+    build_engine,
+    canonical_params,
+    load_space_for,
+    parse_kv,
+    parse_params,
+    write_json,
+)
 from autotune.core.exit_status import ExitStatus
+from autotune.core.records import Detail, EngineConfig, EngineFacts, RestartResult, config_differences
+from autotune.core.redact import redact_text
+from autotune.store.ledger import DEFAULT_WORKDIR
 
-__all__ = ["AuditRow", "audit_rows", "config_for_audit", "configure_parser", "run", "run_audit"]
+__all__ = ["HELP", "AuditRow", "audit_rows", "config_for_audit", "configure_parser", "run", "run_audit"]
 
-#: Parameter aliases accepted on the command line.
-_ALIASES = {"K": "num_speculative_tokens", "k": "num_speculative_tokens", "sizes": "capture_sizes",
-            "mode": "cudagraph_mode"}
+HELP = "Start the engine once: configured vs resolved, side by side."
 _UNSET = "(engine default)"
 _AUDIT_OUTPUT_LEN = 32
 
@@ -52,18 +60,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", action="append", metavar="KEY=VALUE",
                         help="the configuration: cudagraph_mode=…, capture_sizes=NAME or [1,2,4], "
                              "num_speculative_tokens=K, draft=NAME (repeatable; unset = engine default)")
-    parser.add_argument("--workdir", default="mlruns/autotune/audit", help="engine caches and logs")
+    add_workdir_arg(parser, default=os.path.join(DEFAULT_WORKDIR, "audit"))
     parser.add_argument("--strict", action="store_true",
                         help=f"exit {int(ExitStatus.CHANGED)} when the engine changed anything that was configured")
     parser.add_argument("--json", metavar="PATH", help="also write configured, resolved and differences as JSON")
 
 
-def run(args: argparse.Namespace, out: IO[str]) -> int:
+def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """The ``audit`` subcommand."""
-    from autotune.cli._common import load_space_for, parse_kv
-
     space = load_space_for(args)
-    params = parse_kv(args.params, "--params")
+    params = parse_params(args.params, "--params")
     options = parse_kv(args.engine_opt, "--engine-opt")
     return run_audit(space, params, options, args.strict, out, engine=args.engine, cache_dir=args.workdir,
                      json_path=args.json)
@@ -79,13 +85,14 @@ def run_audit(
     engine: str | None = None,
     cache_dir: str | None = None,
     json_path: str | None = None,
-) -> int:
+) -> ExitStatus:
     """Start one restart of the configuration ``params`` and print configured vs resolved.
 
     Args:
         space: The search space (engine arguments, drafts, capture-size presets).
-        params: ``cudagraph_mode``, ``capture_sizes`` (a preset name or a list), ``num_speculative_tokens``
-            (alias ``K``), ``draft``; anything unset is the engine default.
+        params: ``cudagraph_mode``, ``capture_sizes`` (a preset name or a list), ``num_speculative_tokens``,
+            ``draft`` (or their short names, :data:`~autotune.cli._common.PARAM_ALIASES`); anything unset is the
+            engine default.
         engine_options: Engine options over the space's ``engine:`` section.
         strict: Return :attr:`ExitStatus.CHANGED` when the engine changed a configured field.
         out: Where the table goes.
@@ -100,8 +107,6 @@ def run_audit(
     Raises:
         SpaceError, EngineError, KeyError: bad space, unusable engine or unknown parameter choice.
     """
-    from autotune.cli._common import build_engine
-
     config = config_for_audit(space, params)
     backend = build_engine(space, engine, dict(engine_options), cache_dir=cache_dir)
     try:
@@ -114,13 +119,13 @@ def run_audit(
     changed = [r for r in rows if r.changed]
     _print_audit(out, config, result, rows, facts)
     if json_path:
-        _write_json(json_path, config, result, rows, facts)
+        write_json(json_path, _audit_json(config, result, rows, facts))  # the configuration's credentials stay out
     if not result.ok:
-        return int(ExitStatus.ERROR)
+        return ExitStatus.ERROR
     if changed and strict:
         print(f"audit: {len(changed)} configured field(s) changed by the engine (--strict)", file=out)
-        return int(ExitStatus.CHANGED)
-    return int(ExitStatus.SUCCESS)
+        return ExitStatus.CHANGED
+    return ExitStatus.SUCCESS
 
 
 def config_for_audit(space: Any, params: Mapping[str, Any]) -> EngineConfig:
@@ -128,7 +133,7 @@ def config_for_audit(space: Any, params: Mapping[str, Any]) -> EngineConfig:
 
     A speculative configuration without ``draft`` uses the space's first draft.
     """
-    norm = {_ALIASES.get(str(k), str(k)): v for k, v in params.items()}
+    norm = canonical_params(params)
     literal_sizes = norm.get("capture_sizes") if isinstance(norm.get("capture_sizes"), list) else None
     if literal_sizes is not None:
         norm["capture_sizes"] = "default"
@@ -230,9 +235,9 @@ def _announced(row: AuditRow, notes: tuple[str, ...]) -> bool:
     return False
 
 
-def _write_json(path: str, config: EngineConfig, result: RestartResult, rows: list[AuditRow],
-                facts: EngineFacts) -> None:
-    payload = {
+def _audit_json(config: EngineConfig, result: RestartResult, rows: list[AuditRow],
+                facts: EngineFacts) -> dict[str, Any]:
+    return {
         "config": config.to_dict(),
         "label": config.label(),
         "engine": facts.to_dict(),
@@ -240,5 +245,3 @@ def _write_json(path: str, config: EngineConfig, result: RestartResult, rows: li
         "changed": [r.field for r in rows if r.changed],
         "restart": result.to_dict(),
     }
-    with open(path, "w") as fh:
-        json.dump(redact(payload), fh, indent=2, default=str)  # the configuration's credentials stay out

@@ -21,7 +21,9 @@ from autotune.cli._common import UsageError
 from autotune.engines.process import EngineProcess
 from autotune.core.exit_status import ExitStatus
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "configure_parser", "run", "server_command", "ui_url"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "HELP", "configure_parser", "run", "server_command", "ui_url"]
+
+HELP = "Start the MLflow UI on 127.0.0.1 against the project's store."
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5000
@@ -145,7 +147,7 @@ def _stop(proc: EngineProcess, stopper: _Stopper) -> int:
     return 0
 
 
-def run(args: argparse.Namespace, out: IO[str]) -> int:
+def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """Start the MLflow UI and keep it running until Ctrl-C.
 
     Returns:

@@ -12,17 +12,28 @@ settings, as ``autotune tune`` recorded them), so a machine joins with the study
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
-from autotune.core.redact import redact, redact_text
-from autotune.cli._common import UsageError, add_output_args, add_store_args, parse_kv
+from autotune.cli._common import (
+    StudyOutput,
+    UsageError,
+    add_output_args,
+    add_store_args,
+    add_workdir_arg,
+    command_line,
+    parse_kv,
+    write_json,
+)
 from autotune.core.exit_status import ExitStatus
+from autotune.core.redact import redact_text
 
-__all__ = ["add_worker_args", "configure_parser", "gpu_groups_of", "run", "run_here", "run_local_workers_for"]
+__all__ = ["HELP", "add_worker_args", "configure_parser", "gpu_groups_of", "run", "run_here",
+           "run_local_workers_for"]
+
+HELP = "Join a running study from this or another machine (--gpus: one worker per GPU)."
 
 
 def add_worker_args(p: argparse.ArgumentParser) -> None:
@@ -48,25 +59,20 @@ def gpu_groups_of(args: argparse.Namespace) -> list[str]:
         raise UsageError(str(exc)) from None
 
 
-def _write_json(path: str, data: Any) -> None:
-    with open(path, "w") as fh:
-        json.dump(data, fh, indent=2, default=str)
-
-
-def run_here(args: argparse.Namespace, space: Any, engine: Any, options: Any, out: IO[str],
+def run_here(space: Any, engine: Any, options: Any, output: StudyOutput, out: IO[str],
              worker: int | None = None) -> ExitStatus:
     """Run the study in this process (alone, or as one of several workers) and print its report."""
+    from autotune.cli.gpu_workers import GPU_ENV
     from autotune.observers.progress import ProgressPrinter
     from autotune.report import build_report
     from autotune.study import Interrupted, run_study
-    from autotune.cli.gpu_workers import GPU_ENV
 
-    observers: list[Any] = [ProgressPrinter(quiet=args.quiet)]
+    observers: list[Any] = [ProgressPrinter(quiet=output.quiet)]
     tracker = None
-    if not args.no_mlflow:
+    if output.mlflow:
         from autotune.observers.mlflow import MlflowTracker
 
-        tracker = MlflowTracker(tracking_uri=args.tracking_uri)
+        tracker = MlflowTracker(tracking_uri=output.tracking_uri)
         observers.append(tracker)
     try:
         ledger = run_study(space, engine, options, observers, worker=worker,
@@ -81,14 +87,14 @@ def run_here(args: argparse.Namespace, space: Any, engine: Any, options: Any, ou
         for obs in observers:
             obs.close()  # an error must not leave MLflow runs marked RUNNING
         engine.close()
-    return _print_report(report, args, out)
+    return _print_report(report, output.json_path, out)
 
 
-def _print_report(report: Any, args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+def _print_report(report: Any, json_path: str | None, out: IO[str]) -> ExitStatus:
     """The study's report, redacted, on ``out`` (and ``--json``); a study with no result exits non-zero."""
     print(redact_text(report.render()), file=out)
-    if args.json:
-        _write_json(args.json, redact(report.to_json()))
+    if json_path:
+        write_json(json_path, report.to_json())
     if report.no_result:
         # A study that measured nothing claims nothing: scripts must not take its "winner" for a result.
         print(f"autotune: error: study {report.study!r} has no result: {redact_text(report.no_result)}",
@@ -97,33 +103,36 @@ def _print_report(report: Any, args: argparse.Namespace, out: IO[str]) -> ExitSt
     return ExitStatus.SUCCESS
 
 
-def run_local_workers_for(args: argparse.Namespace, study_name: str, groups: Sequence[str], out: IO[str],
-                          engine: Any, space: Any) -> ExitStatus:
-    """One ``autotune worker`` process per GPU group on this machine, then the study's report."""
-    from autotune.store import ledger
-    from autotune.report import build_report
-    from autotune.cli.gpu_workers import run_local_workers
+def run_local_workers_for(options: Any, output: StudyOutput, engine_opts: Sequence[str], groups: Sequence[str],
+                          out: IO[str], engine: Any, space: Any) -> ExitStatus:
+    """One ``autotune worker`` process per GPU group on this machine, then the study's report.
 
-    argv = ["worker", "--study", study_name, "--workdir", args.workdir, "--heartbeat", str(args.heartbeat)]
-    for item in getattr(args, "engine_opt", None) or ():
-        argv += ["--engine-opt", item]
-    if args.no_mlflow:
-        argv.append("--no-mlflow")
-    elif args.tracking_uri:
-        argv += ["--tracking-uri", args.tracking_uri]
-    argv.append("--quiet")
+    ``engine_opts`` are this command's ``--engine-opt`` items, passed on to each worker as typed.
+    """
+    from autotune.cli.gpu_workers import run_local_workers
+    from autotune.report import build_report
+    from autotune.store import ledger
     from autotune.store.studydir import NotOwned, prepare_study_dir
 
+    study_name = options.study_name
+    argv = ["worker", "--study", study_name, "--workdir", options.workdir, "--heartbeat", str(options.heartbeat_s)]
+    for item in engine_opts:
+        argv += ["--engine-opt", item]
+    if not output.mlflow:
+        argv.append("--no-mlflow")
+    elif output.tracking_uri:
+        argv += ["--tracking-uri", output.tracking_uri]
+    argv.append("--quiet")
     # The workers' logs live in the study's directory: create it with its marker first, as a worker would (on a
     # machine that joins a study the directory does not exist yet; a bare mkdir would leave it unmarked and every
     # worker would refuse to write into it).
     try:
-        log_dir = str(prepare_study_dir(args.workdir, study_name) / "workers")
+        log_dir = str(prepare_study_dir(options.workdir, study_name) / "workers")
     except NotOwned as exc:
         raise UsageError(str(exc)) from None
-    print(f"autotune: {len(groups)} workers on study {study_name} ({ledger.redact(args.storage)}); "
+    print(f"autotune: {len(groups)} workers on study {study_name} ({ledger.redact(options.storage)}); "
           f"their output goes to {log_dir}", file=out)
-    watched = ledger.load(study_name, args.storage)
+    watched = ledger.load(study_name, options.storage)
 
     def progress() -> str:
         used, _ = watched.budget_used()
@@ -131,15 +140,15 @@ def run_local_workers_for(args: argparse.Namespace, study_name: str, groups: Seq
         return (f"autotune: {watched.finished_search_trials()} trials finished, {used}"
                 f"{f' of {budget}' if budget else ''} engine starts used")
 
-    if not args.no_mlflow:
+    if output.mlflow:
         from autotune.observers.mlflow import prepare_store
 
         try:
-            prepare_store(args.tracking_uri)
+            prepare_store(output.tracking_uri)
         except Exception:  # noqa: BLE001 - each worker reports a tracking problem itself and carries on
             pass
-    status = run_local_workers(argv, groups, args.storage, log_dir, out, progress=progress)
-    study = ledger.load(study_name, args.storage)
+    status = run_local_workers(argv, groups, options.storage, log_dir, out, progress=progress)
+    study = ledger.load(study_name, options.storage)
     meta = study.meta()
     if not (study.has_verification() or meta.verify is False):
         print(f"autotune: the study is not finished (worst worker status {status}); run the same command again "
@@ -149,13 +158,13 @@ def run_local_workers_for(args: argparse.Namespace, study_name: str, groups: Seq
         print(f"autotune: a worker stopped early (worst status {status}); the others finished the study",
               file=sys.stderr)
     report = build_report(study, engine=engine, space=space)
-    return _print_report(report, args, out)
+    return _print_report(report, output.json_path, out)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study", required=True, help="the study to join (started with autotune tune --storage URL)")
     add_store_args(p)
-    p.add_argument("--workdir", default=os.path.join("mlruns", "autotune"), help="engine caches and logs")
+    add_workdir_arg(p)
     p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE",
                    help="engine option for this machine (e.g. python=/opt/vllm/bin/python), repeatable")
     add_output_args(p, tracking_note="; use the same server as the study's other workers")
@@ -166,12 +175,11 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """Join the study: its space, engine and settings come from the study, so any machine can join."""
     import yaml
 
-    from autotune.store import ledger
-    from autotune.engines import make_engine
-    from autotune.decisions.racing import RacingPolicy
-    from autotune.config.space import parse_space
-    from autotune.study import StudyOptions
     from autotune.cli.gpu_workers import WORKER_ENV
+    from autotune.config.space import parse_space
+    from autotune.engines import make_engine
+    from autotune.store import ledger
+    from autotune.study import StudyOptions
 
     if args.heartbeat < 1:
         raise UsageError(f"--heartbeat must be >= 1, got {args.heartbeat}")
@@ -187,19 +195,15 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     space = parse_space(yaml.safe_load(text))
     if meta.model and space.engine_args.get("model") != meta.model:
         space = space.with_model(meta.model)
-    engine = make_engine(meta.engine.name, **{**dict(meta.engine_options), **parse_kv(args.engine_opt, "--engine-opt")})
+    engine_opts = args.engine_opt or []
+    engine = make_engine(meta.engine.name, **{**dict(meta.engine_options), **parse_kv(engine_opts, "--engine-opt")})
     engine.check(space)
-    options = StudyOptions(
-        study_name=args.study, storage=args.storage, workdir=args.workdir, trials=meta.trials or 20,
-        policy=RacingPolicy(**meta.racing), top_k=meta.top_k, verify_restarts=meta.verify_restarts or 3,
-        verify_max_restarts=meta.verify_max_restarts or meta.verify_restarts or 3,
-        budget_restarts=meta.budget_restarts, budget_minutes=meta.budget_minutes, sampler=meta.sampler or "tpe",
-        seed=meta.seed or 0, confidence=meta.confidence or 0.95, interval_method=meta.interval_method or "t",
-        verify=True if meta.verify is None else meta.verify, heartbeat_s=args.heartbeat,
-        command=tuple(["autotune", *sys.argv[1:]] if sys.argv and "autotune" in sys.argv[0] else ()),
-    )
+    # The study's settings as its creator stored them; only where this process keeps its files is its own.
+    options = StudyOptions.from_meta(meta, study_name=args.study, storage=args.storage, workdir=args.workdir,
+                                     heartbeat_s=args.heartbeat, command=command_line())
+    output = StudyOutput.from_cli_args(args)
     if args.gpus is not None:
         groups = gpu_groups_of(args)
         engine.close()
-        return run_local_workers_for(args, args.study, groups, out, engine, space)
-    return run_here(args, space, engine, options, out, worker=int(os.environ.get(WORKER_ENV, "0")))
+        return run_local_workers_for(options, output, engine_opts, groups, out, engine, space)
+    return run_here(space, engine, options, output, out, worker=int(os.environ.get(WORKER_ENV, "0")))

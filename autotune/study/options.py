@@ -1,16 +1,22 @@
-"""How a study runs: :class:`StudyOptions`, and the seed scheme that matches restarts across trials."""
+"""How a study runs: :class:`StudyOptions`, and the seed scheme that matches restarts across trials.
+
+The settings have one home: the command line builds them once (:meth:`StudyOptions.from_cli_args`), the study
+stores them in its metadata (:meth:`StudyOptions.stored_settings`, the flat fields of
+:class:`~autotune.store.ledger.StudyMeta`), and a worker that joins reads them back (:meth:`StudyOptions.from_meta`).
+Defaults live on the dataclass fields below and nowhere else.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.store.ledger import DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_STORE_DIR
 from autotune.decisions.racing import RacingPolicy
+from autotune.store.ledger import DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_WORKDIR, StudyMeta
 
-__all__ = ["MAX_TOP_K", "STARTS_PER_VERIFIED", "VERIFY_SEED_OFFSET", "SEED_STRIDE", "StudyOptions"]
+__all__ = ["MAX_TOP_K", "NO_RACING_RESTARTS", "STARTS_PER_VERIFIED", "VERIFY_SEED_OFFSET", "SEED_STRIDE", "StudyOptions"]
 
 #: Seeds of one study seed lie in ``[seed * SEED_STRIDE, (seed + 1) * SEED_STRIDE)``.
 SEED_STRIDE = 100_000
@@ -20,6 +26,8 @@ VERIFY_SEED_OFFSET = 50_000
 STARTS_PER_VERIFIED = 30
 #: Configurations verified by default (and the most a restart budget scales to).
 MAX_TOP_K = 3
+#: Restarts per trial without racing, when ``--restarts`` does not say.
+NO_RACING_RESTARTS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +62,7 @@ class StudyOptions:
 
     study_name: str
     storage: Any = DEFAULT_STORAGE
-    workdir: str = os.path.join(DEFAULT_STORE_DIR, "autotune")
+    workdir: str = DEFAULT_WORKDIR
     trials: int = 20
     policy: RacingPolicy = RacingPolicy()
     top_k: int | None = None
@@ -71,6 +79,83 @@ class StudyOptions:
     command: tuple[str, ...] = ()
     enqueue: tuple[Mapping[str, Any], ...] = ()
     heartbeat_s: int = DEFAULT_HEARTBEAT_S
+
+    @classmethod
+    def from_cli_args(cls, args: Any, *, study_name: str, enqueue: Sequence[Mapping[str, Any]] = (),
+                      command: Sequence[str] = ()) -> StudyOptions:
+        """The options ``autotune tune``'s flags ask for (``args``: its parsed command line), built once, at the edge.
+
+        What a flag leaves unset takes the default of the field, or the one the flags imply: ``--trials`` defaults
+        to a restart budget when there is one (no trial costs less than one engine start, so the budget bounds the
+        trials and a default count must not stop the study first); ``--restarts`` to 3 without racing.
+        ``study_name`` (it may come from the space), ``enqueue`` (checked against the space) and ``command`` (the
+        command line, redacted) are the caller's. Range checks are the caller's too: they name the flag.
+        """
+        default = cls(study_name=study_name)
+        trials = args.trials if args.trials is not None else (args.budget_restarts or default.trials)
+        restarts = (args.restarts if args.restarts is not None
+                    else NO_RACING_RESTARTS if args.no_racing else RacingPolicy.min_restarts)
+        return cls(
+            study_name=study_name, storage=args.storage, workdir=args.workdir, trials=trials,
+            policy=RacingPolicy(min_restarts=restarts, max_restarts=max(restarts, args.max_restarts),
+                                racing=not args.no_racing),
+            top_k=args.top_k, verify_restarts=args.verify_restarts, budget_restarts=args.budget_restarts,
+            budget_minutes=args.budget_minutes, sampler=args.sampler, seed=args.seed,
+            interval_method=args.ci_method, fresh=args.fresh, verify=not args.no_verify,
+            command=tuple(command), enqueue=tuple(dict(p) for p in enqueue), heartbeat_s=args.heartbeat,
+        )
+
+    def stored_settings(self) -> dict[str, Any]:
+        """The settings a study stores in its metadata (the :class:`StudyMeta` fields of the same names), so a
+        worker on any machine runs the study as it was started (:meth:`from_meta`).
+
+        What belongs to one process is not stored: the storage URL and working directory (each machine has its
+        own), ``fresh`` (an action, not a setting) and the heartbeat (each worker's own).
+        """
+        return {
+            "sampler": self.sampler, "racing": dataclasses.asdict(self.policy),
+            # Under a minutes budget alone top-k follows the measured price of a start: a worker that joins must
+            # derive it the same way, not inherit the number this one would have used before any start.
+            "top_k": self.top_k if self.top_k_follows_minutes else self.verify_top_k,
+            "verify_restarts": self.verify_restarts, "verify_max_restarts": self.verify_max_restarts,
+            "budget_restarts": self.budget_restarts, "budget_minutes": self.budget_minutes, "trials": self.trials,
+            "seed": self.seed, "command": tuple(self.command), "confidence": self.confidence,
+            "interval_method": self.interval_method, "verify": self.verify,
+            "enqueue": tuple(dict(p) for p in self.enqueue),
+        }
+
+    @classmethod
+    def from_meta(cls, meta: StudyMeta, *, study_name: str, storage: Any = DEFAULT_STORAGE,
+                  workdir: str = DEFAULT_WORKDIR, heartbeat_s: int = DEFAULT_HEARTBEAT_S,
+                  command: Sequence[str] = ()) -> StudyOptions:
+        """The options a study was started with, read back from its metadata (:meth:`stored_settings`), for a
+        worker that joins it; this process's own storage URL, workdir, heartbeat and command line are given.
+
+        A setting an older autotune did not store takes the field's default; a study without
+        ``verify_max_restarts`` ran no extra verification rounds, so it keeps ``verify_restarts`` as its cap.
+        """
+        default = cls(study_name=study_name)
+
+        def stored(name: str) -> Any:
+            value = getattr(meta, name)
+            return getattr(default, name) if value is None else value
+
+        verify_restarts = stored("verify_restarts")
+        return cls(
+            study_name=study_name, storage=storage, workdir=workdir, trials=stored("trials"),
+            policy=RacingPolicy(**meta.racing) if meta.racing else default.policy, top_k=meta.top_k,
+            verify_restarts=verify_restarts,
+            verify_max_restarts=(verify_restarts if meta.verify_max_restarts is None else meta.verify_max_restarts),
+            budget_restarts=meta.budget_restarts, budget_minutes=meta.budget_minutes, sampler=stored("sampler"),
+            seed=stored("seed"), confidence=stored("confidence"), interval_method=stored("interval_method"),
+            verify=stored("verify"), enqueue=tuple(dict(p) for p in meta.enqueue), heartbeat_s=heartbeat_s,
+            command=tuple(command),
+        )
+
+    @property
+    def top_k_follows_minutes(self) -> bool:
+        """Verification's top-k is left to a minutes budget alone (no ``top_k``, no restart budget)."""
+        return self.top_k is None and self.budget_restarts is None and self.budget_minutes is not None
 
     def search_seed(self, restart: int) -> int:
         """Search restart ``restart`` of every trial: trials are compared on matched restarts."""

@@ -1,0 +1,38 @@
+"""``autotune report``: a study's result, the ten-second table (``--json`` for the same as JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import IO
+
+from autotune.cli._common import add_store_args, open_named_study, write_json
+from autotune.core.exit_status import ExitStatus
+
+__all__ = ["HELP", "configure_parser", "run"]
+
+HELP = "Print a study's result (--json for the same as JSON)."
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--study", help="study name (default: the most recent study in the store)")
+    add_store_args(p)
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="write JSON to PATH (or stdout)")
+
+
+def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    from autotune.cli.preflight import check_output_path
+    from autotune.core.redact import redact, redact_text
+    from autotune.report import build_report
+
+    if args.json not in (None, "-"):
+        check_output_path(args.json, "--json")
+    report = build_report(open_named_study(args))
+    if args.json == "-":
+        json.dump(redact(report.to_json()), out, indent=2, default=str)
+        out.write("\n")
+    else:
+        print(redact_text(report.render()), file=out)
+        if args.json:
+            write_json(args.json, report.to_json())
+    return ExitStatus.SUCCESS

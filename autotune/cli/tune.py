@@ -1,0 +1,133 @@
+"""``autotune tune``: run or resume a study here (``--gpus``: one worker per GPU group of this machine)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import IO, Any
+
+from autotune.cli import worker
+from autotune.cli._common import (
+    StudyOutput,
+    UsageError,
+    add_output_args,
+    add_store_args,
+    add_workdir_arg,
+    build_engine,
+    command_line,
+    default_study_name,
+    load_space_for,
+    parse_kv,
+    parse_params,
+)
+from autotune.core.exit_status import ExitStatus
+
+__all__ = ["DEFAULT_SPACE", "HELP", "configure_parser", "enqueue_params", "run"]
+
+HELP = "Run or resume a tuning study (--gpus: one worker per GPU)."
+DEFAULT_SPACE = "search_spaces/default.yaml"
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--space", default=DEFAULT_SPACE, help="search space YAML (default: %(default)s)")
+    p.add_argument("--model", help="model path or hub id; overrides engine_args.model")
+    p.add_argument("--engine", help="sim, cmd or vllm (default: the space's engine.name, else vllm)")
+    p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE", help="engine option, repeatable")
+    p.add_argument("--study", help="study name (default: <space>-<engine>-<model>)")
+    add_store_args(p)
+    add_workdir_arg(p)
+    p.add_argument("--trials", type=int, default=None,
+                   help="search trials: configurations measured, a repeated suggestion does not count "
+                        "(default: 20; with --budget-restarts, as many as the budget allows)")
+    p.add_argument("--restarts", type=int, default=None,
+                   help="restarts per trial: the starting number with racing (default 1), fixed without (default 3)")
+    p.add_argument("--max-restarts", type=int, default=6, help="racing cap per trial (default: %(default)s)")
+    p.add_argument("--no-racing", action="store_true", help="give every trial exactly --restarts restarts")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="configurations verified at the end (default: 3; with --budget-restarts, 1 per 30 starts)")
+    p.add_argument("--verify-restarts", type=int, default=3, help="restarts per verified configuration")
+    p.add_argument("--no-verify", action="store_true", help="skip the verification phase")
+    p.add_argument("--budget-restarts", type=int, help="engine starts for the whole study, verification included")
+    p.add_argument("--budget-minutes", type=float, help="engine wall minutes for the whole study")
+    p.add_argument("--sampler", choices=("tpe", "gp"), default="tpe")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ci-method", choices=("t", "bca"), default="t", help="interval for a trial's mean")
+    p.add_argument("--fresh", action="store_true", help="delete a study of the same name and start over")
+    p.add_argument("--enqueue", action="append", metavar="K=V,K=V",
+                   help="a configuration to try early, e.g. num_speculative_tokens=3,draft=ngram (repeatable)")
+    add_output_args(p)
+    worker.add_worker_args(p)
+
+
+def enqueue_params(space: Any, item: str) -> dict[str, Any]:
+    """``--enqueue cudagraph_mode=FULL,num_speculative_tokens=3,draft=ngram`` -> validated trial parameters.
+
+    Searched engine arguments (``max_num_seqs=16``) may be given too; those left out take their baseline value.
+    """
+    from autotune.config.space import DEFAULT
+
+    params = parse_params([p for p in item.split(",") if p.strip()], "--enqueue")
+    dims = {d.name: d.baseline for d in space.engine_dims}
+    full = {"cudagraph_mode": DEFAULT, "capture_sizes": DEFAULT, "num_speculative_tokens": 0, **dims, **params}
+    allowed = ["cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft", *dims]
+    unknown = set(full) - set(allowed)
+    if unknown:
+        raise UsageError(f"--enqueue {item!r}: unknown parameter(s) {', '.join(sorted(unknown))}; use "
+                         f"{', '.join(allowed)}")
+    if full["num_speculative_tokens"] and "draft" not in full and space.drafts:
+        full["draft"] = space.drafts[0].name
+    problem = space.params_problem(full)
+    if problem is not None:
+        raise UsageError(f"--enqueue {item!r}: {problem} (choices declared in {space.source})")
+    return full
+
+
+def _check_flags(args: argparse.Namespace, options: Any) -> None:
+    """The counts the study's options were built from, each with the flag that set it."""
+    for flag, value in (("--trials", options.trials), ("--max-restarts", args.max_restarts),
+                        ("--verify-restarts", options.verify_restarts), ("--heartbeat", options.heartbeat_s)):
+        if value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    restarts = options.policy.min_restarts
+    if restarts < 1 or restarts > args.max_restarts and not args.no_racing:
+        raise UsageError(f"--restarts must be between 1 and --max-restarts ({args.max_restarts}), got {restarts}")
+
+
+def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
+    from autotune.cli import preflight
+    from autotune.observers.mlflow import resolve_tracking_uri
+    from autotune.store.studydir import check_owned
+    from autotune.study import StudyOptions, prepare_study, smallest_restart_budget
+
+    space = load_space_for(args)
+    engine_name = args.engine or space.engine.get("name") or "vllm"
+    study_name = args.study or default_study_name(space, engine_name)
+    preflight.check_study_name_flag(study_name)
+    preflight.check_top_k(args.top_k)
+    preflight.check_seed(args.seed)
+    preflight.check_budget(args.budget_restarts, args.budget_minutes)
+    check_owned(args.workdir, study_name)
+    options = StudyOptions.from_cli_args(args, study_name=study_name, command=command_line(),
+                                         enqueue=[enqueue_params(space, item) for item in args.enqueue or ()])
+    _check_flags(args, options)
+    output = StudyOutput.from_cli_args(args)
+    # Everything the study needs but the engine never sees is checked before the first engine start.
+    preflight.check_budget_covers(options.budget_restarts, smallest_restart_budget(space, options),
+                                  "the baselines, one search trial" + (" and verification" if options.verify else ""))
+    if output.json_path:
+        preflight.check_output_path(output.json_path, "--json")
+    preflight.check_storage(options.storage, write=True)
+    if output.mlflow:
+        preflight.check_tracking_store(resolve_tracking_uri(output.tracking_uri))
+    engine_opts = args.engine_opt or []
+    engine = build_engine(space, args.engine, parse_kv(engine_opts, "--engine-opt"))
+    if args.gpus is None:
+        return worker.run_here(space, engine, options, output, out)
+    groups = worker.gpu_groups_of(args)
+    if options.storage == "memory":
+        raise UsageError("--gpus: workers share the study through a storage: keep the default SQLite file "
+                         "(one machine) or pass --storage postgresql+psycopg2://... (several machines)")
+    try:
+        prepare_study(space, engine, options)  # the study and its baselines exist before any worker starts
+    finally:
+        engine.close()
+    return worker.run_local_workers_for(options, output, engine_opts, groups, out, engine, space)
