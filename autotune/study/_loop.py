@@ -229,7 +229,7 @@ class StartCosts:
 
 def _top_k_follows_minutes(options: StudyOptions) -> bool:
     """Verification's top-k is left to a minutes budget alone (no ``top_k``, no restart budget)."""
-    return options.top_k is None and options.budget_restarts is None and options.budget_minutes is not None
+    return options.top_k_follows_minutes
 
 
 def _verify_top_k(ledger: Ledger, options: StudyOptions) -> int:
@@ -913,27 +913,12 @@ def _record_metadata(ctx: StudyContext) -> None:
         engine=ctx.engine_info,
         model=ctx.space.engine_args.get("model"),
         workload=ctx.space.workload.to_dict(),
-        sampler=options.sampler,
         sampler_why=why,
-        racing=dataclasses.asdict(options.policy),
-        # Under a minutes budget alone top-k follows the measured price of a start (_verify_top_k): a worker that
-        # joins must derive it the same way, not inherit the number this one would have used before any start.
-        top_k=options.top_k if _top_k_follows_minutes(options) else options.verify_top_k,
-        verify_restarts=options.verify_restarts,
-        verify_max_restarts=options.verify_max_restarts,
-        budget_restarts=options.budget_restarts,
-        budget_minutes=options.budget_minutes,
-        trials=options.trials,
-        seed=options.seed,
-        command=tuple(_ledger.redact(arg) for arg in options.command),
         baseline=ctx.space.baseline(),
         engine_options={k: _ledger.redact(v) if isinstance(v, str) else v for k, v in ctx.engine.options.items()},
-        confidence=options.confidence,
-        interval_method=options.interval_method,
-        verify=options.verify,
-        enqueue=tuple(dict(p) for p in options.enqueue),
         objective=ctx.space.objective,
         slo=ctx.space.slo,
+        **options.stored_settings(),  # the settings a joining worker reads back (StudyOptions.from_meta)
     ))
     if ledger.space_yaml() is None:
         ledger.record_space_yaml(Path(ctx.space.source).read_text() if os.path.exists(ctx.space.source)
