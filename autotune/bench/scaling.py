@@ -17,12 +17,10 @@ per worker count the median wall time, the median per-seed speedup over one work
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import heapq
 import json
 import statistics
-import sys
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,9 +28,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from autotune.bench._bench import PROFILES, _space_and_truth, make_engine
-from autotune.core.exit_status import ExitStatus
 
-__all__ = ["ScalingRun", "SimClock", "configure_parser", "load_runs", "regret_worse_p", "render", "run", "run_scaling", "summarize"]
+__all__ = ["DEFAULT_BUDGET", "DEFAULT_SEEDS", "DEFAULT_WORKERS", "ScalingRun", "SimClock", "load_runs",
+           "regret_worse_p", "render", "run_scaling", "summarize"]
 
 DEFAULT_WORKERS = (1, 2, 4, 8)
 DEFAULT_BUDGET = 120
@@ -264,17 +262,6 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profiles", default="gb10,h200", help="simulator profiles (default: %(default)s)")
-    p.add_argument("--workers", default=",".join(map(str, DEFAULT_WORKERS)), help="worker counts (default: %(default)s)")
-    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="engine starts per study (default: %(default)s)")
-    p.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeds per cell (default: %(default)s)")
-    p.add_argument("--first-seed", type=int, default=0)
-    p.add_argument("--json", metavar="PATH", help="also write every run and the summary as JSON")
-    p.add_argument("--summarize", nargs="+", metavar="JSON",
-                   help="run nothing: summarise the runs stored by earlier --json runs (more seeds in several goes)")
-
-
 def load_runs(path: str) -> list[ScalingRun]:
     """The runs a ``--json`` file holds. Raises ``ValueError`` naming the file when it holds none."""
     try:
@@ -284,27 +271,3 @@ def load_runs(path: str) -> list[ScalingRun]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a file written by `autotune bench-scaling --json` ({exc}); "
                          "pass the files that option wrote") from None
-
-
-def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
-    if args.summarize:
-        try:
-            stored = [r for path in args.summarize for r in load_runs(path)]
-        except ValueError as exc:
-            print(f"autotune: error: --summarize {exc}", file=sys.stderr)
-            return ExitStatus.BAD_INPUT
-        print(render(summarize(stored)), file=out)
-        return ExitStatus.SUCCESS
-    workers = [int(w) for w in str(args.workers).split(",") if w.strip()]
-    if 1 not in workers:
-        workers = [1, *workers]  # the speedup is over one worker
-    seeds = range(args.first_seed, args.first_seed + args.seeds)
-    runs: list[ScalingRun] = []
-    for profile in [p.strip() for p in args.profiles.split(",") if p.strip()]:
-        runs += run_scaling(profile, workers, args.budget, seeds, out=sys.stderr)
-    rows = summarize(runs)
-    print(render(rows), file=out)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"runs": [dataclasses.asdict(r) for r in runs], "summary": rows},
-                                              indent=2))
-    return ExitStatus.SUCCESS
