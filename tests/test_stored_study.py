@@ -73,3 +73,15 @@ def test_the_fingerprint_check_still_guards_the_old_study(storage: str, tmp_path
     status, _, err = _run(argv, capsys)
     assert status == ExitStatus.BAD_INPUT and "space sections changed: workload" in err, err
     assert load(STUDY, storage).finished_search_trials() < 5  # refused before anything ran
+
+
+def test_a_worker_joins_the_old_study_with_the_settings_it_stored(storage: str, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # No space file, no flags but where: the trial count, top-k and verification restarts come from the study.
+    status, out, err = _run(["worker", "--study", STUDY, "--storage", storage, "--workdir", str(tmp_path / "work"),
+                             "--no-mlflow", "--quiet"], capsys)
+    assert status == ExitStatus.SUCCESS, err
+    after = load(STUDY, storage)
+    # --trials 5 and --verify-restarts 2, as the study was started (the defaults are 20 and 3).
+    assert after.finished_search_trials() == 5 and after.has_verification()
+    assert after.verification().restarts_per_config == 2
