@@ -11,7 +11,14 @@ from autotune.core.records import EngineConfig, EngineFacts
 
 @dataclasses.dataclass(frozen=True)
 class StudyMeta:
-    """What a study records once about itself: space, engine, model, workload, search settings, command."""
+    """What a study records once about itself: space, engine, model, workload, search settings, command.
+
+    The search settings (``sampler``, ``racing``, ``top_k``, ``verify_restarts``, ``verify_max_restarts``, the
+    budgets, ``trials``, ``seed``, ``command``, ``confidence``, ``interval_method``, ``verify``, ``enqueue``) are
+    :meth:`autotune.study.StudyOptions.stored_settings`, kept flat because every stored study has them so;
+    :meth:`~autotune.study.StudyOptions.from_meta` reads them back. ``None`` is a setting the autotune that wrote
+    the study did not store: the reader takes the default, which has one home, :class:`~autotune.study.StudyOptions`.
+    """
 
     space_name: str | None = None
     space_file: str | None = None
