@@ -1,4 +1,5 @@
-"""One settings object: the command line builds :class:`StudyOptions` once, the study stores it, a worker reads it back."""
+"""One settings object: the command line builds :class:`StudyOptions` once, the study stores it, a worker reads
+it back."""
 
 from __future__ import annotations
 

@@ -31,7 +31,8 @@ HELP = "1, 2, 4 and 8 workers on one study at one start budget, on simulated tim
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profiles", default="gb10,h200", help="simulator profiles (default: %(default)s)")
-    p.add_argument("--workers", default=",".join(map(str, DEFAULT_WORKERS)), help="worker counts (default: %(default)s)")
+    p.add_argument("--workers", default=",".join(map(str, DEFAULT_WORKERS)),
+                   help="worker counts (default: %(default)s)")
     p.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="engine starts per study (default: %(default)s)")
     p.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeds per cell (default: %(default)s)")
     p.add_argument("--first-seed", type=int, default=0)
