@@ -53,7 +53,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ci-method", choices=("t", "bca"), default="t", help="interval for a trial's mean")
     p.add_argument("--fresh", action="store_true", help="delete a study of the same name and start over")
     p.add_argument("--enqueue", action="append", metavar="K=V,K=V",
-                   help="a configuration to try early, e.g. num_speculative_tokens=3,draft=ngram (repeatable)")
+                   help="a configuration to try early, e.g. num_speculative_tokens=3,draft=ngram (short names as "
+                        "for audit --params: K, sizes, mode; repeatable)")
     add_output_args(p)
     worker.add_worker_args(p)
 
