@@ -9,8 +9,8 @@ import pytest
 from autotune.stats.intervals import interval
 from autotune.study.options import VERIFY_SEED_OFFSET
 from autotune.config.space import parse_space
-from autotune.study._loop import StudyOptions
-from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, first_round_cut, run_verification
+from autotune.study import StudyOptions, run_verification
+from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, first_round_cut
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 from tests.test_racing import BEHIND, BETTER, CLOSE, TRUTH
 
@@ -49,7 +49,7 @@ def test_verified_intervals_hold_for_the_whole_family_the_winner_included():
 
 
 def test_under_a_minutes_budget_verification_scales_with_the_starts_it_buys(tmp_path):
-    from autotune.study._loop import _verify_top_k, minimum_plan
+    from autotune.study._budget import _verify_top_k, minimum_plan
 
     space = parse_space(SMALL_SPACE)
     ledger = _ledger_with_starts(tmp_path, warm_minutes=0.5)
@@ -149,7 +149,7 @@ def test_a_runner_up_whose_first_round_failed_is_the_one_dropped():
 
 def test_a_study_verifies_a_runner_up_for_one_round_and_the_report_says_it_was_dropped(tmp_path):
     from autotune.report._build import build_report, render_report
-    from autotune.study._loop import run_study
+    from autotune.study import run_study
 
     space = parse_space(SMALL_SPACE)
     options = StudyOptions(study_name="runner-up", storage=f"sqlite:///{tmp_path / 'o.db'}", workdir=str(tmp_path),
