@@ -163,3 +163,28 @@ def test_a_study_verifies_a_runner_up_for_one_round_and_the_report_says_it_was_d
     assert ledger.verification().winner is not dropped
     text = render_report(build_report(ledger))
     assert f"{dropped.candidate.config.label()}" in text and "dropped after round 1" in text
+
+
+def test_the_study_verifies_with_the_loop_the_coverage_benchmark_scores(tmp_path):
+    # bench/coverage.py scores run_verification: it must be the phase a study runs, round for round. Two
+    # challengers tied on the truth get near-tie rounds; the runner-up gets its first round and is cut.
+    from autotune.study import run_study, run_verification
+
+    tied = {("FULL_AND_PIECEWISE", 1): 250.0, ("PIECEWISE", 1): 249.0, ("FULL_AND_PIECEWISE", 0): 200.0}
+    space = parse_space(SMALL_SPACE)
+    options = StudyOptions(study_name="same-loop", storage=f"sqlite:///{tmp_path / 'o.db'}", workdir=str(tmp_path),
+                           trials=6, top_k=2, verify_restarts=3, verify_max_restarts=6, seed=0,
+                           enqueue=(BETTER, BEHIND, CLOSE))
+    study_engine = FakeEngine(by_params(tied), noise=0.03)
+    ledger = run_study(space, study_engine, options)
+    stored = ledger.verification()
+    assert max(len(e.summary.values) for e in stored.entries) > options.verify_restarts  # near-tie rounds ran
+    assert any(e.dropped for e in stored.entries)  # and a runner-up was cut
+
+    engine = FakeEngine(by_params(tied), noise=0.03)
+    again = run_verification(engine, space.workload, ledger.verify_candidates(), options.verify_restarts,
+                             options.verify_seed, confidence=options.confidence,
+                             interval_method=options.interval_method, max_restarts=options.verify_max_restarts)
+    verify_seeds = {options.verify_seed(r) for r in range(options.verify_max_restarts)}
+    assert engine.calls == [c for c in study_engine.calls if c[1] in verify_seeds]
+    assert again.to_dict() == stored.to_dict()
