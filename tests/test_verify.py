@@ -188,3 +188,24 @@ def test_the_study_verifies_with_the_loop_the_coverage_benchmark_scores(tmp_path
     verify_seeds = {options.verify_seed(r) for r in range(options.verify_max_restarts)}
     assert engine.calls == [c for c in study_engine.calls if c[1] in verify_seeds]
     assert again.to_dict() == stored.to_dict()
+
+
+def test_rounds_read_from_the_stored_shapes_keep_each_restart_in_the_round_it_was_run_for():
+    from autotune.core.records import RestartResult
+    from autotune.decisions.verification import Rounds
+
+    def ok(seed, cold=False):
+        return RestartResult(status="ok", restart=0, seed=seed, passes_tok_s=(100.0,), cold=cold)
+
+    failed = RestartResult.failure("failed", "boom", restart=1, seed=2)
+    # What a single-process autotune of an earlier version stored: config key -> restart dicts, in the order run.
+    legacy = {"a": [ok(1, cold=True).to_dict(), ok(1).to_dict(), ok(2).to_dict()], "b": [ok(1).to_dict(),
+                                                                                           failed.to_dict()]}
+    rounds = Rounds.from_progress({k: [RestartResult.from_dict(d) for d in v] for k, v in legacy.items()})
+    assert rounds.round(0) == {"a": [ok(1, cold=True), ok(1)], "b": [ok(1)]}  # a cold start belongs to its round
+    assert rounds.round(1) == {"a": [ok(2)], "b": [failed]}
+    assert rounds.failed() == {"b"}
+    # What the rounds' claims store: round -> config key -> restart dicts; read after the legacy ones.
+    both = rounds.merged(Rounds.from_stored({1: {"a": [ok(3).to_dict()]}, 2: {"a": [ok(4).to_dict()]}}))
+    assert both.progress() == {"a": [ok(1, cold=True), ok(1), ok(2), ok(3), ok(4)], "b": [ok(1), failed]}
+    assert rounds.round(2) == {}  # merging made a new Rounds
