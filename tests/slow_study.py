@@ -6,7 +6,7 @@ import sys
 
 from autotune.decisions.racing import RacingPolicy
 from autotune.config.space import parse_space
-from autotune.study._loop import StudyOptions, run_study
+from autotune.study import StudyOptions, run_study
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
 TRUTH = {("FULL_AND_PIECEWISE", 2): 300.0, ("FULL_AND_PIECEWISE", 1): 250.0, ("NONE", 0): 40.0}

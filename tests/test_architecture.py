@@ -116,4 +116,55 @@ def test_the_key_owner_holds_the_keys() -> None:
 def test_the_checker_sees_imports_inside_functions_and_type_checking_blocks() -> None:
     # study used to import report inside run_study; tracking imports report lazily: both must be visible.
     assert "autotune.report" in GRAPH["autotune.observers.mlflow"]
-    assert "autotune.store.ledger" in GRAPH["autotune.study._loop"]
+    assert "autotune.store.ledger" in GRAPH["autotune.study._open"]
+
+
+#: Optuna internals autotune reaches for (no public API gives them): the storage behind a study, a trial's storage
+#: id, the heartbeat machinery, the queue of waiting trials.
+OPTUNA_PRIVATE_ATTRS = {"_storage", "_trial_id", "_pop_waiting_trial_id", "_heartbeat"}
+
+
+def _optuna_private_uses(tree: ast.AST) -> list[tuple[int, str]]:
+    """Where a module names an Optuna internal: an import of an Optuna module or name starting with ``_``, a
+    dotted ``optuna.x._y``, or one of :data:`OPTUNA_PRIVATE_ATTRS` on any object (which object it is bound to is
+    beyond an AST, and autotune names nothing of its own so)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "optuna":
+            private = [p for p in node.module.split(".") if p.startswith("_")]
+            private += [a.name for a in node.names if a.name.startswith("_")]
+            if private:
+                found.append((node.lineno, f"from {node.module} import {', '.join(a.name for a in node.names)}"))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, f"import {a.name}") for a in node.names
+                      if a.name.split(".")[0] == "optuna" and any(p.startswith("_") for p in a.name.split("."))]
+        elif isinstance(node, ast.Attribute):
+            chain, base = [node.attr], node.value
+            while isinstance(base, ast.Attribute):
+                chain.append(base.attr)
+                base = base.value
+            dotted = isinstance(base, ast.Name) and base.id == "optuna"
+            if node.attr in OPTUNA_PRIVATE_ATTRS or (dotted and node.attr.startswith("_")):
+                found.append((node.lineno, ".".join(reversed(chain))))
+    return found
+
+
+def test_only_the_store_touches_optunas_private_names() -> None:
+    offenders = [f"{name}:{line} {what}" for name, path in MODULES.items()
+                 if not name.startswith("autotune.store.")
+                 for line, what in _optuna_private_uses(ast.parse(path.read_text()))]
+    assert offenders == []
+
+
+def test_the_optuna_check_sees_each_kind_of_private_use() -> None:
+    source = ("import optuna.storages._heartbeat\n"
+              "from optuna.storages._heartbeat import BaseHeartbeat\n"
+              "from optuna.trial import _frozen\n"
+              "x = study._storage.get_trial(trial._trial_id)\n"
+              "y = optuna.storages._heartbeat\n"
+              "z = storage._pop_waiting_trial_id(1)\n"
+              "ok = study.trials, optuna.storages.RDBStorage, self._cache\n")
+    lines = sorted({line for line, _ in _optuna_private_uses(ast.parse(source))})
+    assert lines == [1, 2, 3, 4, 5, 6]
+    # What the store does is allowed (and the check does see it, so it is not vacuous there).
+    assert _optuna_private_uses(ast.parse(MODULES["autotune.store._optuna"].read_text()))

@@ -25,7 +25,8 @@ from autotune.decisions.racing import RacingPolicy
 from autotune.core.records import EngineConfig, RestartResult, Workload
 from autotune.report._build import build_report, render_report
 from autotune.config.space import parse_space
-from autotune.study._loop import BudgetTooSmall, StudyOptions, minimum_plan, run_study, smallest_restart_budget
+from autotune.study import BudgetTooSmall, StudyOptions, run_study, smallest_restart_budget
+from autotune.study._budget import minimum_plan
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
 TRUTH = {("PIECEWISE", 0): 100.0, ("NONE", 0): 40.0, ("FULL_AND_PIECEWISE", 0): 105.0, ("PIECEWISE", 1): 120.0,

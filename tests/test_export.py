@@ -19,7 +19,7 @@ from autotune.core.records import EngineConfig, EngineFacts, Resolved
 from autotune.report._build import Budget, CompareResult, Report, TrialCounts, VerificationTable, VerifiedRow, build_report
 from autotune.config.space import parse_space
 from autotune.core.exit_status import ExitStatus
-from autotune.study._loop import StudyOptions, run_study
+from autotune.study import StudyOptions, run_study
 from tests.conftest import FakeEngine
 
 SPACE = {

@@ -12,7 +12,7 @@ from autotune.store.ledger import SCHEMA_VERSION, Ledger, LedgerError
 from autotune.decisions.racing import RacingPolicy
 from autotune.report._build import build_report, render_report
 from autotune.config.space import parse_space
-from autotune.study._loop import StudyOptions, run_study
+from autotune.study import StudyOptions, run_study
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
 TRUTH = {("FULL_AND_PIECEWISE", 2): 300.0, ("default", 0): 200.0}

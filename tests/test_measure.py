@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from autotune.stats.intervals import Verdict, compare, interval, measure_restart, summarize
+from autotune.stats.intervals import Verdict, compare, interval, summarize
+from autotune.study._restart import measure_restart
 from autotune.core.records import EngineConfig, Resolved, RestartResult
 
 

@@ -14,7 +14,7 @@ from autotune.decisions.racing import RacingPolicy
 from autotune.core.records import LevelResult, RestartResult, Workload
 from autotune.report._build import build_report, render_report
 from autotune.config.space import parse_space
-from autotune.study._loop import StudyOptions, run_study
+from autotune.study import StudyOptions, run_study
 
 from tests.conftest import store
 

@@ -15,7 +15,8 @@ from autotune.decisions.racing import Decision, Noise, RacingPolicy, RacingPrune
 from autotune.report._build import build_report, render_report
 from autotune.config.space import parse_space
 from autotune.store.ledger import Ledger
-from autotune.study._loop import StudyOptions, make_sampler, run_study
+from autotune.study import StudyOptions, run_study
+from autotune.study._open import make_sampler
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
 INCUMBENT = {"cudagraph_mode": "PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 0}

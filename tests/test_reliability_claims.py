@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 from autotune.cli._main import raw_main
-from autotune.stats.intervals import ALWAYS_COLD
+from autotune.study._restart import ALWAYS_COLD
 from autotune.decisions.racing import RacingPolicy
 from autotune.core.records import Resolved, RestartResult
 from autotune.report._build import build_report, render_report
 from autotune.config.space import parse_space
 from autotune.core.exit_status import ExitStatus
-from autotune.study._loop import StudyOptions, run_study
+from autotune.study import StudyOptions, run_study
 from tests.conftest import SMALL_SPACE, FakeEngine
 
 

@@ -94,7 +94,7 @@ def test_export_writes_no_credential_and_names_the_fields_to_fill(secret_study, 
 
 def test_the_recorded_command_hides_credentials(tmp_path, monkeypatch):
     from autotune.config.space import load_space
-    from autotune.study._loop import StudyOptions, run_study
+    from autotune.study import StudyOptions, run_study
     from autotune.observers.mlflow import MlflowTracker
     from tests.conftest import FakeEngine
 
@@ -196,7 +196,7 @@ def test_optuna_db_holds_no_credential_yet_every_engine_start_gets_it(secret_stu
 def test_verification_and_resume_run_with_the_real_credential(tmp_path):
     from autotune.decisions.racing import RacingPolicy
     from autotune.config.space import load_space
-    from autotune.study._loop import StudyOptions, run_study
+    from autotune.study import StudyOptions, run_study
     from tests.conftest import FakeEngine
 
     space = load_space(_secret_space(tmp_path))

@@ -8,7 +8,7 @@ from autotune.decisions.racing import RacingPolicy
 from autotune.core.records import EngineConfig, Resolved, speculation_plan_change
 from autotune.report._build import build_report, render_report
 from autotune.config.space import parse_space
-from autotune.study._loop import StudyOptions, run_study
+from autotune.study import StudyOptions, run_study
 from autotune.observers.mlflow import MlflowTracker
 from tests.conftest import SMALL_SPACE, FakeEngine
 from tests.conftest import store

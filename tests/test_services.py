@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 from autotune.decisions.racing import RacingPolicy
 from autotune.report._build import build_report
 from autotune.config.space import parse_space
-from autotune.study._loop import StudyOptions, run_study
+from autotune.study import StudyOptions, run_study
 from autotune.store.ledger import Ledger
 from autotune.observers.mlflow import KIND_TRIAL, TAG_KIND, TAG_TRIAL, MlflowTracker
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params

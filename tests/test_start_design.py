@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 
 from autotune.config.space import parse_space
-from autotune.study._loop import START_DESIGN_TRIALS, StudyOptions, _param_distance, run_study
+from autotune.study._start_design import START_DESIGN_TRIALS, _param_distance
+from autotune.study import StudyOptions, run_study
 from tests.conftest import SMALL_SPACE, FakeEngine
 
 #: Five capture modes, three size lists, K 0-4 and two drafts: ten random draws often leave a mode or a draft out.

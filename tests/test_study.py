@@ -18,7 +18,7 @@ from autotune.decisions.racing import RacingPolicy
 from autotune.core.records import Resolved
 from autotune.report._build import build_report, render_report
 from autotune.config.space import parse_space
-from autotune.study._loop import Interrupted, StudyOptions, run_study
+from autotune.study import Interrupted, StudyOptions, run_study
 from tests import slow_study
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 

@@ -19,7 +19,7 @@ from autotune.decisions.racing import RacingPolicy
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult, Resolved
 from autotune.report._build import build_report
 from autotune.config.space import load_space
-from autotune.study._loop import Interrupted, StudyOptions, run_study
+from autotune.study import Interrupted, StudyOptions, run_study
 from autotune.observers.mlflow import (
     MlflowTracker,
     TrackingError,

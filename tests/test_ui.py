@@ -27,7 +27,7 @@ from autotune.decisions.racing import RacingPolicy
 from autotune.core.records import EngineConfig, EngineFacts, Resolved
 from autotune.config.space import parse_space
 from autotune.core.exit_status import ExitStatus
-from autotune.study._loop import StudyOptions, run_study
+from autotune.study import StudyOptions, run_study
 from autotune.cli.ui import server_command, ui_url
 from tests.conftest import FakeEngine, store
 

@@ -9,8 +9,8 @@ import pytest
 from autotune.stats.intervals import interval
 from autotune.study.options import VERIFY_SEED_OFFSET
 from autotune.config.space import parse_space
-from autotune.study._loop import StudyOptions
-from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, first_round_cut, run_verification
+from autotune.study import StudyOptions, run_verification
+from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, first_round_cut
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 from tests.test_racing import BEHIND, BETTER, CLOSE, TRUTH
 
@@ -49,7 +49,7 @@ def test_verified_intervals_hold_for_the_whole_family_the_winner_included():
 
 
 def test_under_a_minutes_budget_verification_scales_with_the_starts_it_buys(tmp_path):
-    from autotune.study._loop import _verify_top_k, minimum_plan
+    from autotune.study._budget import _verify_top_k, minimum_plan
 
     space = parse_space(SMALL_SPACE)
     ledger = _ledger_with_starts(tmp_path, warm_minutes=0.5)
@@ -149,7 +149,7 @@ def test_a_runner_up_whose_first_round_failed_is_the_one_dropped():
 
 def test_a_study_verifies_a_runner_up_for_one_round_and_the_report_says_it_was_dropped(tmp_path):
     from autotune.report._build import build_report, render_report
-    from autotune.study._loop import run_study
+    from autotune.study import run_study
 
     space = parse_space(SMALL_SPACE)
     options = StudyOptions(study_name="runner-up", storage=f"sqlite:///{tmp_path / 'o.db'}", workdir=str(tmp_path),
@@ -163,3 +163,49 @@ def test_a_study_verifies_a_runner_up_for_one_round_and_the_report_says_it_was_d
     assert ledger.verification().winner is not dropped
     text = render_report(build_report(ledger))
     assert f"{dropped.candidate.config.label()}" in text and "dropped after round 1" in text
+
+
+def test_the_study_verifies_with_the_loop_the_coverage_benchmark_scores(tmp_path):
+    # bench/coverage.py scores run_verification: it must be the phase a study runs, round for round. Two
+    # challengers tied on the truth get near-tie rounds; the runner-up gets its first round and is cut.
+    from autotune.study import run_study, run_verification
+
+    tied = {("FULL_AND_PIECEWISE", 1): 250.0, ("PIECEWISE", 1): 249.0, ("FULL_AND_PIECEWISE", 0): 200.0}
+    space = parse_space(SMALL_SPACE)
+    options = StudyOptions(study_name="same-loop", storage=f"sqlite:///{tmp_path / 'o.db'}", workdir=str(tmp_path),
+                           trials=6, top_k=2, verify_restarts=3, verify_max_restarts=6, seed=0,
+                           enqueue=(BETTER, BEHIND, CLOSE))
+    study_engine = FakeEngine(by_params(tied), noise=0.03)
+    ledger = run_study(space, study_engine, options)
+    stored = ledger.verification()
+    assert max(len(e.summary.values) for e in stored.entries) > options.verify_restarts  # near-tie rounds ran
+    assert any(e.dropped for e in stored.entries)  # and a runner-up was cut
+
+    engine = FakeEngine(by_params(tied), noise=0.03)
+    again = run_verification(engine, space.workload, ledger.verify_candidates(), options.verify_restarts,
+                             options.verify_seed, confidence=options.confidence,
+                             interval_method=options.interval_method, max_restarts=options.verify_max_restarts)
+    verify_seeds = {options.verify_seed(r) for r in range(options.verify_max_restarts)}
+    assert engine.calls == [c for c in study_engine.calls if c[1] in verify_seeds]
+    assert again.to_dict() == stored.to_dict()
+
+
+def test_rounds_read_from_the_stored_shapes_keep_each_restart_in_the_round_it_was_run_for():
+    from autotune.core.records import RestartResult
+    from autotune.decisions.verification import Rounds
+
+    def ok(seed, cold=False):
+        return RestartResult(status="ok", restart=0, seed=seed, passes_tok_s=(100.0,), cold=cold)
+
+    failed = RestartResult.failure("failed", "boom", restart=1, seed=2)
+    # What a single-process autotune of an earlier version stored: config key -> restart dicts, in the order run.
+    legacy = {"a": [ok(1, cold=True).to_dict(), ok(1).to_dict(), ok(2).to_dict()], "b": [ok(1).to_dict(),
+                                                                                           failed.to_dict()]}
+    rounds = Rounds.from_progress({k: [RestartResult.from_dict(d) for d in v] for k, v in legacy.items()})
+    assert rounds.round(0) == {"a": [ok(1, cold=True), ok(1)], "b": [ok(1)]}  # a cold start belongs to its round
+    assert rounds.round(1) == {"a": [ok(2)], "b": [failed]}
+    assert rounds.failed() == {"b"}
+    # What the rounds' claims store: round -> config key -> restart dicts; read after the legacy ones.
+    both = rounds.merged(Rounds.from_stored({1: {"a": [ok(3).to_dict()]}, 2: {"a": [ok(4).to_dict()]}}))
+    assert both.progress() == {"a": [ok(1, cold=True), ok(1), ok(2), ok(3), ok(4)], "b": [ok(1), failed]}
+    assert rounds.round(2) == {}  # merging made a new Rounds

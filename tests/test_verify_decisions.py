@@ -8,9 +8,8 @@ from autotune.stats.intervals import shrunk_means
 from autotune.report._build import build_report
 from autotune.core.records import EngineConfig, Resolved, Workload
 from autotune.config.space import parse_space
-from autotune.study._loop import StudyOptions, run_study
-from autotune.decisions.verification import (BASELINE, CANDIDATE, Candidate, SearchEvidence, plan_key, run_verification,
-                             select_candidates)
+from autotune.study import StudyOptions, run_study, run_verification
+from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, SearchEvidence, plan_key, select_candidates
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
 WORKLOAD = Workload(timed_passes=2)

@@ -308,7 +308,7 @@ def test_a_retried_trial_keeps_its_restarts_and_runs_only_the_rest(tmp_path: Pat
     """A worker killed after two restarts: the next worker's retry counts those two and starts restart 2."""
     from autotune.decisions.racing import RacingPolicy
     from autotune.config.space import parse_space
-    from autotune.study._loop import StudyOptions, run_study
+    from autotune.study import StudyOptions, run_study
     from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
     storage = f"sqlite:///{tmp_path}/optuna.db"
@@ -393,7 +393,7 @@ def test_a_retry_the_budget_has_no_room_for_ends_with_what_its_worker_measured(t
     keeps the two restarts it carries, and verification still gets its share."""
     from autotune.decisions.racing import RacingPolicy
     from autotune.config.space import parse_space
-    from autotune.study._loop import StudyOptions, run_study
+    from autotune.study import StudyOptions, run_study
     from tests.conftest import SMALL_SPACE, FakeEngine, by_params
 
     storage = f"sqlite:///{tmp_path}/optuna.db"

@@ -5,9 +5,11 @@ Draws restart samples with known truth and counts how often each interval covers
 * **throughput**: :func:`autotune.stats.intervals.interval` for one configuration's mean, ``n`` restarts;
 * **speedup**: :func:`autotune.stats.intervals.compare` for mean(challenger) / mean(baseline), at 95% and at the
   Bonferroni level of three challengers (98.33%), with equal and with unequal spread and restart counts;
-* **verification**: the whole :func:`autotune.decisions.verification.run_verification` phase (three challengers and the baseline,
-  extra rounds for near-ties, winner picked by its verified mean) on a simulated engine: how often the
-  winner's speedup interval covers its true speedup, and how often it says "faster" when nothing is.
+* **verification**: the whole verification phase (three challengers and the baseline, extra rounds for near-ties,
+  winner picked by its verified mean) on a simulated engine, run by the study's own loop
+  (:func:`autotune.study.run_verification`: :class:`autotune.study._verification.VerificationLoop` with its rounds
+  in memory): how often the winner's speedup interval covers its true speedup, and how often it says "faster"
+  when nothing is.
 
 Noise is lognormal or normal at a given coefficient of variation (CV), independent between restarts. The old
 percentile bootstrap of the ratio of means (what the verdict used before) is kept here as a reference column:
@@ -32,7 +34,8 @@ from scipy import stats
 
 from autotune.stats.intervals import compare, interval
 from autotune.core.records import EngineConfig, Resolved, RestartResult, Workload
-from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, run_verification
+from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate
+from autotune.study import run_verification
 
 __all__ = [
     "NOISES",

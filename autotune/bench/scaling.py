@@ -3,7 +3,7 @@
 An engine start costs 30 s to minutes, so a study's wall time is its engine time, and the question for several
 GPUs is how much of it runs in parallel and what that costs the search. Each run here is a whole study (search,
 racing, verification) by N workers sharing one Optuna storage, run by the real worker code
-(:func:`autotune.study._loop.run_study`, one thread per worker). The simulator's start-up and measurement times are
+(:func:`autotune.study.run_study`, one thread per worker). The simulator's start-up and measurement times are
 the only thing that takes time: a :class:`SimClock` lets exactly one worker run at a time, always the one that
 is earliest in simulated time, and a restart moves its worker's clock on by the restart's simulated wall time.
 So the result is deterministic, takes seconds of real time, and measures scheduling (idle GPUs at the end of the

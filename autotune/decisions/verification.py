@@ -9,20 +9,23 @@ weakest challenger on search and first-round restarts is dropped (:func:`first_r
 rounds, extra rounds go only to challengers still tied with the leading
 challenger, the baseline alongside, up to a cap and within the budget. The winner is chosen from these restarts
 alone, and its speedup over the baseline comes with a Bonferroni-corrected interval and a verdict.
+
+These are the rules, as pure functions of the restarts so far; :mod:`autotune.study._verification` runs the rounds
+they call for (one loop, for the study, the coverage benchmark and the tests alike).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from autotune.stats.intervals import Comparison, TrialSummary, Verdict, compare, measure_restart, shrunk_means, summarize
+from autotune.stats.intervals import Comparison, TrialSummary, Verdict, compare, shrunk_means, summarize
 from autotune.stats.latency import SloCheck, check_slo, meets_slo, summarize_latency
-from autotune.core.records import EngineConfig, RestartResult, Workload
+from autotune.core.records import EngineConfig, RestartResult
 
 __all__ = [
     "Candidate",
@@ -32,11 +35,10 @@ __all__ = [
     "conclude",
     "first_round_cut",
     "plan_key",
+    "Progress",
+    "Rounds",
     "round_participants",
-    "run_round",
-    "run_verification",
     "select_candidates",
-    "split_rounds",
 ]
 
 BASELINE = "baseline"
@@ -277,96 +279,80 @@ class Verification:
         )
 
 
-ProgressFn = Callable[[str, Mapping[str, list[dict[str, Any]]]], None]
+#: Verification restarts by configuration key, in round order: what the rules below read.
+Progress = Mapping[str, Sequence[RestartResult]]
 
 
-def run_verification(
-    engine: Any,
-    workload: Workload,
-    candidates: Sequence[Candidate],
-    restarts: int,
-    seed_for: Callable[[int], int],
-    done: Mapping[str, list[dict[str, Any]]] | None = None,
-    on_result: Callable[[Candidate, RestartResult], None] | None = None,
-    save_progress: Callable[[Mapping[str, list[dict[str, Any]]]], None] | None = None,
-    confidence: float = 0.95,
-    interval_method: str = "t",
-    alpha: float = 0.05,
-    max_restarts: int | None = None,
-    may_start: Callable[[int], bool] | None = None,
-    slo: Mapping[str, float] | None = None,
-) -> Verification:
-    """Measure ``candidates`` (the baseline among them) in interleaved rounds of fresh restarts.
+@dataclasses.dataclass
+class Rounds:
+    """Verification restarts by round, then by configuration key, in the order they ran.
 
-    Every configuration gets ``restarts`` rounds. Then, up to ``max_restarts`` rounds, a round goes to the
-    challengers still tied with the leading challenger (:func:`_contenders`) and the baseline, as long as two
-    challengers are tied and ``may_start`` allows the round's starts. Who gets round ``r`` depends only on the
-    restarts of rounds before ``r``, so a resumed phase makes the same choices and runs nothing twice.
-
-    With latency limits (``slo``) only a configuration that meets them can win (:mod:`autotune.stats.latency`); when
-    none does, the baseline is named and the report says no configuration met them.
-
-    Args:
-        engine: The engine backend.
-        workload: The workload.
-        candidates: Configurations to verify; exactly one has role ``baseline``.
-        restarts: Counted restarts every configuration gets.
-        seed_for: Seed of round ``i``; the same for every configuration in a round (matched restarts).
-        done: Restarts already run in an earlier, interrupted attempt: ``config key -> [RestartResult dicts]``.
-        on_result: Called after every restart.
-        save_progress: Called with the updated ``done`` after every restart, so an interruption loses nothing.
-        confidence: Interval coverage for each configuration's mean.
-        interval_method: ``t`` or ``bca``.
-        alpha: Family-wise error rate of the comparisons with the baseline.
-        max_restarts: Cap on counted restarts of a near-tie (default: ``restarts``, no extra rounds).
-        may_start: ``may_start(n)``: whether ``n`` more engine starts fit the budget (default: always).
+    The store keeps them as plain dicts (each round's claim holds ``config key -> [restart dicts]``; a single-process
+    autotune of an earlier version kept ``config key -> [restart dicts]`` for the whole phase); they are read once,
+    into this shape, and the stored shapes stay as they are.
     """
-    progress: dict[str, list[dict[str, Any]]] = {k: list(v) for k, v in (done or {}).items()}
-    cap = max(restarts, max_restarts or restarts)
-    for rnd in range(cap):
-        participants = round_participants(candidates, progress, rnd, restarts, confidence)
-        if participants is None:
-            break  # the leading challenger is settled: more restarts would not change the winner
-        if rnd >= restarts:
-            todo = [c for c in participants if _needs(c, progress, rnd)]
-            if todo and may_start is not None and not may_start(len(todo)):
-                break
-        for cand in participants:
-            if not _needs(cand, progress, rnd):
-                continue
-            key = cand.config.key()
 
-            def record(result: RestartResult, cand: Candidate = cand, key: str = key) -> None:
-                progress.setdefault(key, []).append(result.to_dict())
-                if save_progress is not None:
-                    save_progress(progress)
-                if on_result is not None:
-                    on_result(cand, result)
+    by_round: dict[int, dict[str, list[RestartResult]]] = dataclasses.field(default_factory=dict)
 
-            measure_restart(engine, cand.config, workload, restart=rnd, seed=seed_for(rnd), on_result=record)
-    return conclude(candidates, progress, restarts, confidence, interval_method, alpha, cap, slo or {}, workload.unit)
+    @classmethod
+    def from_stored(cls, stored: Mapping[int, Mapping[str, Sequence[Mapping[str, Any]]]]) -> Rounds:
+        """Rounds as the rounds' claims store them: round -> config key -> restart dicts."""
+        rounds = cls()
+        for rnd, by_key in stored.items():
+            for key, runs in by_key.items():
+                rounds.add(int(rnd), key, [RestartResult.from_dict(d) for d in runs])
+        return rounds
+
+    @classmethod
+    def from_progress(cls, progress: Progress) -> Rounds:
+        """Rounds from restarts by config key in the order they ran: a counted restart closes its round, and a cold
+        or failed one belongs to the round it was run for."""
+        rounds = cls()
+        for key, restarts in progress.items():
+            rnd = 0
+            for result in restarts:
+                rounds.add(rnd, key, [result])
+                if result.ok and not result.cold:
+                    rnd += 1
+        return rounds
+
+    def add(self, rnd: int, key: str, results: Sequence[RestartResult]) -> None:
+        self.by_round.setdefault(rnd, {}).setdefault(key, []).extend(results)
+
+    def merged(self, other: Rounds) -> Rounds:
+        """These rounds, then ``other``'s restarts after them in each round and configuration."""
+        out = Rounds()
+        for source in (self, other):
+            for rnd, by_key in source.by_round.items():
+                for key, results in by_key.items():
+                    out.add(rnd, key, results)
+        return out
+
+    def round(self, rnd: int) -> Mapping[str, Sequence[RestartResult]]:
+        """Round ``rnd``'s restarts by config key (empty: nothing ran in it yet)."""
+        return self.by_round.get(rnd, {})
+
+    def progress(self) -> dict[str, list[RestartResult]]:
+        """Every restart by config key, in round order (what :func:`round_participants` and :func:`conclude`
+        read)."""
+        progress: dict[str, list[RestartResult]] = {}
+        for _, by_key in sorted(self.by_round.items()):
+            for key, results in by_key.items():
+                progress.setdefault(key, []).extend(results)
+        return progress
+
+    def failed(self) -> set[str]:
+        """Config keys with a failed restart in any round: a broken configuration gets no more starts."""
+        return {key for by_key in self.by_round.values() for key, results in by_key.items()
+                if any(not r.ok for r in results)}
 
 
-def split_rounds(progress: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[int, dict[str, list[dict[str, Any]]]]:
-    """Restarts by config key (in the order they ran) -> by round: a counted restart closes its round, and a
-    cold or failed one belongs to the round it was run for."""
-    rounds: dict[int, dict[str, list[dict[str, Any]]]] = {}
-    for key, restarts in progress.items():
-        rnd = 0
-        for data in restarts:
-            rounds.setdefault(rnd, {}).setdefault(key, []).append(dict(data))
-            result = RestartResult.from_dict(data)
-            if result.ok and not result.cold:
-                rnd += 1
-    return rounds
-
-
-def round_participants(candidates: Sequence[Candidate], progress: Mapping[str, list[dict[str, Any]]], rnd: int,
+def round_participants(candidates: Sequence[Candidate], progress: Progress, rnd: int,
                        restarts: int, confidence: float) -> list[Candidate] | None:
-    """Who runs round ``rnd``, as :func:`run_verification` decides it: everyone in the first round; the
-    challengers :func:`first_round_cut` keeps in the other common rounds; after them the challengers still tied
-    with the leader; the baseline in every round. ``None``: no more rounds (the leading challenger is settled).
-    ``progress`` holds the rounds before ``rnd``, in round order."""
+    """Who runs round ``rnd``: everyone in the first round; the challengers :func:`first_round_cut` keeps in the
+    other common rounds; after them the challengers still tied with the leader; the baseline in every round.
+    ``None``: no more rounds (the leading challenger is settled). ``progress`` holds the rounds before ``rnd``, in
+    round order."""
     if rnd == 0:
         return list(candidates)
     contenders = first_round_cut(candidates, progress)
@@ -381,46 +367,11 @@ def round_participants(candidates: Sequence[Candidate], progress: Mapping[str, l
     return [c for c in candidates if c.config.key() in keep or c.role == BASELINE]
 
 
-def run_round(
-    engine: Any,
-    workload: Workload,
-    participants: Sequence[Candidate],
-    rnd: int,
-    seed: int,
-    done: Mapping[str, Sequence[Mapping[str, Any]]],
-    failed: set[str],
-    record: Callable[[Candidate, RestartResult], None],
-) -> None:
-    """Round ``rnd`` of the verification on one engine (one GPU): one counted restart of every participant, in
-    order (A B C base), on one seed. Rounds are independent of each other, so workers may run them at once.
-
-    Args:
-        done: This round's restarts already run (by an earlier, interrupted holder): config key -> restart dicts.
-        failed: Config keys that failed in any round: a broken configuration gets no more starts.
-        record: Called with every restart as it lands (to store it before the next one starts).
-    """
-    for cand in participants:
-        key = cand.config.key()
-        have = [RestartResult.from_dict(d) for d in done.get(key, [])]
-        if key in failed or any(r.ok and not r.cold for r in have) or any(not r.ok for r in have):
-            continue
-        measure_restart(engine, cand.config, workload, restart=rnd, seed=seed,
-                        on_result=lambda result, cand=cand: record(cand, result))
+def _restarts(cand: Candidate, progress: Progress) -> list[RestartResult]:
+    return list(progress.get(cand.config.key(), ()))
 
 
-def _restarts(cand: Candidate, progress: Mapping[str, list[dict[str, Any]]]) -> list[RestartResult]:
-    return [RestartResult.from_dict(d) for d in progress.get(cand.config.key(), [])]
-
-
-def _needs(cand: Candidate, progress: Mapping[str, list[dict[str, Any]]], rnd: int) -> bool:
-    """Whether ``cand`` still has to run round ``rnd``: not yet measured in it, and never failed."""
-    have = _restarts(cand, progress)
-    counted = [r for r in have if r.ok and not r.cold]
-    # A broken configuration gets no more starts.
-    return len(counted) <= rnd and all(r.ok for r in have)
-
-
-def first_round_cut(candidates: Sequence[Candidate], progress: Mapping[str, list[dict[str, Any]]]) -> list[Candidate]:
+def first_round_cut(candidates: Sequence[Candidate], progress: Progress) -> list[Candidate]:
     """The challengers that go on after the first round: all of them, unless a runner-up was taken in.
 
     Then the weakest is dropped: the lowest geometric mean of its search restarts and its first fresh one (a
@@ -448,7 +399,7 @@ def first_round_cut(candidates: Sequence[Candidate], progress: Mapping[str, list
     return [c for i, c in enumerate(challengers) if i in keep]
 
 
-def _contenders(current: Sequence[Candidate], progress: Mapping[str, list[dict[str, Any]]], rnd: int,
+def _contenders(current: Sequence[Candidate], progress: Progress, rnd: int,
                 confidence: float) -> list[Candidate]:
     """The challengers of ``current`` that could still be the best challenger, judged on rounds before ``rnd``.
 
@@ -475,7 +426,7 @@ def _contenders(current: Sequence[Candidate], progress: Mapping[str, list[dict[s
 
 def conclude(
     candidates: Sequence[Candidate],
-    progress: Mapping[str, list[dict[str, Any]]],
+    progress: Progress,
     restarts: int,
     confidence: float,
     interval_method: str,
@@ -484,8 +435,7 @@ def conclude(
     slo: Mapping[str, float] | None = None,
     unit: str = "tok/s",
 ) -> Verification:
-    per_key = {c.config.key(): tuple(RestartResult.from_dict(d) for d in progress.get(c.config.key(), []))
-               for c in candidates}
+    per_key = {c.config.key(): tuple(progress.get(c.config.key(), ())) for c in candidates}
     # The winner is the highest of several means, so its own 95% interval would cover its true mean less than
     # 95% of the time. Intervals at the Bonferroni level over the family cover every member at once, the
     # winner included (docs/benchmarks.md: coverage rose from 92-94% to 96-99% on the simulator).

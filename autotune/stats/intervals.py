@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from autotune.core.records import EngineConfig, RestartResult, Workload, config_differences
+from autotune.core.records import EngineConfig, RestartResult, config_differences
 
 __all__ = [
     "Comparison",
@@ -34,14 +34,10 @@ __all__ = [
     "format_mean",
     "interval",
     "log_ratio_interval",
-    "measure_restart",
     "shrunk_means",
     "summarize",
 ]
 
-#: Why a restart fails when the engine calls its second start of one configuration and seed cold again.
-ALWAYS_COLD = ("engine reported a cold start twice in a row for the same configuration and seed: its cold flag never "
-               "clears (a compile cache that is not kept between restarts?), so no restart could be counted")
 #: Above this coefficient of variation across restarts a result is flagged unstable (pyperf warns at 10%).
 UNSTABLE_CV = 0.10
 
@@ -377,46 +373,3 @@ def compare(
     else:  # the interval holds 1, or there is none (fewer than two restarts a side)
         verdict = Verdict.NOT_SIGNIFICANT
     return Comparison(speedup, low, high, p, confidence, comparisons, verdict)
-
-
-def measure_restart(
-    engine: Any,
-    config: EngineConfig,
-    workload: Any,
-    *,
-    restart: int,
-    seed: int,
-    on_result: Callable[[RestartResult], None] | None = None,
-    rerun_cold: Callable[[RestartResult], bool] | None = None,
-) -> list[RestartResult]:
-    """One counted restart of ``config``, preceded by a warm-up restart when the engine reports it cold.
-
-    A cold restart (the first start of a configuration, with empty compile caches) ran 30-60% slow on the
-    H200. By default it is kept in the record but not counted: the same seed is run again warm, so racing and
-    verification compare warm restarts on matched seeds. ``rerun_cold`` (given the cold result) may say no: the
-    search does when its cold starts count (:mod:`autotune.stats.coldstart`), when the cold start alone shows the
-    configuration cannot be the best, or when the budget has no room for the rerun; the caller reads the last
-    result's ``cold`` flag to tell.
-
-    Each restart is scored under the workload's objective (:meth:`Workload.scored`) before anyone sees it, so
-    racing, verification, tracking and reports all read the objective's value.
-
-    Returns:
-        The restarts run (one, or a cold one followed by a warm one), in order.
-    """
-    results = []
-    for attempt in range(2):
-        result = engine.run_restart(config, workload, restart=restart, seed=seed)
-        if isinstance(workload, Workload):
-            result = workload.scored(result)
-        if attempt and result.ok and result.cold:
-            # A second start of the same configuration and seed cannot be cold unless the engine's cold flag never
-            # clears: nothing it reports would ever count, so say so rather than fail every trial without a reason.
-            result = dataclasses.replace(result, status="failed", error=ALWAYS_COLD)
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
-        if not (result.ok and result.cold) or (rerun_cold is not None and not rerun_cold(result)):
-            break
-    return results
-

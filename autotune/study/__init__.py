@@ -1,12 +1,33 @@
-"""The study: an Optuna ask/tell loop over fresh-restart trials, then verification of the best against the baseline."""
+"""The study: an Optuna ask/tell loop over fresh-restart trials, then verification of the best against the baseline.
 
-from autotune.study._loop import (
-    BudgetTooSmall,
-    Interrupted,
-    prepare_study,
-    run_study,
-    smallest_restart_budget,
-)
+Everything a study learns is in Optuna's storage (SQLite under ``mlruns/`` by default), written as it
+happens, so the same command after Ctrl-C or ``kill -9`` resumes: finished trials are kept, a trial whose
+process is gone is failed and retried with the restarts it had measured, and verification restarts already run
+are not run again.
+
+Several workers (processes, on one machine or many) may run the same study at once, sharing only the storage:
+each asks Optuna for its own trials (TPE with ``constant_liar`` keeps them apart), records a heartbeat for the
+trial it runs, and fails and retries only trials whose heartbeat went stale. They share the engine-start budget
+through the starts each running trial announces. When the search is over, each verification round and the
+conclusion are claims (:mod:`autotune.store.claims`): taken by exactly one worker, taken over if it dies.
+
+Inside: ``_run`` (the whole study), ``_open`` (opening, metadata), ``_optimize`` (the search loop), ``_trial`` (one
+trial's restarts), ``_restart`` (one restart), ``_budget`` (engine starts), ``_start_design`` (where the search
+starts), ``_verification`` (the verification phase).
+"""
+
+from autotune.study._budget import BudgetTooSmall, smallest_restart_budget
+from autotune.study._open import prepare_study
+from autotune.study._run import Interrupted, run_study
+from autotune.study._verification import run_verification
 from autotune.study.options import StudyOptions
 
-__all__ = ["BudgetTooSmall", "Interrupted", "StudyOptions", "prepare_study", "run_study", "smallest_restart_budget"]
+__all__ = [
+    "BudgetTooSmall",
+    "Interrupted",
+    "StudyOptions",
+    "prepare_study",
+    "run_study",
+    "run_verification",
+    "smallest_restart_budget",
+]

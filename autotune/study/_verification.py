@@ -1,0 +1,430 @@
+"""The verification phase: rounds of fresh restarts of the chosen configurations and the baseline, then the
+conclusion.
+
+One loop (:class:`VerificationLoop`) runs it for the study, for the coverage benchmark and for the tests. What
+differs between them is where rounds are taken and recorded (a :class:`RoundBook`): the study's ledger and claims,
+so that several workers share the rounds and a resume runs nothing twice (:class:`_StudyRounds`), or memory for a
+single process (:class:`MemoryRounds`, behind :func:`run_verification`). Who runs which round is decided by the
+pure rules of :mod:`autotune.decisions.verification`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from optuna.trial import FrozenTrial
+
+from autotune.config.space import SearchSpace
+from autotune.core.records import RestartResult, Workload
+from autotune.decisions.verification import (
+    BASELINE,
+    Candidate,
+    Rounds,
+    SearchEvidence,
+    Verification,
+    conclude,
+    round_participants,
+)
+from autotune.decisions.verification import select_candidates as select_verified
+from autotune.store.ledger import VERIFY_CONCLUDE_JOB, Ledger
+from autotune.study._budget import _runner_up_starts, _starts_fit, _verify_may_start, _verify_plan, _verify_top_k
+from autotune.study._restart import measure_restart
+from autotune.study.events import StudyContext, StudyObserver, notify
+
+__all__ = ["MemoryRounds", "RoundBook", "RoundClaim", "VerificationLoop", "run_verification", "select_candidates"]
+
+#: Runs one counted restart of a candidate for a round (a cold warm-up before it when the engine starts cold) and
+#: hands every restart to the callback as it lands: ``run_restart(candidate, round, on_result)``.
+RunRestart = Callable[[Candidate, int, Callable[[RestartResult], None]], object]
+
+
+class RoundClaim(Protocol):
+    """A round (or the conclusion) held by this process until :meth:`complete`."""
+
+    def record_restarts(self, restarts: Mapping[str, Sequence[RestartResult]]) -> None:
+        """Store what this holder ran in the round so far, by config key (before the next restart starts)."""
+
+    def complete(self) -> None:
+        """The round is done."""
+
+
+class RoundBook(Protocol):
+    """Where verification rounds are taken and recorded."""
+
+    def concluded(self) -> bool:
+        """The phase has its conclusion (here or in another process)."""
+
+    def refresh(self) -> None:
+        """Free the rounds whose holder is gone, before looking at which are done."""
+
+    def round_done(self, rnd: int) -> bool: ...
+
+    def try_round(self, rnd: int) -> RoundClaim | None:
+        """Take round ``rnd`` if no one holds it or did it; ``None`` otherwise."""
+
+    def wait_round(self, rnd: int) -> RoundClaim | None:
+        """Take round ``rnd``, waiting while another holds it; ``None`` when another ran it."""
+
+    def wait_conclusion(self) -> RoundClaim | None:
+        """Take the conclusion, waiting while another holds it; ``None`` when another concluded."""
+
+    def idle(self) -> None:
+        """Every round left is held by another process: wait a while."""
+
+    def rounds(self) -> Rounds:
+        """Every verification restart so far, by round."""
+
+    def record_verification(self, verification: Verification) -> None:
+        """Store the conclusion (under the conclusion's claim)."""
+
+
+def restart_runner(engine: Any, workload: Workload, seed_for: Callable[[int], int]) -> RunRestart:
+    """:data:`RunRestart` on ``engine``: round ``r`` on seed ``seed_for(r)``, the same for every configuration in the
+    round (matched restarts)."""
+
+    def run(candidate: Candidate, rnd: int, on_result: Callable[[RestartResult], None]) -> object:
+        return measure_restart(engine, candidate.config, workload, restart=rnd, seed=seed_for(rnd),
+                               on_result=on_result)
+
+    return run
+
+
+@dataclasses.dataclass
+class VerificationLoop:
+    """The verification phase: the common rounds, the near-tie rounds, the conclusion.
+
+    The common rounds (``common`` of them) may run at once in as many processes, except that with a runner-up the
+    rounds after the first wait for it (who runs them is decided on it, :func:`round_participants`); the near-tie
+    rounds after them each depend on the rounds before, so they run one at a time, up to ``cap``, each only when
+    ``may_start`` allows the starts it still needs. Who runs round ``r`` depends only on the restarts of rounds
+    before ``r``, so a resumed phase makes the same choices and runs nothing twice.
+
+    Attributes:
+        candidates: Configurations to verify; exactly one has role ``baseline``.
+        book: Where rounds are taken and recorded.
+        run_restart: How one restart runs (:func:`restart_runner`).
+        common: Counted restarts every configuration gets.
+        cap: Cap on counted restarts of a near-tie (``common``: no extra rounds).
+        may_start: Whether the restarts of these candidates still to run fit the budget (default: always).
+        on_restart: Called with every restart as it lands, after it is recorded.
+    """
+
+    candidates: Sequence[Candidate]
+    book: RoundBook
+    run_restart: RunRestart
+    common: int
+    cap: int
+    confidence: float = 0.95
+    interval_method: str = "t"
+    alpha: float = 0.05
+    slo: Mapping[str, float] | None = None
+    unit: str = "tok/s"
+    may_start: Callable[[Sequence[Candidate]], bool] | None = None
+    on_restart: Callable[[Candidate, RestartResult], None] | None = None
+
+    def run(self) -> Verification | None:
+        """Run this process's share of the phase. Returns the verification if this process concluded it."""
+        self._common_rounds()
+        self._near_tie_rounds()
+        return self._conclude()
+
+    def _participants(self, rnd: int) -> list[Candidate] | None:
+        return round_participants(self.candidates, self.book.rounds().progress(), rnd, self.common, self.confidence)
+
+    def _common_rounds(self) -> None:
+        book = self.book
+        cut_waits = any(c.runner_up for c in self.candidates)
+        while not book.concluded():
+            book.refresh()
+            pending = [r for r in range(self.common) if not book.round_done(r)]
+            if not pending:
+                return
+            ready = [r for r in pending if r == 0 or not cut_waits or book.round_done(0)]
+            for rnd in ready:
+                claim = book.try_round(rnd)
+                if claim is not None:
+                    participants = self._participants(rnd)
+                    assert participants is not None  # only the near-tie rounds after the common ones can be skipped
+                    self._run_round(participants, rnd, claim)
+                    claim.complete()
+                    break
+            else:
+                book.idle()  # every pending round is held by a live worker
+
+    def _near_tie_rounds(self) -> None:
+        for rnd in range(self.common, self.cap):
+            if self.book.concluded():
+                return
+            participants = self._participants(rnd)
+            if participants is None:
+                return  # the leading challenger is settled: more restarts would not change the winner
+            claim = self.book.wait_round(rnd)
+            if claim is None:
+                continue  # another worker ran this round
+            todo = self._todo(participants, rnd)
+            if todo and (self.may_start is None or self.may_start(todo)):
+                self._run_round(todo, rnd, claim)
+            # A round the budget leaves out stays empty: the next one finds no tie to break.
+            claim.complete()
+
+    def _todo(self, participants: Sequence[Candidate], rnd: int) -> list[Candidate]:
+        """The participants still to run round ``rnd``: not measured in it yet (an earlier holder may have), and
+        never failed (a broken configuration gets no more starts)."""
+        rounds = self.book.rounds()
+        failed = rounds.failed()
+        done = rounds.round(rnd)
+        return [c for c in participants if c.config.key() not in failed
+                and not any(r.ok and not r.cold for r in done.get(c.config.key(), ()))]
+
+    def _run_round(self, participants: Sequence[Candidate], rnd: int, claim: RoundClaim) -> None:
+        """Round ``rnd`` here: one counted restart of every participant still to run it, in order (A B C base), on
+        the round's seed; what an earlier holder of the round ran is kept."""
+        mine: dict[str, list[RestartResult]] = {}
+        for cand in self._todo(participants, rnd):
+
+            def record(result: RestartResult, cand: Candidate = cand) -> None:
+                mine.setdefault(cand.config.key(), []).append(result)
+                claim.record_restarts(mine)
+                if self.on_restart is not None:
+                    self.on_restart(cand, result)
+
+            self.run_restart(cand, rnd, record)
+
+    def _conclude(self) -> Verification | None:
+        claim = None if self.book.concluded() else self.book.wait_conclusion()
+        if claim is None:
+            return None
+        verification = conclude(self.candidates, self.book.rounds().progress(), self.common, self.confidence,
+                                self.interval_method, self.alpha, max_restarts=self.cap, slo=self.slo or {},
+                                unit=self.unit)
+        self.book.record_verification(verification)
+        claim.complete()
+        return verification
+
+
+# -- in memory: one process ----------------------------------------------------------------------------------
+
+
+class _MemoryClaim:
+    def __init__(self, book: MemoryRounds, rnd: int | None) -> None:
+        self.book, self.rnd = book, rnd
+        self.restarts: dict[str, list[RestartResult]] = {}
+
+    def record_restarts(self, restarts: Mapping[str, Sequence[RestartResult]]) -> None:
+        self.restarts = {k: list(v) for k, v in restarts.items()}
+        if self.book.on_change is not None:
+            self.book.on_change(self.book.rounds())
+
+    def complete(self) -> None:
+        if self.rnd is not None:
+            self.book.completed.add(self.rnd)
+
+
+class MemoryRounds:
+    """A round book for one process, in memory: every round is free to take, nothing is waited for.
+
+    Args:
+        done: Restarts of an earlier, interrupted attempt; rounds they began are run again for what is missing.
+        on_change: Called with every restart recorded, so a caller can keep what an interruption would lose.
+    """
+
+    def __init__(self, done: Rounds | None = None, on_change: Callable[[Rounds], None] | None = None) -> None:
+        self.done = done or Rounds()
+        self.on_change = on_change
+        self.completed: set[int] = set()
+        self.claims: list[_MemoryClaim] = []
+        self.verification: Verification | None = None
+
+    def concluded(self) -> bool:
+        return self.verification is not None
+
+    def refresh(self) -> None:
+        pass
+
+    def round_done(self, rnd: int) -> bool:
+        return rnd in self.completed
+
+    def try_round(self, rnd: int) -> RoundClaim | None:
+        claim = _MemoryClaim(self, rnd)
+        self.claims.append(claim)
+        return claim
+
+    wait_round = try_round
+
+    def wait_conclusion(self) -> RoundClaim | None:
+        return _MemoryClaim(self, None)
+
+    def idle(self) -> None:
+        raise AssertionError("one process holds every round it takes: nothing to wait for")
+
+    def rounds(self) -> Rounds:
+        rounds = self.done.merged(Rounds())
+        for claim in self.claims:
+            for key, results in claim.restarts.items():
+                rounds.add(claim.rnd, key, results)  # type: ignore[arg-type]
+        return rounds
+
+    def record_verification(self, verification: Verification) -> None:
+        self.verification = verification
+
+
+def run_verification(
+    engine: Any,
+    workload: Workload,
+    candidates: Sequence[Candidate],
+    restarts: int,
+    seed_for: Callable[[int], int],
+    done: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    on_result: Callable[[Candidate, RestartResult], None] | None = None,
+    save_progress: Callable[[Mapping[str, list[dict[str, Any]]]], None] | None = None,
+    confidence: float = 0.95,
+    interval_method: str = "t",
+    alpha: float = 0.05,
+    max_restarts: int | None = None,
+    may_start: Callable[[int], bool] | None = None,
+    slo: Mapping[str, float] | None = None,
+) -> Verification:
+    """The verification phase in one process, in memory: :class:`VerificationLoop` on a :class:`MemoryRounds`.
+
+    With latency limits (``slo``) only a configuration that meets them can win (:mod:`autotune.stats.latency`); when
+    none does, the baseline is named and the report says no configuration met them.
+
+    Args:
+        restarts: Counted restarts every configuration gets.
+        seed_for: Seed of round ``i``; the same for every configuration in a round (matched restarts).
+        done: Restarts already run in an earlier, interrupted attempt: ``config key -> [RestartResult dicts]``.
+        on_result: Called after every restart.
+        save_progress: Called with every restart so far (``config key -> [RestartResult dicts]``, what ``done``
+            takes) after every restart, so an interruption loses nothing.
+        alpha: Family-wise error rate of the comparisons with the baseline.
+        max_restarts: Cap on counted restarts of a near-tie (default: ``restarts``, no extra rounds).
+        may_start: ``may_start(n)``: whether ``n`` more engine starts fit the budget (default: always).
+    """
+    earlier = Rounds.from_progress({k: [RestartResult.from_dict(d) for d in v] for k, v in (done or {}).items()})
+
+    def saved(rounds: Rounds) -> None:
+        if save_progress is not None:
+            save_progress({k: [r.to_dict() for r in v] for k, v in rounds.progress().items()})
+
+    book = MemoryRounds(earlier, saved)
+    loop = VerificationLoop(candidates, book, restart_runner(engine, workload, seed_for), restarts,
+                            max(restarts, max_restarts or restarts), confidence, interval_method, alpha, slo,
+                            workload.unit, None if may_start is None else (lambda todo: may_start(len(todo))),
+                            on_result)
+    verification = loop.run()
+    assert verification is not None  # one process concludes what it runs
+    return verification
+
+
+# -- the study's rounds: the ledger and its claims -------------------------------------------------------------
+
+
+class _StudyRounds:
+    """The study's round book: each round and the conclusion a claim, restarts stored on the round's claim as they
+    land, so several workers share the rounds and a resume runs nothing twice."""
+
+    def __init__(self, ctx: StudyContext, observers: Sequence[StudyObserver]) -> None:
+        self.ctx, self.observers = ctx, observers
+        self.ledger, self.claims = ctx.ledger, ctx.claims
+
+    def concluded(self) -> bool:
+        return self.ledger.has_verification()
+
+    def refresh(self) -> None:
+        self.claims.refresh()
+
+    def round_done(self, rnd: int) -> bool:
+        return self.claims.done(self.ledger.verify_round_job(rnd))
+
+    def try_round(self, rnd: int) -> RoundClaim | None:
+        return self.claims.try_claim(self.ledger.verify_round_job(rnd))
+
+    def wait_round(self, rnd: int) -> RoundClaim | None:
+        return self.claims.wait_for(self.ledger.verify_round_job(rnd), self.ctx.poll_s, self.ctx.sleep)
+
+    def wait_conclusion(self) -> RoundClaim | None:
+        return self.claims.wait_for(VERIFY_CONCLUDE_JOB, self.ctx.poll_s, self.ctx.sleep)
+
+    def idle(self) -> None:
+        self.ctx.sleep(self.ctx.poll_s)
+
+    def rounds(self) -> Rounds:
+        """The rounds' claims, after what a single-process autotune of an earlier version stored for a study it
+        verified in part."""
+        legacy = {k: [RestartResult.from_dict(d) for d in v] for k, v in self.ledger.verify_progress().items()}
+        return Rounds.from_progress(legacy).merged(Rounds.from_stored(self.ledger.verify_rounds()))
+
+    def record_verification(self, verification: Verification) -> None:
+        self.ledger.record_verification(verification)
+        self.ctx.concluded = True
+        notify(self.observers, "on_verification_end", self.ctx, verification)
+
+
+def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verification | None:
+    """The study's verification rounds, spread over its workers (one claim per round); the conclusion by exactly one
+    worker. Returns the verification if this worker concluded it, else ``None``."""
+    options, ledger = ctx.options, ctx.ledger
+    common = options.verify_restarts
+    loop = VerificationLoop(
+        _candidates(ctx), _StudyRounds(ctx, observers),
+        restart_runner(ctx.engine, ctx.space.workload, options.verify_seed), common,
+        max(common, options.verify_max_restarts or common), options.confidence, options.interval_method,
+        slo=ctx.space.slo_constraints, unit=ctx.space.workload.unit,
+        may_start=lambda todo: _verify_may_start(ledger, options, todo),
+        on_restart=lambda cand, result: notify(observers, "on_restart", ctx, "verify",
+                                               f"verify {cand.config.label()}", result))
+    return loop.run()
+
+
+# -- choosing the candidates -----------------------------------------------------------------------------------
+
+
+def select_candidates(ledger: Ledger, space: SearchSpace, top_k: int, runner_up: bool = False) -> list[Candidate]:
+    """Up to top-k engine plans by shrunk search estimate (and a runner-up), then the baseline (see
+    :func:`select_verified`)."""
+    evidence = []
+    complete = ledger.measured_complete()
+    # Under latency limits only configurations that met them are candidates, as long as any did: a fast one that
+    # misses a limit cannot win, and verifying it would take a slot from one that can.
+    feasible = [t for t in complete if _feasible(t)]
+    for t in feasible or complete:
+        summary = ledger.summary(t)
+        config = ledger.config(t)
+        if summary is not None and summary.values and config is not None:
+            evidence.append(SearchEvidence.from_summary(t.number, config, summary))
+    return select_verified(evidence, space.baseline(), top_k, runner_up)
+
+
+
+def _runnable(space: SearchSpace, candidate: Candidate) -> Candidate:
+    """The candidate with its configuration rebuilt from the space: stored ones have their credentials redacted."""
+    config = space.baseline() if candidate.role == BASELINE else space.config_from_params(candidate.config.params)
+    if config.key() != candidate.config.key():
+        raise RuntimeError(f"verification candidate {candidate.config.label()} no longer matches the space "
+                           "it was chosen from")  # the study fingerprint check stops edited spaces before this
+    return dataclasses.replace(candidate, config=config)
+
+
+def _feasible(trial: FrozenTrial) -> bool:
+    """Optuna's record of whether the trial met every constraint (True when the study has none)."""
+    return all(v <= 0.0 for v in trial.constraints.values())
+
+
+def _candidates(ctx: StudyContext) -> list[Candidate]:
+    """The configurations to verify, chosen once. Every worker that gets here chooses the same ones (the search
+    is over, so the trials they choose from are the same); the first to store them fixes them for resumes."""
+    ledger = ctx.ledger
+    candidates = ledger.verify_candidates()
+    if candidates is None:
+        # A runner-up for the first round (autotune.decisions.verification.first_round_cut) when a start is left over for it: the
+        # search stops once a new configuration's cold and warm starts no longer fit, which often leaves one. It
+        # is the cheapest evidence that can change the pick (docs/benchmarks.md); it takes nothing from the search.
+        options = ctx.options
+        runner_up = options.verify_restarts >= 1 and _starts_fit(ledger, options, [
+            *_verify_plan(ledger, ctx.space, options), *_runner_up_starts(ledger)])
+        candidates = select_candidates(ledger, ctx.space, _verify_top_k(ledger, options), runner_up)
+        ledger.record_verify_candidates(candidates)
+    return [_runnable(ctx.space, c) for c in candidates]
+
