@@ -55,6 +55,7 @@ from optuna.trial import TrialState
 
 from autotune.engines.sim import SimEngine
 from autotune.core.records import EngineConfig
+from autotune.core.urls import sqlite_path
 from autotune.config.space import DEFAULT, Infeasible, SearchSpace, load_space
 from autotune.core.exit_status import ExitStatus
 from autotune.observers.mlflow import DEFAULT_TRACKING_URI
@@ -779,8 +780,9 @@ def log_to_mlflow(result: Mapping[str, Any], artifacts: Sequence[str | os.PathLi
     from autotune.observers.mlflow import EXPERIMENT_KIND, artifact_location, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):].split("?", 1)[0]).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite_path(uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
     client = mlflow.MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name(MLFLOW_EXPERIMENT)
     if experiment is None:

@@ -33,7 +33,10 @@ from autotune.study.events import StudyObserver
 from autotune.store.ledger import MLFLOW_PARENT_JOB, Ledger, StudyMeta, TrialRecord
 from autotune.stats.latency import summarize_latency
 from autotune.core.records import OBJECTIVE_UNITS, EngineConfig, EngineFacts, RestartResult
-from autotune.core.redact import redact, redact_command, redact_text, redact_uri
+from autotune.core.redact import redact, redact_command, redact_text
+from autotune.core.urls import redact_url, sqlite_path
+
+_sqlite_path = sqlite_path  # the name cli/ui.py imports
 
 if TYPE_CHECKING:
     from autotune.study.events import StudyContext
@@ -91,14 +94,6 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
-def _sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI (relative to the working directory), else ``None``."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    path = uri[len("sqlite:///"):].split("?", 1)[0]
-    return None if not path or path == ":memory:" else Path(path)
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "experiment"
 
@@ -108,7 +103,7 @@ def artifact_location(uri: str, experiment: str) -> str | None:
 
     ``None`` for other stores: a tracking server decides its own artifact root.
     """
-    db = _sqlite_path(uri)
+    db = sqlite_path(uri)
     if db is None:
         return None
     return (db.parent / "artifacts" / _slug(experiment)).resolve().as_uri()
@@ -270,7 +265,7 @@ def prepare_store(tracking_uri: str | None = None) -> None:
     at once race each other (a migration fails half-way in all but one). A server store needs nothing.
     """
     uri = resolve_tracking_uri(tracking_uri)
-    if _sqlite_path(uri) is not None:
+    if sqlite_path(uri) is not None:
         _Session(uri).client.search_experiments(max_results=1)
 
 
@@ -282,7 +277,7 @@ class _Session:
         from mlflow.entities import Metric, Param, RunTag
 
         self.uri = resolve_tracking_uri(tracking_uri)
-        db = _sqlite_path(self.uri)
+        db = sqlite_path(self.uri)
         if db is not None:
             db.parent.mkdir(parents=True, exist_ok=True)
         if self.uri.startswith(("http://", "https://")):
@@ -802,7 +797,7 @@ class MlflowTracker(StudyObserver):
             # Without a parent run there is nothing to attach anything to: stop trying for this study.
             self._off = True
             why = str(exc) if isinstance(exc, TrackingError) else (
-                f"{line}; fix the tracking URI ({redact_uri(self.tracking_uri)}) or pass --no-mlflow")
+                f"{line}; fix the tracking URI ({redact_url(self.tracking_uri)}) or pass --no-mlflow")
             print(f"autotune: MLflow tracking is off for this study: {why}. The study carries on.", file=self.stream)
             return
         if len(self.problems) == 1:
@@ -949,6 +944,6 @@ def log_study(ledger: Ledger, space_path: str | None = None, tracking_uri: str |
         raise
     except Exception as exc:  # noqa: BLE001 - one line naming the store, not an MLflow traceback
         raise TrackingError(f"could not log study {ledger.name!r} to "
-                            f"{redact_uri(resolve_tracking_uri(tracking_uri))}: "
+                            f"{redact_url(resolve_tracking_uri(tracking_uri))}: "
                             f"{_one_line(exc)}; check the tracking URI (--tracking-uri)") from exc
     return log.parent_id

@@ -45,6 +45,7 @@ from autotune.stats.intervals import TrialSummary
 from autotune.stats.latency import LatencyStat, SloCheck, constraint_values
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult
 from autotune.core.redact import redact
+from autotune.core.urls import sqlite_path
 from autotune.decisions.verification import Candidate, Verification
 
 __all__ = [
@@ -184,10 +185,9 @@ class LedgerError(Exception):
 
 def ensure_sqlite_dir(storage: str) -> None:
     """Create the directory of a ``sqlite:///path`` URL, so the default store works on a fresh clone."""
-    if storage.startswith("sqlite:///"):
-        path = storage[len("sqlite:///"):]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    path = sqlite_path(storage)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
 
 
 def _retry_stale(study: optuna.Study, trial: FrozenTrial) -> None:
