@@ -62,6 +62,13 @@ bench: install
 bench-check: install
 	$(PY) -m autotune bench --check $(BENCH_ARGS)
 
+.PHONY: bench-redact
+
+# Redaction of one 10k-10M character line (a cmd engine's stderr): CPU seconds per MB by length, flat when linear;
+# exit 1 when a 10M-character line takes more than 5 s (issue 22, CMD07/CMD08).
+bench-redact: install
+	$(PY) -m autotune.bench.redaction
+
 .PHONY: bench-scaling
 
 # 1, 2, 4 and 8 workers sharing one study at the same engine-start budget, on simulated time (docs/scaling.md).

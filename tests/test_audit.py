@@ -25,8 +25,9 @@ def test_audit_on_the_simulator_shows_the_resolved_speculative_method(tmp_path: 
 
 def test_the_vllm_runner_reports_details_under_the_fixed_names() -> None:
     # The runner runs in vLLM's interpreter without autotune, so it spells the names itself.
-    tree = ast.parse((REPO / "autotune" / "engines" / "vllm" / "_runner.py").read_text())
-    keys = {node.slice.value for node in ast.walk(tree)
+    vllm_dir = REPO / "autotune" / "engines" / "vllm"
+    trees = [ast.parse((vllm_dir / name).read_text()) for name in ("_runner.py", "_facts.py")]
+    keys = {node.slice.value for tree in trees for node in ast.walk(tree)
             if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "details"
             and isinstance(node.slice, ast.Constant)}
     fixed = {v for k, v in vars(Detail).items() if k.isupper() and isinstance(v, str)}

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from autotune.engines.process import TAG_ENV, orphaned_engine_processes, stop_orphans
@@ -94,7 +95,7 @@ def test_an_interruption_while_an_engine_starts_does_not_leak_it(monkeypatch, si
         (pid,) = started
         assert not os.path.exists(f"/proc/{pid}") or "\nState:\tZ" in open(f"/proc/{pid}/status").read()
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are back
-        assert not [p for p in _process._pids() if tag_prefix in _environ(p) and _process._live(p)]
+        assert not [p for p in psutil.pids() if tag_prefix in _environ(p) and _process._live(p)]
     finally:
         signal.signal(signal.SIGINT, inherited)
         for pid in started:

@@ -210,3 +210,18 @@ def test_verification_and_resume_run_with_the_real_credential(tmp_path):
     assert all(r.status == "ok" for rec in ledger.trial_records() for r in rec.restarts)
     data = (tmp_path / "o.db").read_bytes()
     assert API_KEY.encode() not in data and HF_TOKEN.encode() not in data
+
+
+@pytest.mark.parametrize("filler", ["x", "-a", "a.", ".-a", '"a', "a:", "http://a", "hf_"])
+def test_a_ten_megabyte_line_is_redacted_whole(filler):
+    # CMD07/CMD08: a cmd engine writing one long line to stderr. The run of filler defeats a pattern that retries
+    # a long name at every character (that took minutes); how fast it is now lives in autotune.bench.redaction.
+    run = filler * (5_000_000 // len(filler))
+    line = (f"hf_token={HF_TOKEN} {run} --api-key {API_KEY} http://u:{PASSWORD}@h {run} "
+            f"'password': '{PASSWORD}' {HF_TOKEN}")
+    out = redact_text(line)
+    assert len(line) > 10_000_000
+    assert HF_TOKEN not in out and API_KEY not in out and PASSWORD not in out
+    assert out.count(run) == 2 and out.count(REDACTED) == 4 and "http://u:***@h" in out
+    assert out.startswith(f"hf_token={REDACTED} {run[:100]}")
+    assert out.endswith(f"'password': '{REDACTED}' {REDACTED}")

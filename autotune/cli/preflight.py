@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.redact import redact_uri
+from autotune.core.urls import redact_url, sqlite_path
 from autotune.store.studydir import check_study_name
 
 __all__ = [
@@ -106,13 +107,6 @@ def check_output_path(path: str, flag: str) -> None:
                              "write elsewhere") from None
 
 
-def _sqlite_file(url: str) -> Path | None:
-    if not url.startswith("sqlite:///"):
-        return None
-    path = url[len("sqlite:///"):].split("?", 1)[0]
-    return None if not path or path == ":memory:" else Path(path)
-
-
 def check_sqlite_file(db: Path, what: str, write: bool) -> None:
     """An existing SQLite file is an intact database (SQLite's ``quick_check``) and, with ``write``, writable."""
     try:
@@ -153,10 +147,10 @@ def check_storage(url: str, write: bool) -> Any:
     """
     import optuna
 
-    shown = redact_uri(url)
+    shown = redact_url(url)
     if url == "memory":
         return optuna.storages.InMemoryStorage()
-    db = _sqlite_file(url)
+    db = sqlite_path(url)
     if db is None and url.startswith("sqlite:"):
         raise PreflightError(f"--storage {shown}: an SQLite URL needs three slashes and a path, e.g. "
                              "sqlite:///mlruns/optuna.db")
@@ -194,9 +188,9 @@ def check_tracking_store(uri: str) -> None:
 
     MLflow itself retries a locked or read-only SQLite store for minutes before giving up.
     """
-    db = _sqlite_file(uri)
+    db = sqlite_path(uri)
     if db is not None:
-        check_sqlite_writable(db, f"--tracking-uri {redact_uri(uri)}")
+        check_sqlite_writable(db, f"--tracking-uri {redact_url(uri)}")
 
 
 def _first_line(exc: BaseException) -> str:

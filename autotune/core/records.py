@@ -6,7 +6,8 @@ their ``to_dict``/``from_dict`` pairs, so there is one JSON shape per concept.
 * :class:`Dataset` - where a workload's prompts come from.
 * :class:`Workload` - what one timed pass runs.
 * :class:`EngineConfig` - what we ask the engine for, in vLLM's own names.
-* :class:`Resolved` - what the engine says it actually ran after start-up.
+* :class:`Resolved` - what the engine says it actually ran after start-up (defined in :mod:`autotune.core.resolved`,
+  with the differences it reveals).
 * :class:`RestartResult` - one fresh engine process: status, passes, resolved config, error.
 * :class:`EngineFacts` - which engine ran: name, version, GPU, driver, CUDA.
 """
@@ -21,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.core.redact import redact
+from autotune.core.resolved import Detail, Difference, Resolved
 
 __all__ = [
     "AGGREGATES",
@@ -416,40 +418,6 @@ class EngineConfig:
         )
 
 
-class Detail:
-    """The fixed keys of :attr:`Resolved.details`: every engine reports a fact under the same name.
-
-    The vLLM runner (``engines/vllm/_runner.py``) runs in vLLM's interpreter without autotune, so it spells
-    these names itself; a test holds it to them.
-    """
-
-    #: The speculative method the engine runs (``ngram``, ``draft_model``, ...; ``None`` when off).
-    SPEC_METHOD = "speculative_method"
-    #: Draft tokens per step the engine runs (0 when off).
-    NUM_SPECULATIVE_TOKENS = "num_speculative_tokens"
-    #: ``v1`` or ``v2``.
-    MODEL_RUNNER = "model_runner"
-    ASYNC_SCHEDULING = "async_scheduling"
-    ATTENTION_BACKEND = "attention_backend"
-    #: The capture mode a start-up log line switched to.
-    LOG_CUDAGRAPH_MODE = "log_cudagraph_mode"
-    #: Graph-capture progress per capture label.
-    GRAPHS_CAPTURED = "graphs_captured"
-    #: Where the resolved configuration was read from, when not the worker itself.
-    RESOLVED_FROM = "resolved_from"
-    #: Searched engine arguments as the engine runs them: name -> value (``max_num_seqs``, ...).
-    ENGINE_ARGS = "engine_args"
-    #: Names older engines and stored studies used -> the fixed name.
-    LEGACY = {"spec_method": SPEC_METHOD}
-
-    @classmethod
-    def normalise(cls, details: Mapping[str, Any]) -> dict[str, Any]:
-        """``details`` under the fixed names (a legacy name gives way to the fixed one when both are there)."""
-        out = {cls.LEGACY.get(k, k): v for k, v in details.items() if k in cls.LEGACY}
-        out.update({k: v for k, v in details.items() if k not in cls.LEGACY})
-        return out
-
-
 @dataclasses.dataclass(frozen=True)
 class EngineFacts:
     """Which engine ran, as far as it knows: what tracking tags, reports and exports name.
@@ -506,61 +474,6 @@ class EngineFacts:
             elif value not in (None, "") and field not in kw:
                 kw[field] = bool(value) if field == "simulated" else value if field == "name" else str(value)
         return cls(**kw, extra=extra)
-
-
-@dataclasses.dataclass(frozen=True)
-class Resolved:
-    """What the engine actually ran, read back after start-up.
-
-    Attributes:
-        cudagraph_mode: The mode the worker runs (``None`` if the engine did not say).
-        cudagraph_capture_sizes: The capture sizes the worker captures (``None`` if unknown).
-        compile_mode: The compilation level/mode (string, engine-specific).
-        details: Other resolved facts (model runner, async scheduling, speculative method...).
-        notes: Start-up log lines that changed the plan, verbatim.
-    """
-
-    cudagraph_mode: str | None = None
-    cudagraph_capture_sizes: tuple[int, ...] | None = None
-    compile_mode: str | None = None
-    details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "cudagraph_mode": self.cudagraph_mode,
-            "cudagraph_capture_sizes": None
-            if self.cudagraph_capture_sizes is None
-            else list(self.cudagraph_capture_sizes),
-            "compile_mode": self.compile_mode,
-            "details": dict(self.details),
-            "notes": list(self.notes),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> Resolved | None:
-        if data is None:
-            return None
-        sizes = data.get("cudagraph_capture_sizes")
-        return cls(
-            cudagraph_mode=data.get("cudagraph_mode"),
-            cudagraph_capture_sizes=None if sizes is None else tuple(int(s) for s in sizes),
-            compile_mode=None if data.get("compile_mode") is None else str(data.get("compile_mode")),
-            details=Detail.normalise(data.get("details") or {}),
-            notes=tuple(data.get("notes") or ()),
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class Difference:
-    """One field the engine changed silently: configured value vs resolved value."""
-
-    field: str
-    configured: Any
-    resolved: Any
-
-    def __str__(self) -> str:
-        return f"{self.field}: configured {self.configured} -> resolved {self.resolved}"
 
 
 def _normalise_mode(mode: Any) -> str | None:

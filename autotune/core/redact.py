@@ -17,6 +17,7 @@ where one was and says which fields to fill in.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,22 +41,46 @@ _SECRET_LAST_WORDS = frozenset({"token", "secret", "password", "passwd", "pwd", 
 _SECRET_KEY_PREFIXES = frozenset({"api", "access", "secret", "private", "auth", "signing", "encryption", "client",
                                   "account", "master", "license", "subscription"})
 _WORD = re.compile(r"[A-Za-z0-9]+")
+# Every pattern below runs in time linear in the text (a cmd engine may write one 5 MB line to stderr; see
+# ``python -m autotune.bench.redaction``). Two rules keep it so:
+# * a match may only *start* where a run of its name characters starts (a lookbehind refuses every later position
+#   of the run), so a long run is scanned once rather than once per character;
+# * a run is consumed possessively (``*+``): the character after it must be a separator the run cannot contain,
+#   so giving characters back could never make a match, only cost time.
+# Within a run a key or scheme still starts at its first letter (``[0-9.-]*+`` steps over a leading ``--`` or
+# digits), which is where the leftmost match of the plain pattern would have started; a ``--flag`` starts a word.
 #: scheme://user:password@ - the password part, whatever the scheme (http, postgresql+psycopg, redis, ...).
-_URI_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:)(?P<pw>[^\s/@]+)(?P<at>@)")
+_URI_PASSWORD = re.compile(r"(?P<head>(?<![A-Za-z0-9+.-])[0-9+.-]*+[A-Za-z][A-Za-z0-9+.-]*+://[^\s/@:]*+:)"
+                           r"(?P<pw>[^\s/@]++)(?P<at>@)")
 #: Token shapes that are credentials wherever they appear.
 _TOKEN_SHAPES = re.compile(
-    r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"\b(?:hf_[A-Za-z0-9]{20,}+|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}+|github_pat_[A-Za-z0-9_]{20,}+"
     r"|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})\b")
 #: ``key=value``, ``key: value``, ``"key": "value"`` (JSON, Python reprs, YAML) with any key.
-_PAIR = re.compile(r"""(?P<q>["']?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)(?P<sep>\s*[:=]\s*)"""
-                   r"""(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s,;}\])"'#]+)""")
+_PAIR = re.compile(r"""(?:(?P<q>["'])|(?<![A-Za-z0-9_.-])[0-9.-]*+)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*+)(?(q)(?P=q))"""
+                   r"""(?P<sep>\s*+[:=]\s*+)(?P<value>"[^"\n]*+"|'[^'\n]*+'|[^\s,;}\])"'#]++)""")
 #: ``--flag VALUE`` on a command line.
-_FLAG = re.compile(r"""(?P<flag>(?<![\w-])--?[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>\s+)(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s"']+)""")
+_FLAG = re.compile(r"""(?P<flag>(?<![\w.-])--?[A-Za-z][A-Za-z0-9_.-]*+)(?P<sep>\s++)"""
+                   r"""(?P<value>"[^"\n]*+"|'[^'\n]*+'|[^\s"']++)""")
 
 
 def is_secret_key(key: Any) -> bool:
     """Whether a mapping key or option name names a credential (``hf_token``, ``api-key``, ``DB_PASSWORD``)."""
-    words = [w.lower() for w in _WORD.findall(str(key))]
+    return _is_secret_name(str(key))
+
+
+def _is_secret_name(key: str) -> bool:
+    # A long log names the same few keys thousands of times; a key of megabytes is not worth keeping in a cache.
+    return _is_secret_short_name(key) if len(key) <= 200 else _is_secret_words(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_secret_short_name(key: str) -> bool:
+    return _is_secret_words(key)
+
+
+def _is_secret_words(key: str) -> bool:
+    words = [w.lower() for w in _WORD.findall(key)]
     if not words:
         return False
     if words[-1] in _SECRET_LAST_WORDS or "password" in words or "secret" in words:
@@ -78,7 +103,7 @@ def redact_text(text: str) -> str:
 
     def hide(m: re.Match[str], name: str) -> str:
         value = m["value"]
-        if not is_secret_key(name) or value.strip("'\"") == REDACTED:
+        if not _is_secret_name(name) or value.strip("'\"") == REDACTED:
             return m[0]
         quote = value[0] if value[:1] in ("'", '"') and len(value) > 1 and value[-1] == value[0] else ""
         return m[0][: m.start("value") - m.start()] + f"{quote}{REDACTED}{quote}"

@@ -31,8 +31,9 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import IO, Any
+
+import psutil
 
 __all__ = [
     "TAG_ENV",
@@ -44,6 +45,7 @@ __all__ = [
     "interrupt_on_sigterm",
     "kill_group",
     "orphaned_engine_processes",
+    "process_name",
     "stop_live",
     "stop_orphans",
     "tagged_processes",
@@ -130,50 +132,53 @@ class Survivor:
         return f"{self.pid} ({self.name})"
 
 
-# -- /proc -----------------------------------------------------------------------------------------------
+# -- finding processes (psutil) --------------------------------------------------------------------------
+# psutil reads the process table (``/proc`` on Linux); a process can vanish between two reads, and another user's
+# environment cannot be read, so every lookup treats both as "not one of ours".
+
+_GONE = (psutil.NoSuchProcess, psutil.AccessDenied)  # ZombieProcess is a NoSuchProcess
+_DEAD_STATES = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 
 
-def _stat(pid: int) -> tuple[str, str, int, int, int] | None:
-    """``(name, state, ppid, pgrp, session)`` of ``pid`` from ``/proc``, ``None`` when it is gone."""
+def process_name(pid: int) -> str | None:
+    """The short name of ``pid`` (``comm`` on Linux), ``None`` when it is gone."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return psutil.Process(pid).name()
+    except _GONE:
         return None
-    name = raw[raw.find("(") + 1 : raw.rfind(")")]
-    fields = raw[raw.rfind(")") + 1 :].split()
-    if len(fields) < 4:
-        return None
-    return name, fields[0], int(fields[1]), int(fields[2]), int(fields[3])
 
 
-def _pids() -> list[int]:
-    proc = Path("/proc")
-    return [int(e.name) for e in proc.iterdir() if e.name.isdigit()] if proc.is_dir() else []
+def _live(pid: int) -> bool:
+    """Whether ``pid`` is running (a zombie is not: it holds nothing but its exit status)."""
+    try:
+        return psutil.Process(pid).status() not in _DEAD_STATES
+    except _GONE:
+        return False
+
+
+def _tags() -> Iterator[tuple[psutil.Process, str]]:
+    """Every live process we may read that carries :data:`TAG_ENV`, with its tag (a zombie shows no environment)."""
+    for proc in psutil.process_iter():
+        try:
+            tag = proc.environ().get(TAG_ENV)
+        except (psutil.Error, OSError):
+            continue  # gone, a zombie, or not ours to read
+        if tag is not None:
+            yield proc, tag
 
 
 def tagged_processes(tag: str) -> list[int]:
     """Live processes whose environment carries ``TAG_ENV=tag``: an engine's descendants (a zombie's environment
     is gone, so zombies are not found here)."""
-    needle = b"\0" + f"{TAG_ENV}={tag}".encode() + b"\0"
-    found = []
-    for pid in _pids():
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue  # gone, or not ours to read
-        if needle in b"\0" + environ + b"\0":
-            found.append(pid)
-    return found
+    return [proc.pid for proc, found in _tags() if found == tag]
 
 
-def _start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat`` field 22); ``None`` when it is gone."""
+def _started(pid: int) -> float | None:
+    """When ``pid`` started (seconds since the epoch), ``None`` when it is gone."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return psutil.Process(pid).create_time()
+    except _GONE:
         return None
-    fields = raw[raw.rfind(")") + 1 :].split()
-    return int(fields[19]) if len(fields) > 19 else None
 
 
 def orphaned_engine_processes() -> list[int]:
@@ -184,23 +189,18 @@ def orphaned_engine_processes() -> list[int]:
     autotune will ever stop the engine.
     """
     me = os.getpid()
-    prefix = f"{TAG_ENV}=".encode()
     found = []
-    for pid in _pids():
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        tag = next((v[len(prefix):] for v in environ.split(b"\0") if v.startswith(prefix)), None)
-        if tag is None or not _live(pid):
+    for proc, tag in _tags():
+        pid = proc.pid
+        if not _live(pid):
             continue
         try:
-            owner = int(tag.split(b"-", 1)[0])
+            owner = int(tag.split("-", 1)[0])
         except ValueError:
             continue
         if owner == me or owner == pid:
             continue
-        owner_start, start = _start_ticks(owner), _start_ticks(pid)
+        owner_start, start = _started(owner), _started(pid)
         if _live(owner) and owner_start is not None and start is not None and owner_start <= start:
             continue  # its autotune still runs and will stop it
         found.append(pid)
@@ -214,36 +214,44 @@ def stop_orphans() -> list[Survivor]:
     """
     killed = []
     for pid in orphaned_engine_processes():
-        stat = _stat(pid)
-        if stat is None:
+        name = process_name(pid)
+        if name is None:
             continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-            killed.append(Survivor(pid, stat[0]))
-    deadline = time.monotonic() + _KILL_WAIT_S
-    for s in killed:
-        while time.monotonic() < deadline and _live(s.pid):
-            time.sleep(_POLL_S)
+            killed.append(Survivor(pid, name))
+    _wait_gone([s.pid for s in killed])
     if killed:
         _log.warning("autotune: stopped %d engine process(es) left running by an autotune that was killed: %s",
                      len(killed), ", ".join(map(str, killed)))
     return killed
 
 
-def _live(pid: int) -> bool:
-    stat = _stat(pid)
-    return stat is not None and stat[1] not in ("Z", "X")
+def _wait_gone(pids: Sequence[int]) -> None:
+    """Wait up to :data:`_KILL_WAIT_S` until the SIGKILLed ``pids`` are no longer running."""
+    deadline = time.monotonic() + _KILL_WAIT_S
+    for pid in pids:
+        while time.monotonic() < deadline and _live(pid):
+            time.sleep(_POLL_S)
 
 
 def _group_has_live_member(pgid: int) -> bool:
     """Whether any non-zombie process is in ``pgid`` (zombies of reparented grandchildren hold no resources)."""
-    if not Path("/proc").is_dir():
-        return True
-    for pid in _pids():
-        stat = _stat(pid)
-        if stat is not None and stat[3] == pgid and stat[1] not in ("Z", "X"):
-            return True
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() not in _DEAD_STATES:
+                return True
+        except (psutil.Error, OSError):
+            continue  # gone meanwhile
     return False
+
+
+def _session(pid: int) -> int | None:
+    """The session id of ``pid`` (psutil does not report it), ``None`` when it is gone."""
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -288,13 +296,18 @@ def _reap_orphans(pids: set[int], sessions: set[int]) -> None:
     session, or one a tagged descendant made with setsid). Children we started ourselves are reaped by their
     ``Popen`` and never match.
     """
-    me = os.getpid()
-    for pid in _pids():
-        stat = _stat(pid)
-        if stat is None or stat[2] != me or stat[1] != "Z" or not (pid in pids or stat[4] in sessions):
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return
+    for child in children:
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE or not (child.pid in pids or os.getsid(child.pid) in sessions):
+                continue
+        except (psutil.Error, OSError):
             continue
         with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
+            os.waitpid(child.pid, os.WNOHANG)
 
 
 # -- the process -----------------------------------------------------------------------------------------
@@ -406,7 +419,7 @@ class EngineProcess:
             return self.survivors
         # Who the engine's descendants are, while they still show their environment: their exits are ours to
         # collect once they are re-parented here.
-        seen = {pid: stat[4] for pid in tagged_processes(self.tag) if (stat := _stat(pid)) is not None}
+        seen = {pid: sid for pid in tagged_processes(self.tag) if (sid := _session(pid)) is not None}
         if self.popen.poll() is None:
             self.signal_group(signal.SIGTERM)
             try:
@@ -426,17 +439,14 @@ class EngineProcess:
         """Kill tagged processes that outlived the group (they left it with setsid); adds them to ``seen``."""
         escaped: list[Survivor] = []
         for pid in tagged_processes(self.tag):
-            stat = _stat(pid)
-            if pid == self.pid or stat is None or not _live(pid):
+            name, sid = process_name(pid), _session(pid)
+            if pid == self.pid or name is None or sid is None or not _live(pid):
                 continue
-            escaped.append(Survivor(pid, stat[0]))
-            seen[pid] = stat[4]
+            escaped.append(Survivor(pid, name))
+            seen[pid] = sid
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + _KILL_WAIT_S
-        for s in escaped:
-            while time.monotonic() < deadline and _live(s.pid):
-                time.sleep(_POLL_S)
+        _wait_gone([s.pid for s in escaped])
         if escaped:
             _log.warning("autotune: killed %d process(es) that had left the engine's process group: %s (command: "
                          "%s)", len(escaped), ", ".join(map(str, escaped)), " ".join(self.argv)[:200])

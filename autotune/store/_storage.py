@@ -16,6 +16,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial
 
 from autotune.core.redact import redact
+from autotune.core.urls import sqlite_path
 from autotune.store._keys import CLAIMS_SUFFIX
 
 DEFAULT_STORE_DIR = "mlruns"
@@ -43,10 +44,9 @@ class LedgerError(Exception):
 
 def ensure_sqlite_dir(storage: str) -> None:
     """Create the directory of a ``sqlite:///path`` URL, so the default store works on a fresh clone."""
-    if storage.startswith("sqlite:///"):
-        path = storage[len("sqlite:///"):]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    path = sqlite_path(storage)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
 
 
 def _retry_stale(study: optuna.Study, trial: FrozenTrial) -> None:

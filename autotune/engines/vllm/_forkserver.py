@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from autotune.engines.process import TAG_ENV, EngineProcess, Survivor, kill_group, tagged_processes
+from autotune.engines.process import TAG_ENV, EngineProcess, Survivor, kill_group, process_name, tagged_processes
 from autotune.engines.vllm._launcher import LaunchResult, supervise, tail_text
 
 __all__ = ["HOST_PATH", "ForkHost", "ForkedProcess", "HostError", "HostTimeout", "launch_forked"]
@@ -250,8 +250,10 @@ class ForkedProcess:
         for pid in tagged_processes(self.tag):
             if pid == self.pid:
                 continue
+            name = process_name(pid)
+            if name is None:
+                continue  # gone already
             with contextlib.suppress(OSError):
-                name = Path(f"/proc/{pid}/comm").read_text().strip()
                 os.kill(pid, signal.SIGKILL)
                 self.survivors.append(Survivor(pid, name))
         for pid in {self.pid} | seen | {s.pid for s in self.survivors}:

@@ -1,0 +1,105 @@
+"""What an engine says it ran: the facts it reports after start-up.
+
+* :class:`Resolved` - what the engine actually ran (capture mode and sizes, compile mode, other facts).
+* :class:`Detail` - the fixed keys of :attr:`Resolved.details`.
+* :class:`Difference` - one field it changed silently (found by :func:`autotune.core.records.config_differences`).
+
+Re-exported by :mod:`autotune.core.records`, the home of the records a trial flows through.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["Detail", "Difference", "Resolved"]
+
+
+class Detail:
+    """The fixed keys of :attr:`Resolved.details`: every engine reports a fact under the same name.
+
+    The vLLM runner (``engines/vllm/_runner.py``) runs in vLLM's interpreter without autotune, so it spells
+    these names itself; a test holds it to them.
+    """
+
+    #: The speculative method the engine runs (``ngram``, ``draft_model``, ...; ``None`` when off).
+    SPEC_METHOD = "speculative_method"
+    #: Draft tokens per step the engine runs (0 when off).
+    NUM_SPECULATIVE_TOKENS = "num_speculative_tokens"
+    #: ``v1`` or ``v2``.
+    MODEL_RUNNER = "model_runner"
+    ASYNC_SCHEDULING = "async_scheduling"
+    ATTENTION_BACKEND = "attention_backend"
+    #: The capture mode a start-up log line switched to.
+    LOG_CUDAGRAPH_MODE = "log_cudagraph_mode"
+    #: Graph-capture progress per capture label.
+    GRAPHS_CAPTURED = "graphs_captured"
+    #: Where the resolved configuration was read from, when not the worker itself.
+    RESOLVED_FROM = "resolved_from"
+    #: Searched engine arguments as the engine runs them: name -> value (``max_num_seqs``, ...).
+    ENGINE_ARGS = "engine_args"
+    #: Names older engines and stored studies used -> the fixed name.
+    LEGACY = {"spec_method": SPEC_METHOD}
+
+    @classmethod
+    def normalise(cls, details: Mapping[str, Any]) -> dict[str, Any]:
+        """``details`` under the fixed names (a legacy name gives way to the fixed one when both are there)."""
+        out = {cls.LEGACY.get(k, k): v for k, v in details.items() if k in cls.LEGACY}
+        out.update({k: v for k, v in details.items() if k not in cls.LEGACY})
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """What the engine actually ran, read back after start-up.
+
+    Attributes:
+        cudagraph_mode: The mode the worker runs (``None`` if the engine did not say).
+        cudagraph_capture_sizes: The capture sizes the worker captures (``None`` if unknown).
+        compile_mode: The compilation level/mode (string, engine-specific).
+        details: Other resolved facts (model runner, async scheduling, speculative method...).
+        notes: Start-up log lines that changed the plan, verbatim.
+    """
+
+    cudagraph_mode: str | None = None
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    compile_mode: str | None = None
+    details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cudagraph_mode": self.cudagraph_mode,
+            "cudagraph_capture_sizes": None
+            if self.cudagraph_capture_sizes is None
+            else list(self.cudagraph_capture_sizes),
+            "compile_mode": self.compile_mode,
+            "details": dict(self.details),
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Resolved | None:
+        if data is None:
+            return None
+        sizes = data.get("cudagraph_capture_sizes")
+        return cls(
+            cudagraph_mode=data.get("cudagraph_mode"),
+            cudagraph_capture_sizes=None if sizes is None else tuple(int(s) for s in sizes),
+            compile_mode=None if data.get("compile_mode") is None else str(data.get("compile_mode")),
+            details=Detail.normalise(data.get("details") or {}),
+            notes=tuple(data.get("notes") or ()),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """One field the engine changed silently: configured value vs resolved value."""
+
+    field: str
+    configured: Any
+    resolved: Any
+
+    def __str__(self) -> str:
+        return f"{self.field}: configured {self.configured} -> resolved {self.resolved}"

@@ -1,0 +1,39 @@
+"""MLflow tracking: an experiment per model and GPU, a parent run per study, a nested run per trial.
+
+The tracker talks to MLflow through ``MlflowClient`` (never the fluent API's global "active run") and is
+idempotent: every run carries tags saying what it stands for (``autotune.trial_number``,
+``autotune.config_key``), and a run is complete once it carries ``autotune.logged``. So a study resumed after
+Ctrl-C continues the same parent run (its id is kept in the study's ledger), finishes the trial
+run that the interruption left open, and logs nothing twice; :func:`log_study` replays a study that ran
+elsewhere (``--no-mlflow`` on a GPU box) through the same code.
+
+The default store is ``sqlite:///mlruns/mlflow.db`` with artifacts under ``mlruns/``: MLflow 3 refuses a plain
+file store by default. Any tracking URI works (``--tracking-uri``, ``MLFLOW_TRACKING_URI``), so a team's
+MLflow server needs nothing else.
+"""
+
+from __future__ import annotations
+
+from autotune.observers.mlflow._conventions import (DEFAULT_TRACKING_URI, EXPERIMENT_KIND, HTTP_DEFAULTS, KIND_STUDY,
+    KIND_TRIAL, KIND_VERIFY, MAX_FAILURES_IN_A_ROW, TAG_CONFIG_KEY, TAG_KIND, TAG_LOGGED, TAG_STUDY, TAG_STUDY_UID,
+    TAG_TRIAL, TrackingError, _BATCH_METRICS, _BATCH_PARAMS, _BATCH_TAGS, _RUN_STATUS, _finite, _import_mlflow,
+    _latency_metrics, _ms, _one_line, _param_value, _quiet_mlflow_logs, _short_model, _significant, _slug,
+    _summary_metrics, _unit_name, artifact_location, config_params, engine_tags, experiment_name, resolve_tracking_uri)
+from autotune.observers.mlflow._session import _Child, _Session, _identity_tag, _study_params, prepare_store
+from autotune.observers.mlflow._study_log import (_StudyLog, _counted, _outcome, _restart_metric, _restart_metrics,
+    _result_tags, _trial_name, _trial_tags)
+from autotune.observers.mlflow._tracker import MlflowTracker, _guarded, _meta_from_context, log_study
+from autotune.core.urls import sqlite_path as _sqlite_path  # the name cli/ui.py imports
+
+__all__ = [
+    "DEFAULT_TRACKING_URI",
+    "MlflowTracker",
+    "TrackingError",
+    "config_params",
+    "engine_tags",
+    "experiment_name",
+    "log_study",
+    "prepare_store",
+    "resolve_tracking_uri",
+]
+
