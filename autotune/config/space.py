@@ -28,6 +28,7 @@ names (``compilation_config.cudagraph_mode``, ``compilation_config.cudagraph_cap
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,7 +38,7 @@ import yaml
 
 from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
 from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
-from autotune.config.workload import parse_slo, parse_workload
+from autotune.config.workload import parse_slo, parse_workload, read_dataset
 
 __all__ = [
     "CUDAGRAPH_MODES",
@@ -153,6 +154,24 @@ class EngineArgDim:
     integer: bool = True
     baseline: Any = None
 
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` (e.g. from ``--enqueue``) is not one this dimension can take, or ``None``.
+
+        A value outside the declared choices or range would be measured (and could win) although the search could
+        never have suggested it, and Optuna refuses to store it against the declared distribution.
+        """
+        if self.choices is not None:
+            if any(value == c and isinstance(value, bool) == isinstance(c, bool) for c in self.choices):
+                return None
+            return f"{self.name} {value!r} is not in the space; use one of {', '.join(map(repr, self.choices))}"
+        kind = "a whole number" if self.integer else "a number"
+        number = isinstance(value, int) if self.integer else isinstance(value, (int, float))
+        assert self.low is not None and self.high is not None
+        if (isinstance(value, bool) or not number or not math.isfinite(value)
+                or not self.low <= value <= self.high):
+            return f"{self.name} {value!r} is outside the space; use {kind} from {self.low:g} to {self.high:g}"
+        return None
+
     def suggest(self, trial: Any) -> Any:
         if self.choices is not None:
             return trial.suggest_categorical(self.name, list(self.choices))
@@ -192,6 +211,9 @@ class SearchSpace:
     description: str = ""
     objective: str = "throughput"
     engine_dims: tuple[EngineArgDim, ...] = ()
+    #: Digest of the dataset's prompts as read at load (``None`` without a dataset file): part of the study's
+    #: identity, so a dataset edited between runs is not mixed into one study.
+    prompts_digest: str | None = None
 
     @property
     def slo(self) -> dict[str, float]:
@@ -290,6 +312,11 @@ class SearchSpace:
         draft = params.get("draft")
         if k > 0 and draft not in [d.name for d in self.drafts]:
             return f"drafts has no choice {draft!r}; use one of {', '.join(d.name for d in self.drafts)}"
+        for dim in self.engine_dims:
+            if dim.name in params:
+                problem = dim.problem(params[dim.name])
+                if problem is not None:
+                    return problem
         try:
             self.config_from_params(params)
         except (KeyError, Infeasible) as exc:
@@ -471,15 +498,27 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
         raise SpaceError(source, "search.num_speculative_tokens.low",
                          f"no configuration is feasible: every K from {k_low} to {k_high} is above every draft's "
                          f"max_k (at most {most})", f"lower num_speculative_tokens.low to {most} or raise a max_k")
+    max_model_len = engine_args.get("max_model_len")
+    if isinstance(max_model_len, int) and not isinstance(max_model_len, bool) and \
+            workload.output_len >= max_model_len:
+        raise SpaceError(source, "workload.output_len", f"{workload.output_len} tokens leave no room for the prompt "
+                         f"within engine_args.max_model_len={max_model_len}",
+                         f"use an output_len below {max_model_len}, or raise engine_args.max_model_len")
+    prompts_digest = read_dataset(workload.dataset, v.fail, max_model_len)
     space = SearchSpace(
         name=name, source=source, engine=engine, engine_args=engine_args, workload=workload, modes=modes,
         sizes=sizes, k_low=k_low, k_high=k_high, drafts=drafts, raw=top, description=str(top.get("description", "")),
-        objective=objective, engine_dims=engine_dims,
+        objective=objective, engine_dims=engine_dims, prompts_digest=prompts_digest,
     )
     if not space.all_params():
         raise SpaceError(source, "search", "no configuration is feasible (every combination is rejected)",
                          "widen num_speculative_tokens or the drafts' max_k")
     return space
+
+
+def _spelled(data: Mapping[Any, Any], name: str, other: Any) -> str:
+    """How ``data`` spells the first key that normalises to ``name`` (other than ``other``)."""
+    return next(str(k) for k in data if str(k).replace("-", "_") == name and k != other)
 
 
 class _Validator:
@@ -525,6 +564,9 @@ class _Validator:
             if norm in _RESERVED_ENGINE_ARGS:
                 raise self.fail(f"engine_args.{key}", "is set by the search",
                                 "declare it under 'search:' (cudagraph_mode, capture_sizes, drafts) instead")
+            if norm in out:
+                raise self.fail(f"engine_args.{key}", f"names the same engine argument as {_spelled(args, norm, key)} "
+                                "(dashes and underscores are one name)", "keep one of the two")
             out[norm] = val
         return out
 
@@ -544,6 +586,10 @@ class _Validator:
             if name in fixed:
                 raise self.fail(field, f"is also fixed in engine_args ({fixed[name]!r})",
                                 f"remove engine_args.{name} or stop searching it")
+            if any(d.name == name for d in out):
+                raise self.fail(field, f"searches the same engine argument as search.engine_args."
+                                f"{_spelled(data, name, key)} (dashes and underscores are one name)",
+                                "keep one of the two")
             if isinstance(spec, list):
                 if not spec:
                     raise self.fail(field, "is an empty list", "list at least two values to choose from")
@@ -562,6 +608,9 @@ class _Validator:
                     if isinstance(val, bool) or not isinstance(val, (int, float)):
                         raise self.fail(f"{field}.{bound}", f"must be a number, got {val!r}",
                                         "give both low and high as numbers")
+                    if not math.isfinite(val):
+                        raise self.fail(f"{field}.{bound}", f"must be a finite number, got {val!r}",
+                                        "give both low and high as finite numbers")
                     bounds.append(val)
                 low, high = bounds
                 if high <= low:

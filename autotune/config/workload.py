@@ -23,6 +23,9 @@ tokenizer (:func:`default_dataset`).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -38,11 +41,12 @@ __all__ = [
     "default_dataset",
     "parse_slo",
     "parse_workload",
+    "read_dataset",
     "unfit_for_serving",
 ]
 
 #: The prompts file written for autotune (code, chat, summarisation, extraction, ...): the default for real models.
-DEFAULT_PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
+DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts.jsonl"
 DATASET_FORMATS = ("synthetic", "jsonl", "sharegpt", "vllm")
 #: ``vllm bench serve --dataset-name`` values of vLLM 0.32 for text generation (``vllm.benchmarks.datasets``).
 VLLM_DATASETS = ("sharegpt", "burstgpt", "random", "hf", "custom", "prefix_repetition", "spec_bench", "speed_bench",
@@ -177,6 +181,110 @@ def parse_dataset(value: Any, fail: Fail, base_dir: Path) -> Dataset:
     return Dataset(fmt, path=_existing(value["path"], f"{field}.path", fail, base_dir))
 
 
+def read_dataset(dataset: Dataset | None, fail: Fail, max_model_len: Any = None) -> str | None:
+    """Read the dataset file at load and check every row; a digest of its prompts for the study's identity.
+
+    The engines read the file again where they run (the ``vllm`` engine in its own interpreter), and the ``sim``
+    engine never reads it at all: checking it here is what stops a bad row before any engine starts, whichever
+    engine runs. A bad row is refused with ``file:line``, never skipped or filled in with a default.
+
+    Returns:
+        A digest of the prompts and their output lengths (JSONL), or of the file (ShareGPT, a vLLM dataset's
+        file); ``None`` when the prompts are not read from a file (synthetic, a vLLM dataset by name).
+    """
+    if dataset is None or dataset.path is None or dataset.source == "synthetic":
+        return None
+    field = "workload.dataset"
+    limit = max_model_len if isinstance(max_model_len, int) and not isinstance(max_model_len, bool) else None
+    if dataset.source == "jsonl":
+        return _digest(_jsonl_rows(dataset.path, field, fail, limit))
+    try:
+        body = Path(dataset.path).read_bytes()
+    except OSError as exc:
+        raise fail(field, f"cannot read {dataset.path}: {exc.strerror or exc}", "give a readable file") from None
+    if dataset.source == "sharegpt":
+        try:
+            data = json.loads(body)
+        except ValueError as exc:
+            raise fail(field, f"{dataset.path}: not a ShareGPT JSON file ({exc})",
+                       "give a JSON list of {conversations: [...]} objects, or a .jsonl file of prompts") from None
+        if not isinstance(data, list):
+            raise fail(field, f"{dataset.path}: a ShareGPT file is a JSON list, got {type(data).__name__}",
+                       "give a JSON list of {conversations: [...]} objects")
+    return hashlib.sha256(body).hexdigest()[:16]
+
+
+def _jsonl_rows(path: str, field: str, fail: Fail, max_model_len: int | None) -> list[Any]:
+    """Every row of a JSONL prompts file as ``[prompt or messages, output_len or None]``, each checked."""
+    rows: list[Any] = []
+    try:
+        fh = open(path, encoding="utf-8")  # noqa: SIM115 - closed below; a decode error names the line
+    except OSError as exc:
+        raise fail(field, f"cannot read {path}: {exc.strerror or exc}", "give a readable file") from None
+    fix = "correct or remove that row (a bad row is never skipped or filled in)"
+    with fh:
+        number = 0
+        try:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as exc:
+                    raise fail(field, f"{path}:{number}: not JSON ({getattr(exc, 'msg', exc)})", fix) from None
+                if not isinstance(row, dict):
+                    raise fail(field, f"{path}:{number}: must be a JSON object like {{\"prompt\": \"...\"}}", fix)
+                rows.append([_row_prompt(row, path, number, field, fail, fix),
+                             _row_output_len(row, path, number, field, fail, max_model_len)])
+        except UnicodeDecodeError:
+            raise fail(field, f"{path}:{number + 1}: not UTF-8 text", "save the file as UTF-8") from None
+    if not rows:
+        raise fail(field, f"{path}: has no prompts", "add one JSON object a line, e.g. {\"prompt\": \"...\"}")
+    return rows
+
+
+def _row_prompt(row: dict[str, Any], path: str, number: int, field: str, fail: Fail, fix: str) -> Any:
+    if "messages" in row:
+        messages = row["messages"]
+        if (not isinstance(messages, list) or not messages
+                or not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages)):
+            raise fail(field, f"{path}:{number}: 'messages' must be a non-empty list of {{role, content}} objects "
+                       f"with text content, got {_brief(messages)}", fix)
+        return messages
+    if "prompt" not in row:
+        raise fail(field, f"{path}:{number}: needs a 'prompt' text or a 'messages' list", fix)
+    prompt = row["prompt"]
+    if not isinstance(prompt, str) or not prompt.strip():
+        # A null prompt would reach the engine as the text "None".
+        raise fail(field, f"{path}:{number}: 'prompt' must be a non-empty text, got {_brief(prompt)}", fix)
+    return prompt
+
+
+def _row_output_len(row: dict[str, Any], path: str, number: int, field: str, fail: Fail,
+                    max_model_len: int | None) -> int | None:
+    if "output_len" not in row:
+        return None  # the workload's output_len
+    out = row["output_len"]
+    if isinstance(out, bool) or not isinstance(out, int) or out < 1:
+        raise fail(field, f"{path}:{number}: 'output_len' must be a whole number >= 1, got {_brief(out)}",
+                   "correct the row, or drop its output_len to use the workload's (a bad row is never filled in)")
+    if max_model_len is not None and out >= max_model_len:
+        raise fail(field, f"{path}:{number}: 'output_len' {out} leaves no room for the prompt within "
+                   f"engine_args.max_model_len={max_model_len}",
+                   f"use an output_len below {max_model_len} in that row, or raise engine_args.max_model_len")
+    return out
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _digest(value: Any) -> str:
+    body = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
 def parse_slo(value: Any, fail: Fail) -> tuple[tuple[str, float], ...]:
     """Validate a ``slo:`` mapping of latency limits in milliseconds, e.g. ``{tpot_p99_ms: 50}``."""
     if value is None:
@@ -225,6 +333,9 @@ def unfit_for_serving(llm_kwargs: Mapping[str, Any]) -> list[str]:
 def _number(value: Any, field: str, fail: Fail, low: float, high: float | None, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise fail(field, f"must be a number, got {value!r}", f"write {what}")
+    if not math.isfinite(value):
+        # NaN passes every comparison below and poisons every mean, limit and verdict computed from it.
+        raise fail(field, f"must be a finite number, got {value!r}", f"write {what}")
     if value < low or (high is not None and value > high):
         raise fail(field, f"is out of range ({value})", f"write {what}")
     return float(value)

@@ -225,7 +225,7 @@ def parse_result_line(stdout: str) -> dict[str, Any]:
         out["warmup_tok_s"] = _numbers(data, "warmup_tok_s", required=False)
     for key in ("accept_len", "startup_s", "peak_memory_gib"):
         if data.get(key) is not None:
-            out[key] = _number(data[key], key)
+            out[key] = _number(data[key], key, non_negative=True)
     if "cold" in data:
         if not isinstance(data["cold"], bool):
             raise ProtocolError(f"'cold' must be true or false, got {data['cold']!r}")
@@ -234,7 +234,7 @@ def parse_result_line(stdout: str) -> dict[str, Any]:
         latency = data["latency"]
         if not isinstance(latency, Mapping):
             raise ProtocolError(f"'latency' must be an object like {{\"tpot_p99_ms\": 9.1}}, got {latency!r}")
-        out["latency"] = {str(k): _number(v, f"latency.{k}") for k, v in latency.items()}
+        out["latency"] = {str(k): _number(v, f"latency.{k}", non_negative=True) for k, v in latency.items()}
     if data.get("levels") is not None:
         out["levels"] = _levels(data["levels"])
     return out
@@ -253,7 +253,8 @@ def _levels(value: Any) -> tuple[LevelResult, ...]:
         if not isinstance(latency, Mapping):
             raise ProtocolError(f"'levels[{i}].latency' must be an object, got {latency!r}")
         out.append(LevelResult(concurrency, tuple(_numbers(level, "passes_tok_s", required=True)),
-                               {str(k): _number(v, f"levels[{i}].latency.{k}") for k, v in latency.items()}))
+                               {str(k): _number(v, f"levels[{i}].latency.{k}", non_negative=True)
+                                for k, v in latency.items()}))
     return tuple(out)
 
 
@@ -284,9 +285,12 @@ def _numbers(data: Mapping[str, Any], key: str, *, required: bool) -> tuple[floa
     return tuple(_number(v, key) for v in value)
 
 
-def _number(value: Any, key: str) -> float:
+def _number(value: Any, key: str, *, non_negative: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ProtocolError(f"'{key}' must hold finite numbers, got {value!r}")
+    if non_negative and value < 0:
+        # A negative latency would meet every slo limit and win; a duration or a size below 0 is a broken wrapper.
+        raise ProtocolError(f"'{key}' must be >= 0 (a duration, length or size), got {value!r}")
     return float(value)
 
 
