@@ -38,6 +38,9 @@ import yaml
 
 from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
 from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
+from pydantic import ValidationError
+
+from autotune.config._models import SpaceFile, first_problem
 from autotune.config.workload import parse_slo, parse_workload, read_dataset
 
 __all__ = [
@@ -459,10 +462,7 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     """Validate an already-parsed mapping (see :func:`load_space`)."""
     v = _Validator(source, base_dir or Path.cwd())
     top = v.mapping(raw, "top level")
-    v.known_keys(top, _TOP_KEYS, "top level")
-    for required in ("engine_args", "workload", "search"):
-        if required not in top:
-            raise SpaceError(source, required, "section is missing", f"add a '{required}:' section")
+    check_shape(top, source)
     name = str(top.get("name") or Path(source).stem)
     engine = dict(v.mapping(top.get("engine", {}) or {}, "engine"))
     engine_args = v.engine_args(top["engine_args"])
@@ -519,6 +519,20 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
 def _spelled(data: Mapping[Any, Any], name: str, other: Any) -> str:
     """How ``data`` spells the first key that normalises to ``name`` (other than ``other``)."""
     return next(str(k) for k in data if str(k).replace("-", "_") == name and k != other)
+
+
+def check_shape(top: Mapping[str, Any], source: str) -> None:
+    """Validate the file's keys and types against :class:`~autotune.config._models.SpaceFile` (the schema
+    ``autotune schema`` prints); the first problem becomes a one-line :class:`SpaceError`."""
+    data = dict(top)
+    workload = data.get("workload")
+    if isinstance(workload, dict):
+        # Workload.to_dict()'s shape (a stored workload read back): an unset key is null, no limits is {}.
+        data["workload"] = {k: v for k, v in workload.items() if v is not None and not (k == "slo" and v == {})}
+    try:
+        SpaceFile.model_validate(data)
+    except ValidationError as exc:
+        raise SpaceError(source, *first_problem(exc, data)) from None
 
 
 class _Validator:
@@ -579,10 +593,6 @@ class _Validator:
         for key, spec in data.items():
             name = str(key).replace("-", "_")
             field = f"search.engine_args.{key}"
-            if name in _RESERVED_ENGINE_ARGS or name in _CORE_PARAMS or name == "model":
-                raise self.fail(field, "cannot be searched as an engine argument",
-                                "search graphs and speculation with cudagraph_mode, capture_sizes, "
-                                "num_speculative_tokens and drafts; the model is fixed")
             if name in fixed:
                 raise self.fail(field, f"is also fixed in engine_args ({fixed[name]!r})",
                                 f"remove engine_args.{name} or stop searching it")
