@@ -250,3 +250,79 @@ def test_a_study_stored_before_the_new_digests_still_resumes(tmp_path, capsys):
     assert old.differences(now) == []
     changed = Fingerprint(now.model, now.engine, {**now.space, "workload.prompts": "0" * 16})
     assert changed.differences(now) == ["space sections changed: workload.prompts"]
+
+
+# -- autotune schema --------------------------------------------------------------------------------------------
+
+
+def _schema_via_cli() -> dict:
+    out = io.StringIO()
+    assert raw_main(["schema"], out=out) == ExitStatus.SUCCESS
+    return json.loads(out.getvalue())
+
+
+def _check_against(schema: dict, node: dict, value, where: str = "") -> None:
+    """A small JSON Schema check (objects, closed keys, required, enums, types) for the test, as the jsonschema
+    package is not installed; enough to show the printed schema accepts a file or refuses an unknown key."""
+    if "$ref" in node:
+        node = schema["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+    if "anyOf" in node:
+        failures = []
+        for option in node["anyOf"]:
+            try:
+                _check_against(schema, option, value, where)
+                return
+            except AssertionError as exc:
+                failures.append(str(exc))
+        raise AssertionError(f"{where}: matches no option ({'; '.join(failures)})")
+    kind = node.get("type")
+    types = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+    if kind in types:
+        assert isinstance(value, types[kind]), f"{where}: not {kind}"
+    if kind == "integer":
+        assert isinstance(value, int) and not isinstance(value, bool), f"{where}: not an integer"
+    if kind == "number":
+        assert isinstance(value, (int, float)) and not isinstance(value, bool), f"{where}: not a number"
+    if "enum" in node:
+        assert value in node["enum"], f"{where}: {value!r} not in {node['enum']}"
+    if "minimum" in node:
+        assert value >= node["minimum"], f"{where}: below minimum"
+    if kind == "object":
+        props = node.get("properties", {})
+        for key in node.get("required", []):
+            assert key in value, f"{where}.{key}: required"
+        for key, item in value.items():
+            if key in props:
+                _check_against(schema, props[key], item, f"{where}.{key}")
+            elif node.get("additionalProperties") is False:
+                raise AssertionError(f"{where}.{key}: unknown key")
+            elif isinstance(node.get("additionalProperties"), dict):
+                _check_against(schema, node["additionalProperties"], item, f"{where}.{key}")
+    if kind == "array" and "items" in node:
+        for i, item in enumerate(value):
+            _check_against(schema, node["items"], item, f"{where}[{i}]")
+
+
+@pytest.mark.parametrize("path", sorted(Path("search_spaces").glob("*.yaml")), ids=lambda p: p.name)
+def test_the_printed_schema_accepts_every_shipped_space(path):
+    from autotune.config._models import SpaceFile
+
+    schema = _schema_via_cli()
+    raw = yaml.safe_load(path.read_text())
+    _check_against(schema, schema, raw)
+    SpaceFile.model_validate(raw)  # the model the schema comes from, round trip
+    load_space(path)
+
+
+def test_the_printed_schema_refuses_an_unknown_key_where_the_loader_does(tmp_path):
+    schema = _schema_via_cli()
+    raw = yaml.safe_load(Path("search_spaces/demo-slo.yaml").read_text())
+    raw["search"]["capture_size"] = {"tiny": [1, 2]}  # a typo of capture_sizes
+    with pytest.raises(AssertionError, match=r"\.search\.capture_size: unknown key"):
+        _check_against(schema, schema, raw)
+    with pytest.raises(SpaceError, match=r"search.capture_size: unknown key; fix: use one of: cudagraph_mode, "):
+        load_space(_write(tmp_path, raw))
+    raw = yaml.safe_load(Path("search_spaces/demo-slo.yaml").read_text())
+    raw["workload"]["concurrency"] = "lots"
+    with pytest.raises(AssertionError, match=r"\.workload\.concurrency: matches no option"):
+        _check_against(schema, schema, raw)

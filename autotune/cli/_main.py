@@ -21,6 +21,7 @@ from autotune.cli import audit
 from autotune.bench import _bench as bench
 from autotune.cli import export
 from autotune.bench import scaling
+from autotune.cli import schema
 from autotune.cli import ui
 from autotune.cli import worker
 from autotune.cli._common import (
@@ -247,6 +248,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                bench.configure_parser, bench.run),
     Subcommand("bench-scaling", "1, 2, 4 and 8 workers on one study at one start budget, on simulated time.",
                scaling.configure_parser, scaling.run),
+    Subcommand("schema", "Print the JSON Schema of a space file, for editors.", schema.configure_parser, schema.run),
 )
 
 

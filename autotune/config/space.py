@@ -40,7 +40,7 @@ from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
 from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
 from pydantic import ValidationError
 
-from autotune.config._models import SpaceFile, first_problem
+from autotune.config._models import SpaceFile, first_problem, space_json_schema
 from autotune.config.workload import parse_slo, parse_workload, read_dataset
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "SizeOption",
     "SpaceError",
     "load_space",
+    "space_json_schema",
 ]
 
 #: vLLM's ``CUDAGraphMode`` values.
