@@ -326,3 +326,29 @@ def test_the_printed_schema_refuses_an_unknown_key_where_the_loader_does(tmp_pat
     raw["workload"]["concurrency"] = "lots"
     with pytest.raises(AssertionError, match=r"\.workload\.concurrency: matches no option"):
         _check_against(schema, schema, raw)
+
+
+# -- a study stored by the code before this change resumes ------------------------------------------------------
+
+
+def test_a_study_database_created_before_the_pydantic_loader_resumes(tmp_path, capsys):
+    """``tests/data/study_118f11c/optuna.db``: 3 trials of its ``space.yaml``, created by autotune at 118f11c
+    (no ``search.engine_args`` or ``workload.prompts`` digest in its fingerprint, stored dict shapes of then)."""
+    import shutil
+
+    from autotune.store.fingerprint import ADDED_DIGESTS
+
+    fixture = Path(__file__).resolve().parent / "data" / "study_118f11c"
+    shutil.copy(fixture / "optuna.db", tmp_path / "optuna.db")
+    space = tmp_path / "space.yaml"
+    shutil.copy(fixture / "space.yaml", space)
+    stored = _ledger.load("old", f"sqlite:///{tmp_path}/optuna.db")
+    assert not set(ADDED_DIGESTS) & set(stored.fingerprint().space), "the fixture predates the new digests"
+    assert stored.finished_search_trials() == 3
+    argv = ["tune", "--space", str(space), "--engine", "sim", "--trials", "5", "--no-verify", "--no-mlflow", "--quiet",
+            "--storage", f"sqlite:///{tmp_path}/optuna.db", "--workdir", str(tmp_path / "w"), "--study", "old"]
+    status = raw_main(argv, out=io.StringIO())
+    assert status == ExitStatus.SUCCESS, capsys.readouterr().err
+    resumed = _ledger.load("old", f"sqlite:///{tmp_path}/optuna.db")
+    assert resumed.finished_search_trials() == 5
+    assert resumed.fingerprint() == stored.fingerprint(), "an old study keeps the fingerprint it was started with"
