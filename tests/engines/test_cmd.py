@@ -291,3 +291,12 @@ def test_cmd05_a_negative_latency_at_a_load_level_is_refused():
                                                   "latency": {"e2el_p99_ms": -1}}]})
     with pytest.raises(ProtocolError, match=r"'levels\[0\].latency.e2el_p99_ms' must be >= 0"):
         parse_result_line(line)
+
+
+def test_an_unknown_field_is_refused_not_ignored(tmp_path):
+    """A misspelt 'latency' would drop the slo check silently: the ok line is validated strictly."""
+    result = run(CmdEngine(command=printing(tmp_path, json.dumps({**GOOD_RESULT, "latancy": {"tpot_p99_ms": 9}}))))
+    assert result.status == "failed" and "'latancy' is not a field of the protocol; use status, passes_tok_s" in (
+        result.error or "")
+    ok = run(CmdEngine(command=printing(tmp_path, json.dumps({**GOOD_RESULT, "accept_len": None, "latency": None}))))
+    assert ok.status == "ok", "null still means not reported"
