@@ -110,10 +110,10 @@ class EngineArgRange(_Model):
 class SearchSpec(_Model):
     """``search:``: the dimensions the study explores."""
 
-    cudagraph_mode: list[str] | None = Field(None, description="some of NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, "
+    cudagraph_mode: list[str] = Field(["default"], description="some of NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, "
                                                                "FULL_AND_PIECEWISE (default is always a choice)")
     capture_sizes: dict[str, list[Positive] | SizePattern | None] | None = None
-    num_speculative_tokens: KRange | None = None
+    num_speculative_tokens: KRange = KRange()
     drafts: dict[str, Draft] | None = None
     engine_args: dict[Annotated[str, AfterValidator(_searchable)], list[Scalar] | EngineArgRange] | None = Field(
         None, description="name: [choices] or name: {low, high, log, baseline}")
