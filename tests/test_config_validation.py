@@ -139,6 +139,26 @@ def test_ea06_a_range_with_an_infinite_bound_is_refused_at_load(tmp_path, bound)
     assert "search.engine_args.max_num_batched_tokens.high: must be a finite number" in message
 
 
+@pytest.mark.parametrize(("section", "value", "field"), [
+    ("search__engine_args", {"max_num_seqs": [4, float("nan")]}, "search.engine_args.max_num_seqs[1]"),
+    ("engine_args", {"model": "sim/dense-1b", "gpu_memory_utilization": float("inf")},
+     "engine_args.gpu_memory_utilization"),
+    ("workload__temperature", float("nan"), "workload.temperature"),
+])
+def test_no_nan_or_infinity_enters_anywhere_in_a_space(tmp_path, section, value, field):
+    """The same rule as SLO07/SLO03/EA06 for every other number a space holds, free-form sections included."""
+    with pytest.raises(SpaceError) as info:
+        load_space(_write(tmp_path, _edited(**{section: value})))
+    assert f"{field}: must be a finite number" in str(info.value)
+
+
+def test_no_nan_in_a_draft_option(tmp_path):
+    raw = _edited(search__num_speculative_tokens={"low": 0, "high": 2},
+                  search__drafts={"d": {"method": "ngram", "synthetic_acceptance_rates": [0.5, float("inf")]}})
+    with pytest.raises(SpaceError, match=r"search.drafts.d.synthetic_acceptance_rates\[1\]: must be a finite number"):
+        load_space(_write(tmp_path, raw))
+
+
 def test_ea03_one_argument_searched_under_two_spellings_is_one_line_naming_both(tmp_path):
     raw = _edited(search__engine_args={"max_num_seqs": [4, 8], "max-num-seqs": [16, 32]})
     with pytest.raises(SpaceError) as info:

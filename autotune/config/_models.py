@@ -306,7 +306,10 @@ def _lower_bound(annotation: Any) -> int:
 def first_problem(exc: ValidationError, raw: Any) -> tuple[str, str, str]:
     """The first error of ``exc`` (raised validating ``raw``) as ``(dotted field, problem, fix)``."""
     errors, unmatched = _branch_errors(exc.errors(include_url=False), raw)
-    first = errors[0]
+    # NaN or infinity fails every member of a union of scalars; "not finite" is the one that says why.
+    first = next((e for e in errors if e["type"] == "finite_number"), errors[0])
+    if first is not errors[0]:
+        unmatched = None
     loc = tuple(first["loc"])
     field = _path(loc)
     value = unmatched if unmatched is not None else first.get("input")

@@ -560,7 +560,20 @@ class _Validator:
                             f"use sizes up to {MAX_CAPTURE_SIZE} (vLLM captures no batch above max_num_batched_tokens)")
         return size
 
+    def finite(self, value: Any, field: str) -> None:
+        """Free-form sections (vLLM's own arguments and draft options) hold no NaN or infinity: vLLM would take
+        them as written, and a study would measure something nobody chose."""
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.fail(field, f"must be a finite number, got {value!r}", "write a finite number")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                self.finite(item, f"{field}.{key}")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                self.finite(item, f"{field}[{i}]")
+
     def engine_args(self, args: dict[str, Any]) -> dict[str, Any]:
+        self.finite(args, "engine_args")
         out: dict[str, Any] = {}
         for key, val in args.items():
             norm = str(key).replace("-", "_")
@@ -661,6 +674,7 @@ class _Validator:
         out = []
         for name, spec in (data or {}).items():
             field = f"search.drafts.{name}"
+            self.finite(spec, field)
             frag = dict(spec)
             method = frag["method"]
             if "num_speculative_tokens" in frag:
