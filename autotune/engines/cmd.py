@@ -20,9 +20,9 @@ its environment. It may log anything; its LAST stdout line must be one JSON obje
 needs ``"levels": [{"concurrency": 1, "passes_tok_s": [...], "latency": {...}}, ...]``, one entry per level in
 order, measured in the one engine start (``passes_tok_s`` then holds every level's timed passes).
 
-Anything else - a non-zero exit, no JSON, a missing or ill-typed field, a timeout - becomes a failed
-:class:`~autotune.core.records.RestartResult` with a one-line reason and the output's tail; this engine never raises for
-a bad restart. See ``examples/cmd_engine_example.py``.
+Anything else - a non-zero exit, no JSON, a missing, unknown or ill-typed field, a negative or non-finite number,
+a timeout - becomes a failed :class:`~autotune.core.records.RestartResult` with a one-line reason and the output's
+tail; this engine never raises for a bad restart. See ``examples/cmd_engine_example.py``.
 """
 
 from __future__ import annotations
