@@ -35,11 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
 from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
-from pydantic import ValidationError
-
 from autotune.config._models import SpaceFile, first_problem, space_json_schema
 from autotune.config.workload import parse_slo, parse_workload, read_dataset
 
