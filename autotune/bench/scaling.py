@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from autotune.bench._truth import PROFILES, _space_and_truth, make_engine
-from autotune.core.exit_status import ExitStatus
 
 __all__ = ["DEFAULT_BUDGET", "DEFAULT_SEEDS", "DEFAULT_WORKERS", "ScalingRun", "SimClock", "load_runs",
            "regret_worse_p", "render", "run_scaling", "summarize"]

@@ -28,16 +28,19 @@ names (``compilation_config.cudagraph_mode``, ``compilation_config.cudagraph_cap
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
 from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
-from autotune.config.workload import parse_slo, parse_workload
+from autotune.config._models import SpaceFile, first_problem, space_json_schema
+from autotune.config.workload import parse_slo, parse_workload, read_dataset
 
 __all__ = [
     "CUDAGRAPH_MODES",
@@ -50,19 +53,16 @@ __all__ = [
     "SizeOption",
     "SpaceError",
     "load_space",
+    "space_json_schema",
 ]
 
 #: vLLM's ``CUDAGraphMode`` values.
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 #: The choice that leaves a setting to the engine.
 DEFAULT = "default"
-SIZE_PATTERNS = ("pow2", "step8", "aligned")
-SPEC_METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp", "medusa", "suffix")
-_TOP_KEYS = ("name", "description", "engine", "engine_args", "workload", "search", "objective", "slo")
 #: What a study maximises: output tokens/s subject to the ``slo:`` limits when there are any (``throughput``), or
 #: requests/s that meet every limit (``goodput``, which needs limits to count against).
 OBJECTIVES = RECORD_OBJECTIVES
-_SEARCH_KEYS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "drafts", "engine_args")
 #: Optuna parameter names the graph/speculation search uses; an engine argument cannot take one of them.
 _CORE_PARAMS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft")
 #: Points a numeric engine-argument range contributes to :meth:`SearchSpace.all_params` (grids, ground truth).
@@ -153,6 +153,24 @@ class EngineArgDim:
     integer: bool = True
     baseline: Any = None
 
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` (e.g. from ``--enqueue``) is not one this dimension can take, or ``None``.
+
+        A value outside the declared choices or range would be measured (and could win) although the search could
+        never have suggested it, and Optuna refuses to store it against the declared distribution.
+        """
+        if self.choices is not None:
+            if any(value == c and isinstance(value, bool) == isinstance(c, bool) for c in self.choices):
+                return None
+            return f"{self.name} {value!r} is not in the space; use one of {', '.join(map(repr, self.choices))}"
+        kind = "a whole number" if self.integer else "a number"
+        number = isinstance(value, int) if self.integer else isinstance(value, (int, float))
+        assert self.low is not None and self.high is not None
+        if (isinstance(value, bool) or not number or not math.isfinite(value)
+                or not self.low <= value <= self.high):
+            return f"{self.name} {value!r} is outside the space; use {kind} from {self.low:g} to {self.high:g}"
+        return None
+
     def suggest(self, trial: Any) -> Any:
         if self.choices is not None:
             return trial.suggest_categorical(self.name, list(self.choices))
@@ -192,6 +210,9 @@ class SearchSpace:
     description: str = ""
     objective: str = "throughput"
     engine_dims: tuple[EngineArgDim, ...] = ()
+    #: Digest of the dataset's prompts as read at load (``None`` without a dataset file): part of the study's
+    #: identity, so a dataset edited between runs is not mixed into one study.
+    prompts_digest: str | None = None
 
     @property
     def slo(self) -> dict[str, float]:
@@ -290,6 +311,11 @@ class SearchSpace:
         draft = params.get("draft")
         if k > 0 and draft not in [d.name for d in self.drafts]:
             return f"drafts has no choice {draft!r}; use one of {', '.join(d.name for d in self.drafts)}"
+        for dim in self.engine_dims:
+            if dim.name in params:
+                problem = dim.problem(params[dim.name])
+                if problem is not None:
+                    return problem
         try:
             self.config_from_params(params)
         except (KeyError, Infeasible) as exc:
@@ -432,18 +458,13 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     """Validate an already-parsed mapping (see :func:`load_space`)."""
     v = _Validator(source, base_dir or Path.cwd())
     top = v.mapping(raw, "top level")
-    v.known_keys(top, _TOP_KEYS, "top level")
-    for required in ("engine_args", "workload", "search"):
-        if required not in top:
-            raise SpaceError(source, required, "section is missing", f"add a '{required}:' section")
+    check_shape(top, source)
     name = str(top.get("name") or Path(source).stem)
-    engine = dict(v.mapping(top.get("engine", {}) or {}, "engine"))
+    engine = dict(top.get("engine") or {})
     engine_args = v.engine_args(top["engine_args"])
     slo = parse_slo(top.get("slo"), v.fail)
     workload = parse_workload(top["workload"], v.fail, v.base_dir, slo)
     objective = str(top.get("objective", "throughput"))
-    if objective not in OBJECTIVES:
-        raise SpaceError(source, "objective", f"unknown objective {objective!r}", f"use one of: {', '.join(OBJECTIVES)}")
     if objective == "goodput" and not any(key.split("_p", 1)[0] in GOODPUT_METRICS for key, _ in slo):
         raise SpaceError(source, "slo", "objective: goodput counts requests meeting the slo limits, but none is set",
                          "add e.g. slo: {tpot_p99_ms: 50, ttft_p99_ms: 500} (ttft, tpot or e2el limits)")
@@ -454,11 +475,10 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
                                  "a single request has no inter-token percentile to hold to this limit",
                                  "use a tpot limit instead, or objective: throughput to constrain percentiles")
     workload = dataclasses.replace(workload, objective=objective)
-    search = v.mapping(top["search"], "search")
-    v.known_keys(search, _SEARCH_KEYS, "search")
+    search = top["search"]
     modes = v.modes(search.get("cudagraph_mode", [DEFAULT]))
-    sizes = v.sizes(search.get("capture_sizes", {}))
-    k_low, k_high = v.k_range(search.get("num_speculative_tokens", {"low": 0, "high": 0}))
+    sizes = v.sizes(search.get("capture_sizes"))
+    k_low, k_high = v.k_range(search.get("num_speculative_tokens", {}))
     drafts = v.drafts(search.get("drafts", {}))
     if k_high > 0 and not drafts:
         raise SpaceError(source, "search.drafts", "is empty but num_speculative_tokens allows K > 0",
@@ -471,10 +491,17 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
         raise SpaceError(source, "search.num_speculative_tokens.low",
                          f"no configuration is feasible: every K from {k_low} to {k_high} is above every draft's "
                          f"max_k (at most {most})", f"lower num_speculative_tokens.low to {most} or raise a max_k")
+    max_model_len = engine_args.get("max_model_len")
+    if isinstance(max_model_len, int) and not isinstance(max_model_len, bool) and \
+            workload.output_len >= max_model_len:
+        raise SpaceError(source, "workload.output_len", f"{workload.output_len} tokens leave no room for the prompt "
+                         f"within engine_args.max_model_len={max_model_len}",
+                         f"use an output_len below {max_model_len}, or raise engine_args.max_model_len")
+    prompts_digest = read_dataset(workload.dataset, v.fail, max_model_len)
     space = SearchSpace(
         name=name, source=source, engine=engine, engine_args=engine_args, workload=workload, modes=modes,
         sizes=sizes, k_low=k_low, k_high=k_high, drafts=drafts, raw=top, description=str(top.get("description", "")),
-        objective=objective, engine_dims=engine_dims,
+        objective=objective, engine_dims=engine_dims, prompts_digest=prompts_digest,
     )
     if not space.all_params():
         raise SpaceError(source, "search", "no configuration is feasible (every combination is rejected)",
@@ -482,8 +509,29 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     return space
 
 
+def _spelled(data: Mapping[Any, Any], name: str, other: Any) -> str:
+    """How ``data`` spells the first key that normalises to ``name`` (other than ``other``)."""
+    return next(str(k) for k in data if str(k).replace("-", "_") == name and k != other)
+
+
+def check_shape(top: Mapping[str, Any], source: str) -> None:
+    """Validate the file's keys and types against :class:`~autotune.config._models.SpaceFile` (the schema
+    ``autotune schema`` prints); the first problem becomes a one-line :class:`SpaceError`."""
+    data = dict(top)
+    workload = data.get("workload")
+    if isinstance(workload, dict):
+        # Workload.to_dict()'s shape (a stored workload read back): an unset key is null, no limits is {}.
+        data["workload"] = {k: v for k, v in workload.items() if v is not None and not (k == "slo" and v == {})}
+    try:
+        SpaceFile.model_validate(data)
+    except ValidationError as exc:
+        raise SpaceError(source, *first_problem(exc, data)) from None
+
+
 class _Validator:
-    """Field-by-field checks; every failure is a :class:`SpaceError` naming the field and the fix."""
+    """The rules the schema cannot say (one field against another, names that normalise alike, sizes that
+    generate); every failure is a :class:`SpaceError` naming the field and the fix. The keys and types were
+    checked against :class:`~autotune.config._models.SpaceFile` before."""
 
     def __init__(self, source: str, base_dir: Path) -> None:
         self.source = source
@@ -497,96 +545,85 @@ class _Validator:
             raise self.fail(field, f"must be a mapping, got {type(value).__name__}", "write it as 'key: value' lines")
         return value
 
-    def known_keys(self, value: Mapping[str, Any], allowed: tuple[str, ...], field: str) -> None:
-        for key in value:
-            if key not in allowed:
-                raise self.fail(f"{field}.{key}" if field != "top level" else str(key), "unknown key",
-                                f"use one of: {', '.join(allowed)}")
-
     def integer(self, value: Any, field: str, minimum: int = 0) -> int:
+        """For keys the schema leaves free (a draft's vLLM options)."""
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(field, f"must be an integer, got {value!r}", f"write a whole number >= {minimum}")
         if value < minimum:
             raise self.fail(field, f"must be >= {minimum}, got {value}", f"use a value >= {minimum}")
         return value
 
-    def capture_size(self, value: Any, field: str) -> int:
-        size = self.integer(value, field, 1)
+    def capture_size(self, size: int, field: str) -> int:
         if size > MAX_CAPTURE_SIZE:
             raise self.fail(field, f"capture size {size} is above {MAX_CAPTURE_SIZE}",
                             f"use sizes up to {MAX_CAPTURE_SIZE} (vLLM captures no batch above max_num_batched_tokens)")
         return size
 
-    def engine_args(self, value: Any) -> dict[str, Any]:
-        args = self.mapping(value, "engine_args")
+    def finite(self, value: Any, field: str) -> None:
+        """Free-form sections (vLLM's own arguments and draft options) hold no NaN or infinity: vLLM would take
+        them as written, and a study would measure something nobody chose."""
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.fail(field, f"must be a finite number, got {value!r}", "write a finite number")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                self.finite(item, f"{field}.{key}")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                self.finite(item, f"{field}[{i}]")
+
+    def engine_args(self, args: dict[str, Any]) -> dict[str, Any]:
+        self.finite(args, "engine_args")
         out: dict[str, Any] = {}
         for key, val in args.items():
             norm = str(key).replace("-", "_")
             if norm in _RESERVED_ENGINE_ARGS:
                 raise self.fail(f"engine_args.{key}", "is set by the search",
                                 "declare it under 'search:' (cudagraph_mode, capture_sizes, drafts) instead")
+            if norm in out:
+                raise self.fail(f"engine_args.{key}", f"names the same engine argument as {_spelled(args, norm, key)} "
+                                "(dashes and underscores are one name)", "keep one of the two")
             out[norm] = val
         return out
 
-    def engine_dims(self, value: Any, fixed: Mapping[str, Any]) -> tuple[EngineArgDim, ...]:
+    def engine_dims(self, data: dict[str, Any] | None, fixed: Mapping[str, Any]) -> tuple[EngineArgDim, ...]:
         """``search.engine_args``: ``name: [choices]`` or ``name: {low, high, log, baseline}``."""
-        if value is None:
-            return ()
-        data = self.mapping(value, "search.engine_args")
-        out = []
-        for key, spec in data.items():
+        out: list[EngineArgDim] = []
+        for key, spec in (data or {}).items():
             name = str(key).replace("-", "_")
             field = f"search.engine_args.{key}"
-            if name in _RESERVED_ENGINE_ARGS or name in _CORE_PARAMS or name == "model":
-                raise self.fail(field, "cannot be searched as an engine argument",
-                                "search graphs and speculation with cudagraph_mode, capture_sizes, "
-                                "num_speculative_tokens and drafts; the model is fixed")
             if name in fixed:
                 raise self.fail(field, f"is also fixed in engine_args ({fixed[name]!r})",
                                 f"remove engine_args.{name} or stop searching it")
+            if any(d.name == name for d in out):
+                raise self.fail(field, f"searches the same engine argument as search.engine_args."
+                                f"{_spelled(data or {}, name, key)} (dashes and underscores are one name)",
+                                "keep one of the two")
             if isinstance(spec, list):
                 if not spec:
                     raise self.fail(field, "is an empty list", "list at least two values to choose from")
-                for i, choice in enumerate(spec):
-                    if not isinstance(choice, (str, int, float, bool)) or choice is None:
-                        raise self.fail(f"{field}[{i}]", f"must be a string, number or boolean, got {choice!r}",
-                                        "list plain values")
                 if len(set(map(repr, spec))) != len(spec):
                     raise self.fail(field, "lists a value twice", "list each value once")
                 out.append(EngineArgDim(name, choices=tuple(spec), baseline=spec[0]))
-            elif isinstance(spec, dict):
-                self.known_keys(spec, ("low", "high", "log", "baseline"), field)
-                bounds = []
-                for bound in ("low", "high"):
-                    val = spec.get(bound)
-                    if isinstance(val, bool) or not isinstance(val, (int, float)):
-                        raise self.fail(f"{field}.{bound}", f"must be a number, got {val!r}",
-                                        "give both low and high as numbers")
-                    bounds.append(val)
-                low, high = bounds
-                if high <= low:
-                    raise self.fail(f"{field}.high", f"must be above low ({high} <= {low})", "make high > low")
-                log = spec.get("log", False)
-                if not isinstance(log, bool):
-                    raise self.fail(f"{field}.log", f"must be true or false, got {log!r}", "write true or false")
-                if log and low <= 0:
-                    raise self.fail(f"{field}.low", "must be above 0 on a log scale", "raise low or drop log")
-                integer = isinstance(low, int) and isinstance(high, int)
-                base = spec.get("baseline", low)
-                if isinstance(base, bool) or not isinstance(base, (int, float)) or not low <= base <= high:
-                    raise self.fail(f"{field}.baseline", f"must be a number in [{low}, {high}], got {base!r}",
-                                    "give the value you run today, within the range")
-                if integer and not isinstance(base, int):
-                    raise self.fail(f"{field}.baseline", f"must be a whole number, got {base!r}",
-                                    "give a whole number (low and high are whole numbers)")
-                out.append(EngineArgDim(name, low=low, high=high, log=log, integer=integer, baseline=base))
-            else:
-                raise self.fail(field, f"must be a list of values or {{low, high}}, got {spec!r}",
-                                "write e.g. [4, 8, 16] or {low: 512, high: 8192, log: true}")
+                continue
+            low, high = spec["low"], spec["high"]
+            if high <= low:
+                raise self.fail(f"{field}.high", f"must be above low ({high} <= {low})", "make high > low")
+            log = spec.get("log", False)
+            if log and low <= 0:
+                raise self.fail(f"{field}.low", "must be above 0 on a log scale", "raise low or drop log")
+            integer = isinstance(low, int) and isinstance(high, int)
+            base = spec.get("baseline", low)
+            if not low <= base <= high:
+                raise self.fail(f"{field}.baseline", f"must be a number in [{low}, {high}], got {base!r}",
+                                "give the value you run today, within the range")
+            if integer and not isinstance(base, int):
+                raise self.fail(f"{field}.baseline", f"must be a whole number, got {base!r}",
+                                "give a whole number (low and high are whole numbers)")
+            out.append(EngineArgDim(name, low=low, high=high, log=log, integer=integer, baseline=base))
         return tuple(out)
 
-    def modes(self, value: Any) -> tuple[str, ...]:
-        if not isinstance(value, list) or not value:
+    def modes(self, value: list[str]) -> tuple[str, ...]:
+        if not value:
             raise self.fail("search.cudagraph_mode", "must be a non-empty list",
                             f"list some of: {', '.join(CUDAGRAPH_MODES)}")
         out = [DEFAULT]
@@ -600,10 +637,9 @@ class _Validator:
                 out.append(mode)
         return tuple(out)
 
-    def sizes(self, value: Any) -> tuple[SizeOption, ...]:
-        data = self.mapping(value if value is not None else {}, "search.capture_sizes")
+    def sizes(self, data: dict[str, Any] | None) -> tuple[SizeOption, ...]:
         out = [SizeOption(DEFAULT)]
-        for name, spec in data.items():
+        for name, spec in (data or {}).items():
             field = f"search.capture_sizes.{name}"
             name = str(name)
             if name == DEFAULT:
@@ -617,41 +653,29 @@ class _Validator:
                 sizes = tuple(self.capture_size(s, f"{field}[{i}]") for i, s in enumerate(spec))
                 out.append(SizeOption(name, sizes=sizes))
             elif isinstance(spec, dict):
-                self.known_keys(spec, ("pattern", "max"), field)
-                pattern = spec.get("pattern")
-                if pattern not in SIZE_PATTERNS:
-                    raise self.fail(f"{field}.pattern", f"unknown pattern {pattern!r}",
-                                    f"use one of: {', '.join(SIZE_PATTERNS)}")
-                if "max" not in spec:
-                    raise self.fail(f"{field}.max", "is missing", "give the largest capture size, e.g. max: 64")
-                out.append(SizeOption(name, pattern=pattern, max=self.capture_size(spec["max"], f"{field}.max")))
+                out.append(SizeOption(name, pattern=spec["pattern"],
+                                      max=self.capture_size(spec["max"], f"{field}.max")))
             else:
                 raise self.fail(field, f"must be a list of sizes or {{pattern, max}}, got {spec!r}",
                                 "write e.g. [1, 2, 4, 8] or {pattern: pow2, max: 64}")
         return tuple(out)
 
-    def k_range(self, value: Any) -> tuple[int, int]:
+    def k_range(self, data: dict[str, int]) -> tuple[int, int]:
         field = "search.num_speculative_tokens"
-        data = self.mapping(value, field)
-        self.known_keys(data, ("low", "high"), field)
-        low = self.integer(data.get("low", 0), f"{field}.low", 0)
-        high = self.integer(data.get("high", 0), f"{field}.high", 0)
+        low, high = data.get("low", 0), data.get("high", 0)
         if high < low:
             raise self.fail(f"{field}.high", f"is below low ({high} < {low})", "make high >= low")
         if high > K_HARD_MAX:
             raise self.fail(f"{field}.high", f"K={high} is out of range", f"use at most {K_HARD_MAX} draft tokens")
         return low, high
 
-    def drafts(self, value: Any) -> tuple[DraftOption, ...]:
-        data = self.mapping(value if value is not None else {}, "search.drafts")
+    def drafts(self, data: dict[str, Any] | None) -> tuple[DraftOption, ...]:
         out = []
-        for name, spec in data.items():
+        for name, spec in (data or {}).items():
             field = f"search.drafts.{name}"
-            frag = dict(self.mapping(spec, field))
-            method = frag.get("method")
-            if method not in SPEC_METHODS:
-                raise self.fail(f"{field}.method", f"unknown speculative method {method!r}",
-                                f"use one of: {', '.join(SPEC_METHODS)}")
+            self.finite(spec, field)
+            frag = dict(spec)
+            method = frag["method"]
             if "num_speculative_tokens" in frag:
                 raise self.fail(f"{field}.num_speculative_tokens", "is searched, not fixed per draft",
                                 "remove it and set search.num_speculative_tokens instead")
@@ -666,8 +690,6 @@ class _Validator:
                     raise self.fail(f"{field}.prompt_lookup_max", "is below prompt_lookup_min",
                                     "make prompt_lookup_max >= prompt_lookup_min")
             max_k = frag.pop("max_k", None)
-            if max_k is not None:
-                max_k = self.integer(max_k, f"{field}.max_k", 1)
             model = frag.get("model")
             if isinstance(model, str) and model.startswith("."):
                 frag["model"] = str((self.base_dir / model).resolve())

@@ -20,9 +20,9 @@ its environment. It may log anything; its LAST stdout line must be one JSON obje
 needs ``"levels": [{"concurrency": 1, "passes_tok_s": [...], "latency": {...}}, ...]``, one entry per level in
 order, measured in the one engine start (``passes_tok_s`` then holds every level's timed passes).
 
-Anything else - a non-zero exit, no JSON, a missing or ill-typed field, a timeout - becomes a failed
-:class:`~autotune.core.records.RestartResult` with a one-line reason and the output's tail; this engine never raises for
-a bad restart. See ``examples/cmd_engine_example.py``.
+Anything else - a non-zero exit, no JSON, a missing, unknown or ill-typed field, a negative or non-finite number,
+a timeout - becomes a failed :class:`~autotune.core.records.RestartResult` with a one-line reason and the output's
+tail; this engine never raises for a bad restart. See ``examples/cmd_engine_example.py``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines.process import EngineProcess
@@ -190,6 +192,46 @@ class CmdEngine(EngineBackend):
 # -- protocol --------------------------------------------------------------------------------------------
 
 
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+#: Durations, lengths and sizes: a negative latency would meet every slo limit and win.
+NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+Passes = Annotated[list[Finite], Field(min_length=1)]
+
+
+class _Resolved(BaseModel):
+    """``resolved``: what the engine actually ran. Other keys are kept out of the way (:meth:`Resolved.from_dict`
+    reads these), so a wrapper that reports more facts still works."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    cudagraph_mode: str | None = None
+    cudagraph_capture_sizes: list[int] | None = None
+    details: dict[str, Any] | None = None
+    notes: list[Any] | None = None
+
+
+class _Level(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    concurrency: int
+    passes_tok_s: Passes
+    latency: dict[str, NonNegative] | None = None
+
+
+class _OkLine(BaseModel):
+    """The protocol's ``{"status": "ok", ...}`` line."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    status: Literal["ok"]
+    passes_tok_s: Passes
+    resolved: _Resolved
+    warmup_tok_s: list[Finite] | None = None
+    accept_len: NonNegative | None = None
+    startup_s: NonNegative | None = None
+    peak_memory_gib: NonNegative | None = None
+    cold: bool = False
+    latency: dict[str, NonNegative] | None = None
+    levels: list[_Level] | None = None
+
+
 def parse_result_line(stdout: str) -> dict[str, Any]:
     """Parse and type-check the protocol object on the last non-empty stdout line.
 
@@ -210,6 +252,7 @@ def parse_result_line(stdout: str) -> dict[str, Any]:
         raise ProtocolError(f"last stdout line is JSON but not an object: {_quote(line)}")
     status = data.get("status")
     if status == RestartStatus.FAILED:
+        # A failing wrapper's line is read leniently: its error is the message the user needs.
         error = data.get("error")
         out: dict[str, Any] = {"status": status, "error": str(error) if error else "command reported failure"}
         if data.get("resolved") is not None:
@@ -219,75 +262,104 @@ def parse_result_line(stdout: str) -> dict[str, Any]:
         return out
     if status != RestartStatus.OK:
         raise ProtocolError(f"'status' must be \"ok\" or \"failed\", got {status!r}")
-    out = {"status": status, "passes_tok_s": _numbers(data, "passes_tok_s", required=True),
-           "resolved": _resolved(data.get("resolved"))}
-    if "warmup_tok_s" in data and data["warmup_tok_s"] is not None:
-        out["warmup_tok_s"] = _numbers(data, "warmup_tok_s", required=False)
+    # null means "not reported" for the optional fields, as it always has.
+    given = {k: v for k, v in data.items() if v is not None or k in ("passes_tok_s", "resolved", "cold")}
+    try:
+        ok = _OkLine.model_validate(given)
+    except ValidationError as exc:
+        raise ProtocolError(_problem(exc, given)) from None
+    out = {"status": status, "passes_tok_s": tuple(ok.passes_tok_s), "resolved": _resolved(data["resolved"])}
+    if ok.warmup_tok_s is not None:
+        out["warmup_tok_s"] = tuple(ok.warmup_tok_s)
     for key in ("accept_len", "startup_s", "peak_memory_gib"):
-        if data.get(key) is not None:
-            out[key] = _number(data[key], key)
-    if "cold" in data:
-        if not isinstance(data["cold"], bool):
-            raise ProtocolError(f"'cold' must be true or false, got {data['cold']!r}")
-        out["cold"] = data["cold"]
-    if data.get("latency") is not None:
-        latency = data["latency"]
-        if not isinstance(latency, Mapping):
-            raise ProtocolError(f"'latency' must be an object like {{\"tpot_p99_ms\": 9.1}}, got {latency!r}")
-        out["latency"] = {str(k): _number(v, f"latency.{k}") for k, v in latency.items()}
-    if data.get("levels") is not None:
-        out["levels"] = _levels(data["levels"])
+        if getattr(ok, key) is not None:
+            out[key] = float(getattr(ok, key))
+    if "cold" in ok.model_fields_set:
+        out["cold"] = ok.cold
+    if ok.latency is not None:
+        out["latency"] = {str(k): float(v) for k, v in ok.latency.items()}
+    if ok.levels is not None:
+        out["levels"] = tuple(LevelResult(lv.concurrency, tuple(lv.passes_tok_s),
+                                          {str(k): float(v) for k, v in (lv.latency or {}).items()})
+                              for lv in ok.levels)
     return out
-
-
-def _levels(value: Any) -> tuple[LevelResult, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
-        raise ProtocolError(f"'levels' must be a list of objects like {{\"concurrency\": 8, \"passes_tok_s\": "
-                            f"[...]}}, got {_quote(json.dumps(value, default=str))}")
-    out = []
-    for i, level in enumerate(value):
-        concurrency = level.get("concurrency")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int):
-            raise ProtocolError(f"'levels[{i}].concurrency' must be an integer, got {concurrency!r}")
-        latency = level.get("latency") or {}
-        if not isinstance(latency, Mapping):
-            raise ProtocolError(f"'levels[{i}].latency' must be an object, got {latency!r}")
-        out.append(LevelResult(concurrency, tuple(_numbers(level, "passes_tok_s", required=True)),
-                               {str(k): _number(v, f"levels[{i}].latency.{k}") for k, v in latency.items()}))
-    return tuple(out)
 
 
 def _resolved(value: Any) -> Resolved:
     if not isinstance(value, Mapping):
         raise ProtocolError(f"'resolved' must be an object with cudagraph_mode and cudagraph_capture_sizes, "
                             f"got {value!r}")
-    mode = value.get("cudagraph_mode")
-    if mode is not None and not isinstance(mode, str):
-        raise ProtocolError(f"'resolved.cudagraph_mode' must be a string, got {mode!r}")
-    sizes = value.get("cudagraph_capture_sizes")
-    if sizes is not None and (not isinstance(sizes, list)
-                              or not all(isinstance(s, int) and not isinstance(s, bool) for s in sizes)):
-        raise ProtocolError(f"'resolved.cudagraph_capture_sizes' must be a list of integers, got {sizes!r}")
-    if value.get("details") is not None and not isinstance(value["details"], Mapping):
-        raise ProtocolError("'resolved.details' must be an object")
-    if value.get("notes") is not None and not isinstance(value["notes"], list):
-        raise ProtocolError("'resolved.notes' must be a list of strings")
+    try:
+        _Resolved.model_validate(dict(value))
+    except ValidationError as exc:
+        raise ProtocolError(_problem(exc, dict(value), prefix=("resolved",))) from None
     resolved = Resolved.from_dict(value)
     assert resolved is not None  # value is a mapping, so from_dict returns a record
     return resolved
 
 
-def _numbers(data: Mapping[str, Any], key: str, *, required: bool) -> tuple[float, ...]:
-    value = data.get(key)
-    if not isinstance(value, list) or (required and not value):
-        raise ProtocolError(f"'{key}' must be a non-empty list of numbers, got {value!r}")
-    return tuple(_number(v, key) for v in value)
+_NUMBER_LISTS = ("passes_tok_s", "warmup_tok_s")
 
 
-def _number(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ProtocolError(f"'{key}' must hold finite numbers, got {value!r}")
-    return float(value)
+def _problem(exc: ValidationError, data: Mapping[str, Any], prefix: tuple[Any, ...] = ()) -> str:
+    """pydantic's first error as the protocol's one-line reason, naming the field (``'latency.tpot_p99_ms'``)."""
+    error = exc.errors(include_url=False)[0]
+    loc, kind = tuple(error["loc"]), error["type"]
+    value = error.get("input")
+    name = _dotted(prefix + loc)
+    whole = _dotted(prefix + loc[:-1]) if loc and isinstance(loc[-1], int) else name
+    if kind == "extra_forbidden":
+        fields = ", ".join(_Level.model_fields if "levels" in loc[:1] else _OkLine.model_fields)
+        return f"'{name}' is not a field of the protocol; use {fields}"
+    last_key = next((p for p in reversed(loc) if isinstance(p, str)), "")
+    if last_key in _NUMBER_LISTS:
+        if kind in ("missing", "list_type", "too_short"):
+            return f"'{name}' must be a non-empty list of numbers, got {_at(data, loc)!r}"
+        return f"'{whole}' must hold finite numbers, got {value!r}"
+    if name.startswith("resolved.cudagraph_capture_sizes"):
+        sizes = _at(data, loc[:loc.index("cudagraph_capture_sizes") + 1])
+        return f"'resolved.cudagraph_capture_sizes' must be a list of integers, got {sizes!r}"
+    if name == "resolved" or name.startswith("resolved.") and kind in ("model_type", "dict_type"):
+        return {"resolved": f"'resolved' must be an object with cudagraph_mode and cudagraph_capture_sizes, got "
+                            f"{value!r}",
+                "resolved.details": "'resolved.details' must be an object",
+                }.get(name, f"'{name}' must be an object")
+    if name == "resolved.notes":
+        return "'resolved.notes' must be a list of strings"
+    if name == "resolved.cudagraph_mode":
+        return f"'resolved.cudagraph_mode' must be a string, got {value!r}"
+    if name == "cold":
+        return f"'cold' must be true or false, got {value!r}"
+    if name == "levels" or (loc[:1] == ("levels",) and len(loc) == 2):
+        return (f"'levels' must be a list of objects like {{\"concurrency\": 8, \"passes_tok_s\": [...]}}, got "
+                f"{_quote(json.dumps(data.get('levels'), default=str))}")
+    if name.endswith(".concurrency"):
+        return f"'{name}' must be an integer, got {value!r}"
+    if kind == "dict_type":
+        if name == "latency":
+            return f"'latency' must be an object like {{\"tpot_p99_ms\": 9.1}}, got {value!r}"
+        return f"'{name}' must be an object, got {value!r}"
+    if kind == "greater_than_equal":
+        return f"'{name}' must be >= 0 (a duration, length or size), got {value!r}"
+    if kind in ("float_type", "finite_number", "float_parsing"):
+        return f"'{name}' must hold finite numbers, got {value!r}"
+    return f"'{name}': {error['msg']}, got {_quote(json.dumps(value, default=str))}"
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _at(data: Any, loc: tuple[Any, ...]) -> Any:
+    for part in loc:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
 
 
 # -- helpers ---------------------------------------------------------------------------------------------

@@ -9,6 +9,9 @@ The space part is one digest per section (fixed engine arguments, workload, each
 message names the sections that changed. Credentials take no part (they are redacted first): rotating a token is
 not a new experiment. An engine fact that either side does not know (a vLLM that could not be probed) is not a
 difference.
+
+Digests added after studies were already stored (:data:`ADDED_DIGESTS`) are compared only when the stored
+fingerprint has them: a study started before they existed still resumes, and one started since is checked.
 """
 
 from __future__ import annotations
@@ -23,7 +26,11 @@ from autotune.core.records import EngineFacts
 from autotune.core.redact import redact
 from autotune.config.space import SearchSpace
 
-__all__ = ["Fingerprint", "FingerprintMismatch", "check_resume", "fingerprint"]
+__all__ = ["ADDED_DIGESTS", "Fingerprint", "FingerprintMismatch", "check_resume", "fingerprint"]
+
+#: Space digests a stored fingerprint may lack (it was recorded before they existed): the searched engine
+#: arguments' choices and ranges, and the prompts read from the dataset file.
+ADDED_DIGESTS = ("search.engine_args", "workload.prompts")
 
 
 class FingerprintMismatch(Exception):
@@ -44,7 +51,7 @@ class Fingerprint:
         engine: Engine facts that identify what ran (name, version, GPU, profile, command...), redacted.
         space: Section name -> digest of the space's content (``engine_args`` without the model, ``workload``,
             ``search.cudagraph_mode``, ``search.capture_sizes``, ``search.num_speculative_tokens``,
-            ``search.drafts``).
+            ``search.drafts``, ``search.engine_args``, ``workload.prompts``).
     """
 
     model: str | None
@@ -67,7 +74,8 @@ class Fingerprint:
             before, after = self.engine.get(key), now.engine.get(key)
             if before is not None and after is not None and before != after:
                 out.append(f"engine {key} {_short(before)} -> {_short(after)}")
-        changed = [k for k in sorted(set(self.space) | set(now.space)) if self.space.get(k) != now.space.get(k)]
+        changed = [k for k in sorted(set(self.space) | set(now.space)) if self.space.get(k) != now.space.get(k)
+                   and not (k in ADDED_DIGESTS and k not in self.space)]
         if changed:
             out.append(f"space sections changed: {', '.join(changed)}")
         return out
@@ -90,6 +98,12 @@ def fingerprint(space: SearchSpace, engine: EngineFacts | Mapping[str, Any]) -> 
         "search.capture_sizes": [[s.name, s.sizes, s.pattern, s.max] for s in space.sizes],
         "search.num_speculative_tokens": [space.k_low, space.k_high],
         "search.drafts": [[d.name, dict(d.fragment), d.max_k] for d in space.drafts],
+        # A resume with other choices or ranges would compare against values the search never ran, or fail
+        # inside Optuna on a distribution that changed.
+        "search.engine_args": [[d.name, d.choices, d.low, d.high, d.log, d.integer, d.baseline]
+                               for d in space.engine_dims],
+        # The file's path is in the workload; its prompts are here, so replacing its content is noticed.
+        "workload.prompts": space.prompts_digest,
     }
     if space.objective != "throughput":
         # Only when set: a throughput study keeps the fingerprint it had before objectives existed.

@@ -268,3 +268,35 @@ def test_load_levels_come_back_one_entry_per_level(tmp_path):
     missing = CmdEngine(command=printing(tmp_path, json.dumps(GOOD_RESULT)))
     result = missing.run_restart(CONFIG, levels, restart=0, seed=1)
     assert not result.ok and "load levels are [1, 8] but the reply's 'levels' are []" in result.error
+
+
+@pytest.mark.parametrize(("extra", "problem"), [
+    ({"latency": {"tpot_p99_ms": -5.0}}, "'latency.tpot_p99_ms' must be >= 0"),
+    ({"latency": {"ttft_p99_ms": float("nan")}}, "'latency.ttft_p99_ms' must hold finite numbers, got nan"),
+    ({"latency": {"ttft_p99_ms": float("inf")}}, "'latency.ttft_p99_ms' must hold finite numbers, got inf"),
+    ({"startup_s": -1}, "'startup_s' must be >= 0"),
+])
+def test_cmd05_a_negative_or_non_finite_value_is_a_failed_restart_with_the_reason(tmp_path, extra, problem):
+    """CMD05: a negative latency met every slo limit and won; it is a failed restart naming the field."""
+    line = json.dumps({**GOOD_RESULT, **extra})  # json writes NaN / Infinity, which Python's reader accepts
+    result = run(CmdEngine(command=printing(tmp_path, line)))
+    assert result.status == "failed" and result.error is not None
+    assert result.error.startswith("cmd engine: ") and problem in result.error and "\n" not in result.error
+
+
+def test_cmd05_a_negative_latency_at_a_load_level_is_refused():
+    from autotune.engines.cmd import ProtocolError, parse_result_line
+
+    line = json.dumps({**GOOD_RESULT, "levels": [{"concurrency": 4, "passes_tok_s": [1.0],
+                                                  "latency": {"e2el_p99_ms": -1}}]})
+    with pytest.raises(ProtocolError, match=r"'levels\[0\].latency.e2el_p99_ms' must be >= 0"):
+        parse_result_line(line)
+
+
+def test_an_unknown_field_is_refused_not_ignored(tmp_path):
+    """A misspelt 'latency' would drop the slo check silently: the ok line is validated strictly."""
+    result = run(CmdEngine(command=printing(tmp_path, json.dumps({**GOOD_RESULT, "latancy": {"tpot_p99_ms": 9}}))))
+    assert result.status == "failed" and "'latancy' is not a field of the protocol; use status, passes_tok_s" in (
+        result.error or "")
+    ok = run(CmdEngine(command=printing(tmp_path, json.dumps({**GOOD_RESULT, "accept_len": None, "latency": None}))))
+    assert ok.status == "ok", "null still means not reported"
