@@ -1,0 +1,85 @@
+"""What a real engine does around each start: settle first, then start inside a memory guard.
+
+One :class:`StartSafety` per engine object: it measures the level the study began with when the engine is made,
+and gives each restart a settle and a fresh :class:`~autotune.machine.MemoryGuard`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from autotune.machine._gpu import gpu_free_bytes
+from autotune.machine._guard import SAMPLE_INTERVAL_S, KernelLog, MemoryGuard, default_floor
+from autotune.machine._meminfo import GIB, MeminfoReader, MemInfo
+from autotune.machine._settle import SETTLE_INTERVAL_S, SETTLE_TIMEOUT_S, MemoryLevel, SettleResult, settle
+
+__all__ = ["SMALL_HOST_FLOOR_FRACTION", "StartSafety", "engine_floor"]
+
+#: On a small host the default floor (8 GiB) would leave nothing to run in: there it is at most this fraction of
+#: MemTotal (4 GiB of a 16 GiB laptop). A Spark's default (8.5 GiB of 121.7) is far under it.
+SMALL_HOST_FLOOR_FRACTION = 0.25
+
+
+def engine_floor(floor_gib: float | None, total: int) -> int:
+    """The floor in bytes for the engine option ``memory_floor_gib`` (``None``: the default; ``0``: no floor)."""
+    if floor_gib is None:
+        return min(default_floor(total), int(SMALL_HOST_FLOOR_FRACTION * total))
+    return int(floor_gib * GIB)
+
+
+class StartSafety:
+    """Settle and guard for one engine's restarts.
+
+    Args:
+        floor_gib: ``engine.memory_floor_gib``: ``None`` for the default, ``0`` to turn the floor off (the guard
+            still records the lowest MemAvailable and Cached, and still watches the kernel log).
+        settle_timeout_s: ``engine.settle_timeout_s``.
+        leftovers: Returns the engine processes of earlier restarts still alive (``pid (name)`` each).
+        reader, gpu_reader, kernel_log, clock, sleep, interval_s, settle_interval_s: injectable for tests;
+            ``kernel_log`` is a factory called per restart (``None``: no kernel log).
+    """
+
+    def __init__(self, floor_gib: float | None = None, settle_timeout_s: float = SETTLE_TIMEOUT_S, *,
+                 leftovers: Callable[[], list[str]] = list, reader: Callable[[], MemInfo] | None = None,
+                 gpu_reader: Callable[[], tuple[int, ...] | None] | None = gpu_free_bytes,
+                 kernel_log: Callable[[], Any] | None = KernelLog, interval_s: float = SAMPLE_INTERVAL_S,
+                 settle_interval_s: float = SETTLE_INTERVAL_S, clock: Callable[[], float] | None = None,
+                 sleep: Callable[[float], Any] | None = None) -> None:
+        self.reader = reader or MeminfoReader()
+        self.gpu_reader = gpu_reader
+        info = self.reader()
+        self.total = info.total
+        self.floor = engine_floor(floor_gib, info.total)
+        self.baseline = MemoryLevel(info.available, gpu_reader() if gpu_reader is not None else None)
+        self.settle_timeout_s = settle_timeout_s
+        self.leftovers = leftovers
+        self.kernel_log = kernel_log
+        self.interval_s = interval_s
+        self.settle_interval_s = settle_interval_s
+        self._clock = clock
+        self._sleep = sleep
+        #: The last settle and guard, for the restart's record.
+        self.last_settle: SettleResult | None = None
+        self.last_guard: MemoryGuard | None = None
+
+    def settle(self) -> SettleResult:
+        """Wait for memory to come back to the study's level (raises :class:`~autotune.machine.MemoryNotSettled`)."""
+        extra: dict[str, Any] = {}
+        if self._clock is not None:
+            extra["clock"] = self._clock
+        if self._sleep is not None:
+            extra["sleep"] = self._sleep
+        self.last_settle = settle(self.baseline, reader=self.reader, gpu_reader=self.gpu_reader,
+                                  leftovers=self.leftovers, timeout_s=self.settle_timeout_s,
+                                  interval_s=self.settle_interval_s, **extra)
+        return self.last_settle
+
+    def guard(self) -> MemoryGuard:
+        """A fresh guard for one restart (not started: use it as a context manager around the start)."""
+        extra: dict[str, Any] = {}
+        if self._clock is not None:
+            extra["clock"] = self._clock
+        self.last_guard = MemoryGuard(self.floor, reader=self.reader, interval_s=self.interval_s,
+                                      kernel_log=self.kernel_log() if self.kernel_log is not None else None, **extra)
+        return self.last_guard
