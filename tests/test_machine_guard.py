@@ -180,7 +180,8 @@ def test_a_real_allocation_during_a_cmd_restart_trips_the_guard_and_the_group_di
     floor = available - GIB
     pids = tmp_path / "pids.json"
     # The engine starts a helper in its group, then allocates 128 MiB every 50 ms (touching every page) up to
-    # 2 GiB: it crosses the floor about 0.4 s in, and would report a result after 30 s if nothing stopped it.
+    # 3 GiB (2 GiB more than the floor needs, against other users of the host freeing memory meanwhile): it crosses
+    # the floor about 0.4 s in, and would report a result after 30 s if nothing stopped it.
     engine_script = tmp_path / "hog.py"
     engine_script.write_text(textwrap.dedent(f"""
         import json, os, subprocess, sys, time
@@ -189,7 +190,7 @@ def test_a_real_allocation_during_a_cmd_restart_trips_the_guard_and_the_group_di
         open({str(pids)!r}, "w").write(json.dumps([os.getpid(), helper.pid]))
         time.sleep(0.5)
         held = []
-        for _ in range(16):
+        for _ in range(24):
             held.append(b"\\x01" * (128 << 20))
             time.sleep(0.05)
         time.sleep(30)
@@ -214,7 +215,7 @@ def test_a_real_allocation_during_a_cmd_restart_trips_the_guard_and_the_group_di
         time.sleep(0.01)
     worker.join(timeout=30)
     result = out["result"]
-    assert result.status == RestartStatus.FAILED
+    assert result.status == RestartStatus.FAILED, result
     assert result.error.startswith(GUARD_PREFIX) and f"floor {floor / GIB:.1f} GiB" in result.error
     assert "lowest" in result.error and "Cached" in result.error
     assert crossed is not None and gone is not None
