@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from autotune import __version__
 from autotune.cli import audit
+from autotune.cli import doctor
 from autotune.bench import _bench as bench
 from autotune.cli import export
 from autotune.bench import scaling
@@ -247,6 +248,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                bench.configure_parser, bench.run),
     Subcommand("bench-scaling", "1, 2, 4 and 8 workers on one study at one start budget, on simulated time.",
                scaling.configure_parser, scaling.run),
+    Subcommand("doctor", "Check the machine before a long study and say what to fix.",
+               doctor.configure_parser, doctor.run),
 )
 
 
