@@ -224,3 +224,33 @@ def test_a_real_allocation_during_a_cmd_restart_trips_the_guard_and_the_group_di
     assert not any(_alive(p) for p in engine_pids)
     guard = engine.safety.last_guard
     assert guard is not None and guard.trip is not None and guard.lowest < floor
+
+
+def test_a_vllm_restart_that_drives_memory_under_the_floor_is_killed_and_fails_with_the_figures(tmp_path):
+    from autotune.engines.vllm import VllmEngine
+    from autotune.machine import StartSafety
+
+    fake = tmp_path / "meminfo"
+    write_meminfo(fake, SPARK_TOTAL, 60 * GIB)
+    pids = tmp_path / "pids.json"
+    runner = tmp_path / "fake_runner.py"
+    # A runner whose "profiling" collapses the (fake) pool to 2.5 GiB, then would hang for a minute; it starts a
+    # helper in its group as an engine core would.
+    runner.write_text(textwrap.dedent(f"""
+        import json, os, subprocess, sys, time
+        sys.stdin.read()
+        helper = subprocess.Popen(["sleep", "60"])
+        open({str(pids)!r}, "w").write(json.dumps([os.getpid(), helper.pid]))
+        print("INFO 01-01 00:00:00 [gpu_worker.py:1] profiling", flush=True)
+        open({str(fake)!r}, "w").write("MemTotal: {SPARK_TOTAL // 1024} kB\\nMemAvailable: {int(2.5 * GIB) // 1024} kB\\n"
+                                       "Cached: {GIB // 1024} kB\\n")
+        time.sleep(60)
+    """))
+    engine = VllmEngine(cache_dir=str(tmp_path / "study"), launcher=[sys.executable, str(runner)], startup_timeout_s=90)
+    engine.safety = StartSafety(None, reader=MeminfoReader(fake), gpu_reader=None, kernel_log=None)
+    started = time.monotonic()
+    result = engine.run_restart(CONFIG, WL, restart=0, seed=0)
+    assert time.monotonic() - started < 30
+    assert result.status == RestartStatus.FAILED and result.error.startswith(GUARD_PREFIX), result.error
+    assert "MemAvailable 2.5 GiB, floor 8.5 GiB, lowest 2.5 GiB, Cached 1.0 GiB" in result.error
+    assert not any(_alive(p) for p in json.loads(pids.read_text()))

@@ -20,7 +20,8 @@ from autotune.machine._guard import (
     floor_hits,
     floor_infeasible,
     is_driver_oom,
-    kill_tagged_since,
+    kill_tagged_except,
+    tagged_pids,
 )
 from autotune.machine._meminfo import GIB, MemInfo, MeminfoReader, gib, read_meminfo
 from autotune.machine._safety import StartSafety, engine_floor
@@ -66,10 +67,11 @@ __all__ = [
     "gpu_states",
     "is_driver_oom",
     "is_unified_memory",
-    "kill_tagged_since",
+    "kill_tagged_except",
     "measure_level",
     "read_machine_state",
     "read_meminfo",
     "settle",
+    "tagged_pids",
     "top_rss",
 ]

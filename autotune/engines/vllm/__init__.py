@@ -48,7 +48,7 @@ from autotune.engines.vllm._logparse import failure_reason, parse_engine_config,
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
 from autotune.config.workload import default_dataset
-from autotune.machine import MemoryNotSettled, StartSafety, engine_leftovers, kill_tagged_since
+from autotune.machine import MemoryNotSettled, StartSafety, engine_leftovers, kill_tagged_except, tagged_pids
 
 if TYPE_CHECKING:
     from autotune.config.space import SearchSpace
@@ -300,9 +300,11 @@ class VllmEngine(EngineBackend):
         except MemoryNotSettled as exc:
             raise EngineError(f"vllm engine: {exc}") from None
         guard = self.safety.guard()
-        # The launcher makes the engine process; the guard finds it by its tag and start time when it trips.
-        since = time.time()
-        guard.attach(lambda: kill_tagged_since(TAG_ENV, f"{os.getpid()}-", since))
+        # The launcher makes the engine process; the guard finds it by its tag (ours, and not there before) when it
+        # trips.
+        mine = f"{os.getpid()}-"
+        before = tagged_pids(TAG_ENV, mine)
+        guard.attach(lambda: kill_tagged_except(TAG_ENV, mine, before))
         with guard:
             outcome = self._launch(config, request, restart, seed, method)
         if method == "forkserver" and outcome.ready is not None and outcome.ready.get("preloaded") is False:
