@@ -127,3 +127,20 @@ def test_a_cmd_engine_start_waits_for_memory_its_previous_restart_left_held(tmp_
     fake.level = 40 * GIB
     with pytest.raises(EngineError, match="memory did not settle within 2 s"):
         engine.run_restart(CONFIG, WL, restart=2, seed=3)
+
+
+def test_each_restart_leaves_its_memory_and_machine_facts_for_the_record(tmp_path):
+    from autotune.machine import GpuState, MachineState
+
+    fake = SlowRelease(tmp_path / "meminfo", full=100 * GIB)
+    state = MachineState(3000.0, 2900.0, (GpuState(0, "GB10", sm_clock_mhz=2400, throttle=("hw_slowdown",)),))
+    safety = StartSafety(None, reader=MeminfoReader(fake.path), gpu_reader=None, kernel_log=None, clock=fake.clock,
+                         sleep=fake.sleep, machine_state=lambda: state)
+    safety.settle()
+    with safety.guard():
+        pass
+    facts = safety.restart_facts()
+    assert facts["settle_wait_s"] == 0.5 and facts["memory_floor_gib"] == 8.96  # 7% of 128 GiB
+    assert facts["mem_available_min_gib"] == 100.0 and facts["cached_gib"] == 2.0 and facts["memory_samples"] >= 2
+    assert facts["cpu_mhz_mean"] == 3000.0 and facts["gpu0_sm_clock_mhz"] == 2400
+    assert facts["gpu_throttle"] == "gpu0:hw_slowdown" and "memory_guard" not in facts

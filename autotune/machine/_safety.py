@@ -13,6 +13,7 @@ from autotune.machine._gpu import gpu_free_bytes
 from autotune.machine._guard import SAMPLE_INTERVAL_S, KernelLog, MemoryGuard, default_floor
 from autotune.machine._meminfo import GIB, MeminfoReader, MemInfo
 from autotune.machine._settle import SETTLE_INTERVAL_S, SETTLE_TIMEOUT_S, MemoryLevel, SettleResult, settle
+from autotune.machine._state import MachineState, read_machine_state
 
 __all__ = ["SMALL_HOST_FLOOR_FRACTION", "StartSafety", "engine_floor"]
 
@@ -45,7 +46,8 @@ class StartSafety:
                  gpu_reader: Callable[[], tuple[int, ...] | None] | None = gpu_free_bytes,
                  kernel_log: Callable[[], Any] | None = KernelLog, interval_s: float = SAMPLE_INTERVAL_S,
                  settle_interval_s: float = SETTLE_INTERVAL_S, clock: Callable[[], float] | None = None,
-                 sleep: Callable[[float], Any] | None = None) -> None:
+                 sleep: Callable[[float], Any] | None = None,
+                 machine_state: Callable[[], MachineState] = read_machine_state) -> None:
         self.reader = reader or MeminfoReader()
         self.gpu_reader = gpu_reader
         info = self.reader()
@@ -62,6 +64,8 @@ class StartSafety:
         #: The last settle and guard, for the restart's record.
         self.last_settle: SettleResult | None = None
         self.last_guard: MemoryGuard | None = None
+        self.last_state: MachineState | None = None
+        self.machine_state = machine_state
 
     def settle(self) -> SettleResult:
         """Wait for memory to come back to the study's level (raises :class:`~autotune.machine.MemoryNotSettled`)."""
@@ -76,10 +80,40 @@ class StartSafety:
         return self.last_settle
 
     def guard(self) -> MemoryGuard:
-        """A fresh guard for one restart (not started: use it as a context manager around the start)."""
+        """A fresh guard for one restart (not started: use it as a context manager around the start); the machine's
+        state (clocks, throttling) is read now, for the restart's record."""
+        self.last_state = self.machine_state()
         extra: dict[str, Any] = {}
         if self._clock is not None:
             extra["clock"] = self._clock
         self.last_guard = MemoryGuard(self.floor, reader=self.reader, interval_s=self.interval_s,
                                       kernel_log=self.kernel_log() if self.kernel_log is not None else None, **extra)
         return self.last_guard
+
+    def restart_facts(self) -> dict[str, Any]:
+        """The last restart's memory and machine facts, flat, for its record (MLflow, ``report --json``): the
+        settle wait, the guard's floor, lowest MemAvailable and Cached (GiB), its trip, and the machine state."""
+        out: dict[str, Any] = {}
+        if self.last_settle is not None:
+            out["settle_wait_s"] = round(self.last_settle.waited_s, 3)
+        if self.last_guard is not None:
+            seen = self.last_guard.summary()
+            out["memory_floor_gib"] = round(seen.floor / GIB, 3)
+            out["memory_samples"] = seen.samples
+            if seen.lowest_available is not None:
+                out["mem_available_min_gib"] = round(seen.lowest_available / GIB, 3)
+            if seen.cached is not None:
+                out["cached_gib"] = round(seen.cached / GIB, 3)
+            if seen.trip is not None:
+                out["memory_guard"] = seen.trip.cause
+        if self.last_state is not None:
+            state = self.last_state
+            out.update({k: v for k, v in (("cpu_mhz_mean", state.cpu_mhz_mean), ("cpu_mhz_min", state.cpu_mhz_min))
+                        if v is not None})
+            for g in state.gpus:
+                for key in ("sm_clock_mhz", "power_w", "temperature_c"):
+                    if getattr(g, key) is not None:
+                        out[f"gpu{g.index}_{key}"] = getattr(g, key)
+            if state.throttle:
+                out["gpu_throttle"] = ",".join(state.throttle)
+        return out
