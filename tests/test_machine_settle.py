@@ -144,3 +144,48 @@ def test_each_restart_leaves_its_memory_and_machine_facts_for_the_record(tmp_pat
     assert facts["mem_available_min_gib"] == 100.0 and facts["cached_gib"] == 2.0 and facts["memory_samples"] >= 2
     assert facts["cpu_mhz_mean"] == 3000.0 and facts["gpu0_sm_clock_mhz"] == 2400
     assert facts["gpu_throttle"] == "gpu0:hw_slowdown" and "memory_guard" not in facts
+
+
+def test_a_worker_sharing_the_host_waits_for_its_own_gpus_and_not_for_host_memory(tmp_path, monkeypatch):
+    from autotune.machine import GpuState
+    from autotune.machine._gpu import visible
+
+    fake = SlowRelease(tmp_path / "meminfo", full=100 * GIB)
+    fake.hold(30 * GIB)  # another worker's engine holds host memory
+    result = settle(MemoryLevel(100 * GIB), reader=MeminfoReader(fake.path), clock=fake.clock,
+                    sleep=lambda s: setattr(fake, "now", fake.now + s), check_host=False)
+    assert result.samples == 2 and result.level.host_available == 30 * GIB
+    monkeypatch.setenv("AUTOTUNE_WORKER_INDEX", "1")
+    assert StartSafety(reader=MeminfoReader(fake.path), gpu_reader=None, kernel_log=None).check_host is False
+    monkeypatch.delenv("AUTOTUNE_WORKER_INDEX")
+    assert StartSafety(reader=MeminfoReader(fake.path), gpu_reader=None, kernel_log=None).check_host is True
+    gpus = [GpuState(0, uuid="GPU-aaaa-1"), GpuState(1, uuid="GPU-bbbb-2"), GpuState(2, uuid="GPU-cccc-3")]
+    assert visible(gpus, None) == gpus and visible(gpus, "") == []
+    assert visible(gpus, "2,0") == [gpus[2], gpus[0]] and visible(gpus, "GPU-bbbb") == [gpus[1]]
+    assert visible(gpus, "MIG-1234") == gpus
+
+
+def test_a_process_a_live_engine_process_holds_is_not_a_leftover_and_one_nobody_holds_is(tmp_path):
+    import os
+    import signal
+
+    import psutil
+
+    engine_script = tmp_path / "ok.py"
+    engine_script.write_text('import json, sys\nsys.stdin.read()\n'
+                             'print(json.dumps({"status": "ok", "passes_tok_s": [1.0], "resolved": {}}))\n')
+    engine = CmdEngine(command=[sys.executable, str(engine_script)], settle_timeout_s=2)
+    with EngineProcess(["sleep", "30"]):  # e.g. another engine's forkserver host: held, alive, not a leftover
+        assert engine.run_restart(CONFIG, WL, restart=0, seed=1).status == RestartStatus.OK
+    # A tagged process that nothing holds (an engine core that outlived its restart) stops the next start.
+    orphan = EngineProcess(["sleep", "30"])
+    from autotune.engines.process import _LIVE
+
+    _LIVE.discard(orphan)
+    try:
+        with pytest.raises(EngineError, match=rf"earlier restart still run: {orphan.pid} \(sleep\)"):
+            engine.run_restart(CONFIG, WL, restart=1, seed=2)
+    finally:
+        os.killpg(orphan.pid, signal.SIGKILL)
+        orphan.popen.wait()
+    assert psutil.pid_exists(orphan.pid) is False or psutil.Process(orphan.pid).status() == psutil.STATUS_ZOMBIE

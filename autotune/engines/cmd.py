@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from autotune.engines._base import EngineBackend, EngineError
-from autotune.engines.process import TAG_ENV, EngineProcess
+from autotune.engines.process import _LIVE, TAG_ENV, EngineProcess
 from autotune.machine import MemoryNotSettled, StartSafety, engine_leftovers
 from autotune.core.records import EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus, Workload
 
@@ -91,9 +91,11 @@ class CmdEngine(EngineBackend):
         floor = options.get("memory_floor_gib")
         if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not floor >= 0):
             raise EngineError(f"cmd engine: engine.memory_floor_gib must be a number of GiB (0: no floor), got {floor!r}")
-        # The level memory must come back to before each start is measured now, when the study begins.
+        # The level memory must come back to before each start is measured now, when the study begins. A leftover
+        # is a process of ours that no live EngineProcess holds (another engine's forkserver host is not one).
         self.safety = StartSafety(floor, _seconds("settle_timeout_s", options.get("settle_timeout_s", 300.0)),
-                                  leftovers=lambda: engine_leftovers(TAG_ENV, f"{os.getpid()}-"))
+                                  leftovers=lambda: engine_leftovers(TAG_ENV, f"{os.getpid()}-",
+                                                                     [p.pid for p in list(_LIVE)]))
 
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         """Run the command once; never raises for a failing restart."""

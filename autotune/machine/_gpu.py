@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import platform
 import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["GpuState", "driver_version", "gpu_free_bytes", "gpu_states", "is_unified_memory", "nvml"]
+__all__ = ["GpuState", "driver_version", "gpu_free_bytes", "gpu_states", "is_unified_memory", "nvml", "visible"]
 
 _lock = threading.Lock()
 _nvml_ok: bool | None = None
@@ -67,6 +68,7 @@ class GpuState:
         memory_free: Free dedicated memory in bytes.
         addressing_mode: ``ats``, ``hmm`` or ``none`` where the driver reports it (ATS: the GPU shares the CPU's
             page tables, as on Grace).
+        uuid: The device's UUID (``GPU-...``).
     """
 
     index: int
@@ -79,6 +81,7 @@ class GpuState:
     memory_total: int | None = None
     memory_free: int | None = None
     addressing_mode: str | None = None
+    uuid: str | None = None
 
 
 def throttle_names(mask: int | None) -> tuple[str, ...]:
@@ -110,7 +113,7 @@ def gpu_states() -> list[GpuState] | None:
                      getattr(nv, "NVML_DEVICE_ADDRESSING_MODE_NONE", 0): "none"}
             out.append(GpuState(
                 index=i,
-                name=name.decode() if isinstance(name, bytes) else name,
+                name=_text(name),
                 sm_clock_mhz=_try(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
                 max_sm_clock_mhz=_try(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
                 power_w=None if power is None else power / 1000.0,
@@ -119,13 +122,39 @@ def gpu_states() -> list[GpuState] | None:
                 memory_total=None if mem is None else int(mem.total),
                 memory_free=None if mem is None else int(mem.free),
                 addressing_mode=None if mode is None else modes.get(mode, str(mode)),
+                uuid=_text(_try(nv.nvmlDeviceGetUUID, h)),
             ))
         return out
 
 
+def _text(value: Any) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def visible(states: list[GpuState], spec: str | None) -> list[GpuState]:
+    """The GPUs ``CUDA_VISIBLE_DEVICES`` (``spec``) lets this process's engines use: by NVML index or UUID (prefix);
+    all of them when it is unset or names something else (a MIG instance), none when it is empty."""
+    if spec is None:
+        return states
+    items = [item.strip() for item in spec.split(",") if item.strip()]
+    if not items:
+        return []
+    chosen = []
+    for item in items:
+        match = [s for s in states if (item.isdigit() and s.index == int(item))
+                 or (s.uuid is not None and item.startswith("GPU-") and s.uuid.startswith(item))]
+        if not match:
+            return states  # a form this does not read: watch every GPU rather than none
+        chosen += [s for s in match if s not in chosen]
+    return chosen
+
+
 def gpu_free_bytes() -> tuple[int, ...] | None:
-    """Free dedicated memory per GPU; ``None`` where NVML does not report it for every GPU (none, or a GB10)."""
+    """Free dedicated memory of each GPU this process may use (``CUDA_VISIBLE_DEVICES``: other workers' GPUs are
+    theirs to fill); ``None`` where NVML does not report it for each of them (no GPU, or a GB10)."""
     states = gpu_states()
+    if states:
+        states = visible(states, os.environ.get("CUDA_VISIBLE_DEVICES"))
     if not states or any(s.memory_free is None for s in states):
         return None
     return tuple(int(s.memory_free) for s in states)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ and gives each restart a settle and a fresh :class:`~autotune.machine.MemoryGuar
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,9 @@ __all__ = ["SMALL_HOST_FLOOR_FRACTION", "StartSafety", "engine_floor"]
 #: On a small host the default floor (8 GiB) would leave nothing to run in: there it is at most this fraction of
 #: MemTotal (4 GiB of a 16 GiB laptop). A Spark's default (8.5 GiB of 121.7) is far under it.
 SMALL_HOST_FLOOR_FRACTION = 0.25
+#: Set in each of several local workers (``autotune tune --gpus``; autotune.cli.gpu_workers.WORKER_ENV): they share
+#: the host's memory, so one worker's settle cannot wait for host memory another worker's engine legitimately holds.
+LOCAL_WORKER_ENV = "AUTOTUNE_WORKER_INDEX"
 
 
 def engine_floor(floor_gib: float | None, total: int) -> int:
@@ -37,6 +41,7 @@ class StartSafety:
             still records the lowest MemAvailable and Cached, and still watches the kernel log).
         settle_timeout_s: ``engine.settle_timeout_s``.
         leftovers: Returns the engine processes of earlier restarts still alive (``pid (name)`` each).
+        check_host: Whether settling waits for host memory (default: unless this is one of several local workers).
         reader, gpu_reader, kernel_log, clock, sleep, interval_s, settle_interval_s: injectable for tests;
             ``kernel_log`` is a factory called per restart (``None``: no kernel log).
     """
@@ -47,7 +52,8 @@ class StartSafety:
                  kernel_log: Callable[[], Any] | None = KernelLog, interval_s: float = SAMPLE_INTERVAL_S,
                  settle_interval_s: float = SETTLE_INTERVAL_S, clock: Callable[[], float] | None = None,
                  sleep: Callable[[float], Any] | None = None,
-                 machine_state: Callable[[], MachineState] = read_machine_state) -> None:
+                 machine_state: Callable[[], MachineState] = read_machine_state,
+                 check_host: bool | None = None) -> None:
         self.reader = reader or MeminfoReader()
         self.gpu_reader = gpu_reader
         info = self.reader()
@@ -55,6 +61,7 @@ class StartSafety:
         self.floor = engine_floor(floor_gib, info.total)
         self.baseline = MemoryLevel(info.available, gpu_reader() if gpu_reader is not None else None)
         self.settle_timeout_s = settle_timeout_s
+        self.check_host = LOCAL_WORKER_ENV not in os.environ if check_host is None else check_host
         self.leftovers = leftovers
         self.kernel_log = kernel_log
         self.interval_s = interval_s
@@ -76,7 +83,7 @@ class StartSafety:
             extra["sleep"] = self._sleep
         self.last_settle = settle(self.baseline, reader=self.reader, gpu_reader=self.gpu_reader,
                                   leftovers=self.leftovers, timeout_s=self.settle_timeout_s,
-                                  interval_s=self.settle_interval_s, **extra)
+                                  interval_s=self.settle_interval_s, check_host=self.check_host, **extra)
         return self.last_settle
 
     def guard(self) -> MemoryGuard:

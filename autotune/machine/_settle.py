@@ -119,9 +119,11 @@ def settle(baseline: MemoryLevel, *, reader: Callable[[], MemInfo] | None = None
            gpu_reader: Callable[[], tuple[int, ...] | None] | None = None,
            leftovers: Callable[[], list[str]] = list, timeout_s: float = SETTLE_TIMEOUT_S,
            interval_s: float = SETTLE_INTERVAL_S, clock: Callable[[], float] = time.monotonic,
-           sleep: Callable[[float], Any] = time.sleep, holders: Callable[[], list[str]] = top_rss) -> SettleResult:
+           sleep: Callable[[float], Any] = time.sleep, holders: Callable[[], list[str]] = top_rss,
+           check_host: bool = True) -> SettleResult:
     """Wait until memory is back at ``baseline`` (within :func:`tolerance_bytes`), stable over two samples, and
-    ``leftovers()`` is empty.
+    ``leftovers()`` is empty. ``check_host=False`` leaves host memory out (several workers share the host and
+    fill it in turn; their GPUs and leftovers are still their own).
 
     Raises:
         MemoryNotSettled: not within ``timeout_s``; one line with the figures and what holds the memory.
@@ -134,8 +136,8 @@ def settle(baseline: MemoryLevel, *, reader: Callable[[], MemInfo] | None = None
         level = measure_level(read, gpu_reader)
         samples += 1
         left = leftovers()
-        short = _short_of(baseline, level)
-        stable = previous is not None and _stable(previous, level)
+        short = _short_of(baseline, level, check_host)
+        stable = previous is not None and _stable(previous, level, check_host)
         if not left and short is None and stable:
             return SettleResult(waited_s=clock() - start, samples=samples, level=level)
         if clock() - start >= timeout_s:
@@ -154,9 +156,9 @@ def settle(baseline: MemoryLevel, *, reader: Callable[[], MemInfo] | None = None
         sleep(interval_s)
 
 
-def _short_of(baseline: MemoryLevel, level: MemoryLevel) -> str | None:
+def _short_of(baseline: MemoryLevel, level: MemoryLevel, check_host: bool = True) -> str | None:
     tol = tolerance_bytes(baseline.host_available)
-    if level.host_available < baseline.host_available - tol:
+    if check_host and level.host_available < baseline.host_available - tol:
         return (f"MemAvailable {gib(level.host_available)} is {gib(baseline.host_available - level.host_available)} "
                 f"under the {gib(baseline.host_available)} measured when the study began (tolerance {gib(tol)})")
     if baseline.gpu_free is not None and level.gpu_free is not None:
@@ -168,8 +170,8 @@ def _short_of(baseline: MemoryLevel, level: MemoryLevel) -> str | None:
     return None
 
 
-def _stable(a: MemoryLevel, b: MemoryLevel) -> bool:
-    if abs(a.host_available - b.host_available) > STABLE_BYTES:
+def _stable(a: MemoryLevel, b: MemoryLevel, check_host: bool = True) -> bool:
+    if check_host and abs(a.host_available - b.host_available) > STABLE_BYTES:
         return False
     if a.gpu_free is not None and b.gpu_free is not None:
         return all(abs(x - y) <= STABLE_BYTES for x, y in zip(a.gpu_free, b.gpu_free))

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.engines._base import EngineBackend, EngineError
-from autotune.engines.process import TAG_ENV
+from autotune.engines.process import _LIVE, TAG_ENV
 from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
 from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
@@ -252,11 +252,11 @@ class VllmEngine(EngineBackend):
         self._host: ForkHost | None = None
         self._said_start_method = False
         self._said_not_preloaded = False
-        # The level memory must come back to before each start is measured now, when the study begins; the
-        # forkserver host's session lives on between restarts and is not a leftover.
+        # The level memory must come back to before each start is measured now, when the study begins. A leftover
+        # is a process of ours that no live EngineProcess holds: the forkserver host's session lives on between
+        # restarts and is not one.
         self.safety = StartSafety(self.settings.memory_floor_gib, self.settings.settle_timeout_s, leftovers=lambda:
-                                  engine_leftovers(TAG_ENV, f"{os.getpid()}-",
-                                                   () if self._host is None else (self._host.pid,)))
+                                  engine_leftovers(TAG_ENV, f"{os.getpid()}-", [p.pid for p in list(_LIVE)]))
 
     # -- EngineBackend ---------------------------------------------------------------------------------
     def check(self, space: SearchSpace) -> None:
