@@ -13,6 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
 LAYERS = [
     {"autotune", "autotune.core"},
     {"autotune.config"},
+    {"autotune.machine"},
     {"autotune.engines"},
     {"autotune.stats"},
     {"autotune.decisions"},

@@ -31,6 +31,7 @@ import json
 import math
 import os
 import shlex
+import signal
 import subprocess
 import tempfile
 import time
@@ -41,7 +42,8 @@ from typing import IO, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.engines._base import EngineBackend, EngineError
-from autotune.engines.process import EngineProcess
+from autotune.engines.process import _LIVE, TAG_ENV, EngineProcess
+from autotune.machine import MemoryNotSettled, StartSafety, engine_leftovers
 from autotune.core.records import EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus, Workload
 
 __all__ = ["CmdEngine", "ProtocolError", "parse_result_line"]
@@ -68,13 +70,16 @@ class CmdEngine(EngineBackend):
         command: The command, as a list of strings or one shell-style string (split with :func:`shlex.split`).
         timeout_s: Wall-clock limit per restart (default 1800).
         kill_grace_s: Seconds between SIGTERM and SIGKILL on timeout (default 5).
+        memory_floor_gib: Kill the command when host MemAvailable falls below this (default max(8 GiB, 7% of
+            MemTotal), at most a quarter of MemTotal; 0: no floor). See :mod:`autotune.machine`.
+        settle_timeout_s: How long each start waits for memory to come back (default 300).
 
     Raises:
         EngineError: ``command`` missing or malformed, or a bad timeout, naming ``engine.<key>``.
     """
 
     name = "cmd"
-    OPTIONS = ("command", "timeout_s", "kill_grace_s")
+    OPTIONS = ("command", "timeout_s", "kill_grace_s", "memory_floor_gib", "settle_timeout_s")
 
     def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
         super().__init__(cache_dir, **options)
@@ -85,6 +90,14 @@ class CmdEngine(EngineBackend):
         self.command = _command(options.get("command"))
         self.timeout_s = _seconds("timeout_s", options.get("timeout_s", DEFAULT_TIMEOUT_S))
         self.kill_grace_s = _seconds("kill_grace_s", options.get("kill_grace_s", DEFAULT_KILL_GRACE_S))
+        floor = options.get("memory_floor_gib")
+        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not floor >= 0):
+            raise EngineError(f"cmd engine: engine.memory_floor_gib must be a number of GiB (0: no floor), got {floor!r}")
+        # The level memory must come back to before each start is measured now, when the study begins. A leftover
+        # is a process of ours that no live EngineProcess holds (another engine's forkserver host is not one).
+        self.safety = StartSafety(floor, _seconds("settle_timeout_s", options.get("settle_timeout_s", 300.0)),
+                                  leftovers=lambda: engine_leftovers(TAG_ENV, f"{os.getpid()}-",
+                                                                     [p.pid for p in list(_LIVE)]))
 
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         """Run the command once; never raises for a failing restart."""
@@ -95,6 +108,10 @@ class CmdEngine(EngineBackend):
             "restart": restart,
             "seed": seed,
         }, default=str)
+        try:
+            self.safety.settle()
+        except MemoryNotSettled as exc:
+            raise EngineError(f"cmd engine: {exc}") from None
         started = time.monotonic()
         try:
             stdout, stderr, returncode = self._run_process(payload, restart, seed)
@@ -106,6 +123,9 @@ class CmdEngine(EngineBackend):
         log_path = self._write_log(config, restart, stdout, stderr)
         common: dict[str, Any] = {"restart": restart, "seed": seed, "wall_s": wall_s, "log_path": log_path}
         tail = _tail(stdout, stderr)
+        trip = self.safety.last_guard.trip if self.safety.last_guard is not None else None
+        if trip is not None:
+            return RestartResult.failure(RestartStatus.FAILED, trip.reason(), log_tail=tail, **common)
         if timed_out:
             return RestartResult.failure(RestartStatus.TIMEOUT, f"cmd engine: no result within {self.timeout_s:g}s; "
                                          "killed the process group", log_tail=tail, **common)
@@ -162,8 +182,10 @@ class CmdEngine(EngineBackend):
             # Leaving this block by any route - a result, a timeout, Ctrl-C, SIGTERM - stops the command's whole
             # process group and anything that escaped it: nothing it started may outlive the restart (an engine
             # core holding GPU memory would spoil the next one) or autotune itself.
-            with EngineProcess(self.command, stdin=stdin, stdout=out, stderr=err,
-                               env=self._env(restart, seed)) as proc:
+            # The memory guard watches from before the start to the end; a trip SIGKILLs the group at once.
+            with self.safety.guard() as guard, EngineProcess(self.command, stdin=stdin, stdout=out, stderr=err,
+                                                             env=self._env(restart, seed)) as proc:
+                guard.attach(lambda: proc.signal_group(signal.SIGKILL))
                 try:
                     returncode: int | None = proc.wait(timeout=self.timeout_s)
                 except subprocess.TimeoutExpired:

@@ -20,6 +20,9 @@ Engine options (the space's ``engine:`` section or ``--engine-opt KEY=VALUE``):
 ``env``                extra environment for the engine process (e.g. ``VLLM_CPU_KVCACHE_SPACE: 2``)
 ``cache_root``         ``VLLM_CACHE_ROOT`` (default: ``<cache_dir>/vllm-cache``, study-local)
 ``extra_args``         extra ``LLM(**kwargs)`` / ``vllm serve`` arguments merged over the configuration
+``memory_floor_gib``   kill the engine when host MemAvailable falls below this (default max(8 GiB, 7% of
+                       MemTotal), at most a quarter of MemTotal; 0: no floor); see :mod:`autotune.machine`
+``settle_timeout_s``   how long each start waits for memory to come back (default 300)
 """
 
 from __future__ import annotations
@@ -38,12 +41,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.engines._base import EngineBackend, EngineError
+from autotune.engines.process import _LIVE, TAG_ENV
 from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
 from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
 from autotune.config.workload import default_dataset
+from autotune.machine import MemoryNotSettled, StartSafety, engine_leftovers, kill_tagged_except, tagged_pids
 
 if TYPE_CHECKING:
     from autotune.config.space import SearchSpace
@@ -89,6 +94,8 @@ class VllmOptions:
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     cache_root: str | None = None
     extra_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    memory_floor_gib: float | None = None
+    settle_timeout_s: float = 300.0
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> VllmOptions:
@@ -124,7 +131,13 @@ class VllmOptions:
                                   "engine.launcher is set (a launcher such as docker cannot fork restarts); "
                                   "use engine.start_method spawn, or engine.python instead of the launcher")
             kwargs["start_method"] = method
-        for key in ("startup_timeout_s", "measure_timeout_s"):
+        floor = options.get("memory_floor_gib")
+        if floor is not None:
+            if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not floor >= 0:
+                raise EngineError(f"vllm engine: engine.memory_floor_gib must be a number of GiB (0: no floor), "
+                                  f"got {floor!r}")
+            kwargs["memory_floor_gib"] = float(floor)
+        for key in ("startup_timeout_s", "measure_timeout_s", "settle_timeout_s"):
             if options.get(key) is not None:
                 kwargs[key] = _positive(options[key], key)
         if options.get("env") is not None:
@@ -239,6 +252,11 @@ class VllmEngine(EngineBackend):
         self._host: ForkHost | None = None
         self._said_start_method = False
         self._said_not_preloaded = False
+        # The level memory must come back to before each start is measured now, when the study begins. A leftover
+        # is a process of ours that no live EngineProcess holds: the forkserver host's session lives on between
+        # restarts and is not one.
+        self.safety = StartSafety(self.settings.memory_floor_gib, self.settings.settle_timeout_s, leftovers=lambda:
+                                  engine_leftovers(TAG_ENV, f"{os.getpid()}-", [p.pid for p in list(_LIVE)]))
 
     # -- EngineBackend ---------------------------------------------------------------------------------
     def check(self, space: SearchSpace) -> None:
@@ -277,6 +295,32 @@ class VllmEngine(EngineBackend):
         request = self.request(config, workload, seed)
         method = self.settings.resolved_start_method()
         self._say_start_method(method)
+        try:
+            self.safety.settle()
+        except MemoryNotSettled as exc:
+            raise EngineError(f"vllm engine: {exc}") from None
+        guard = self.safety.guard()
+        # The launcher makes the engine process; the guard finds it by its tag (ours, and not there before) when it
+        # trips.
+        mine = f"{os.getpid()}-"
+        before = tagged_pids(TAG_ENV, mine)
+        guard.attach(lambda: kill_tagged_except(TAG_ENV, mine, before))
+        with guard:
+            outcome = self._launch(config, request, restart, seed, method)
+        if method == "forkserver" and outcome.ready is not None and outcome.ready.get("preloaded") is False:
+            self._say_not_preloaded()
+        if outcome.ready is not None:
+            # The compile cache now holds this configuration: later starts of it are warm.
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        result = self.to_result(outcome, config, restart=restart, seed=seed, cold=cold, start_method=method)
+        if guard.trip is not None:
+            return dataclasses.replace(result, status=RestartStatus.FAILED, error=guard.trip.reason(),
+                                       passes_tok_s=(), log_tail=outcome.tail)
+        return result
+
+    def _launch(self, config: EngineConfig, request: dict[str, Any], restart: int, seed: int,
+                method: str) -> LaunchResult:
         if method == "forkserver":
             log_path = self.log_path(config, restart, seed)
             try:
@@ -303,13 +347,7 @@ class VllmEngine(EngineBackend):
                 env=self.process_env(),
                 stdin_text=json.dumps(request),
             )
-        if method == "forkserver" and outcome.ready is not None and outcome.ready.get("preloaded") is False:
-            self._say_not_preloaded()
-        if outcome.ready is not None:
-            # The compile cache now holds this configuration: later starts of it are warm.
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
-        return self.to_result(outcome, config, restart=restart, seed=seed, cold=cold, start_method=method)
+        return outcome
 
     def close(self) -> None:
         """Stop the forkserver host (and with it the forkserver), if one was started."""

@@ -1,0 +1,313 @@
+"""``autotune doctor [--space FILE]``: check the machine before a long study, and say what to fix.
+
+Every check gives one line: ``ok`` (fine), ``note`` (worth knowing, nothing to do), ``warn`` (a study will run but
+its numbers may be off) or ``FIX`` (a study would fail or endanger the host, with the fix). The exit status is
+0 when nothing must be fixed and :attr:`~autotune.core.exit_status.ExitStatus.ERROR` otherwise; a bad
+``--space`` is ``BAD_INPUT``. The facts are gathered into a :class:`Facts` first, so the rules
+(:func:`findings`) can be checked against any machine's facts, a GB10's included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+from autotune.core.exit_status import ExitStatus
+from autotune.machine import (
+    GIB,
+    GpuState,
+    MemInfo,
+    driver_version,
+    engine_floor,
+    gib,
+    gpu_states,
+    is_unified_memory,
+    read_meminfo,
+)
+
+__all__ = ["Facts", "Finding", "configure_parser", "findings", "gather", "run"]
+
+#: How long importing vLLM may take in the configured interpreter (a container pull is not waited for).
+IMPORT_TIMEOUT_S = 180.0
+#: Above this share of MemTotal the page cache is worth a warning on unified memory: vLLM counts it against the
+#: KV budget there, so a cold start gets a smaller cache than a warm one (NVIDIA/xr-ai #462). Empirical.
+PAGE_CACHE_WARN_FRACTION = 0.10
+#: A CPU under the performance governor whose clock is below this share of its maximum is in a slow state.
+CPU_SLOW_FRACTION = 0.70
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One line of the doctor's output: ``level`` is ok, note, warn or FIX."""
+
+    level: str
+    topic: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.level:<4}  {self.topic:<12} {self.text}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What the doctor read from the machine (and the space). ``None``: not reported."""
+
+    memory: MemInfo
+    machine: str
+    root: bool
+    governors: tuple[str, ...] = ()
+    cpu_mhz: float | None = None
+    cpu_max_mhz: float | None = None
+    gpus: tuple[GpuState, ...] | None = None
+    driver: str | None = None
+    engine: str = "vllm"
+    engine_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    engine_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    weights_bytes: int | None = None
+    interpreter: tuple[str, ...] = ()
+    vllm_version: str | None = None
+    vllm_error: str | None = None
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Options of ``autotune doctor``."""
+    parser.add_argument("--space", help="the search space the study will run (its engine, model and memory "
+                                        "settings are checked too)")
+
+
+def run(args: argparse.Namespace, out: IO[str]) -> int:
+    """Gather the facts, print one line a check, return the exit status."""
+    space = None
+    if getattr(args, "space", None):
+        from autotune.config.space import load_space
+
+        space = load_space(args.space)  # a SpaceError is bad input: one line, status 2
+    found = findings(gather(space))
+    for finding in found:
+        print(finding, file=out)
+    to_fix = [f for f in found if f.level == "FIX"]
+    if to_fix:
+        print(f"doctor: {len(to_fix)} thing(s) to fix before a long study", file=out)
+        return ExitStatus.ERROR
+    print("doctor: nothing to fix", file=out)
+    return ExitStatus.SUCCESS
+
+
+# -- facts -----------------------------------------------------------------------------------------------
+
+
+def gather(space: Any = None) -> Facts:
+    """Read the machine (and, with a space, its engine's interpreter and model)."""
+    section = dict(getattr(space, "engine", None) or {})
+    engine = str(section.pop("name", None) or "vllm")
+    from autotune.engines import ENGINES
+
+    # As the study reads them: flat keys belong to the space's own engine, ``engine.<name>: {...}`` to that one.
+    options = {**{k: v for k, v in section.items() if not (k in ENGINES and isinstance(v, dict))},
+               **(section.get(engine) if isinstance(section.get(engine), dict) else {})}
+    engine_args = dict(getattr(space, "engine_args", None) or {})
+    freqs = _cpu_freqs()
+    states = gpu_states()
+    interpreter: tuple[str, ...] = ()
+    version = error = None
+    if engine == "vllm":
+        interpreter = _interpreter(options)
+        version, error = vllm_version(interpreter)
+    return Facts(
+        memory=read_meminfo(), machine=platform.machine(), root=os.geteuid() == 0, governors=_governors(),
+        cpu_mhz=freqs[0], cpu_max_mhz=freqs[1], gpus=None if states is None else tuple(states),
+        driver=driver_version(), engine=engine, engine_options=options, engine_args=engine_args,
+        weights_bytes=weights_bytes(engine_args.get("model")), interpreter=interpreter,
+        vllm_version=version, vllm_error=error)
+
+
+def _interpreter(options: Mapping[str, Any]) -> tuple[str, ...]:
+    launcher = options.get("launcher")
+    if launcher:
+        import shlex
+
+        return tuple(shlex.split(launcher) if isinstance(launcher, str) else map(str, launcher))
+    return (str(options.get("python") or sys.executable),)
+
+
+def vllm_version(interpreter: Sequence[str]) -> tuple[str | None, str | None]:
+    """``(version, None)`` when ``interpreter`` imports vLLM, else ``(None, why)``."""
+    try:
+        done = subprocess.run([*interpreter, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
+                              text=True, timeout=IMPORT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return None, f"{interpreter[0]} does not exist"
+    except subprocess.TimeoutExpired:
+        return None, f"importing vllm took more than {IMPORT_TIMEOUT_S:g} s"
+    except OSError as exc:
+        return None, f"{interpreter[0]} cannot run ({exc.strerror or exc})"
+    if done.returncode == 0 and done.stdout.strip():
+        return done.stdout.strip().splitlines()[-1], None
+    last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    return None, last[:200]
+
+
+def _governors() -> tuple[str, ...]:
+    found = set()
+    for path in glob.glob("/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor"):
+        try:
+            found.add(Path(path).read_text().strip())
+        except OSError:
+            continue
+    return tuple(sorted(found))
+
+
+def _cpu_freqs() -> tuple[float | None, float | None]:
+    """Mean current clock over cores and the highest maximum, MHz."""
+    try:
+        freqs = psutil.cpu_freq(percpu=True) or []
+    except (OSError, NotImplementedError, AttributeError):
+        return None, None
+    current = [f.current for f in freqs if f.current]
+    maxima = [f.max for f in freqs if f.max]
+    return (sum(current) / len(current) if current else None), (max(maxima) if maxima else None)
+
+
+def weights_bytes(model: Any) -> int | None:
+    """Size of a model's weight files: a local directory, or a hub id already in the Hugging Face cache."""
+    if not isinstance(model, str) or not model:
+        return None
+    folder = Path(model)
+    if not folder.is_dir():
+        hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+            os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+        folder = Path(hub) / f"models--{model.replace('/', '--')}" / "blobs"
+        if model.count("/") != 1 or not folder.is_dir():
+            return None
+        files = [p for p in folder.iterdir() if p.is_file()]  # blobs have no suffix: every blob counts
+    else:
+        files = [p for p in folder.rglob("*") if p.is_file() and p.suffix in _WEIGHT_SUFFIXES]
+    total = sum(p.stat().st_size for p in files)
+    return total or None
+
+
+# -- rules -----------------------------------------------------------------------------------------------
+
+
+def findings(facts: Facts) -> list[Finding]:
+    """The doctor's lines for ``facts``, in the order printed."""
+    mem = facts.memory
+    unified = is_unified_memory(list(facts.gpus) if facts.gpus else None, mem.total, facts.machine)
+    out: list[Finding] = []
+    out += _memory(facts, unified)
+    out += _page_cache(facts, unified)
+    out += _cpu(facts)
+    out += _gpu(facts, unified)
+    out += _root(facts)
+    out += _vllm(facts)
+    return out
+
+
+def _memory(facts: Facts, unified: bool) -> list[Finding]:
+    mem = facts.memory
+    floor_opt = facts.engine_options.get("memory_floor_gib")
+    floor = engine_floor(floor_opt if isinstance(floor_opt, (int, float)) else None, mem.total)
+    have = f"MemAvailable {gib(mem.available)} of {gib(mem.total)}; the guard's floor is {gib(floor)}"
+    out = []
+    if facts.engine != "sim" and mem.available <= floor:
+        out.append(Finding("FIX", "memory", f"{have}: every engine start would be killed at once; free memory "
+                                            "(see the largest processes with `ps aux --sort=-rss | head`)"))
+    elif facts.weights_bytes is not None and unified and mem.available < floor + facts.weights_bytes:
+        out.append(Finding("FIX", "memory", f"{have}; the weights ({gib(facts.weights_bytes)}) share that memory "
+                                            "and would push it under the floor: free memory or choose a smaller "
+                                            "model"))
+    elif facts.weights_bytes is not None:
+        out.append(Finding("ok", "memory", f"{have}; the weights take {gib(facts.weights_bytes)}"))
+    else:
+        out.append(Finding("ok", "memory", f"{have} (the space names no local model to size)"))
+    util = facts.engine_args.get("gpu_memory_utilization")
+    if unified and isinstance(util, (int, float)) and not isinstance(util, bool):
+        # vLLM refuses to start when free memory is below total x gpu_memory_utilization, even with
+        # kv_cache_memory_bytes; on an integrated GPU "free" is MemAvailable (vllm #35356).
+        need = util * mem.total
+        if mem.available < need:
+            fits = max(0.0, mem.available / mem.total - 0.02)
+            out.append(Finding("FIX", "admission", f"gpu_memory_utilization {util:g} needs {gib(need)} free at "
+                                                   f"start but MemAvailable is {gib(mem.available)}: vLLM will "
+                                                   f"refuse to start; set it to {fits:.2f} or less, or free memory"))
+        else:
+            out.append(Finding("ok", "admission", f"gpu_memory_utilization {util:g} needs {gib(need)} free; "
+                                                  f"{gib(mem.available)} is"))
+    return out
+
+
+def _page_cache(facts: Facts, unified: bool) -> list[Finding]:
+    mem = facts.memory
+    text = f"Cached {gib(mem.cached)} ({mem.cached / mem.total:.0%} of MemTotal)"
+    policy = facts.engine_options.get("page_cache")
+    if unified and mem.cached > PAGE_CACHE_WARN_FRACTION * mem.total and policy not in ("drop", "warm"):
+        return [Finding("warn", "page cache", f"{text}: on unified memory vLLM counts it against the KV budget, so "
+                                              "cold and warm starts get different KV caches; run `sync; echo 3 | "
+                                              "sudo tee /proc/sys/vm/drop_caches` before the study")]
+    return [Finding("ok", "page cache", text)]
+
+
+def _cpu(facts: Facts) -> list[Finding]:
+    gov = ", ".join(facts.governors) or "not reported"
+    if facts.cpu_mhz is None:
+        return [Finding("note", "cpu", f"governor {gov}; clock not reported")]
+    clock = f"{facts.cpu_mhz:.0f} MHz" + (f" of {facts.cpu_max_mhz:.0f} MHz max" if facts.cpu_max_mhz else "")
+    if facts.governors and facts.governors != ("performance",):
+        return [Finding("warn", "cpu", f"governor {gov}, clock {clock}: restarts may run at different clocks; "
+                                       "set the performance governor (`sudo cpupower frequency-set -g performance`)")]
+    if facts.cpu_max_mhz and facts.cpu_mhz < CPU_SLOW_FRACTION * facts.cpu_max_mhz:
+        return [Finding("warn", "cpu", f"governor {gov} but clock {clock}: a slow state (GB10 CPUs have stuck near "
+                                       "1.5 GHz); check with sysbench, reboot if it stays")]
+    return [Finding("ok", "cpu", f"governor {gov}, clock {clock}")]
+
+
+def _gpu(facts: Facts, unified: bool) -> list[Finding]:
+    out = [Finding("note" if facts.driver is None else "ok", "driver", facts.driver or "not reported (no NVIDIA "
+                                                                                      "driver or NVML)")]
+    if not facts.gpus:
+        out.append(Finding("note", "gpu", "none reported by NVML"))
+    for g in facts.gpus or ():
+        clock = "SM clock not reported" if g.sm_clock_mhz is None else (
+            f"SM {g.sm_clock_mhz} MHz" + (f" of {g.max_sm_clock_mhz} max" if g.max_sm_clock_mhz else ""))
+        extra = "".join([f", {g.temperature_c} C" if g.temperature_c is not None else "",
+                         f", {g.power_w:.0f} W" if g.power_w is not None else ""])
+        if g.throttle:
+            out.append(Finding("warn", f"gpu {g.index}", f"{g.name}: {clock}{extra}; throttled: "
+                                                         f"{', '.join(g.throttle)} (check cooling and power, or "
+                                                         "lock clocks with nvidia-smi -lgc)"))
+        else:
+            out.append(Finding("ok", f"gpu {g.index}", f"{g.name}: {clock}{extra}; not throttled"))
+    out.append(Finding("ok", "unified", "yes: the GPU allocates from host memory (the guard and settle matter "
+                                        "most here)" if unified else "no: the GPU has its own memory"))
+    return out
+
+
+def _root(facts: Facts) -> list[Finding]:
+    policy = facts.engine_options.get("page_cache")
+    if facts.root:
+        return [Finding("ok", "root", "yes: page_cache: drop can write /proc/sys/vm/drop_caches")]
+    if policy == "drop":
+        return [Finding("FIX", "root", "no, but the space sets engine.page_cache: drop, which writes "
+                                       "/proc/sys/vm/drop_caches: run as root or use page_cache: warm")]
+    return [Finding("note", "root", "no: page_cache: drop would be refused (keep and warm need no root)")]
+
+
+def _vllm(facts: Facts) -> list[Finding]:
+    if facts.engine != "vllm":
+        return [Finding("note", "vllm", f"not checked: the engine is {facts.engine}")]
+    where = " ".join(facts.interpreter)
+    if facts.vllm_version is not None:
+        return [Finding("ok", "vllm", f"{facts.vllm_version} in {where}")]
+    return [Finding("FIX", "vllm", f"{where} cannot import vllm ({facts.vllm_error}): install vllm there, or set "
+                                   "engine.python / engine.launcher in the space")]

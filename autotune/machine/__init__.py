@@ -1,0 +1,77 @@
+"""The machine under the engine: host memory, GPU and CPU facts, and the guards that keep a long study safe.
+
+Below the engines in the layering (core -> config -> machine -> engines): real engines start each restart inside a
+:class:`MemoryGuard` after :func:`settle`, and ``autotune doctor`` reads the same facts before a long study.
+"""
+
+from __future__ import annotations
+
+from autotune.machine._gpu import GpuState, driver_version, gpu_free_bytes, gpu_states, is_unified_memory
+from autotune.machine._guard import (
+    FLOOR_CONSTRAINT,
+    GUARD_PREFIX,
+    SAMPLE_INTERVAL_S,
+    GuardSummary,
+    GuardTrip,
+    KernelLog,
+    MemoryGuard,
+    default_floor,
+    floor_constraint,
+    floor_hits,
+    floor_infeasible,
+    is_driver_oom,
+    kill_tagged_except,
+    tagged_pids,
+)
+from autotune.machine._meminfo import GIB, MemInfo, MeminfoReader, gib, read_meminfo
+from autotune.machine._safety import StartSafety, engine_floor
+from autotune.machine._settle import (
+    MemoryLevel,
+    MemoryNotSettled,
+    SettleResult,
+    engine_leftovers,
+    measure_level,
+    settle,
+    top_rss,
+)
+from autotune.machine._state import MachineState, departure, departures, read_machine_state
+
+__all__ = [
+    "FLOOR_CONSTRAINT",
+    "GIB",
+    "GUARD_PREFIX",
+    "SAMPLE_INTERVAL_S",
+    "GpuState",
+    "GuardSummary",
+    "GuardTrip",
+    "KernelLog",
+    "MachineState",
+    "MemInfo",
+    "MeminfoReader",
+    "MemoryGuard",
+    "MemoryLevel",
+    "MemoryNotSettled",
+    "SettleResult",
+    "StartSafety",
+    "default_floor",
+    "departure",
+    "departures",
+    "driver_version",
+    "engine_floor",
+    "engine_leftovers",
+    "floor_constraint",
+    "floor_hits",
+    "floor_infeasible",
+    "gib",
+    "gpu_free_bytes",
+    "gpu_states",
+    "is_driver_oom",
+    "is_unified_memory",
+    "kill_tagged_except",
+    "measure_level",
+    "read_machine_state",
+    "read_meminfo",
+    "settle",
+    "tagged_pids",
+    "top_rss",
+]

@@ -1,0 +1,136 @@
+"""What a real engine does around each start: settle first, then start inside a memory guard.
+
+One :class:`StartSafety` per engine object: it measures the level the study began with when the engine is made,
+and gives each restart a settle and a fresh :class:`~autotune.machine.MemoryGuard`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from autotune.machine._gpu import gpu_free_bytes, gpu_states, is_unified_memory
+from autotune.machine._guard import SAMPLE_INTERVAL_S, KernelLog, MemoryGuard, default_floor
+from autotune.machine._meminfo import GIB, MeminfoReader, MemInfo
+from autotune.machine._settle import SETTLE_INTERVAL_S, SETTLE_TIMEOUT_S, MemoryLevel, SettleResult, settle
+from autotune.machine._state import MachineState, read_machine_state
+
+__all__ = ["SMALL_HOST_FLOOR_FRACTION", "StartSafety", "engine_floor"]
+
+#: On a small host the default floor (8 GiB) would leave nothing to run in: there it is at most this fraction of
+#: MemTotal (4 GiB of a 16 GiB laptop). A Spark's default (8.5 GiB of 121.7) is far under it.
+SMALL_HOST_FLOOR_FRACTION = 0.25
+#: Set in each of several local workers (``autotune tune --gpus``; autotune.cli.gpu_workers.WORKER_ENV): they share
+#: the host's memory, so one worker's settle cannot wait for host memory another worker's engine legitimately holds.
+LOCAL_WORKER_ENV = "AUTOTUNE_WORKER_INDEX"
+
+
+def engine_floor(floor_gib: float | None, total: int) -> int:
+    """The floor in bytes for the engine option ``memory_floor_gib`` (``None``: the default; ``0``: no floor)."""
+    if floor_gib is None:
+        return min(default_floor(total), int(SMALL_HOST_FLOOR_FRACTION * total))
+    return int(floor_gib * GIB)
+
+
+class StartSafety:
+    """Settle and guard for one engine's restarts.
+
+    Args:
+        floor_gib: ``engine.memory_floor_gib``: ``None`` for the default, ``0`` to turn the floor off (the guard
+            still records the lowest MemAvailable and Cached, and still watches the kernel log).
+        settle_timeout_s: ``engine.settle_timeout_s``.
+        leftovers: Returns the engine processes of earlier restarts still alive (``pid (name)`` each).
+        check_host: Whether settling waits for host memory (default: on a unified-memory machine, unless this is
+            one of several local workers).
+        unified: Whether the GPU allocates from host memory (default: :func:`is_unified_memory` on this machine).
+        reader, gpu_reader, kernel_log, clock, sleep, interval_s, settle_interval_s: injectable for tests;
+            ``kernel_log`` is a factory called per restart (``None``: no kernel log).
+    """
+
+    def __init__(self, floor_gib: float | None = None, settle_timeout_s: float = SETTLE_TIMEOUT_S, *,
+                 leftovers: Callable[[], list[str]] = list, reader: Callable[[], MemInfo] | None = None,
+                 gpu_reader: Callable[[], tuple[int, ...] | None] | None = gpu_free_bytes,
+                 kernel_log: Callable[[], Any] | None = KernelLog, interval_s: float = SAMPLE_INTERVAL_S,
+                 settle_interval_s: float = SETTLE_INTERVAL_S, clock: Callable[[], float] | None = None,
+                 sleep: Callable[[float], Any] | None = None,
+                 machine_state: Callable[[], MachineState] = read_machine_state,
+                 check_host: bool | None = None, unified: bool | None = None) -> None:
+        self.reader = reader or MeminfoReader()
+        self.gpu_reader = gpu_reader
+        info = self.reader()
+        self.total = info.total
+        self.floor = engine_floor(floor_gib, info.total)
+        self.baseline = MemoryLevel(info.available, gpu_reader() if gpu_reader is not None else None)
+        self.settle_timeout_s = settle_timeout_s
+        if check_host is None:
+            # Host memory is the engine's memory only where the GPU allocates from it (a GB10): on a machine with
+            # its own GPU memory, other programs moving MemAvailable say nothing about the last engine's memory,
+            # and waiting on them would stall a study on any busy host. Several local workers fill the host in
+            # turn, so they leave it out too.
+            if unified is None:
+                unified = is_unified_memory(gpu_states(), info.total)
+            check_host = unified and LOCAL_WORKER_ENV not in os.environ
+        self.check_host = check_host
+        self.leftovers = leftovers
+        self.kernel_log = kernel_log
+        self.interval_s = interval_s
+        self.settle_interval_s = settle_interval_s
+        self._clock = clock
+        self._sleep = sleep
+        #: The last settle and guard, for the restart's record.
+        self.last_settle: SettleResult | None = None
+        self.last_guard: MemoryGuard | None = None
+        self.last_state: MachineState | None = None
+        self.machine_state = machine_state
+
+    def settle(self) -> SettleResult:
+        """Wait for memory to come back to the study's level (raises :class:`~autotune.machine.MemoryNotSettled`)."""
+        extra: dict[str, Any] = {}
+        if self._clock is not None:
+            extra["clock"] = self._clock
+        if self._sleep is not None:
+            extra["sleep"] = self._sleep
+        self.last_settle = settle(self.baseline, reader=self.reader, gpu_reader=self.gpu_reader,
+                                  leftovers=self.leftovers, timeout_s=self.settle_timeout_s,
+                                  interval_s=self.settle_interval_s, check_host=self.check_host, **extra)
+        return self.last_settle
+
+    def guard(self) -> MemoryGuard:
+        """A fresh guard for one restart (not started: use it as a context manager around the start); the machine's
+        state (clocks, throttling) is read now, for the restart's record."""
+        self.last_state = self.machine_state()
+        extra: dict[str, Any] = {}
+        if self._clock is not None:
+            extra["clock"] = self._clock
+        self.last_guard = MemoryGuard(self.floor, reader=self.reader, interval_s=self.interval_s,
+                                      kernel_log=self.kernel_log() if self.kernel_log is not None else None, **extra)
+        return self.last_guard
+
+    def restart_facts(self) -> dict[str, Any]:
+        """The last restart's memory and machine facts, flat, for its record (MLflow, ``report --json``): the
+        settle wait, the guard's floor, lowest MemAvailable and Cached (GiB), its trip, and the machine state."""
+        out: dict[str, Any] = {}
+        if self.last_settle is not None:
+            out["settle_wait_s"] = round(self.last_settle.waited_s, 3)
+        if self.last_guard is not None:
+            seen = self.last_guard.summary()
+            out["memory_floor_gib"] = round(seen.floor / GIB, 3)
+            out["memory_samples"] = seen.samples
+            if seen.lowest_available is not None:
+                out["mem_available_min_gib"] = round(seen.lowest_available / GIB, 3)
+            if seen.cached is not None:
+                out["cached_gib"] = round(seen.cached / GIB, 3)
+            if seen.trip is not None:
+                out["memory_guard"] = seen.trip.cause
+        if self.last_state is not None:
+            state = self.last_state
+            out.update({k: v for k, v in (("cpu_mhz_mean", state.cpu_mhz_mean), ("cpu_mhz_min", state.cpu_mhz_min))
+                        if v is not None})
+            for g in state.gpus:
+                for key in ("sm_clock_mhz", "power_w", "temperature_c"):
+                    if getattr(g, key) is not None:
+                        out[f"gpu{g.index}_{key}"] = getattr(g, key)
+            if state.throttle:
+                out["gpu_throttle"] = ",".join(state.throttle)
+        return out
