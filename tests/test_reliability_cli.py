@@ -237,3 +237,59 @@ def test_a_restart_budget_is_never_overrun(tmp_path, capsys, budget, seed):
     report = json.loads((tmp_path / "r.json").read_text())
     assert 0 < report["budget"]["restarts_used"] <= budget
     assert report["verification"] is not None  # the reserve held back for verification was there to spend
+
+
+# -- output paths never overwrite what autotune reads or keeps (FS10) ---------------------------------------
+
+
+def _space_with_dataset(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the sim space (tests must not risk the repository's file) reading a JSONL dataset."""
+    import yaml
+
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text('{"prompt": "hello"}\n{"prompt": "world"}\n')
+    space = yaml.safe_load(Path("search_spaces/gb10.yaml").read_text())
+    space["workload"] = {**space.get("workload", {}), "dataset": str(dataset)}
+    path = tmp_path / "my-space.yaml"
+    path.write_text(yaml.safe_dump(space))
+    return path, dataset
+
+
+def _refused(status: ExitStatus, err: str, flag: str, what: str) -> None:
+    line = _one_line(err)
+    assert status == ExitStatus.BAD_INPUT, err
+    assert line.startswith(f"autotune: error: {flag} ") and what in line and "write elsewhere" in line, line
+
+
+def test_output_paths_never_overwrite_the_store_the_space_the_dataset_or_the_study_dir(tmp_path, capsys):
+    url = _made_study(tmp_path, capsys)
+    db = tmp_path / "optuna.db"
+    before = [(s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url)]
+    (tmp_path / "link.json").symlink_to(db)
+    os.link(db, tmp_path / "hard.yaml")
+    # report --json / export --out onto the storage: directly, through a symbolic link, through a hard link.
+    for path in (db, tmp_path / "link.json", tmp_path / "hard.yaml"):
+        _refused(*_run(["report", "--storage", url, "--json", str(path)], capsys)[::2], "--json", "Optuna storage")
+    for path in (tmp_path / "hard.yaml", tmp_path / "sub" / ".." / "hard.yaml"):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        _refused(*_run(["export", "--storage", url, "--out", str(path)], capsys)[::2], "--out", "Optuna storage")
+    _refused(*_run(["report", "--storage", url, "--json", f"{db}-journal"], capsys)[::2], "--json", "Optuna storage")
+    assert [(s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url)] == before
+
+    # tune --json onto the space file, the dataset, the study's directory and the MLflow store.
+    space, dataset = _space_with_dataset(tmp_path)
+    space_text = space.read_text()
+    mlflow_db = tmp_path / "mlflow.db"
+    mlflow_db.write_bytes(b"")
+    tracking = f"sqlite:///{mlflow_db}"
+    base = ["tune", *SIM[2:], "--space", str(space), "--storage", f"sqlite:///{tmp_path}/fresh.db",
+            "--workdir", str(tmp_path / "w"), "--study", "t", "--tracking-uri", tracking]
+    for path, what in ((space, "space file"), (dataset, "dataset"), (tmp_path / "w" / "t" / "r.json", "study's"),
+                       (mlflow_db, "MLflow store"), (tmp_path / "artifacts" / "r.json", "MLflow artifact")):
+        _refused(*_run([*base, "--json", str(path)], capsys)[::2], "--json", what)
+    assert space.read_text() == space_text and mlflow_db.read_bytes() == b""
+    assert not (tmp_path / "fresh.db").exists()  # refused before the study was created
+
+    # A path next to them is fine, and so is the study's report where it belongs.
+    status, _, err = _run(["report", "--storage", url, "--json", str(tmp_path / "report.json")], capsys)
+    assert status == ExitStatus.SUCCESS, err

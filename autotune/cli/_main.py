@@ -142,7 +142,9 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     preflight.check_budget_covers(args.budget_restarts, smallest_restart_budget(space, options),
                                   "the baselines, one search trial" + (" and verification" if options.verify else ""))
     if args.json:
-        preflight.check_output_path(args.json, "--json")
+        preflight.check_output_path(args.json, "--json", preflight.protected_paths(
+            storage=args.storage, tracking_uri=resolve_tracking_uri(args.tracking_uri), space_file=space.source,
+            dataset=preflight.dataset_path(space.workload), study_dir=os.path.join(args.workdir, study_name)))
     preflight.check_storage(args.storage, write=True)
     if not args.no_mlflow:
         preflight.check_tracking_store(resolve_tracking_uri(args.tracking_uri))
@@ -177,13 +179,20 @@ def _configure_report(p: argparse.ArgumentParser) -> None:
 
 
 def _report(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
-    from autotune.cli.preflight import check_output_path
+    from autotune.cli.preflight import check_output_path, dataset_path, protected_paths
     from autotune.core.redact import redact, redact_text
+    from autotune.observers.mlflow import resolve_tracking_uri
     from autotune.report import build_report
 
     if args.json not in (None, "-"):
         check_output_path(args.json, "--json")
-    report = build_report(open_named_study(args))
+    study = open_named_study(args)
+    if args.json not in (None, "-"):
+        meta = study.meta()
+        check_output_path(args.json, "--json", protected_paths(
+            storage=args.storage, tracking_uri=resolve_tracking_uri(), space_file=meta.space_file,
+            dataset=dataset_path(meta.workload)))
+    report = build_report(study)
     if args.json == "-":
         json.dump(redact(report.to_json()), out, indent=2, default=str)
         out.write("\n")

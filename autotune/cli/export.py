@@ -11,13 +11,14 @@ import sys
 from typing import IO
 
 from autotune.cli._common import UsageError, add_store_args, open_named_study
-from autotune.cli.preflight import check_output_path
+from autotune.cli.preflight import check_output_path, dataset_path, protected_paths
 from autotune.core.redact import REDACTED, redact, redacted_fields
 from autotune.report import build_report
 from autotune.report.export import (FORMATS, NoResult, comment, header_lines, render, to_cli, to_llm_kwargs,
                                     to_vllm_yaml, winner_config)
 from autotune.core.exit_status import ExitStatus
 from autotune.config.workload import unfit_for_serving
+from autotune.observers.mlflow import resolve_tracking_uri
 
 __all__ = [
     "FORMATS",
@@ -66,7 +67,13 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
                          "name it e.g. winner.yaml")
     if args.out:
         check_output_path(args.out, "--out")
-    report = build_report(open_named_study(args))
+    study = open_named_study(args)
+    if args.out:
+        meta = study.meta()
+        check_output_path(args.out, "--out", protected_paths(
+            storage=args.storage, tracking_uri=resolve_tracking_uri(), space_file=meta.space_file,
+            dataset=dataset_path(meta.workload)))
+    report = build_report(study)
     try:
         # Credentials are removed value by value inside render (studies stored before the study kept none).
         text = render(report, args.format)
