@@ -146,6 +146,8 @@ def _tune(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
             storage=args.storage, tracking_uri=resolve_tracking_uri(args.tracking_uri), space_file=space.source,
             dataset=preflight.dataset_path(space.workload), study_dir=os.path.join(args.workdir, study_name)))
     preflight.check_storage(args.storage, write=True)
+    if args.fresh:
+        preflight.check_fresh(args.storage, study_name)
     if not args.no_mlflow:
         preflight.check_tracking_store(resolve_tracking_uri(args.tracking_uri))
     engine = build_engine(space, args.engine, parse_kv(args.engine_opt, "--engine-opt"))

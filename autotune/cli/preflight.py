@@ -28,6 +28,7 @@ __all__ = [
     "Protected",
     "check_budget",
     "check_budget_covers",
+    "check_fresh",
     "check_output_path",
     "check_seed",
     "check_sqlite_writable",
@@ -195,6 +196,20 @@ def check_output_path(path: str, flag: str, protected: Iterable[Protected] = ())
     except OSError as exc:
         raise PreflightError(f"{flag} {path}: cannot create files in {parent} ({exc.strerror}); "
                              "write elsewhere") from None
+
+
+def check_fresh(storage: str, study_name: str) -> None:
+    """``--fresh`` may delete the study: no live process holds one of its trials or claims (CC03, CC04)."""
+    from autotune.store._liveness import live_holders
+
+    holders = live_holders(storage, study_name)
+    if holders:
+        more = f" and {len(holders) - 1} more" if len(holders) > 1 else ""
+        first = holders[0]
+        stop = f"stop it first (Ctrl-C there, or kill -TERM {first.pid} on {first.host})" if first.pid is not None \
+            else "stop it first"
+        raise PreflightError(f"--fresh: study {study_name!r} is being run right now by {first}{more}; deleting it "
+                             f"would pull it from under that run: {stop}, or start this one under another --study")
 
 
 def _sqlite_file(url: str) -> Path | None:
