@@ -355,12 +355,12 @@ print(json.dumps({{"status": "ok", "passes_tok_s": [100.0, 100.0], "resolved": {
 
 def test_a_holder_on_another_machine_is_live_while_its_heartbeat_is_recent(tmp_path):
     from autotune.store._liveness import live_holders
-    from autotune.store.ledger import CLAIM_OWNER_KEY, make_storage
+    from autotune.store.ledger import Ledger, make_storage
 
     url = f"sqlite:///{tmp_path}/optuna.db"
     study = optuna.create_study(study_name="far", storage=make_storage(url, heartbeat_s=1))
     trial = study.ask()
-    trial.set_user_attr(CLAIM_OWNER_KEY, {"host": "gpu-node-7", "pid": 4242, "machine": "gpu-node-7/boot/1"})
+    Ledger(study, create=True).record_owner(trial, {"host": "gpu-node-7", "pid": 4242, "machine": "gpu-node-7/boot/1"})
     study._storage.record_heartbeat(trial._trial_id)
     (holder,) = live_holders(url, "far", heartbeat_s=1)
     assert (holder.host, holder.pid, holder.holds) == ("gpu-node-7", 4242, "trial 0")

@@ -18,7 +18,7 @@ import optuna
 import psutil
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.store.ledger import (CLAIM_JOB_KEY, CLAIM_OWNER_KEY, CLAIMS_SUFFIX, DEFAULT_HEARTBEAT_S, GRACE_FACTOR,
+from autotune.store.ledger import (CLAIMS_SUFFIX, DEFAULT_HEARTBEAT_S, GRACE_FACTOR, Ledger, claim_job, claim_owner,
                                    make_storage, owner_id)
 
 __all__ = ["Holder", "live_holders"]
@@ -77,13 +77,14 @@ def live_holders(storage: str, study_name: str, heartbeat_s: int = DEFAULT_HEART
         if name not in names:
             continue
         study = optuna.load_study(study_name=name, storage=store)
+        is_claims = name != study_name
+        ledger = None if is_claims else Ledger(study)
         stale_ids = getattr(store, "_get_stale_trial_ids", lambda _id: [])(study._study_id)
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            owner = trial.user_attrs.get(CLAIM_OWNER_KEY)
+            owner = claim_owner(trial) if ledger is None else ledger.owner(trial)
             if not _alive(owner, trial, trial._trial_id in stale_ids, grace_s, machine):
                 continue
-            job = trial.user_attrs.get(CLAIM_JOB_KEY)
-            holds = f"claim {job}" if job is not None else f"trial {trial.number}"
+            holds = f"claim {claim_job(trial)}" if is_claims else f"trial {trial.number}"
             owner = owner if isinstance(owner, Mapping) else {}
             holders.append(Holder(str(owner.get("host") or "an unknown host"), owner.get("pid"), holds))
     return holders
