@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import shlex
@@ -104,7 +105,8 @@ def config_file_to_kwargs(text: str) -> dict[str, Any]:
 
 def cli_args(text: str) -> list[str]:
     """The arguments of the exported ``vllm serve MODEL ...`` line, as a shell would split them."""
-    command = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    # split("\n"), not splitlines(): a quoted value may hold \r or \u2028, which the shell keeps in the word.
+    command = "\n".join(line for line in text.split("\n") if not line.startswith("#"))
     words = shlex.split(command.replace("\\\n", " "))
     assert words[:2] == ["vllm", "serve"]
     return words[2:]
@@ -249,3 +251,111 @@ def test_test_only_settings_are_refused_unless_allowed(tmp_path: Path, capsys: p
                      "--allow-test-settings"]) == ExitStatus.SUCCESS
     assert yaml.safe_load(out.read_text())["load-format"] == "dummy"
     assert "warning: exporting test-only settings" in capsys.readouterr().err
+
+
+# -- hostile strings (EXP01, EXP02) ------------------------------------------------------------------------
+
+#: Strings that would end a comment, close a quote, run a command or start a YAML key or document if templated.
+HOSTILE = (
+    "ngram\ntouch PWNED\n",
+    "x\ntrust-remote-code: true\ntokenizer: attacker/repo",
+    "x\r\ntrust-remote-code: true",
+    "x\u2028trust-remote-code: true",
+    "x\x85trust-remote-code: true",
+    "x\vtouch PWNED",
+    "a'b\"c\\",
+    "$(touch PWNED)",
+    "`touch PWNED`",
+    "; touch PWNED; #",
+    "---\ntrust-remote-code: true\n...",
+    "...",
+    "# not a comment",
+    "key: value",
+    "- item",
+    "{a: 1}",
+    "",
+)
+
+
+def hostile_report() -> tuple[Report, EngineConfig]:
+    """A report where every field that reaches an export - study, label, GPU, engine, load levels, option names,
+    option values, nested config values - is one of the hostile strings."""
+    engine_args: dict[str, Any] = {"model": HOSTILE[0]}
+    engine_args.update({f"opt{i}": text for i, text in enumerate(HOSTILE)})
+    engine_args.update({f"name{i}{text}": i for i, text in enumerate(HOSTILE)})
+    engine_args["listed"] = list(HOSTILE)
+    config = EngineConfig(
+        engine_args=engine_args,
+        compilation_config={"cudagraph_mode": HOSTILE[1], **{text: text for text in HOSTILE}},
+        speculative_config={"method": HOSTILE[0], "model": HOSTILE[10], "num_speculative_tokens": 3},
+        params={"draft": HOSTILE[0], "num_speculative_tokens": 3, "opt0": HOSTILE[0]},
+        draft=HOSTILE[0],
+    )
+    report = report_with(config)
+    hostile = "|".join(HOSTILE)
+    meta = StudyMeta(engine=EngineFacts(name=hostile, version=hostile, gpu=hostile),
+                     workload={"concurrency": [1, hostile], "aggregate": hostile})
+    return dataclasses.replace(report, study=hostile, meta=meta), config
+
+
+def test_hostile_strings_in_every_field_add_nothing_to_the_yaml_export() -> None:
+    report, config = hostile_report()
+    text = to_vllm_yaml(report, today="2026-01-02")
+    # Exactly the winner's options come back: none added, none changed (EXP02: no trust-remote-code, no tokenizer).
+    assert yaml.safe_load(text) == {key.replace("_", "-"): value for key, value in config.llm_kwargs().items()}
+    header = text.split("\nmodel:", 1)[0].split("\n")
+    assert len(header) == 6 and all(line.startswith("# ") for line in header)
+    for line in header:
+        assert yaml.safe_load(line) is None  # a comment, whole
+    assert "\u2028" not in text and "\x85" not in text and "\r" not in text
+
+
+def test_hostile_strings_in_every_field_add_nothing_to_the_json_export() -> None:
+    from autotune.cli.export import render
+
+    report, config = hostile_report()
+    assert json.loads(render(report, "json")) == config.llm_kwargs()
+
+
+def expected_argv(config: EngineConfig) -> list[str]:
+    """What ``vllm serve`` must receive for ``config``, written out independently of the exporter."""
+    kwargs = config.llm_kwargs()
+    argv = ["serve", kwargs.pop("model")]
+    for key, value in kwargs.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, dict):
+            argv += [flag, json.dumps(value, separators=(", ", ": "))]
+        elif isinstance(value, list):
+            argv += [flag, *map(str, value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def test_hostile_strings_in_every_field_run_nothing_from_the_cli_export(tmp_path: Path) -> None:
+    """EXP01: ``sh winner.sh`` (the hint autotune prints) runs exactly ``vllm serve`` with the winner's argv."""
+    import os
+    import subprocess
+
+    report, config = hostile_report()
+    text = to_cli(report, today="2026-01-02")
+    header = text.split("\nvllm serve", 1)[0].split("\n")
+    assert len(header) == 5 and all(line.startswith("# ") for line in header)
+    assert ["vllm", *cli_args(text)] == ["vllm", *expected_argv(config)[1:]]
+
+    script = tmp_path / "winner.sh"
+    script.write_text(text)
+    assert subprocess.run(["sh", "-n", str(script)], capture_output=True).returncode == 0
+    bin_dir, run_dir = tmp_path / "bin", tmp_path / "run"
+    bin_dir.mkdir()
+    run_dir.mkdir()
+    argv_file = tmp_path / "argv"
+    fake = bin_dir / "vllm"
+    fake.write_text(f"#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done > {shlex.quote(str(argv_file))}\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(run_dir)}
+    done = subprocess.run(["sh", str(script)], cwd=run_dir, env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and done.stderr == ""  # no other command ran (a failed one would say so)
+    assert argv_file.read_bytes().split(b"\0")[:-1] == [a.encode() for a in expected_argv(config)]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["argv", "bin", "run", "vllm", "winner.sh"]

@@ -237,3 +237,132 @@ def test_a_restart_budget_is_never_overrun(tmp_path, capsys, budget, seed):
     report = json.loads((tmp_path / "r.json").read_text())
     assert 0 < report["budget"]["restarts_used"] <= budget
     assert report["verification"] is not None  # the reserve held back for verification was there to spend
+
+
+# -- output paths never overwrite what autotune reads or keeps (FS10) ---------------------------------------
+
+
+def _space_with_dataset(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the sim space (tests must not risk the repository's file) reading a JSONL dataset."""
+    import yaml
+
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text('{"prompt": "hello"}\n{"prompt": "world"}\n')
+    space = yaml.safe_load(Path("search_spaces/gb10.yaml").read_text())
+    space["workload"] = {**space.get("workload", {}), "dataset": str(dataset)}
+    path = tmp_path / "my-space.yaml"
+    path.write_text(yaml.safe_dump(space))
+    return path, dataset
+
+
+def _refused(status: ExitStatus, err: str, flag: str, what: str) -> None:
+    line = _one_line(err)
+    assert status == ExitStatus.BAD_INPUT, err
+    assert line.startswith(f"autotune: error: {flag} ") and what in line and "write elsewhere" in line, line
+
+
+def test_output_paths_never_overwrite_the_store_the_space_the_dataset_or_the_study_dir(tmp_path, capsys):
+    url = _made_study(tmp_path, capsys)
+    db = tmp_path / "optuna.db"
+    before = [(s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url)]
+    (tmp_path / "link.json").symlink_to(db)
+    os.link(db, tmp_path / "hard.yaml")
+    # report --json / export --out onto the storage: directly, through a symbolic link, through a hard link.
+    for path in (db, tmp_path / "link.json", tmp_path / "hard.yaml"):
+        _refused(*_run(["report", "--storage", url, "--json", str(path)], capsys)[::2], "--json", "Optuna storage")
+    for path in (tmp_path / "hard.yaml", tmp_path / "sub" / ".." / "hard.yaml"):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        _refused(*_run(["export", "--storage", url, "--out", str(path)], capsys)[::2], "--out", "Optuna storage")
+    _refused(*_run(["report", "--storage", url, "--json", f"{db}-journal"], capsys)[::2], "--json", "Optuna storage")
+    assert [(s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url)] == before
+
+    # tune --json onto the space file, the dataset, the study's directory and the MLflow store.
+    space, dataset = _space_with_dataset(tmp_path)
+    space_text = space.read_text()
+    mlflow_db = tmp_path / "mlflow.db"
+    mlflow_db.write_bytes(b"")
+    tracking = f"sqlite:///{mlflow_db}"
+    base = ["tune", *SIM[2:], "--space", str(space), "--storage", f"sqlite:///{tmp_path}/fresh.db",
+            "--workdir", str(tmp_path / "w"), "--study", "t", "--tracking-uri", tracking]
+    for path, what in ((space, "space file"), (dataset, "dataset"), (tmp_path / "w" / "t" / "r.json", "study's"),
+                       (mlflow_db, "MLflow store"), (tmp_path / "artifacts" / "r.json", "MLflow artifact")):
+        _refused(*_run([*base, "--json", str(path)], capsys)[::2], "--json", what)
+    assert space.read_text() == space_text and mlflow_db.read_bytes() == b""
+    assert not (tmp_path / "fresh.db").exists()  # refused before the study was created
+
+    # A path next to them is fine, and so is the study's report where it belongs.
+    status, _, err = _run(["report", "--storage", url, "--json", str(tmp_path / "report.json")], capsys)
+    assert status == ExitStatus.SUCCESS, err
+
+
+# -- --fresh while another run holds the study (CC03, CC04) -------------------------------------------------
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
+def test_fresh_is_refused_while_another_run_holds_the_study_naming_it(tmp_path, capsys):
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    import yaml
+
+    from autotune.store._liveness import live_holders
+    from tests.conftest import SMALL_SPACE
+
+    pidfile = tmp_path / "engine.pid"
+    engine = tmp_path / "slow.py"
+    # The holder's engine blocks (a long measurement); any other run's answers at once, so a --fresh that is
+    # wrongly let through finishes (and fails the test) rather than hanging.
+    engine.write_text(f"""import json, os, sys, time
+sys.stdin.read()
+if os.environ.get("HOLD"):
+    open({str(pidfile)!r} + '.tmp', 'w').write(str(os.getpid()))
+    os.rename({str(pidfile)!r} + '.tmp', {str(pidfile)!r})
+    time.sleep(600)
+print(json.dumps({{"status": "ok", "passes_tok_s": [100.0, 100.0], "resolved": {{"cudagraph_mode": None}}}}))
+""")
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({**SMALL_SPACE, "engine": {"name": "cmd", "command": [sys.executable, str(engine)]}}))
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    argv = ["tune", "--space", str(space), "--study", "cc", "--storage", storage, "--workdir", str(tmp_path / "work"),
+            "--trials", "2", "--no-verify", "--no-mlflow", "--quiet"]
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "HOLD": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    holder = subprocess.Popen([sys.executable, "-m", "autotune", *argv], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not pidfile.exists() and holder.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pidfile.exists(), holder.communicate(timeout=30)[1]
+        before = [(t.number, t.state) for t in optuna.load_study(study_name="cc", storage=storage).get_trials()]
+        status, _, err = _run([*argv, "--fresh"], capsys)
+        line = _one_line(err)
+        assert status == ExitStatus.BAD_INPUT, err
+        assert f"pid {holder.pid} on {socket.gethostname()}" in line and "--fresh" in line and "--study" in line, line
+        # Nothing was deleted: the holder's study, and its running trial, are as they were.
+        after = [(t.number, t.state) for t in optuna.load_study(study_name="cc", storage=storage).get_trials()]
+        assert after == before and any(state == optuna.trial.TrialState.RUNNING for _, state in after)
+    finally:
+        if holder.poll() is None:
+            holder.send_signal(signal.SIGTERM)
+            holder.communicate(timeout=60)
+    assert holder.returncode == 128 + signal.SIGTERM
+    assert live_holders(storage, "cc") == []  # once it is gone, --fresh may go ahead
+
+
+def test_a_holder_on_another_machine_is_live_while_its_heartbeat_is_recent(tmp_path):
+    from autotune.store._liveness import live_holders
+    from autotune.store.ledger import Ledger, make_storage
+
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    study = optuna.create_study(study_name="far", storage=make_storage(url, heartbeat_s=1))
+    trial = study.ask()
+    Ledger(study, create=True).record_owner(trial, {"host": "gpu-node-7", "pid": 4242, "machine": "gpu-node-7/boot/1"})
+    study._storage.record_heartbeat(trial._trial_id)
+    (holder,) = live_holders(url, "far", heartbeat_s=1)
+    assert (holder.host, holder.pid, holder.holds) == ("gpu-node-7", 4242, "trial 0")
+    time.sleep(6.5)  # well past the grace period (4 heartbeats, whole seconds in SQLite): it stopped beating
+    assert live_holders(url, "far", heartbeat_s=1) == []

@@ -3,15 +3,19 @@
 Every check raises :class:`PreflightError` with one line naming the flag (or file) and the fix. They cover what the
 engine never sees: the study name, numeric flags whose bad values would only fail deep inside Optuna or numpy,
 the Optuna storage (a bad URL, an unwritable or corrupt database), the MLflow SQLite store, and every output file
-the command will write at the end.
+the command will write at the end - which must not be anything autotune reads or keeps (the storage, the MLflow
+store, the space file, the dataset, the study's directory), however the path reaches it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import os
 import sqlite3
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +26,10 @@ from autotune.store.studydir import check_study_name
 __all__ = [
     "MAX_SEED",
     "PreflightError",
+    "Protected",
     "check_budget",
     "check_budget_covers",
+    "check_fresh",
     "check_output_path",
     "check_seed",
     "check_sqlite_writable",
@@ -31,6 +37,8 @@ __all__ = [
     "check_study_name_flag",
     "check_top_k",
     "check_tracking_store",
+    "dataset_path",
+    "protected_paths",
 ]
 
 #: Optuna's samplers seed numpy, which takes seeds in [0, 2**32).
@@ -84,8 +92,92 @@ def _probe_dir(directory: Path) -> str | None:
     return None
 
 
-def check_output_path(path: str, flag: str) -> None:
-    """``path`` can be written at the end of the run: its directory exists and takes files, it is not a directory."""
+@dataclasses.dataclass(frozen=True)
+class Protected:
+    """A path an output flag must never write: ``what`` it is, and whether everything under it counts too."""
+
+    path: str
+    what: str
+    tree: bool = False
+
+
+#: Files SQLite keeps next to a database: writing one corrupts or loses the database as surely as the file itself.
+_SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def _sqlite_protected(db: Path, what: str) -> list[Protected]:
+    return [Protected(str(db), what), *(Protected(f"{db}{suffix}", what) for suffix in _SQLITE_SIDECARS)]
+
+
+def protected_paths(*, storage: str | None = None, tracking_uri: str | None = None, space_file: str | None = None,
+                    dataset: str | None = None, study_dir: str | os.PathLike[str] | None = None) -> list[Protected]:
+    """What a command's output flags must leave alone: the Optuna storage's SQLite file, the MLflow store (its
+    SQLite file and the artifacts next to it, or a file store's directory), the space file, the dataset file, and
+    the study's directory under ``--workdir``. Stores reached over a network have no local path to protect."""
+    out: list[Protected] = []
+    if storage:
+        db = _sqlite_file(storage)
+        if db is not None:
+            out += _sqlite_protected(db, "the Optuna storage (every study in it)")
+    if tracking_uri:
+        db = _sqlite_file(tracking_uri)
+        if db is not None:
+            out += _sqlite_protected(db, "the MLflow store")
+            out.append(Protected(str(db.parent / "artifacts"), "the MLflow artifact store", tree=True))
+        elif tracking_uri.startswith("file:") or "://" not in tracking_uri:
+            local = tracking_uri[len("file://"):] if tracking_uri.startswith("file://") else \
+                tracking_uri.removeprefix("file:")
+            out.append(Protected(local, "the MLflow store", tree=True))
+    if space_file:
+        out.append(Protected(space_file, "the space file"))
+    if dataset:
+        out.append(Protected(dataset, "the dataset"))
+    if study_dir is not None:
+        out.append(Protected(str(study_dir), "the study's directory (engine caches and logs)", tree=True))
+    return out
+
+
+def dataset_path(workload: Any) -> str | None:
+    """The dataset file of a parsed workload or of a study's recorded workload mapping, if it names one."""
+    dataset = workload.get("dataset") if isinstance(workload, Mapping) else getattr(workload, "dataset", None)
+    path = dataset.get("path") if isinstance(dataset, Mapping) else getattr(dataset, "path", None)
+    return None if path is None else str(path)
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Both exist and are one file (a hard link, or the same file through different paths)."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _inside(path: str, tree: str) -> bool:
+    return path == tree or path.startswith(tree.rstrip(os.sep) + os.sep)
+
+
+def _clash(path: str, protected: Iterable[Protected]) -> Protected | None:
+    """The protected path ``path`` would overwrite: resolved with symbolic links followed, or the same inode."""
+    real = os.path.realpath(path)
+    for item in protected:
+        mine = os.path.realpath(item.path)
+        if real == mine or (item.tree and _inside(real, mine)) or _same_file(path, item.path):
+            return item
+    return None
+
+
+def check_output_path(path: str, flag: str, protected: Iterable[Protected] = ()) -> None:
+    """``path`` can be written at the end of the run: its directory exists and takes files, it is not a directory,
+    and it is none of the ``protected`` paths (:func:`protected_paths`), through a symbolic or a hard link or not."""
+    clash = _clash(path, protected)
+    if clash is not None:
+        shown = path if os.path.realpath(path) == os.path.realpath(clash.path) else \
+            f"{path} (which is {os.path.realpath(path)})"
+        name = "report.json" if flag == "--json" else "winner.yaml"
+        where = "inside" if clash.tree else "is"
+        raise PreflightError(f"{flag} {shown}: {where} {clash.what} ({clash.path}), which autotune will not "
+                             f"overwrite; write elsewhere, e.g. {flag} {name}")
     target = Path(path)
     if target.is_dir():
         raise PreflightError(f"{flag} {path}: is a directory; give a file name, e.g. {flag} {target / 'report.json'}")
@@ -105,6 +197,20 @@ def check_output_path(path: str, flag: str) -> None:
     except OSError as exc:
         raise PreflightError(f"{flag} {path}: cannot create files in {parent} ({exc.strerror}); "
                              "write elsewhere") from None
+
+
+def check_fresh(storage: str, study_name: str) -> None:
+    """``--fresh`` may delete the study: no live process holds one of its trials or claims (CC03, CC04)."""
+    from autotune.store._liveness import live_holders
+
+    holders = live_holders(storage, study_name)
+    if holders:
+        more = f" and {len(holders) - 1} more" if len(holders) > 1 else ""
+        first = holders[0]
+        stop = f"stop it first (Ctrl-C there, or kill -TERM {first.pid} on {first.host})" if first.pid is not None \
+            else "stop it first"
+        raise PreflightError(f"--fresh: study {study_name!r} is being run right now by {first}{more}; deleting it "
+                             f"would pull it from under that run: {stop}, or start this one under another --study")
 
 
 def check_sqlite_file(db: Path, what: str, write: bool) -> None:

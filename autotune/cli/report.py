@@ -21,13 +21,21 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
-    from autotune.cli.preflight import check_output_path
+    from autotune.cli.preflight import check_output_path, dataset_path, protected_paths
     from autotune.core.redact import redact, redact_text
+    from autotune.observers.mlflow import resolve_tracking_uri
     from autotune.report import build_report
 
     if args.json not in (None, "-"):
         check_output_path(args.json, "--json")
-    report = build_report(open_named_study(args))
+    study = open_named_study(args)
+    if args.json not in (None, "-"):
+        # Now that the study is open: never over its storage, the MLflow store, its space file or its dataset.
+        meta = study.meta()
+        check_output_path(args.json, "--json", protected_paths(
+            storage=args.storage, tracking_uri=resolve_tracking_uri(), space_file=meta.space_file,
+            dataset=dataset_path(meta.workload)))
+    report = build_report(study)
     if args.json == "-":
         json.dump(redact(report.to_json()), out, indent=2, default=str)
         out.write("\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import IO, Any
 
 from autotune.cli import worker
@@ -115,8 +116,12 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     preflight.check_budget_covers(options.budget_restarts, smallest_restart_budget(space, options),
                                   "the baselines, one search trial" + (" and verification" if options.verify else ""))
     if output.json_path:
-        preflight.check_output_path(output.json_path, "--json")
+        preflight.check_output_path(output.json_path, "--json", preflight.protected_paths(
+            storage=options.storage, tracking_uri=resolve_tracking_uri(output.tracking_uri), space_file=space.source,
+            dataset=preflight.dataset_path(space.workload), study_dir=os.path.join(options.workdir, study_name)))
     preflight.check_storage(options.storage, write=True)
+    if args.fresh:
+        preflight.check_fresh(options.storage, study_name)
     if output.mlflow:
         preflight.check_tracking_store(resolve_tracking_uri(output.tracking_uri))
     engine_opts = args.engine_opt or []

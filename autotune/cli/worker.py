@@ -195,6 +195,13 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     space = parse_space(yaml.safe_load(text))
     if meta.model and space.engine_args.get("model") != meta.model:
         space = space.with_model(meta.model)
+    if args.json:
+        from autotune.cli.preflight import check_output_path, dataset_path, protected_paths
+        from autotune.observers.mlflow import resolve_tracking_uri
+
+        check_output_path(args.json, "--json", protected_paths(
+            storage=args.storage, tracking_uri=resolve_tracking_uri(args.tracking_uri), space_file=meta.space_file,
+            dataset=dataset_path(space.workload), study_dir=os.path.join(args.workdir, args.study)))
     engine_opts = args.engine_opt or []
     engine = make_engine(meta.engine.name, **{**dict(meta.engine_options), **parse_kv(engine_opts, "--engine-opt")})
     engine.check(space)

@@ -19,6 +19,9 @@ class ExitStatus(enum.IntEnum):
     CHANGED = 3
     #: Nothing to act on yet, e.g. ``export`` of a study whose verification has not finished.
     NO_RESULT = 4
+    #: SIGHUP (the terminal or ssh session closed), handled exactly like Ctrl-C: saved, resumable. 128 + 1, the
+    #: status a shell gives a process its hangup ended.
+    HANGUP = 129
     #: Ctrl-C (SIGINT); the study is saved and the same command resumes.
     INTERRUPTED = 130
     #: SIGTERM (``docker stop``, systemd, Slurm), handled exactly like Ctrl-C: saved, resumable.
@@ -27,4 +30,4 @@ class ExitStatus(enum.IntEnum):
     @classmethod
     def for_signal(cls, signum: int | None) -> ExitStatus:
         """The status for an interruption by ``signum`` (SIGINT when unknown)."""
-        return cls.TERMINATED if signum == 15 else cls.INTERRUPTED
+        return {1: cls.HANGUP, 15: cls.TERMINATED}.get(signum or 2, cls.INTERRUPTED)

@@ -13,8 +13,8 @@ through :class:`EngineProcess`:
   (``prctl(PR_SET_CHILD_SUBREAPER)``), so such orphans are re-parented to it rather than to init and their exit
   status is reaped here instead of lingering.
 
-:func:`interrupt_on_sigterm` makes SIGTERM (``docker stop``, systemd, Slurm) behave like Ctrl-C, so every
-``except KeyboardInterrupt`` cleanup path runs for it too.
+:func:`interrupt_on_sigterm` makes SIGTERM (``docker stop``, systemd, Slurm) and SIGHUP (a closed terminal or ssh
+session) behave like Ctrl-C, so every ``except KeyboardInterrupt`` cleanup path runs for them too.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ __all__ = [
     "EngineProcess",
     "SignalInterrupt",
     "Survivor",
+    "TERMINATING_SIGNALS",
     "enable_subreaper",
     "group_alive",
     "interrupt_on_sigterm",
@@ -63,12 +64,19 @@ _log = logging.getLogger(__name__)
 _subreaper: bool | None = None
 
 
+#: Signals that end autotune the way Ctrl-C does (engines stopped, the trial queued again, runs closed, resumable):
+#: SIGTERM (``docker stop``, systemd, Slurm) and SIGHUP (the terminal or ssh session closed).
+TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+#: How soon a signal whose interruption was swallowed (see :func:`interrupt_on_sigterm`) is delivered again.
+_REDELIVER_S = 0.05
+
+
 class SignalInterrupt(KeyboardInterrupt):
     """A termination signal delivered as an interruption, so it takes Ctrl-C's cleanup paths.
 
     Attributes:
         signum: The signal number.
-        signal_name: ``SIGTERM``.
+        signal_name: ``SIGTERM``, ``SIGHUP``.
     """
 
     def __init__(self, signum: int) -> None:
@@ -77,30 +85,88 @@ class SignalInterrupt(KeyboardInterrupt):
         self.signal_name = signal.Signals(signum).name
 
 
+class _Delivery:
+    """One block's termination signal: whether an interruption is still owed for it.
+
+    The handler raises :class:`SignalInterrupt` wherever the main thread happens to be. When that is a
+    ``__del__`` or a garbage-collection callback (an SQLite connection's finalizer, MLflow's), Python prints
+    "Exception ignored in ..." and carries on: the signal would be lost and the run would end with status 0. So
+    the interruption is *owed* from the moment the signal arrives until it has been raised somewhere that does
+    not swallow it. ``sys.unraisablehook`` tells which raises were swallowed: the signal is then sent again a
+    moment later, when the finalizer has returned, and if the block ends first it raises on the way out.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.owed = False
+        self.active = True
+        self.lock = threading.Lock()
+
+    def handler(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum, self.owed = signum, True
+        # Only the first signal interrupts: later ones arrive while the interruption is being cleaned up (engines
+        # stopped, trials marked, runs closed) and must not cut that short.
+        if self.owed and signum == self.signum:
+            self.owed = False
+            raise SignalInterrupt(signum)
+
+    def swallowed(self, exc: BaseException) -> bool:
+        """Called for an unraisable exception: whether it was this block's interruption (now owed again)."""
+        if not isinstance(exc, SignalInterrupt) or exc.signum != self.signum:
+            return False
+        self.owed = True
+        timer = threading.Timer(_REDELIVER_S, self._redeliver)
+        timer.daemon = True
+        timer.start()
+        return True
+
+    def _redeliver(self) -> None:
+        with self.lock:
+            if self.active and self.owed and self.signum is not None:
+                os.kill(os.getpid(), self.signum)
+
+    def close(self) -> int | None:
+        """End the block: the signal still owed (it was swallowed and not raised since), if any."""
+        with self.lock:
+            self.active = False
+            return self.signum if self.owed else None
+
+
 @contextlib.contextmanager
 def interrupt_on_sigterm() -> Iterator[None]:
-    """Within the block, SIGTERM raises :class:`SignalInterrupt` (a ``KeyboardInterrupt``) in the main thread.
+    """Within the block, SIGTERM and SIGHUP raise :class:`SignalInterrupt` (a ``KeyboardInterrupt``) in the main
+    thread, and the interruption is never lost (see :class:`_Delivery`): if it was swallowed inside a finalizer,
+    it is raised again shortly, or at the latest when the block ends.
 
-    Only the first SIGTERM raises: later ones arrive while the interruption is being cleaned up (engines
-    stopped, trials marked, runs closed) and must not cut that short. Outside the main thread this is a no-op.
+    Only the first signal raises. Outside the main thread this is a no-op.
     """
+    delivery = _Delivery()
+    previous: dict[int, Any] = {}
     try:
-        fired = False
-
-        def handler(signum: int, frame: Any) -> None:
-            nonlocal fired
-            if not fired:
-                fired = True
-                raise SignalInterrupt(signum)
-
-        previous = signal.signal(signal.SIGTERM, handler)
+        for sig in TERMINATING_SIGNALS:
+            previous[sig] = signal.signal(sig, delivery.handler)
     except ValueError:  # not the main thread: signals cannot be handled here
         yield
         return
+    previous_hook = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if not delivery.swallowed(unraisable.exc_value):
+            previous_hook(unraisable)
+
+    sys.unraisablehook = hook
+    owed = None
     try:
         yield
+        owed = delivery.close()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        delivery.close()
+        sys.unraisablehook = previous_hook
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if owed is not None:
+        raise SignalInterrupt(owed)
 
 
 def enable_subreaper() -> bool:
@@ -317,12 +383,12 @@ _LIVE: set[EngineProcess] = set()
 
 
 #: The signals that interrupt autotune; held while an engine starts (see :func:`_signals_held`).
-_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_HELD_SIGNALS = (signal.SIGINT, *TERMINATING_SIGNALS)
 
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM wait; the first one that arrived is delivered again when it ends.
+    """Within the block, SIGINT, SIGTERM and SIGHUP wait; the first one that arrived is delivered again when it ends.
 
     An engine's start cannot be made safe against an interruption that lands inside it: ``Popen`` learns the
     child's pid only when the fork returns, and a handler that raises right there (where Python runs it) leaves a

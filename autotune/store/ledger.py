@@ -90,6 +90,12 @@ def claim_job(trial: FrozenTrial) -> str | None:
     return trial.user_attrs.get(CLAIM_JOB_KEY)
 
 
+def claim_owner(trial: FrozenTrial) -> dict[str, Any] | None:
+    """Who holds a claim trial (:func:`owner_id`'s record), if it says."""
+    owner = trial.user_attrs.get(CLAIM_OWNER_KEY)
+    return dict(owner) if isinstance(owner, Mapping) else None
+
+
 def claim_holder_gone(trial: FrozenTrial) -> bool:
     """The claim's holder ran on this machine and its process no longer exists (see :func:`_pid_dead`)."""
     owner = trial.user_attrs.get(CLAIM_OWNER_KEY)
