@@ -24,7 +24,6 @@ import psutil
 
 from autotune.core.exit_status import ExitStatus
 from autotune.machine import (
-    GIB,
     GpuState,
     MemInfo,
     driver_version,

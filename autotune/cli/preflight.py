@@ -116,11 +116,11 @@ def protected_paths(*, storage: str | None = None, tracking_uri: str | None = No
     the study's directory under ``--workdir``. Stores reached over a network have no local path to protect."""
     out: list[Protected] = []
     if storage:
-        db = _sqlite_file(storage)
+        db = sqlite_path(storage)
         if db is not None:
             out += _sqlite_protected(db, "the Optuna storage (every study in it)")
     if tracking_uri:
-        db = _sqlite_file(tracking_uri)
+        db = sqlite_path(tracking_uri)
         if db is not None:
             out += _sqlite_protected(db, "the MLflow store")
             out.append(Protected(str(db.parent / "artifacts"), "the MLflow artifact store", tree=True))
