@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -242,7 +243,7 @@ def _check_mlflow(lg: Ledger, tracking_uri: str) -> Any:
 @pytest.mark.services
 def test_four_workers_through_postgresql_and_an_mlflow_server_survive_two_kill_9s(
         postgres_url: str, mlflow_server_uri: str, tmp_path: Path) -> None:
-    study = f"pg-workers-{tmp_path.name}"
+    study = f"pg-workers-{uuid.uuid4().hex[:8]}"  # unique on the shared tracking server, under xdist too
     env = _env(postgres_url, mlflow_server_uri)
     machines = [tmp_path / "machine-1", tmp_path / "machine-2"]
     for m in machines:
