@@ -80,7 +80,8 @@ for i in $(seq "$RUNS"); do
 done
 
 sorted=$(printf '%s\n' "${times[@]}" | sort -n)
-echo "kill9-stress: $RUNS iterations, $(( passed + failed )) kill -9 test runs: $passed passed, $failed failed" \
-     "$( ((${#failed_iters[@]})) && echo "(iterations ${failed_iters[*]})")," \
+which=""
+if (( ${#failed_iters[@]} )); then which=" (iterations ${failed_iters[*]})"; fi
+echo "kill9-stress: $RUNS iterations, $(( passed + failed )) kill -9 test runs: $passed passed, $failed failed$which," \
      "$(head -n1 <<<"$sorted")-$(tail -n1 <<<"$sorted") s per iteration with $BUSY busy loops"
 [[ $failed -eq 0 ]]
