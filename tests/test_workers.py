@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -242,7 +243,7 @@ def _check_mlflow(lg: Ledger, tracking_uri: str) -> Any:
 @pytest.mark.services
 def test_four_workers_through_postgresql_and_an_mlflow_server_survive_two_kill_9s(
         postgres_url: str, mlflow_server_uri: str, tmp_path: Path) -> None:
-    study = f"pg-workers-{tmp_path.name}"
+    study = f"pg-workers-{uuid.uuid4().hex[:8]}"  # unique on the shared tracking server, under xdist too
     env = _env(postgres_url, mlflow_server_uri)
     machines = [tmp_path / "machine-1", tmp_path / "machine-2"]
     for m in machines:
@@ -520,3 +521,56 @@ def test_every_engine_start_sees_only_its_workers_gpus(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = seen.read_text().split()
     assert set(lines) == {"0,1", "2,3"} and len(lines) >= 14 - 2
+
+
+def test_a_dead_workers_trial_holds_its_starts_and_its_retrys_cold_start_until_the_retry_is_queued(tmp_path):
+    """Issue 22 (41 starts on a budget of 40): a peer fails a dead worker's trial and queues its retry in two
+    steps. Before, the trial's starts were free in between (it was neither running nor waiting) and its retry's
+    cold start was held only once the retry was queued: a live worker checking the budget then could take them,
+    and a worker closing the search saw nothing running. Now they are held from the moment the worker is gone."""
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    lg, _ = ledger_mod.create_or_load("gap", storage, sampler=optuna.samplers.RandomSampler(0),
+                                      pruner=optuna.pruners.NopPruner(), heartbeat_s=1)
+    trial = lg.study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    engine_restarts = [RestartResult(status="ok", restart=0, seed=0, passes_tok_s=(1.0,), cold=True)]
+    lg.record_restarts(trial, engine_restarts)
+    lg.record_planned_starts(trial, 3)  # announced: its cold start (landed), two warm restarts
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lg.record_owner(trial, {**ledger_mod.owner_id(), "pid": int(dead.stdout)})
+    # Two starts still to come, and the retry's cold start on whichever worker takes it over.
+    held = 3 - 1 + 1
+
+    assert lg.starts_in_flight(unplanned=2) == held, "known dead, not failed yet"
+    storage_ = lg.study._storage
+    # What fail_stale (and Optuna's fail_stale_trials) do first: fail it. Its retry is queued in a second step.
+    assert storage_.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    assert lg.starts_in_flight(unplanned=2) == held, "failed, retry not queued yet"
+    finished, running, retries, _ = lg.search_counts()
+    assert (finished, running, retries) == (0, 1, []), "a worker closing the search must not see nothing running"
+    storage_.get_heartbeat_stale_trial_callback()(lg.study, storage_.get_trial(trial._trial_id))
+    finished, running, retries, _ = lg.search_counts()
+    assert (finished, running, len(retries)) == (0, 0, 1)
+    assert lg.starts_in_flight(unplanned=2) == held, "retry queued"
+
+
+def test_a_trial_run_a_peer_opened_first_is_reused_by_the_trials_worker(tmp_path: Path) -> None:
+    """Issue 22 (two MLflow runs tagged trial 0): the worker running a trial opens its run from a list of child
+    runs it read when the study started. A peer that logged the trial in the meantime (the worker that concluded
+    the study logs every finished trial, one whose worker was late included) had opened one already."""
+    from autotune.observers import mlflow as tracking
+    from autotune.config.space import load_space
+    from autotune.study._loop import run_study
+    from tests.conftest import store
+    from tests.test_tracking import child_runs, client_for, fake_engine, measured_trials, options, write_space
+
+    study = run_study(load_space(write_space(tmp_path)), fake_engine(), options(tmp_path, trials=3, verify=False))
+    record = measured_trials(study)[0]
+    owner = tracking._StudyLog(tracking._Session(store(tmp_path)), study, study.meta())  # looked before any run
+    peer = tracking._StudyLog(tracking._Session(store(tmp_path)), study, study.meta())
+    peer.log_trial(record)
+    owner.start_trial(record.number, record.config)
+    owner.log_trial(record)
+
+    client = client_for(tmp_path)
+    runs = child_runs(client, client.get_run(owner.parent_id), "trial")
+    assert [r.data.tags["autotune.trial_number"] for r in runs] == [str(record.number)]

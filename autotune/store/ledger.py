@@ -479,11 +479,12 @@ class Ledger:
         waiting: list[FrozenTrial] = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            now = time.time()
             for t in self.study.get_trials(deepcopy=False):
-                if t.state in _FINISHED:
-                    finished += self._counts_as_trial(t, retried)
-                elif t.state == TrialState.RUNNING:
+                if t.state == TrialState.RUNNING or self._awaiting_retry(t, retried, now):  # race fix (issue 22)
                     running += 1
+                elif t.state in _FINISHED:
+                    finished += self._counts_as_trial(t, retried)
                 elif RetryHeartbeatStaleTrialCallback.retried_trial_number(t) is not None:
                     waiting.append(t)
                 else:
@@ -504,17 +505,46 @@ class Ledger:
         said yet): what no worker may start on top of the budget."""
         retried = self.retried()
         total = 0
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+        now = time.time()
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING,
+                                                                 TrialState.FAIL)):
             if t.number in retried:
+                continue
+            # Race fix (issue 22): a dead worker's trial holds its retry's cold start from the moment its worker is
+            # known gone, through the moment a peer has failed it and not yet queued the retry, so no live worker
+            # can take that start in between (41 starts on a budget of 40).
+            gone = self._awaiting_retry(t, retried, now) or (
+                t.state == TrialState.RUNNING and _pid_dead(self.owner(t) or {}))
+            if t.state == TrialState.FAIL and not gone:
                 continue
             landed = len(self._get(t.user_attrs, _RESTARTS_KEY, []))
             planned = self.planned_starts(t)
             if planned is None:  # queued (a baseline) or just asked: it will take its first starts and a cold one
                 planned = landed + unplanned + (1 if landed == 0 else 0)
-            elif t.state == TrialState.WAITING and landed:
+            elif (t.state == TrialState.WAITING or gone) and landed:
                 planned += 1  # a retry: the worker that resumes it may start its configuration cold
             total += max(0, planned - landed)
         return total
+
+    def _awaiting_retry(self, trial: FrozenTrial, retried: Mapping[int, int], now: float) -> bool:
+        """Race fix (issue 22): ``trial`` was failed a moment ago because its worker is gone, and its retry is not
+        queued yet. :meth:`fail_stale` (and Optuna's ``fail_stale_trials``) fail a trial first and queue its retry
+        after, in a second transaction; in between the trial is neither running nor waiting, so a peer would see
+        its starts free and the search with nothing left running. A trial its own worker ended always has a summary,
+        a failure reason or a repeat's mark; one failed for a stale heartbeat has none of them. After the grace
+        period it no longer counts (the worker that failed it may itself have died before queuing the retry)."""
+        if trial.state != TrialState.FAIL or trial.number in retried or trial.datetime_complete is None:
+            return False
+        attrs = trial.user_attrs
+        if self.planned_starts(trial) is None or any(self._has(attrs, key) for key in (
+                _SUMMARY_KEY, _FAILURE_KEY, _INTERRUPTED_KEY, _DUPLICATE_OF_KEY, _INFEASIBLE_KEY)):
+            return False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if len(RetryHeartbeatStaleTrialCallback.retry_history(trial)) >= MAX_RETRIES:
+                return False  # no retry will come (Optuna's max_retry)
+        grace = self._heartbeat_grace_s()
+        return grace is not None and now - trial.datetime_complete.timestamp() <= grace
 
     def compile_caches(self) -> int:
         """How many compile caches (machine and workdir) the study's trials ran in: each other one may start a

@@ -113,8 +113,11 @@ class _StudyLog:
     def start_trial(self, number: int, config: EngineConfig) -> str:
         """Open the trial's run before its restarts, so the UI shows it (and its restarts) as they land."""
         key = (KIND_TRIAL, str(number))
-        existing = self._children.get(key)
+        # This worker's list of child runs is as old as its last refresh; a peer may have opened this trial's run
+        # since (e.g. logging it while this worker's heartbeat was late): one narrow search first (issue 22).
+        existing = self._children.get(key) or self.session.find_child(self.experiment_id, self.parent_id, key)
         if existing is not None:
+            self._children[key] = existing
             return existing.run_id
         run_id = self.session.child_run(self.experiment_id, self.parent_id, _trial_name(number, config),
                                         _trial_tags(self.study.study_name, number, config, self.engine_info))
