@@ -294,6 +294,9 @@ def test_the_seed_pool_workers_do_not_take_the_clis_sigterm_path():
         with worker_pool(2) as pool:
             handlers = pool.map(signal.getsignal, [signal.SIGTERM] * 2)
     assert handlers == [signal.SIG_DFL] * 2
+    with interrupt_on_sigterm():
+        with worker_pool(2) as pool:
+            assert pool.map(signal.getsignal, [signal.SIGHUP] * 2) == [signal.SIG_DFL] * 2
 
 
 def test_cli_rejects_unknown_profiles_and_bad_budgets(capsys):

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import multiprocessing
 import signal
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from autotune.bench._results import _percentile, check_targets
 from autotune.bench._strategies import REPORTS_CI, STRATEGIES, STRATEGY_FUNCS, _study_strategy
 from autotune.bench._truth import PER_SEED_PROFILES, PROFILES, _space_and_truth, make_engine
+from autotune.engines.process import TERMINATING_SIGNALS
 
 
 DEFAULT_BUDGETS = (20, 30, 60, 120)
@@ -146,14 +148,25 @@ def summarize_runs(runs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _quiet_worker() -> None:
-    # A forked worker inherits the CLI's SIGTERM handler (SIGTERM takes Ctrl-C's path, autotune.cli._main). The pool
-    # ends its idle workers with SIGTERM: with that handler each would print a traceback as it goes.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # A forked worker inherits the CLI's handlers (SIGTERM and SIGHUP take Ctrl-C's path, autotune.cli._main): a
+    # worker the pool ends must simply go, not print the interrupted path's traceback.
+    for signum in TERMINATING_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
 
 
-def worker_pool(jobs: int) -> Any:
+@contextlib.contextmanager
+def worker_pool(jobs: int) -> Iterator[Any]:
     """The pool the seeds run in: ``jobs`` processes that end quietly when it closes."""
-    return multiprocessing.Pool(jobs, initializer=_quiet_worker)
+    pool = multiprocessing.Pool(jobs, initializer=_quiet_worker)
+    try:
+        yield pool
+    except BaseException:
+        pool.terminate()
+        raise
+    # Closed, not terminated: each worker takes the end-of-work sentinel and exits. Pool.__exit__'s terminate() has
+    # hung here, joining a worker it never ended that waited on the task queue's lock.
+    pool.close()
+    pool.join()
 
 
 def run_benchmark(config: BenchConfig, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
