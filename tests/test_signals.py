@@ -265,3 +265,56 @@ def test_a_signal_during_the_final_report_or_mlflow_logging_is_never_lost(
         assert resume.returncode == 0, resume.stderr
         runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
         assert all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
+
+
+def test_a_termination_signal_waits_for_the_storage_connection_and_then_interrupts(tmp_path: Path) -> None:
+    """SIGTERM arriving while the main thread holds a storage connection (mid-transaction) is delivered just after
+    the connection goes back: the transaction completes, the interruption still comes, and the interruption's own
+    write to the same SQLite file does not find the database locked."""
+    import optuna
+    import sqlalchemy
+
+    from autotune.engines.process import SignalInterrupt, interrupt_on_sigterm
+    from autotune.store.ledger import make_storage
+
+    storage = make_storage(f"sqlite:///{tmp_path}/optuna.db", heartbeat_s=5)
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.enqueue_trial({"x": 1})
+    sent: list[float] = []
+
+    def signal_mid_transaction(*_: object) -> None:
+        if not sent:
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    sqlalchemy.event.listen(storage.engine, "checkout", signal_mid_transaction)
+    finished = interrupted = None
+    with pytest.raises(SignalInterrupt):
+        with interrupt_on_sigterm():
+            trials = study.get_trials()  # the signal arrives inside this read's connection
+            finished = time.monotonic()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+            interrupted = "never"
+    assert sent and finished is not None and interrupted is None and len(trials) == 1
+    sqlalchemy.event.remove(storage.engine, "checkout", signal_mid_transaction)
+    # The interruption's bookkeeping: a write to the same file, at once, is not "database is locked".
+    study.tell(study.ask(), 1.0)
+    assert len(study.get_trials()) == 1
+
+
+def test_a_signal_held_for_a_connection_never_given_back_is_still_delivered(monkeypatch) -> None:
+    from autotune.engines import process
+
+    monkeypatch.setattr(process, "_HOLD_MAX_S", 0.3)
+    with pytest.raises(process.SignalInterrupt):
+        with process.interrupt_on_sigterm():
+            process.hold_interruptions()  # and never released: a pool that did not report the checkin
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    time.sleep(0.01)
+            finally:
+                process._deferral.depth = 0

@@ -69,6 +69,9 @@ _subreaper: bool | None = None
 TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 #: How soon a signal whose interruption was swallowed (see :func:`interrupt_on_sigterm`) is delivered again.
 _REDELIVER_S = 0.05
+#: The longest a termination signal waits for the main thread to give a storage connection back. SQLite's busy
+#: timeout is 30 s (store._storage.SQLITE_BUSY_TIMEOUT_S), so a transaction waiting on a lock ends well within it.
+_HOLD_MAX_S = 60.0
 
 
 class SignalInterrupt(KeyboardInterrupt):
@@ -105,20 +108,30 @@ class _Delivery:
     def handler(self, signum: int, frame: Any) -> None:
         if self.signum is None:
             self.signum, self.owed = signum, True
+        if self.owed and signum == self.signum and _deferral.holding():
+            # Inside a storage transaction: raising here would leave it half done, its lock held (SQLite: the
+            # cleanup's own writes then fail "database is locked"). Delivered when the connection goes back.
+            _deferral.owe(self)
+            return
         # Only the first signal interrupts: later ones arrive while the interruption is being cleaned up (engines
         # stopped, trials marked, runs closed) and must not cut that short.
         if self.owed and signum == self.signum:
             self.owed = False
             raise SignalInterrupt(signum)
 
+    def redeliver_soon(self) -> None:
+        """Send the owed signal again a moment from now, from a timer thread (the main thread runs the handler
+        at its next bytecode, wherever that is: never from inside the code that found the signal owed)."""
+        timer = threading.Timer(_REDELIVER_S, self._redeliver)
+        timer.daemon = True
+        timer.start()
+
     def swallowed(self, exc: BaseException) -> bool:
         """Called for an unraisable exception: whether it was this block's interruption (now owed again)."""
         if not isinstance(exc, SignalInterrupt) or exc.signum != self.signum:
             return False
         self.owed = True
-        timer = threading.Timer(_REDELIVER_S, self._redeliver)
-        timer.daemon = True
-        timer.start()
+        self.redeliver_soon()
         return True
 
     def _redeliver(self) -> None:
@@ -131,6 +144,58 @@ class _Delivery:
         with self.lock:
             self.active = False
             return self.signum if self.owed else None
+
+
+class _Deferral:
+    """Stretches of the main thread a termination signal must not cut: while it holds a storage connection.
+
+    The storage layer calls :func:`hold_interruptions` and :func:`release_interruptions` as the main thread takes
+    and gives back a database connection (SQLAlchemy's pool ``checkout``/``checkin``); other threads' connections
+    (the heartbeat's) do not count, since only the main thread is interrupted.
+    """
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.since = 0.0
+        self.pending: _Delivery | None = None
+
+    def holding(self) -> bool:
+        # Bounded: a connection the pool never reported back must not make autotune deaf to SIGTERM.
+        return self.depth > 0 and time.monotonic() - self.since < _HOLD_MAX_S
+
+    def owe(self, delivery: _Delivery) -> None:
+        self.pending = delivery
+        # Delivered at the checkin; and once more after the bound, in case no checkin ever comes.
+        timer = threading.Timer(_HOLD_MAX_S + _REDELIVER_S, delivery._redeliver)
+        timer.daemon = True
+        timer.start()
+
+    def enter(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            if self.depth == 0:
+                self.since = time.monotonic()
+            self.depth += 1
+
+    def leave(self) -> None:
+        if threading.current_thread() is not threading.main_thread() or self.depth == 0:
+            return
+        self.depth -= 1
+        if self.depth == 0 and self.pending is not None:
+            delivery, self.pending = self.pending, None
+            delivery.redeliver_soon()
+
+
+_deferral = _Deferral()
+
+
+def hold_interruptions() -> None:
+    """The main thread took a storage connection: a termination signal waits until it is given back."""
+    _deferral.enter()
+
+
+def release_interruptions() -> None:
+    """The main thread gave a storage connection back: a signal that waited is delivered a moment later."""
+    _deferral.leave()
 
 
 @contextlib.contextmanager

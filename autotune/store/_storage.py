@@ -86,6 +86,7 @@ def make_storage(url: str | optuna.storages.BaseStorage,
                 storage = optuna.storages.RDBStorage(url, **kwargs)
             if url.startswith("sqlite") and heartbeat_s:
                 _serialize_sqlite(storage)  # a worker's: it takes trials (a reader's may be a read-only file)
+            _uninterrupted_transactions(storage)
             return storage
         except ImportError as exc:
             driver = "pip install 'autotune[postgres]'" if url.startswith("postgres") else "install its driver"
@@ -100,6 +101,23 @@ def make_storage(url: str | optuna.storages.BaseStorage,
             first = redact((str(exc).strip().splitlines() or [""])[0])[:300]
             raise LedgerError(f"storage {redact(url)} cannot be opened: {type(exc).__name__}: {first}") from None
     raise AssertionError("unreachable")
+
+
+def _uninterrupted_transactions(storage: optuna.storages.RDBStorage) -> None:
+    """A termination signal (SIGTERM, SIGHUP) never lands inside one of ``storage``'s transactions.
+
+    The signal's handler raises where the main thread is; inside a transaction that leaves it half done and its
+    lock held until the connection is reset, and the interruption's own bookkeeping (the trial marked
+    interrupted and queued again) then waited on that lock and failed ("database is locked", a traceback instead
+    of a clean exit 143). So while the main thread holds a connection of this storage the signal waits, and it is
+    delivered just after the connection is given back (:func:`autotune.engines.process.hold_interruptions`).
+    """
+    import sqlalchemy
+
+    from autotune.engines.process import hold_interruptions, release_interruptions
+
+    sqlalchemy.event.listen(storage.engine, "checkout", lambda *_: hold_interruptions())
+    sqlalchemy.event.listen(storage.engine, "checkin", lambda *_: release_interruptions())
 
 
 def _serialize_sqlite(storage: optuna.storages.RDBStorage) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -13,6 +14,7 @@ from typing import Any
 from autotune.core.records import RestartResult
 from autotune.core.redact import redact, redact_text
 from autotune.core.urls import sqlite_path
+from autotune.engines.process import hold_interruptions, release_interruptions
 from autotune.observers.mlflow._conventions import (EXPERIMENT_KIND, HTTP_DEFAULTS, KIND_STUDY, KIND_TRIAL,
     TAG_CONFIG_KEY, TAG_KIND, TAG_LOGGED, TAG_STUDY, TAG_STUDY_UID, TAG_TRIAL, _BATCH_METRICS, _BATCH_PARAMS,
     _BATCH_TAGS, _import_mlflow, _param_value, _quiet_mlflow_logs, _significant, artifact_location, engine_tags,
@@ -47,6 +49,31 @@ def prepare_store(tracking_uri: str | None = None) -> None:
         _Session(uri).client.search_experiments(max_results=1)
 
 
+class _Uninterrupted:
+    """An ``MlflowClient`` whose every call a termination signal waits for (bounded: see
+    :func:`autotune.engines.process.hold_interruptions`). Raised inside MLflow's own SQL session, the interruption
+    left MLflow's SQLite store locked, and closing the study's runs then failed; delivered just after the call, it
+    takes the ordinary path (runs closed, exit 143)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            hold_interruptions()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                release_interruptions()
+
+        return call
+
+
 class _Session:
     """An ``MlflowClient`` plus the idempotent operations the tracker and :func:`log_study` share."""
 
@@ -67,7 +94,7 @@ class _Session:
         # would put the URI (and any password in it) into the report autotune prints there.
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         _quiet_mlflow_logs()
-        self.client = mlflow.MlflowClient(tracking_uri=self.uri)
+        self.client = _Uninterrupted(mlflow.MlflowClient(tracking_uri=self.uri))
         self._metric, self._param, self._tag = Metric, Param, RunTag
 
     # experiments and runs ------------------------------------------------------------------------------
