@@ -16,21 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import SMALL_SPACE
+
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden_errors" / "errors.json"
 SOURCE = "spaces/bad.yaml"
 
 #: The base every space case edits (the tests' small space).
-BASE: dict[str, Any] = {
-    "name": "small",
-    "engine_args": {"model": "org/model", "max_num_seqs": 4},
-    "workload": {"num_prompts": 4, "input_len": 16, "output_len": 16, "concurrency": 4, "timed_passes": 2},
-    "search": {
-        "cudagraph_mode": ["NONE", "PIECEWISE", "FULL_AND_PIECEWISE"],
-        "capture_sizes": {"tiny": [1, 2, 4, 8]},
-        "num_speculative_tokens": {"low": 0, "high": 2},
-        "drafts": {"ngram": {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4}},
-    },
-}
+BASE: dict[str, Any] = SMALL_SPACE  # the tests' small space, never edited in place (copied per case)
 
 _DROP = object()
 

@@ -46,6 +46,7 @@ from autotune.cli._main import raw_main  # noqa: E402
 from autotune.config.space import SpaceError, load_space  # noqa: E402
 from autotune.core.exit_status import ExitStatus  # noqa: E402
 from autotune.store import ledger as _ledger  # noqa: E402
+from tests.test_reliability_resume import _tune  # noqa: E402
 
 #: A small simulated study with a searched engine argument (choices) and a searched range.
 SIM_SPACE = {
@@ -85,14 +86,6 @@ def _load_error(tmp_path: Path, text: str) -> str:
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"{path}: ") and "; fix: " in message, message
     return message
-
-
-def _tune(tmp_path: Path, capsys, space: Path, *extra: str, trials: int = 2) -> tuple[ExitStatus, str]:
-    argv = ["tune", "--space", str(space), "--engine", "sim", "--trials", str(trials), "--no-verify", "--no-mlflow",
-            "--quiet", "--storage", f"sqlite:///{tmp_path}/optuna.db", "--workdir", str(tmp_path / "w"),
-            "--study", "one", *extra]
-    status = raw_main(argv, out=io.StringIO())
-    return status, capsys.readouterr().err
 
 
 def _one_line(err: str) -> str:
