@@ -559,7 +559,7 @@ def test_a_trial_run_a_peer_opened_first_is_reused_by_the_trials_worker(tmp_path
     the study logs every finished trial, one whose worker was late included) had opened one already."""
     from autotune.observers import mlflow as tracking
     from autotune.config.space import load_space
-    from autotune.study._loop import run_study
+    from autotune.study import run_study
     from tests.conftest import store
     from tests.test_tracking import child_runs, client_for, fake_engine, measured_trials, options, write_space
 

@@ -15,7 +15,7 @@ and is scored on what its user would walk away with:
 
 Strategies:
 
-* ``autotune`` - :func:`autotune.study._loop.run_study` with its defaults and ``budget_restarts``.
+* ``autotune`` - :func:`autotune.study.run_study` with its defaults and ``budget_restarts``.
 * ``random`` - the same study (racing, verification) with Optuna's ``RandomSampler``.
 * ``random-2`` - random search by hand: the baseline, then distinct random configurations, 2 restarts each,
   best mean wins. No verification.
