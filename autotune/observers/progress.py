@@ -70,7 +70,7 @@ class ProgressPrinter(StudyObserver):
         config = self.config if phase == "search" else None
         unit = getattr(getattr(getattr(ctx, "space", None), "workload", None), "unit", "tok/s")
         # The search counts a converged cold start once the study's own pairs found cold starts no different from
-        # warm ones (study._measure_trial); verification never counts one.
+        # warm ones (study._trial.TrialMeasurement); verification never counts one.
         ledger = getattr(ctx, "ledger", None)
         cold_counts = (phase == "search" and result.cold and ledger is not None and ledger.cold_verdict().counts
                        and warmup_converged(result))
