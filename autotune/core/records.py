@@ -21,6 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.core.facts import FactValue, clean_facts
 from autotune.core.redact import redact
 from autotune.core.resolved import Detail, Difference, Resolved
 
@@ -589,6 +590,8 @@ class RestartResult:
             level's timed passes in level order); empty for one level.
         score: The restart's value under the study's objective (:meth:`Workload.scored`); ``None`` leaves
             :attr:`value` to the mean output tok/s.
+        facts: What the restart measured besides throughput, flat (memory, KV capacity, machine state, phases, the
+            output check); keys are named in :mod:`autotune.core.facts`. Empty when the engine says nothing.
     """
 
     status: str
@@ -609,8 +612,10 @@ class RestartResult:
     latency: Mapping[str, float] = dataclasses.field(default_factory=dict)
     levels: tuple[LevelResult, ...] = ()
     score: float | None = None
+    facts: Mapping[str, FactValue] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "facts", clean_facts(self.facts))
         if self.status not in RestartStatus.ALL:
             raise ValueError(f"status must be one of {RestartStatus.ALL}, got {self.status!r}")
         if self.status == RestartStatus.OK:
@@ -645,6 +650,9 @@ class RestartResult:
             del out["levels"]
         if self.score is None:
             del out["score"]
+        out["facts"] = dict(self.facts)
+        if not self.facts:
+            del out["facts"]
         return out
 
     @classmethod
@@ -657,6 +665,7 @@ class RestartResult:
         kwargs["latency"] = {str(k): float(v) for k, v in dict(data.get("latency") or {}).items() if v is not None}
         kwargs["levels"] = tuple(LevelResult.from_dict(lv) for lv in data.get("levels") or ())
         kwargs["score"] = None if data.get("score") is None else float(data["score"])
+        kwargs["facts"] = clean_facts(data.get("facts") if isinstance(data.get("facts"), Mapping) else None)
         return cls(**kwargs)
 
     @classmethod
