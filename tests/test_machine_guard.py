@@ -254,3 +254,65 @@ def test_a_vllm_restart_that_drives_memory_under_the_floor_is_killed_and_fails_w
     assert result.status == RestartStatus.FAILED and result.error.startswith(GUARD_PREFIX), result.error
     assert "MemAvailable 2.5 GiB, floor 8.5 GiB, lowest 2.5 GiB, Cached 1.0 GiB" in result.error
     assert not any(_alive(p) for p in json.loads(pids.read_text()))
+
+
+# -- the study's rule, end to end: a real allocation, twice --------------------------------------------------
+
+
+def test_a_configuration_whose_real_restarts_hit_the_floor_twice_is_infeasible_and_never_runs_again(tmp_path):
+    from optuna.trial import TrialState
+
+    from autotune.config.space import parse_space
+    from autotune.core import facts
+    from autotune.decisions.racing import RacingPolicy
+    from autotune.report._build import build_report
+    from autotune.study import StudyOptions, run_study
+    from tests.conftest import SMALL_SPACE
+
+    available = read_meminfo().available
+    if available < 4 * GIB:
+        pytest.skip("needs 4 GiB of MemAvailable to cross a floor 1 GiB under it safely")
+    starts = tmp_path / "starts.txt"
+    # The configuration with cudagraph_mode NONE and no speculation allocates (touching every page) until the guard kills it; every
+    # other one reports a throughput at once. Each start appends its mode to a file, so the test counts starts.
+    script = tmp_path / "engine.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, sys, time
+        cfg = json.loads(sys.stdin.read())["config"]
+        mode = cfg["params"].get("cudagraph_mode", "default")
+        hog = mode == "NONE" and not cfg["params"].get("num_speculative_tokens")
+        open({str(starts)!r}, "a").write(("hog" if hog else mode) + "\\n")
+        if hog:
+            held = []
+            for _ in range(24):
+                held.append(b"\\x01" * (128 << 20))
+                time.sleep(0.05)
+            time.sleep(30)
+        tok_s = 120.0 if mode == "FULL_AND_PIECEWISE" else 100.0
+        print(json.dumps({{"status": "ok", "passes_tok_s": [tok_s, tok_s], "resolved": {{}}}}))
+    """))
+    space = parse_space({**SMALL_SPACE, "engine": {"name": "cmd", "command": [sys.executable, str(script)]}})
+    engine = CmdEngine(command=[sys.executable, str(script)], memory_floor_gib=(available - GIB) / GIB, timeout_s=60)
+    hog = {"cudagraph_mode": "NONE", "num_speculative_tokens": 0}
+    options = StudyOptions(study_name="floor", storage=f"sqlite:///{tmp_path}/optuna.db", workdir=str(tmp_path / "w"),
+                           trials=5, policy=RacingPolicy(min_restarts=1, racing=False), top_k=1, verify_restarts=1,
+                           sampler="random", enqueue=(hog, hog, {"cudagraph_mode": "FULL_AND_PIECEWISE",
+                                                                  "num_speculative_tokens": 0}))
+    ledger = run_study(space, engine, options)
+
+    # The first hit was run once more, hit again: two starts, then never again (the second enqueue was not run).
+    assert starts.read_text().split().count("hog") == 2
+    hog_trials = [t for t in ledger.study.trials if ledger.restarts(t) and t.params.get("cudagraph_mode") == "NONE"
+                  and not t.params.get("num_speculative_tokens")]
+    assert len(hog_trials) == 1
+    trial = hog_trials[0]
+    assert trial.state == TrialState.FAIL and trial.constraints[FLOOR_CONSTRAINT] > 0
+    hits = ledger.restarts(trial)
+    assert [r.error.startswith(GUARD_PREFIX) for r in hits] == [True, True]
+    assert all(r.facts[facts.MEMORY_GUARD] == "floor" and r.facts[facts.MEM_AVAILABLE_MIN_GIB] < (available - GIB) / GIB
+               for r in hits)
+    assert "hit the memory floor 2 times" in ledger.failure(trial)
+    # The study went on, and the winner is never the hog.
+    report = build_report(ledger)
+    assert report.winner is not None and report.winner.config.key() != space.config_from_params(hog).key()
+    assert space.config_from_params(hog).key() not in {e.candidate.config.key() for e in ledger.verification().entries}

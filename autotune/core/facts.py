@@ -12,9 +12,56 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["FactValue", "clean_facts", "numeric_facts"]
+__all__ = ["FactValue", "clean_facts", "gpu_fact", "numeric_facts"]
 
 FactValue = float | int | str | bool
+
+# -- memory around each start (autotune.machine.StartSafety.restart_facts) ------------------------------------
+#: Seconds the start waited for memory to come back (``settle``).
+SETTLE_WAIT_S = "settle_wait_s"
+#: The guard's MemAvailable floor, GiB (0: no floor).
+MEMORY_FLOOR_GIB = "memory_floor_gib"
+#: How many times the guard read /proc/meminfo over the restart.
+MEMORY_SAMPLES = "memory_samples"
+#: The lowest MemAvailable the guard saw, GiB.
+MEM_AVAILABLE_MIN_GIB = "mem_available_min_gib"
+#: Cached (page cache) at the guard's last sample, GiB.
+CACHED_GIB = "cached_gib"
+#: Why the guard killed the engine (``floor`` or ``driver``); absent when it did not.
+MEMORY_GUARD = "memory_guard"
+
+# -- the machine's state at the start (autotune.machine.MachineState) -----------------------------------------
+#: Mean and minimum CPU clock over cores (``scaling_cur_freq``), MHz.
+CPU_MHZ_MEAN = "cpu_mhz_mean"
+CPU_MHZ_MIN = "cpu_mhz_min"
+#: Every GPU's active throttle reasons, ``gpu<i>:<reason>`` joined by commas; absent when none.
+GPU_THROTTLE = "gpu_throttle"
+#: Per-GPU figures, named by :func:`gpu_fact`.
+GPU_SM_CLOCK_MHZ = "sm_clock_mhz"
+GPU_POWER_W = "power_w"
+GPU_TEMPERATURE_C = "temperature_c"
+GPU_FIGURES = (GPU_SM_CLOCK_MHZ, GPU_POWER_W, GPU_TEMPERATURE_C)
+
+# -- memory and capacity from vLLM's start-up log (autotune.engines.vllm._kvfacts) -----------------------------
+WEIGHTS_GIB = "weights_gib"
+KV_GIB = "kv_gib"
+KV_TOKENS = "kv_tokens"
+#: Requests of ``max_model_len`` tokens that fit in the KV cache at once, and that length.
+MAX_CONCURRENCY = "max_concurrency"
+MAX_MODEL_LEN = "max_model_len"
+#: vLLM's CUDA-graph memory estimate and the graph pool's actual size, GiB.
+GRAPH_MEMORY_GIB = "graph_memory_gib"
+GRAPH_POOL_GIB = "graph_pool_gib"
+#: Seconds as vLLM's own log gives them (prefixed: autotune's phase timings are measured, not read from the log).
+VLLM_LOAD_S = "vllm_load_s"
+VLLM_COMPILE_S = "vllm_compile_s"
+VLLM_CAPTURE_S = "vllm_capture_s"
+VLLM_INIT_S = "vllm_init_s"
+
+
+def gpu_fact(index: int, figure: str) -> str:
+    """The key of one GPU's figure (one of :data:`GPU_FIGURES`): ``gpu0_sm_clock_mhz``."""
+    return f"gpu{index}_{figure}"
 
 
 def clean_facts(facts: Mapping[str, Any] | None) -> dict[str, FactValue]:

@@ -27,6 +27,7 @@ tail; this engine never raises for a bad restart. See ``examples/cmd_engine_exam
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -100,7 +101,12 @@ class CmdEngine(EngineBackend):
                                                                      [p.pid for p in list(_LIVE)]))
 
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
-        """Run the command once; never raises for a failing restart."""
+        """Run the command once; never raises for a failing restart. The restart's memory and machine facts
+        (:meth:`StartSafety.restart_facts`) are on its result, a failed one's too."""
+        result = self._run_restart(config, workload, restart=restart, seed=seed)
+        return dataclasses.replace(result, facts={**result.facts, **self.safety.restart_facts()})
+
+    def _run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         payload = json.dumps({
             "config": config.to_dict(),
             "llm_kwargs": config.llm_kwargs(),

@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from autotune.core import facts
 from autotune.machine._gpu import gpu_free_bytes, gpu_states, is_unified_memory
 from autotune.machine._guard import SAMPLE_INTERVAL_S, KernelLog, MemoryGuard, default_floor
 from autotune.machine._meminfo import GIB, MeminfoReader, MemInfo
@@ -112,25 +113,17 @@ class StartSafety:
         settle wait, the guard's floor, lowest MemAvailable and Cached (GiB), its trip, and the machine state."""
         out: dict[str, Any] = {}
         if self.last_settle is not None:
-            out["settle_wait_s"] = round(self.last_settle.waited_s, 3)
+            out[facts.SETTLE_WAIT_S] = round(self.last_settle.waited_s, 3)
         if self.last_guard is not None:
             seen = self.last_guard.summary()
-            out["memory_floor_gib"] = round(seen.floor / GIB, 3)
-            out["memory_samples"] = seen.samples
+            out[facts.MEMORY_FLOOR_GIB] = round(seen.floor / GIB, 3)
+            out[facts.MEMORY_SAMPLES] = seen.samples
             if seen.lowest_available is not None:
-                out["mem_available_min_gib"] = round(seen.lowest_available / GIB, 3)
+                out[facts.MEM_AVAILABLE_MIN_GIB] = round(seen.lowest_available / GIB, 3)
             if seen.cached is not None:
-                out["cached_gib"] = round(seen.cached / GIB, 3)
+                out[facts.CACHED_GIB] = round(seen.cached / GIB, 3)
             if seen.trip is not None:
-                out["memory_guard"] = seen.trip.cause
+                out[facts.MEMORY_GUARD] = seen.trip.cause
         if self.last_state is not None:
-            state = self.last_state
-            out.update({k: v for k, v in (("cpu_mhz_mean", state.cpu_mhz_mean), ("cpu_mhz_min", state.cpu_mhz_min))
-                        if v is not None})
-            for g in state.gpus:
-                for key in ("sm_clock_mhz", "power_w", "temperature_c"):
-                    if getattr(g, key) is not None:
-                        out[f"gpu{g.index}_{key}"] = getattr(g, key)
-            if state.throttle:
-                out["gpu_throttle"] = ",".join(state.throttle)
+            out.update(self.last_state.to_facts())
         return out

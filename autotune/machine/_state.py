@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psutil
 
+from autotune.core import facts
+from autotune.core.facts import FactValue
 from autotune.machine._gpu import GpuState, gpu_states
 
 __all__ = ["CPU_CLOCK_FRACTION", "MachineState", "departure", "departures", "read_machine_state"]
@@ -35,6 +37,34 @@ class MachineState:
     def throttle(self) -> tuple[str, ...]:
         """Every GPU's active throttle reasons, ``gpu<i>:<reason>``."""
         return tuple(f"gpu{g.index}:{r}" for g in self.gpus for r in g.throttle)
+
+    def to_facts(self) -> dict[str, FactValue]:
+        """The state as flat restart facts (:mod:`autotune.core.facts`): what a restart's record keeps."""
+        out: dict[str, FactValue] = {}
+        if self.cpu_mhz_mean is not None:
+            out[facts.CPU_MHZ_MEAN] = self.cpu_mhz_mean
+        if self.cpu_mhz_min is not None:
+            out[facts.CPU_MHZ_MIN] = self.cpu_mhz_min
+        for g in self.gpus:
+            for figure in facts.GPU_FIGURES:
+                if getattr(g, figure) is not None:
+                    out[facts.gpu_fact(g.index, figure)] = getattr(g, figure)
+        if self.throttle:
+            out[facts.GPU_THROTTLE] = ",".join(self.throttle)
+        return out
+
+    @classmethod
+    def from_facts(cls, restart_facts: Mapping[str, FactValue]) -> MachineState:
+        """The part of the state :func:`departure` judges (mean CPU clock, throttle reasons), read back from a
+        restart's stored facts; a restart that recorded none gives an empty state, which departs from nothing."""
+        mean = restart_facts.get(facts.CPU_MHZ_MEAN)
+        throttled: dict[int, list[str]] = {}
+        for item in str(restart_facts.get(facts.GPU_THROTTLE) or "").split(","):
+            gpu, _, reason = item.strip().partition(":")
+            if gpu.startswith("gpu") and gpu[3:].isdigit() and reason:
+                throttled.setdefault(int(gpu[3:]), []).append(reason)
+        return cls(cpu_mhz_mean=float(mean) if isinstance(mean, int | float) and not isinstance(mean, bool) else None,
+                   gpus=tuple(GpuState(index=i, throttle=tuple(r)) for i, r in sorted(throttled.items())))
 
     def to_dict(self) -> dict[str, Any]:
         return {"cpu_mhz_mean": self.cpu_mhz_mean, "cpu_mhz_min": self.cpu_mhz_min,

@@ -43,6 +43,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core.records import EngineConfig, RestartResult
 from autotune.core.redact import redact
 from autotune.decisions.verification import Candidate, Verification
+from autotune.machine import FLOOR_CONSTRAINT
 from autotune.stats.coldstart import ColdVerdict
 from autotune.stats.intervals import TrialSummary
 from autotune.stats.latency import LatencyStat, SloCheck, constraint_values
@@ -244,6 +245,15 @@ class Ledger:
 
     def record_infeasible(self, trial: optuna.Trial, reason: str) -> None:
         self._set_trial(trial, _INFEASIBLE_KEY, reason)
+
+    def record_floor_constraint(self, trial: optuna.Trial, value: float) -> None:
+        """Optuna's constraint :data:`~autotune.machine.FLOOR_CONSTRAINT` on the trial (feasible at <= 0): set once,
+        on the trial whose restarts made its configuration hit the memory floor twice."""
+        trial.set_constraint(FLOOR_CONSTRAINT, float(value))
+
+    def floor_constraint(self, trial: FrozenTrial) -> float | None:
+        """The trial's memory-floor constraint (``None``: never set)."""
+        return trial.constraints.get(FLOOR_CONSTRAINT)
 
     def record_duplicate(self, trial: optuna.Trial, original: FrozenTrial) -> None:
         """``trial`` repeats ``original``: point at it, and carry its failure reason and Optuna constraints."""

@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 
 from autotune.core.records import EngineConfig, RestartResult, speculation_plan_change
 from autotune.decisions.racing import Decision, decide_trial, incumbent_values, pooled_noise
+from autotune.machine import floor_infeasible
 from autotune.stats.coldstart import (
     DIFFER,
     ColdVerdict,
@@ -32,6 +33,8 @@ from autotune.stats.latency import check_slo, summarize_latency
 from autotune.store._optuna import frozen_trial
 from autotune.store.ledger import Ledger, TrialRecord
 from autotune.study._budget import Start, _search_may_start
+from autotune.study._floor import (counted_for_summary, floor_constraint, floor_errors, hit_floor,
+                                   infeasible_reason)
 from autotune.study._restart import measure_restart
 from autotune.study.events import StudyContext, StudyObserver, notify
 
@@ -65,6 +68,8 @@ class TrialMeasurement:
         self.estimate: float | None = None
         self.state = TrialState.COMPLETE
         self.reason: str | None = None
+        #: The configuration's restart errors once they make it infeasible (its memory-floor constraint).
+        self.floor_errors: list[str | None] | None = None
 
     def run(self) -> TrialRecord:
         self._race()
@@ -85,7 +90,10 @@ class TrialMeasurement:
         ctx, ledger, trial = self.ctx, self.ctx.ledger, self.trial
         options = ctx.options
         policy = options.policy
-        carried_failure = next((r for r in self.restarts if not r.ok), None)
+        # A floor hit that was run again is no failure of the trial (autotune.study._floor); two are.
+        carried_failure = next((r for r in counted_for_summary(self.restarts) if not r.ok and not hit_floor(r)), None)
+        if self._floor_infeasible():
+            return
         if carried_failure is not None:
             self._end(TrialState.FAIL, f"restart {carried_failure.restart} {carried_failure.status}: "
                                        f"{carried_failure.error}")
@@ -109,6 +117,10 @@ class TrialMeasurement:
             ran = measure_restart(ctx.engine, self.config, ctx.space.workload, restart=j,
                                   seed=options.search_seed(j), on_result=self._on_result, rerun_cold=self._rerun_cold)
             last = ran[-1]
+            if hit_floor(last) and not self._floor_infeasible():
+                last = self._run_again_after_floor(j) or last
+            if hit_floor(last) and self._floor_infeasible():
+                return
             if not last.ok:
                 self._end(TrialState.FAIL, f"restart {j} {last.status}: {last.error}")
                 return
@@ -127,6 +139,27 @@ class TrialMeasurement:
                 return
             if decide_trial(ctx.study, trial.number, self.values, policy) != Decision.MORE:
                 return
+
+    def _floor_infeasible(self) -> bool:
+        """Whether this configuration's restarts (this trial's and every earlier run's) hit the memory floor twice;
+        if so the trial ends failed, its constraint recorded in :meth:`finish`."""
+        errors = [*floor_errors(self.ctx.ledger, self.config.key(), besides=self.trial.number),
+                  *(r.error for r in self.restarts)]
+        if not floor_infeasible(errors):
+            return False
+        self.floor_errors = errors
+        self._end(TrialState.FAIL, infeasible_reason(errors))
+        return True
+
+    def _run_again_after_floor(self, j: int) -> RestartResult | None:
+        """Restart ``j`` once more after the memory guard killed it (the budget allowing); its last result."""
+        self.ctx.ledger.record_planned_starts(self.trial, len(self.restarts) + 1)
+        if not self._may_start([]):
+            return None
+        ran = measure_restart(self.ctx.engine, self.config, self.ctx.space.workload, restart=j,
+                              seed=self.ctx.options.search_seed(j), on_result=self._on_result,
+                              rerun_cold=self._rerun_cold)
+        return ran[-1]
 
     def _on_result(self, result: RestartResult) -> None:
         self.restarts.append(result)
@@ -151,13 +184,16 @@ class TrialMeasurement:
         state, reason = self.state, self.reason
         ledger.record_planned_starts(trial, len(self.restarts))
         summary = _flag_speculation_change(ledger, self.config,
-                                           summarize(self.config, self.restarts, options.confidence,
+                                           summarize(self.config, counted_for_summary(self.restarts),
+                                                     options.confidence,
                                                      options.interval_method, ctx.space.workload.unit,
                                                      counts=self.counts))
         ledger.record_summary(trial, summary)
         latency = summarize_latency(self.restarts, options.confidence)
         limits = ctx.space.slo_constraints
         ledger.record_latency(trial, latency, check_slo(latency, limits) if limits else None)
+        if self.floor_errors is not None:
+            ledger.record_floor_constraint(trial, floor_constraint(self.floor_errors))
         if reason and state == TrialState.FAIL:
             ledger.record_failure(trial, reason)
         elif reason:

@@ -30,6 +30,7 @@ from autotune.decisions.verification import (
 from autotune.decisions.verification import select_candidates as select_verified
 from autotune.store.ledger import VERIFY_CONCLUDE_JOB, Ledger
 from autotune.study._budget import _runner_up_starts, _starts_fit, _verify_may_start, _verify_plan, _verify_top_k
+from autotune.study._floor import infeasible_keys
 from autotune.study._restart import measure_restart
 from autotune.study.events import StudyContext, StudyObserver, notify
 
@@ -386,6 +387,9 @@ def select_candidates(ledger: Ledger, space: SearchSpace, top_k: int, runner_up:
     :func:`select_verified`)."""
     evidence = []
     complete = ledger.measured_complete()
+    # A configuration that hit the memory floor twice (search and verification together) is never a winner.
+    unsafe = infeasible_keys(ledger, (k for t in complete if (k := ledger.config_key(t)) is not None))
+    complete = [t for t in complete if ledger.config_key(t) not in unsafe]
     # Under latency limits only configurations that met them are candidates, as long as any did: a fast one that
     # misses a limit cannot win, and verifying it would take a slot from one that can.
     feasible = [t for t in complete if _feasible(t)]

@@ -45,6 +45,7 @@ from autotune.engines.process import _LIVE, TAG_ENV
 from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
 from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
+from autotune.engines.vllm._kvfacts import KvFacts, kv_audit, log_facts
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
 from autotune.config.workload import default_dataset
@@ -53,7 +54,7 @@ from autotune.machine import MemoryNotSettled, StartSafety, engine_leftovers, ki
 if TYPE_CHECKING:
     from autotune.config.space import SearchSpace
 
-__all__ = ["RUNNER_PATH", "VllmEngine", "VllmOptions"]
+__all__ = ["RUNNER_PATH", "KvFacts", "VllmEngine", "VllmOptions", "kv_audit"]
 
 #: The runner script, executed by path in the engine's interpreter (it imports only the stdlib and vLLM).
 RUNNER_PATH = Path(__file__).resolve().with_name("_runner.py")
@@ -314,6 +315,9 @@ class VllmEngine(EngineBackend):
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.touch()
         result = self.to_result(outcome, config, restart=restart, seed=seed, cold=cold, start_method=method)
+        # Memory, machine state and the KV facts of vLLM's log, kept on failed restarts too (a guard trip's most).
+        result = dataclasses.replace(result, facts={**result.facts, **self.safety.restart_facts(),
+                                                    **log_facts(outcome.log_path)})
         if guard.trip is not None:
             return dataclasses.replace(result, status=RestartStatus.FAILED, error=guard.trip.reason(),
                                        passes_tok_s=(), log_tail=outcome.tail)

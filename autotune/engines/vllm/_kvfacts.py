@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.core import facts
+
 __all__ = ["KV_DRIFT_TOLERANCE", "KvFacts", "graph_memory_problem", "kv_audit", "kv_bound", "kv_drift",
-           "parse_kv_facts"]
+           "log_facts", "parse_kv_facts"]
 
 #: KV capacity may differ by this fraction across restarts of one configuration before the audit flags it. Cold
 #: and warm starts of one H200 configuration differed by 0.1% (docs/measurements/h200-vllm026); page-cache drift on
@@ -85,6 +88,40 @@ class KvFacts:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    def to_facts(self) -> dict[str, Any]:
+        """The facts a restart's record keeps (:mod:`autotune.core.facts` names)."""
+        return {_FACT_NAMES[k]: v for k, v in self.to_dict().items()}
+
+    @classmethod
+    def from_facts(cls, restart_facts: Mapping[str, Any]) -> KvFacts:
+        """Read back from a restart's stored facts (what the audit runs on); absent keys stay ``None``."""
+        found: dict[str, Any] = {}
+        for field, key in _FACT_NAMES.items():
+            value = restart_facts.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                found[field] = int(value) if field in ("kv_tokens", "max_model_len") else float(value)
+        return cls(**found)
+
+
+#: Each :class:`KvFacts` field's name in a restart's facts.
+_FACT_NAMES = {
+    "weights_gib": facts.WEIGHTS_GIB, "load_s": facts.VLLM_LOAD_S, "compile_s": facts.VLLM_COMPILE_S,
+    "capture_s": facts.VLLM_CAPTURE_S, "graph_memory_gib": facts.GRAPH_MEMORY_GIB,
+    "graph_pool_gib": facts.GRAPH_POOL_GIB, "kv_gib": facts.KV_GIB, "kv_tokens": facts.KV_TOKENS,
+    "max_concurrency": facts.MAX_CONCURRENCY, "max_model_len": facts.MAX_MODEL_LEN, "init_s": facts.VLLM_INIT_S,
+}
+
+
+def log_facts(log_path: str | None) -> dict[str, Any]:
+    """The restart facts in a restart's vLLM log file (none when there is no log)."""
+    if not log_path:
+        return {}
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        return {}
+    return parse_kv_facts(text).to_facts()
 
 
 def parse_kv_facts(log_text: str) -> KvFacts:
