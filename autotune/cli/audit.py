@@ -32,6 +32,7 @@ from autotune.cli._common import (
 from autotune.core.exit_status import ExitStatus
 from autotune.core.records import Detail, EngineConfig, EngineFacts, RestartResult, config_differences
 from autotune.core.redact import redact_text
+from autotune.report import kv_findings
 from autotune.store.ledger import DEFAULT_WORKDIR
 
 __all__ = ["HELP", "AuditRow", "audit_rows", "config_for_audit", "configure_parser", "run", "run_audit"]
@@ -118,6 +119,10 @@ def run_audit(
     rows = audit_rows(config, result, dict(engine_options))
     changed = [r for r in rows if r.changed]
     _print_audit(out, config, result, rows, facts)
+    # The KV audits on this restart's facts: capacity against the workload the study will run (not the short
+    # audit pass), a negative graph-memory estimate.
+    for finding in kv_findings(config, [result], space.workload.to_dict()):
+        print(f"KV audit: {finding}", file=out)
     if json_path:
         write_json(json_path, _audit_json(config, result, rows, facts))  # the configuration's credentials stay out
     if not result.ok:

@@ -19,6 +19,8 @@ FactValue = float | int | str | bool
 # -- memory around each start (autotune.machine.StartSafety.restart_facts) ------------------------------------
 #: Seconds the start waited for memory to come back (``settle``).
 SETTLE_WAIT_S = "settle_wait_s"
+#: Whether memory was not back at once, so the start waited (the wait above is then more than one check).
+SETTLE_WAITED = "settle_waited"
 #: The guard's MemAvailable floor, GiB (0: no floor).
 MEMORY_FLOOR_GIB = "memory_floor_gib"
 #: How many times the guard read /proc/meminfo over the restart.

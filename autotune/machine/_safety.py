@@ -114,6 +114,7 @@ class StartSafety:
         out: dict[str, Any] = {}
         if self.last_settle is not None:
             out[facts.SETTLE_WAIT_S] = round(self.last_settle.waited_s, 3)
+            out[facts.SETTLE_WAITED] = self.last_settle.waited
         if self.last_guard is not None:
             seen = self.last_guard.summary()
             out[facts.MEMORY_FLOOR_GIB] = round(seen.floor / GIB, 3)

@@ -2,5 +2,6 @@
 plotted, exported."""
 
 from autotune.report._build import Report, VerifiedRow, build_report
+from autotune.report._machine import kv_findings
 
-__all__ = ["Report", "VerifiedRow", "build_report"]
+__all__ = ["Report", "VerifiedRow", "build_report", "kv_findings"]

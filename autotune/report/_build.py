@@ -23,6 +23,7 @@ from autotune.core.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, 
 from autotune.report.latency import (Prompts, SloOutcome, TrialLatency, prompts_note, render_latency, search_latency,
                                      slo_outcome)
 from autotune.report.levels import LevelBest, level_bests, render_levels
+from autotune.report._machine import MachineNotes, machine_notes, render_machine
 from autotune.decisions.verification import BASELINE, VerifiedConfig
 
 __all__ = [
@@ -354,6 +355,8 @@ class Report:
     levels: tuple[LevelBest, ...] = ()
     #: What the study's own test said about cold starts (:class:`~autotune.stats.coldstart.ColdVerdict`), when it ran.
     cold_starts: str | None = None
+    #: Memory guard trips, settle waits, machine-state departures, KV audits (:mod:`autotune.report._machine`).
+    machine: MachineNotes | None = None
 
     @property
     def unit(self) -> str:
@@ -400,6 +403,7 @@ class Report:
             out["slo_outcome"] = self.slo_outcome.to_dict()
         out["no_result"] = self.no_result
         out["search_trials"] = [t.to_dict() for t in self.search_trials]
+        out["machine"] = None if self.machine is None else self.machine.to_dict()
         return out
 
 
@@ -497,7 +501,12 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                   objective=meta.objective, slo=dict(meta.slo), search_latency=search_latency(ledger),
                   slo_outcome=outcome, search_trials=search_trials,
                   no_result=no_result_reason(counts, failures, winner, baseline, table is not None), levels=levels,
-                  cold_starts=_cold_starts_line(ledger))
+                  cold_starts=_cold_starts_line(ledger),
+                  machine=machine_notes([*((f"trial {r.number}", r.config, r.restarts) for r in records
+                                           if r.duplicate_of is None),
+                                         *(("verification", e.config, e.restarts) for e in (table.entries
+                                                                                           if table else ()))],
+                                        meta.workload))
 
 
 def _cold_starts_line(ledger: Ledger) -> str | None:
@@ -594,6 +603,7 @@ def render_report(report: Report) -> str:
         lines += _verification_lines(report, winner, table)
     lines += render_levels(report.levels)
     lines += render_latency(report)
+    lines += render_machine(report.machine)
     if report.warnings:
         lines.append("")
         lines.append(f"WARNING: the engine silently changed the configuration in {len(report.warnings)} "
