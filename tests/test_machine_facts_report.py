@@ -171,3 +171,28 @@ def test_departed_machine_states_are_named_by_the_report(tmp_path):
     assert any("GPU throttled (gpu0:hw_slowdown)" in r for r in reasons)
     assert "departed from the study's machine state" in report.render()
     assert len(report.to_json()["machine"]["departures"]) == 2
+
+
+def test_numeric_facts_reach_mlflow_as_metrics_per_restart_and_strings_stay_out(tmp_path):
+    from tests.test_tracking import child_runs, client_for, fake_engine, tracked_study
+
+    class WithFacts(FakeEngine):
+        def run_restart(self, config, workload, *, restart, seed):
+            result = super().run_restart(config, workload, restart=restart, seed=seed)
+            return dataclasses.replace(result, facts={facts.SETTLE_WAIT_S: 1.5 + restart, facts.KV_TOKENS: 994_800,
+                                                      facts.GPU_THROTTLE: "gpu0:hw_slowdown"})
+
+    base = fake_engine()
+    engine = WithFacts(value=base.value, fail=base.fail, resolve=base.resolve, cold_first=True, cold_factor=1.0,
+                       facts=base.facts)
+    ledger, _ = tracked_study(tmp_path, engine=engine)
+    client = client_for(tmp_path)
+    parent = client.get_run(ledger.mlflow_parent_run_id())
+    runs = child_runs(client, parent, "trial")
+    assert runs
+    for run in runs:
+        number = int(run.data.tags["autotune.trial_number"])
+        restarts = ledger.restarts(next(t for t in ledger.study.trials if t.number == number))
+        history = client.get_metric_history(run.info.run_id, f"fact.{facts.SETTLE_WAIT_S}")
+        assert sorted((m.step, m.value) for m in history) == [(i, 1.5 + r.restart) for i, r in enumerate(restarts)]
+        assert f"fact.{facts.GPU_THROTTLE}" not in run.data.metrics

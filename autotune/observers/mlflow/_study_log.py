@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from autotune.core.facts import numeric_facts
 from autotune.core.records import EngineConfig, EngineFacts, OBJECTIVE_UNITS, RestartResult
 from autotune.core.redact import redact, redact_command, redact_text
 from autotune.observers.mlflow._conventions import (KIND_TRIAL, KIND_VERIFY, TAG_CONFIG_KEY, TAG_KIND, TAG_LOGGED,
@@ -58,6 +59,12 @@ def _restart_metrics(restarts: Sequence[RestartResult], skip: int = 0,
                 if level.latency.get("goodput") is not None:
                     out.append((f"c{level.concurrency}.restart_goodput_req_s", float(level.latency["goodput"]), i))
     return out
+
+
+def _fact_metrics(restarts: Sequence[RestartResult]) -> list[tuple[str, float, int]]:
+    """Every restart's numeric facts (:mod:`autotune.core.facts`) as ``fact.<key>`` metrics, the step the restart's
+    place among all the run's restarts (failed and cold ones too: a guard trip's figures matter most)."""
+    return [(f"fact.{key}", value, i) for i, r in enumerate(restarts) for key, value in numeric_facts(r.facts).items()]
 
 
 def _result_tags(summary: Any, state: str, reason: str | None) -> dict[str, str]:
@@ -167,7 +174,9 @@ class _StudyLog:
             self.session.log(run_id, params=params)
             skip = self.session.logged_steps(run_id, _restart_metric(self.unit))
         self.session.restart_logs(run_id, restarts)
-        values = _restart_metrics(restarts, skip, self.unit) + [(k, v, 0) for k, v in metrics.items()]
+        # The facts go in the completing batch, once: a run completed earlier returned above.
+        values = (_restart_metrics(restarts, skip, self.unit) + [(k, v, 0) for k, v in metrics.items()]
+                  + _fact_metrics(restarts))
         self.session.log(run_id, metrics=values, tags={**identity, **tags, TAG_LOGGED: "true"})
         self.session.finish(run_id, status, end_ms)
         self._children[key] = _Child(run_id, logged=True)
