@@ -109,6 +109,8 @@ def test_a_replayed_collapse_from_29_to_2_5_gib_in_9_s_trips_the_guard_within_on
     quiet = MemoryGuard(floor, reader=MeminfoReader(calm.path), clock=calm.clock,
                         sleep=lambda s: (calm.sleep(s), calm.now > 20 and quiet._stopped.set()))
     assert quiet.watch() is None and quiet.samples > 40 and quiet.lowest == 29 * GIB
+    # What watching cost is counted (the H200 record sets it against restart wall time): CPU seconds, each sample's.
+    assert 0 < quiet.summary().cpu_s < quiet.samples * 0.05
 
 
 class FakeKernelLog:

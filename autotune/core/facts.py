@@ -25,6 +25,8 @@ SETTLE_WAITED = "settle_waited"
 MEMORY_FLOOR_GIB = "memory_floor_gib"
 #: How many times the guard read /proc/meminfo over the restart.
 MEMORY_SAMPLES = "memory_samples"
+#: CPU seconds the memory guard's sampling used over the restart (its cost against the restart's wall time).
+MEMORY_GUARD_CPU_S = "memory_guard_cpu_s"
 #: The lowest MemAvailable the guard saw, GiB.
 MEM_AVAILABLE_MIN_GIB = "mem_available_min_gib"
 #: Cached (page cache) at the guard's last sample, GiB.

@@ -123,6 +123,7 @@ class GuardSummary:
         lowest_available: The lowest MemAvailable.
         cached: Cached at the last sample.
         trip: Why it killed the engine, if it did.
+        cpu_s: CPU seconds the sampling itself used (its cost, set against the restart's wall time).
     """
 
     samples: int
@@ -130,6 +131,7 @@ class GuardSummary:
     lowest_available: int | None
     cached: int | None
     trip: GuardTrip | None = None
+    cpu_s: float = 0.0
 
 
 class KernelLog:
@@ -213,10 +215,19 @@ class MemoryGuard:
         self.lowest: int | None = None
         self.last: MemInfo | None = None
         self.trip: GuardTrip | None = None
+        #: CPU seconds spent in :meth:`sample` (thread CPU time of whichever thread sampled): what watching costs.
+        self.cpu_s = 0.0
 
     # -- one sample ------------------------------------------------------------------------------------
     def sample(self) -> GuardTrip | None:
         """Read memory (and the kernel log) once; trips and kills when the floor is crossed. Returns the trip."""
+        began = time.thread_time()
+        try:
+            return self._sample()
+        finally:
+            self.cpu_s += time.thread_time() - began
+
+    def _sample(self) -> GuardTrip | None:
         if self._started_at is None:
             self._started_at = self.clock()
         if self.trip is not None:
@@ -286,7 +297,8 @@ class MemoryGuard:
 
     def summary(self) -> GuardSummary:
         return GuardSummary(samples=self.samples, floor=self.floor, lowest_available=self.lowest,
-                            cached=None if self.last is None else self.last.cached, trip=self.trip)
+                            cached=None if self.last is None else self.last.cached, trip=self.trip,
+                            cpu_s=self.cpu_s)
 
     def __enter__(self) -> MemoryGuard:
         return self.start()

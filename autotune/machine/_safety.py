@@ -119,6 +119,7 @@ class StartSafety:
             seen = self.last_guard.summary()
             out[facts.MEMORY_FLOOR_GIB] = round(seen.floor / GIB, 3)
             out[facts.MEMORY_SAMPLES] = seen.samples
+            out[facts.MEMORY_GUARD_CPU_S] = round(seen.cpu_s, 6)
             if seen.lowest_available is not None:
                 out[facts.MEM_AVAILABLE_MIN_GIB] = round(seen.lowest_available / GIB, 3)
             if seen.cached is not None:
