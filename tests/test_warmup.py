@@ -89,3 +89,21 @@ def test_a_non_positive_pass_is_never_warm() -> None:
                           (5.0, 1e-9, warmup.MAX_ROUNDS)])
 def test_timed_passes_are_sized_in_whole_rounds(target: float, round_s: float | None, rounds: int) -> None:
     assert warmup.timed_rounds(target, round_s) == rounds
+
+
+def test_pass_seconds_is_settable_validated_and_left_out_of_the_identity_at_its_default(tmp_path) -> None:
+    from autotune.config.space import SpaceError, load_space
+    from autotune.core.records import Workload
+
+    assert "pass_seconds" not in Workload().to_dict()  # a stored study's workload digest stays what it was
+    assert Workload.from_dict(Workload(pass_seconds=2.5).to_dict()).pass_seconds == 2.5
+    base = "engine_args: {model: m}\nsearch: {cudagraph_mode: [NONE, FULL]}\n"
+    good = tmp_path / "good.yaml"
+    good.write_text(base + "workload: {pass_seconds: 2}\n")
+    assert load_space(good).workload.pass_seconds == 2.0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(base + "workload: {pass_seconds: -1}\n")
+    with pytest.raises(SpaceError) as info:
+        load_space(bad)
+    message = str(info.value)
+    assert "\n" not in message and "workload.pass_seconds" in message
