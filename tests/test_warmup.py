@@ -107,3 +107,23 @@ def test_pass_seconds_is_settable_validated_and_left_out_of_the_identity_at_its_
         load_space(bad)
     message = str(info.value)
     assert "\n" not in message and "workload.pass_seconds" in message
+
+
+def test_the_report_totals_phases_over_every_restart_and_counts_those_without() -> None:
+    from autotune.core import facts as F
+    from autotune.core.records import RestartResult
+    from autotune.report.phases import phase_totals, render_phases
+
+    a = RestartResult("ok", passes_tok_s=(1.0,), facts={F.PHASE_COMPILE_S: 60.0, F.PHASE_TIMED_S: 15.0,
+                                                        F.WARMUP_PASSES: 4})
+    b = RestartResult("ok", passes_tok_s=(1.0,), facts={F.PHASE_COMPILE_S: 6.0, F.PHASE_TIMED_S: 15.0,
+                                                        F.PHASE_WARMUP_S: 3.0, F.WARMUP_PASSES: 6})
+    old = RestartResult("ok", passes_tok_s=(1.0,))
+    totals = phase_totals([a, b, old])
+    assert totals is not None
+    assert dict(totals.seconds) == {F.PHASE_COMPILE_S: 66.0, F.PHASE_WARMUP_S: 3.0, F.PHASE_TIMED_S: 30.0}
+    assert (totals.restarts, totals.without, totals.warmup_passes) == (2, 1, 10)
+    assert totals.to_dict()["total_s"] == 99.0
+    text = " ".join(render_phases(totals))
+    assert "compile 1.1 min (67%)" in text and "1 restarts did not say" in text and "5.0 passes" in text
+    assert phase_totals([old]) is None and render_phases(None) == []

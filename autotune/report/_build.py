@@ -16,6 +16,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.report.phases import PhaseTotals, phase_totals, render_phases
 from autotune.store.ledger import Ledger, StudyMeta, TrialRecord
 from autotune.stats.intervals import Comparison, TrialSummary, format_mean
 from autotune.stats.latency import LatencyStat, SloCheck, meets_slo, summarize_latency
@@ -354,6 +355,8 @@ class Report:
     levels: tuple[LevelBest, ...] = ()
     #: What the study's own test said about cold starts (:class:`~autotune.stats.coldstart.ColdVerdict`), when it ran.
     cold_starts: str | None = None
+    #: Where the engine time went, by phase (:mod:`autotune.report.phases`); ``None`` when no restart said.
+    phases: PhaseTotals | None = None
 
     @property
     def unit(self) -> str:
@@ -400,6 +403,7 @@ class Report:
             out["slo_outcome"] = self.slo_outcome.to_dict()
         out["no_result"] = self.no_result
         out["search_trials"] = [t.to_dict() for t in self.search_trials]
+        out["phases"] = None if self.phases is None else self.phases.to_dict()
         return out
 
 
@@ -497,7 +501,7 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                   objective=meta.objective, slo=dict(meta.slo), search_latency=search_latency(ledger),
                   slo_outcome=outcome, search_trials=search_trials,
                   no_result=no_result_reason(counts, failures, winner, baseline, table is not None), levels=levels,
-                  cold_starts=_cold_starts_line(ledger))
+                  cold_starts=_cold_starts_line(ledger), phases=phase_totals(ledger.restarts_spent()))
 
 
 def _cold_starts_line(ledger: Ledger) -> str | None:
@@ -580,6 +584,7 @@ def render_report(report: Report) -> str:
         lines.append(f"Search stopped early: {report.search_stopped}.")
     if report.cold_starts:
         lines.append(f"{report.cold_starts}.")
+    lines += render_phases(report.phases)
     lines.append("")
     winner, table = report.winner, report.verification
     if (winner is None or table is None) and report.no_result:
