@@ -67,6 +67,7 @@ class WorkloadSpec(_Model):
     warmup_passes: WholeNumber | None = None
     max_warmup_passes: Positive | None = None
     timed_passes: Positive | None = None
+    pass_seconds: Annotated[float, Field(ge=0.0, description="seconds a timed pass lasts (0: one round)")] | None = None
     repetitive_prompts: bool | None = None
     dataset: str | DatasetSpec | None = Field(None, description="a path, 'synthetic', or a mapping")
     temperature: Annotated[float, Field(ge=0.0)] | None = None

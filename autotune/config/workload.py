@@ -11,6 +11,7 @@ A workload says what one timed pass runs::
       aggregate: min                    # levels only: min (the worst level's value) or mean
       weights: [1, 2, 1]                #   with aggregate: mean, one weight per level (default: equal)
       temperature: 0.0                  # greedy by default; top_p: 1.0
+      pass_seconds: 5                   # a timed pass repeats the prompts in whole rounds to last about this
     slo: {tpot_p99_ms: 50, ttft_p99_ms: 500}
 
 With load levels every latency limit must hold at every level (a restart's percentiles are its worst level's).
@@ -65,7 +66,7 @@ def parse_workload(value: Any, fail: Fail, base_dir: Path, slo: tuple[tuple[str,
             continue  # Workload.to_dict()'s shape: an unset dataset, no limits
         if key == "dataset":
             kwargs[key] = parse_dataset(val, fail, base_dir)
-        elif key in ("temperature", "top_p"):
+        elif key in ("temperature", "top_p", "pass_seconds"):
             kwargs[key] = float(val)
         elif key == "concurrency" and isinstance(val, list):
             kwargs[key] = _levels(val, fail)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["FactValue", "clean_facts", "gpu_fact", "numeric_facts"]
+__all__ = ["FactValue", "clean_facts", "gpu_fact", "numeric_facts", "phase_facts"]
 
 FactValue = float | int | str | bool
 
@@ -90,3 +90,47 @@ def clean_facts(facts: Mapping[str, Any] | None) -> dict[str, FactValue]:
 def numeric_facts(facts: Mapping[str, FactValue]) -> dict[str, float]:
     """The facts that are numbers (bools are not), as floats: what MLflow logs as metrics."""
     return {k: float(v) for k, v in facts.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+# -- warm-up and passes (the warm-up rule: autotune.stats.warmup) -----------------------------------------------
+#: Warm-up passes the restart ran before its timed passes (every load level's, added up).
+WARMUP_PASSES = "warmup_passes"
+#: Rounds of the prompt set each timed pass ran, sized to ``workload.pass_seconds`` (the last level's).
+PASS_ROUNDS = "pass_rounds"
+
+# -- where a restart's time went, in seconds (absent: the engine did not say) ------------------------------------
+#: From asking for the process until it ran our code (a fork or a new interpreter, a container's start).
+PHASE_LAUNCH_S = "phase_launch_s"
+#: Importing the engine (vLLM and torch); about 0 in a process forked from a forkserver that imported them.
+PHASE_IMPORT_S = "phase_import_s"
+#: Loading the weights.
+PHASE_LOAD_S = "phase_load_s"
+#: Compiling (torch.compile; a warm cache makes it short).
+PHASE_COMPILE_S = "phase_compile_s"
+#: Capturing CUDA graphs.
+PHASE_CAPTURE_S = "phase_capture_s"
+#: The rest of engine start-up: profiling, KV-cache allocation, the engine's own warm-up.
+PHASE_OTHER_STARTUP_S = "phase_other_startup_s"
+#: Warm-up passes.
+PHASE_WARMUP_S = "phase_warmup_s"
+#: Timed passes.
+PHASE_TIMED_S = "phase_timed_s"
+#: The phases in the order a restart runs them: what the report totals and the budget forecasts from.
+PHASES = (PHASE_LAUNCH_S, PHASE_IMPORT_S, PHASE_LOAD_S, PHASE_COMPILE_S, PHASE_CAPTURE_S, PHASE_OTHER_STARTUP_S,
+          PHASE_WARMUP_S, PHASE_TIMED_S)
+#: Phases a warm restart of a configuration that started before does not pay again in full (its compile cache is
+#: warm): the budget forecasts them from the configuration's warm starts, not its cold one.
+CACHE_PHASES = (PHASE_COMPILE_S, PHASE_CAPTURE_S)
+
+
+def phase_facts(**seconds: float | None) -> dict[str, float]:
+    """``{phase key: seconds}`` from keyword names without the ``phase_``/``_s`` wrapping (``load=1.2``), each
+    clamped at 0 (clocks of two processes may disagree by a little) and unknown ones (``None``) left out."""
+    out: dict[str, float] = {}
+    for name, value in seconds.items():
+        key = f"phase_{name}_s"
+        if key not in PHASES:
+            raise ValueError(f"unknown phase {name!r}")
+        if value is not None:
+            out[key] = max(0.0, float(value))
+    return out

@@ -164,6 +164,8 @@ class Workload:
         warmup_passes: Minimum warm-up passes per restart (recorded, never counted).
         max_warmup_passes: Cap on warm-up passes while waiting for throughput to settle.
         timed_passes: Timed passes per restart; their mean is the restart's value.
+        pass_seconds: How long a timed pass should last: it runs whole rounds of the prompts, as many as the warm-up
+            rate says fill this (0: one round a pass).
         repetitive_prompts: Build prompts from a repeated n-gram so prompt-lookup (ngram) drafting can hit
             (synthetic prompts only).
         dataset: Where prompts come from; ``None`` leaves it to the engine (the ``vllm`` engine uses
@@ -185,6 +187,7 @@ class Workload:
     warmup_passes: int = 1
     max_warmup_passes: int = 4
     timed_passes: int = 3
+    pass_seconds: float = 5.0
     repetitive_prompts: bool = True
     dataset: Dataset | None = None
     temperature: float = 0.0
@@ -279,7 +282,7 @@ class Workload:
         out["dataset"] = None if self.dataset is None else self.dataset.to_dict()
         out["slo"] = dict(self.slo)
         # Left out at their defaults, so a single-level throughput study keeps the shape (and fingerprint) it had.
-        for key, default in (("objective", "throughput"), ("aggregate", None), ("weights", ())):
+        for key, default in (("objective", "throughput"), ("aggregate", None), ("weights", ()), ("pass_seconds", 5.0)):
             if out[key] == default or (key == "weights" and not out[key]):
                 del out[key]
             elif key == "weights":
@@ -571,6 +574,7 @@ class RestartResult:
         restart: Restart index within its trial or verification round.
         seed: The restart's seed; configs are compared on matched seeds.
         passes_tok_s: Output tokens/s of each timed pass (warm-up excluded).
+        passes_s: Seconds each timed pass lasted (empty when the engine does not say).
         warmup_tok_s: Output tokens/s of each warm-up pass (recorded, never counted).
         startup_s: Seconds from process start to engine ready.
         start_method: How the engine process was started (the ``vllm`` engine: ``forkserver`` or ``spawn``).
@@ -599,6 +603,7 @@ class RestartResult:
     seed: int = 0
     passes_tok_s: tuple[float, ...] = ()
     warmup_tok_s: tuple[float, ...] = ()
+    passes_s: tuple[float, ...] = ()
     startup_s: float | None = None
     wall_s: float | None = None
     resolved: Resolved | None = None
@@ -643,6 +648,9 @@ class RestartResult:
         out = dataclasses.asdict(self)
         out["passes_tok_s"] = list(self.passes_tok_s)
         out["warmup_tok_s"] = list(self.warmup_tok_s)
+        out["passes_s"] = list(self.passes_s)
+        if not self.passes_s:
+            del out["passes_s"]
         out["resolved"] = None if self.resolved is None else self.resolved.to_dict()
         out["latency"] = dict(self.latency)
         out["levels"] = [lv.to_dict() for lv in self.levels]
@@ -661,6 +669,7 @@ class RestartResult:
         kwargs = {k: v for k, v in data.items() if k in fields}
         kwargs["passes_tok_s"] = tuple(float(x) for x in data.get("passes_tok_s") or ())
         kwargs["warmup_tok_s"] = tuple(float(x) for x in data.get("warmup_tok_s") or ())
+        kwargs["passes_s"] = tuple(float(x) for x in data.get("passes_s") or ())
         kwargs["resolved"] = Resolved.from_dict(data.get("resolved"))
         kwargs["latency"] = {str(k): float(v) for k, v in dict(data.get("latency") or {}).items() if v is not None}
         kwargs["levels"] = tuple(LevelResult.from_dict(lv) for lv in data.get("levels") or ())

@@ -74,7 +74,8 @@ heads run ``K`` times; ``medusa`` runs its heads once. Acceptance profiles ``(a,
 
 Restart mechanics (used by :mod:`autotune.engines.sim`): padding costs ``PAD_COST_FRACTION`` = 0.25 of the padded
 tokens' GPU time; pass ``j`` of a process runs at ``1 - s * WARMUP_DECAY**j`` (``WARMUP_DECAY`` = 0.08, ``s`` drawn
-from ``first_pass_slowdown``); warm-up settles at ``WARMUP_SETTLED_REL`` = 3%; start-up time jitters by
+from ``first_pass_slowdown``; speculative configurations also ramp, :mod:`autotune.engines._sim_passes`); warm-up
+ends by the runner's rule (:mod:`autotune.engines.vllm._warmup`); start-up time jitters by
 ``STARTUP_JITTER`` = 5%; reported acceptance by ``ACCEPT_NOISE_SD`` = 1%; a restart's request latencies are the
 wave model's (:func:`request_latency_ms`) stretched by the restart's slowness (steady / measured throughput); a draft model adds ``DRAFT_LOAD_S`` = 4 s
 of start-up and leaves ``DRAFT_MODEL_CAPTURE_SHARE`` = 0.5 of the capture memory.
@@ -163,8 +164,6 @@ EAGER, GRAPH_PIECEWISE, GRAPH_FULL = "eager", "piecewise", "full"
 PAD_COST_FRACTION = 0.25
 #: Warm-up factor for pass j of a process: 1 - first_pass_slowdown * WARMUP_DECAY**j.
 WARMUP_DECAY = 0.08
-#: Warm-up stops when two consecutive warm-up passes are within this relative difference.
-WARMUP_SETTLED_REL = 0.03
 #: Relative sd of the start-up time.
 STARTUP_JITTER = 0.05
 #: Relative sd of the reported acceptance length around its expectation.
@@ -765,12 +764,15 @@ def request_latency_ms(plan: Plan, config: EngineConfig, workload: Workload, hw:
 
 def startup_seconds(plan: Plan, hw: HardwareProfile, model: ModelProfile, cold: bool) -> float:
     """Engine start-up: init and weight load, compile (longer when cold), one capture per graph and size."""
+    return sum(startup_phases(plan, hw, model, cold).values())
+
+
+def startup_phases(plan: Plan, hw: HardwareProfile, model: ModelProfile, cold: bool) -> dict[str, float]:
+    """Start-up seconds by phase: ``load`` (init and weights, a draft model's too), ``compile``, ``capture``."""
     graphs_per_size = {NONE: 0, PIECEWISE: 1, FULL: 1, FULL_DECODE_ONLY: 1, FULL_AND_PIECEWISE: 2}[plan.mode]
     drafter = _drafter(model, plan.method)
     drafter_graphs = 1 if drafter is not None and drafter.forward is not None and plan.mode != NONE else 0
     compile_s = hw.compile_cold_s if cold else hw.compile_warm_s
-    seconds = hw.init_s * model.startup_scale + compile_s * model.startup_scale
-    seconds += hw.capture_s * len(plan.sizes) * (graphs_per_size + drafter_graphs)
-    if drafter is not None and drafter.loads_model:
-        seconds += DRAFT_LOAD_S
-    return seconds
+    load = hw.init_s * model.startup_scale + (DRAFT_LOAD_S if drafter is not None and drafter.loads_model else 0.0)
+    return {"load": load, "compile": compile_s * model.startup_scale,
+            "capture": hw.capture_s * len(plan.sizes) * (graphs_per_size + drafter_graphs)}

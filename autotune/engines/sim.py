@@ -22,6 +22,8 @@ from typing import Any
 
 from autotune.engines import _sim_landscape as landscapes
 from autotune.engines import _sim_model as model
+from autotune.engines._sim_passes import simulate_passes
+from autotune.core import facts as F
 from autotune.engines._base import EngineBackend, EngineError
 # The vLLM runner's latency summary (stdlib only), so simulated and real restarts report the same figures.
 from autotune.engines.vllm._dataset import latency_summary, request_timing
@@ -49,13 +51,6 @@ def _rng(*parts: Any) -> random.Random:
     """A generator seeded from ``parts`` (stable across processes, unlike ``hash()``)."""
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "big"))
-
-
-def _settled(passes: list[float]) -> bool:
-    """Two consecutive warm-up passes within :data:`~_sim_model.WARMUP_SETTLED_REL` of each other."""
-    if len(passes) < 2:
-        return False
-    return abs(passes[-1] - passes[-2]) <= model.WARMUP_SETTLED_REL * passes[-2]
 
 
 class SimEngine(EngineBackend):
@@ -186,7 +181,9 @@ class SimEngine(EngineBackend):
         rng = _rng("restart", config.key(), restart, seed, self.hardware.name, self.model.name, self.engine_version)
         machine = _rng("machine", seed, self.hardware.name, self.model.name, self.engine_version)
         cold = self._start_is_cold(config)
-        startup_s = model.startup_seconds(plan, self.hardware, self.model, cold) * _jitter(rng)
+        jitter = _jitter(rng)
+        startup = {k: v * jitter for k, v in model.startup_phases(plan, self.hardware, self.model, cold).items()}
+        startup_s = sum(startup.values())
         resolved = plan.resolved(self.hardware)
         if plan.oom_error:
             # Capture happens at the end of start-up: the process dies before it is ready.
@@ -199,23 +196,29 @@ class SimEngine(EngineBackend):
         if cold:
             factor *= cold_factor
         # One process measures every load level in turn: the restart's noise and coldness are shared by them.
-        tokens = workload.num_prompts * workload.output_len
-        wall_s = startup_s + self.hardware.shutdown_s
         warmup: list[float] = []
         timed: list[float] = []
+        warmup_s: list[float] = []
+        timed_s: list[float] = []
         levels = []
         for concurrency in workload.levels:
             at = workload.at(concurrency) if len(workload.levels) > 1 else workload
             steady = self._steady_tok_s(plan, config, at)
-            level_warmup, level_timed = self._passes(steady * factor, rng, at)
-            wall_s += sum(tokens / x for x in (*level_warmup, *level_timed))
-            warmup += level_warmup
-            timed += level_timed
-            levels.append(LevelResult(concurrency, tuple(level_timed), self._latency(plan, config, at, level_timed,
-                                                                                    steady)))
+            passes = simulate_passes(steady * factor, rng, at, self.hardware, config.num_speculative_tokens > 0)
+            warmup += passes.warmup
+            timed += passes.timed
+            warmup_s += passes.warmup_s
+            timed_s += passes.timed_s
+            levels.append(LevelResult(concurrency, tuple(passes.timed), self._latency(plan, config, at, passes.timed,
+                                                                                     steady)))
+        wall_s = startup_s + self.hardware.shutdown_s + sum(warmup_s) + sum(timed_s)
+        # The simulator models start-up as load, compile and capture; it has no launch or import of its own.
+        facts = {**F.phase_facts(**startup, warmup=sum(warmup_s), timed=sum(timed_s)),
+                 F.WARMUP_PASSES: len(warmup), F.PASS_ROUNDS: passes.rounds}
         accept = self._accept_len(config, workload, rng)
         return RestartResult(
             status=RestartStatus.OK, restart=restart, seed=seed, passes_tok_s=tuple(timed), warmup_tok_s=tuple(warmup),
+            passes_s=tuple(timed_s), facts=facts,
             startup_s=startup_s, wall_s=wall_s, resolved=resolved, accept_len=accept, cold=cold,
             latency=levels[0].latency if len(levels) == 1 else {}, levels=tuple(levels) if len(levels) > 1 else (),
         )
@@ -274,25 +277,6 @@ class SimEngine(EngineBackend):
         shared = machine.gauss(0.0, sd * math.sqrt(self.hardware.shared_noise_share))
         own = rng.gauss(0.0, sd * math.sqrt(1.0 - self.hardware.shared_noise_share))
         return math.exp(shared + own - sd * sd / 2.0)
-
-    def _passes(self, level: float, rng: random.Random, workload: Workload) -> tuple[list[float], list[float]]:
-        """Warm-up passes until two consecutive settle (within the workload's bounds), then the timed passes.
-
-        Pass ``j`` of a process runs at ``1 - first_pass_slowdown * WARMUP_DECAY**j`` of ``level``, so a warm-up cut
-        short leaks its slowness into the timed passes, as it would on a real engine.
-        """
-        first = rng.uniform(*self.hardware.first_pass_slowdown)
-
-        def one_pass(j: int) -> float:
-            return level * (1.0 - first * model.WARMUP_DECAY**j) * math.exp(rng.gauss(0.0, self.hardware.pass_noise_sd))
-
-        warmup: list[float] = []
-        while len(warmup) < workload.max_warmup_passes:
-            if len(warmup) >= workload.warmup_passes and _settled(warmup):
-                break
-            warmup.append(one_pass(len(warmup)))
-        timed = [one_pass(len(warmup) + i) for i in range(workload.timed_passes)]
-        return warmup, timed
 
     def _latency(self, plan: model.Plan, config: EngineConfig, workload: Workload, timed: list[float],
                  steady: float) -> dict[str, float]:

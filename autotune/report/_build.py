@@ -16,6 +16,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.report.phases import PhaseTotals, phase_totals, render_phases
 from autotune.store.ledger import Ledger, StudyMeta, TrialRecord
 from autotune.stats.intervals import Comparison, TrialSummary, format_mean
 from autotune.stats.latency import LatencyStat, SloCheck, meets_slo, summarize_latency
@@ -357,6 +358,8 @@ class Report:
     cold_starts: str | None = None
     #: Memory guard trips, settle waits, machine-state departures, KV audits (:mod:`autotune.report._machine`).
     machine: MachineNotes | None = None
+    #: Where the engine time went, by phase (:mod:`autotune.report.phases`); ``None`` when no restart said.
+    phases: PhaseTotals | None = None
 
     @property
     def unit(self) -> str:
@@ -404,6 +407,7 @@ class Report:
         out["no_result"] = self.no_result
         out["search_trials"] = [t.to_dict() for t in self.search_trials]
         out["machine"] = None if self.machine is None else self.machine.to_dict()
+        out["phases"] = None if self.phases is None else self.phases.to_dict()
         return out
 
 
@@ -506,7 +510,8 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                                            if r.duplicate_of is None),
                                          *(("verification", e.config, e.restarts) for e in (table.entries
                                                                                            if table else ()))],
-                                        meta.workload))
+                                        meta.workload),
+                  phases=phase_totals(ledger.restarts_spent()))
 
 
 def _cold_starts_line(ledger: Ledger) -> str | None:
@@ -589,6 +594,7 @@ def render_report(report: Report) -> str:
         lines.append(f"Search stopped early: {report.search_stopped}.")
     if report.cold_starts:
         lines.append(f"{report.cold_starts}.")
+    lines += render_phases(report.phases)
     lines.append("")
     winner, table = report.winner, report.verification
     if (winner is None or table is None) and report.no_result:

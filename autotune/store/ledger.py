@@ -682,10 +682,17 @@ class Ledger:
 
     def budget_used(self) -> tuple[int, float]:
         """Engine starts and engine wall minutes spent so far (search and verification)."""
+        runs = self._spent_runs()
+        return len(runs), sum(float(r.get("wall_s") or 0.0) for r in runs) / 60.0
+
+    def restarts_spent(self) -> list[RestartResult]:
+        """Every engine start the study paid for, each once (search and verification): what the budget counts."""
+        return [RestartResult.from_dict(r) for r in self._spent_runs()]
+
+    def _spent_runs(self) -> list[dict[str, Any]]:
         retried = self.retried()  # a retry carries its predecessors' restarts: count them once, there
         search = [r for t in self.study.get_trials(deepcopy=False) if t.number not in retried
                   for r in self._get(t.user_attrs, _RESTARTS_KEY, [])]
         verify = [r for rs in self.verify_progress().values() for r in rs]
         verify += [r for by_key in self.verify_rounds().values() for rs in by_key.values() for r in rs]
-        runs = search + verify
-        return len(runs), sum(float(r.get("wall_s") or 0.0) for r in runs) / 60.0
+        return search + verify

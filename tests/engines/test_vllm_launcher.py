@@ -399,24 +399,35 @@ def test_check_caches_the_version_for_describe() -> None:
 class _FakePasses:
     def __init__(self, values: list[float]) -> None:
         self.values = list(values)
+        self.rounds: list[int] = []
 
-    def run(self, kind: str, index: int) -> dict:
-        return {"kind": kind, "index": index, "tok_s": self.values.pop(0)}
+    def run(self, kind: str, index: int, rounds: int = 1) -> dict:
+        self.rounds.append(rounds)
+        return {"kind": kind, "index": index, "tok_s": self.values.pop(0), "seconds": 0.5 * rounds}
 
 
 @pytest.mark.parametrize(
     ("values", "minimum", "maximum", "expected"),
     [
-        ([50, 100, 101, 999], 1, 4, 3),   # stops at the first two passes within 3%
-        ([50, 100, 200, 300], 1, 4, 4),   # never steady: capped
-        ([100, 100, 100, 100], 3, 4, 3),  # steady early, but the minimum still runs
-        ([100], 0, 4, 0),                 # warmup_passes 0: none
+        ([720, 1586, 2089, 3826, 3700, 3900, 3600, 3800], 1, 8, 5),  # the H200 ramp: warm after it (MSER + trend)
+        ([3517, 3401, 3773, 2831, 3500], 1, 8, 4),  # the H200 baseline's noise: first pass dropped, three judged
+        ([50, 100, 200, 300, 450], 1, 4, 4),  # never steady: capped
+        ([100, 100, 100, 100, 100, 100], 5, 6, 5),  # steady early, but the minimum still runs
+        ([100], 0, 4, 0),  # warmup_passes 0: none
     ],
 )
-def test_warm_up_until_two_passes_agree(values, minimum, maximum, expected) -> None:
+def test_warm_up_ends_by_the_rule(values, minimum, maximum, expected) -> None:
     workload = {"warmup_passes": minimum, "max_warmup_passes": maximum}
-    done = runner.warm_up(_FakePasses(values), workload, 0.03)  # type: ignore[arg-type]
+    done = runner.warm_up(_FakePasses(values), workload)  # type: ignore[arg-type]
     assert len(done) == expected
+
+
+def test_timed_passes_are_sized_from_the_last_warm_up_pass() -> None:
+    passes = _FakePasses([1000.0] * 9)
+    warmups = runner.warm_up(passes, {"warmup_passes": 1, "max_warmup_passes": 4})  # 0.5 s a round
+    timed = runner.time_passes(passes, {"timed_passes": 3, "pass_seconds": 5.0}, warmups)
+    assert len(timed) == 3 and passes.rounds[len(warmups):] == [10, 10, 10]
+    assert runner.time_passes(passes, {"timed_passes": 1, "pass_seconds": 0}, warmups) and passes.rounds[-1] == 1
 
 
 def test_runner_prompts_are_token_ids_and_repeat_an_ngram() -> None:
@@ -468,14 +479,14 @@ def test_acceptance_length_from_counter_deltas() -> None:
     assert runner.accept_length(after, after) is None
 
 
-@pytest.mark.parametrize("name", ["_runner.py", "_dataset.py", "_facts.py"])
+@pytest.mark.parametrize("name", ["_runner.py", "_dataset.py", "_facts.py", "_warmup.py"])
 def test_runner_module_imports_only_the_standard_library(name: str) -> None:
     import ast
 
     tree = ast.parse((Path(runner.__file__).parent / name).read_text())
-    # _dataset and _facts are the runner's siblings, imported from the runner's own directory.
-    allowed = {"__future__", "json", "math", "os", "random", "shutil", "socket", "subprocess", "sys", "tempfile",
-               "time", "traceback", "typing", "urllib", "_dataset", "_facts"}
+    # _dataset, _facts and _warmup are the runner's siblings, imported from the runner's own directory.
+    allowed = {"__future__", "collections", "json", "math", "os", "random", "shutil", "socket", "subprocess", "sys",
+               "tempfile", "time", "traceback", "typing", "urllib", "_dataset", "_facts", "_warmup"}
     for node in tree.body:  # module level: what runs before the request is read
         if isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]

@@ -44,6 +44,7 @@ from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines.process import _LIVE, TAG_ENV
 from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
+from autotune.engines.vllm._phases import restart_phases
 from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
 from autotune.engines.vllm._kvfacts import KvFacts, kv_audit, log_facts
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
@@ -60,8 +61,6 @@ __all__ = ["RUNNER_PATH", "KvFacts", "VllmEngine", "VllmOptions", "kv_audit"]
 RUNNER_PATH = Path(__file__).resolve().with_name("_runner.py")
 MODES = ("offline", "serve")
 START_METHODS = ("forkserver", "spawn")
-#: Relative throughput difference under which two consecutive warm-up passes count as steady.
-STEADY_TOLERANCE = 0.03
 _PROBE_TIMEOUT_S = 180.0
 #: Keys the search owns: setting them through extra_args would silently override the searched value.
 _SEARCHED_KEYS = ("compilation_config", "speculative_config")
@@ -306,6 +305,7 @@ class VllmEngine(EngineBackend):
         mine = f"{os.getpid()}-"
         before = tagged_pids(TAG_ENV, mine)
         guard.attach(lambda: kill_tagged_except(TAG_ENV, mine, before))
+        launched_at = time.time()
         with guard:
             outcome = self._launch(config, request, restart, seed, method)
         if method == "forkserver" and outcome.ready is not None and outcome.ready.get("preloaded") is False:
@@ -314,7 +314,8 @@ class VllmEngine(EngineBackend):
             # The compile cache now holds this configuration: later starts of it are warm.
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.touch()
-        result = self.to_result(outcome, config, restart=restart, seed=seed, cold=cold, start_method=method)
+        result = self.to_result(outcome, config, restart=restart, seed=seed, cold=cold, start_method=method,
+                                launched_at=launched_at)
         # Memory, machine state and the KV facts of vLLM's log, kept on failed restarts too (a guard trip's most).
         result = dataclasses.replace(result, facts={**result.facts, **self.safety.restart_facts(),
                                                     **log_facts(outcome.log_path)})
@@ -438,7 +439,6 @@ class VllmEngine(EngineBackend):
             "workload": self.resolve_workload(workload, kwargs).to_dict(),
             "seed": seed,
             "env": self.runner_env(),
-            "steady_tolerance": STEADY_TOLERANCE,
             # Searched engine arguments: the runner reports what vLLM runs for them (the audit compares).
             "audit_args": config.searched_engine_args(),
         }
@@ -496,7 +496,7 @@ class VllmEngine(EngineBackend):
         return path
 
     def to_result(self, outcome: LaunchResult, config: EngineConfig, *, restart: int, seed: int,
-                  cold: bool, start_method: str | None = None) -> RestartResult:
+                  cold: bool, start_method: str | None = None, launched_at: float | None = None) -> RestartResult:
         """Turn a finished launch into a :class:`RestartResult` (a failure is data, never an exception)."""
         text = Path(outcome.log_path).read_text(errors="replace") if Path(outcome.log_path).exists() else ""
         resolved = build_resolved(outcome.ready, text)
@@ -521,6 +521,8 @@ class VllmEngine(EngineBackend):
             status=RestartStatus.OK,
             passes_tok_s=tuple(float(x) for x in result["passes_tok_s"]),
             warmup_tok_s=tuple(float(x) for x in result.get("warmup_tok_s") or ()),
+            passes_s=tuple(float(x) for x in result.get("passes_s") or ()),
+            facts=restart_phases(result.get("phases"), text, launched_at),
             accept_len=result.get("accept_len"),
             peak_memory_gib=result.get("peak_memory_gib"),
             latency={k: float(v) for k, v in dict(result.get("latency") or {}).items() if v is not None},

@@ -4,7 +4,12 @@ This file is executed by path (``python _runner.py``) in whatever interpreter ho
 venv, or a container. It therefore imports nothing but the standard library, and vLLM/torch once the request
 is read. The request is one JSON object on stdin::
 
-    {"mode": "offline", "llm_kwargs": {...}, "workload": {...}, "seed": 0, "env": {...}, "steady_tolerance": 0.03}
+    {"mode": "offline", "llm_kwargs": {...}, "workload": {...}, "seed": 0, "env": {...}, "launched_at": 0.0}
+
+Warm-up ends by :mod:`._warmup`'s rule (MSER truncation and a trend test, the first pass dropped, within the
+workload's floor and cap); each timed pass then repeats the prompts in whole rounds to last about
+``workload.pass_seconds``. The result says where the restart's time went (``phases``: launch, import, engine
+start-up, warm-up, timed passes, by this process's clocks; the engine splits start-up by vLLM's log).
 
 Prompts are synthetic token ids, or text from ``workload.dataset`` prepared by :mod:`._dataset` (the model's
 tokenizer and chat template). Every timed pass also records each request's latency: offline from vLLM's
@@ -36,6 +41,9 @@ import sys
 import tempfile
 import time
 import traceback
+
+#: When this interpreter started running our code (wall clock: the engine compares it with when it launched us).
+_STARTED_AT = time.time()
 import urllib.error
 import urllib.request
 from typing import Any
@@ -43,6 +51,7 @@ from typing import Any
 # The runner runs by path: its sibling modules (stdlib only) are imported from this directory.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _dataset  # noqa: E402
+from _warmup import timed_rounds, warmup_end  # noqa: E402
 from _facts import (  # noqa: E402
     _ACCEPTED, _DRAFTS, accept_length, device_facts, offline_timing, peak_memory_gib, resolved_config, spec_counters)
 
@@ -108,10 +117,11 @@ class Passes:
             return list(self.llm.generate(self.prompts, self.params, use_tqdm=False))
         return capped_generate(self.llm, self.prompts, self.params, self.concurrency)
 
-    def run(self, kind: str, index: int) -> dict[str, Any]:
+    def run(self, kind: str, index: int, rounds: int = 1) -> dict[str, Any]:
+        """One pass: ``rounds`` rounds of the prompts back to back (each round's requests arrive at its start)."""
         before = spec_counters(self.llm)
         start = time.perf_counter()
-        outputs = self.generate()
+        outputs = [out for _ in range(rounds) for out in self.generate()]
         seconds = time.perf_counter() - start
         after = spec_counters(self.llm)
         tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
@@ -120,6 +130,7 @@ class Passes:
             "kind": kind,
             "index": index,
             "concurrency": self.concurrency,
+            "rounds": rounds,
             "tokens": tokens,
             "seconds": seconds,
             "tok_s": tokens / seconds if seconds > 0 else 0.0,
@@ -151,8 +162,8 @@ def _pass_line(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in ("before", "counters", "timings")}
 
 
-def warm_up(passes: Any, workload: dict[str, Any], tolerance: float) -> list[dict[str, Any]]:
-    """Warm-up passes until two consecutive ones agree within ``tolerance``.
+def warm_up(passes: Any, workload: dict[str, Any]) -> list[dict[str, Any]]:
+    """Warm-up passes (one round each) until :func:`_warmup.warmup_end` says the process is warm.
 
     ``passes`` is anything with ``run(kind, index) -> {"tok_s": ...}`` (:class:`Passes`, :class:`ServePasses`).
 
@@ -161,27 +172,27 @@ def warm_up(passes: Any, workload: dict[str, Any], tolerance: float) -> list[dic
     minimum = int(workload.get("warmup_passes", 1))
     maximum = max(minimum, int(workload.get("max_warmup_passes", minimum)))
     done: list[dict[str, Any]] = []
-    if minimum == 0:
-        return done
-    while len(done) < maximum:
+    while not warmup_end([p["tok_s"] for p in done], minimum, maximum):
         done.append(passes.run("warmup", len(done)))
-        if len(done) >= minimum and is_steady([p["tok_s"] for p in done], tolerance):
-            break
     return done
 
 
-def is_steady(tok_s: list[float], tolerance: float) -> bool:
-    """Whether the last two passes are within ``tolerance`` (relative to the larger) of each other."""
-    if len(tok_s) < 2:
-        return False
-    a, b = tok_s[-2], tok_s[-1]
-    top = max(a, b)
-    return top > 0 and abs(a - b) / top <= tolerance
+def time_passes(passes: Any, workload: dict[str, Any], warmups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The timed passes, each sized from the last warm-up pass to last about ``workload.pass_seconds``."""
+    rounds = timed_rounds(float(workload.get("pass_seconds", 5.0)), warmups[-1]["seconds"] if warmups else None)
+    return [passes.run("timed", i, rounds) for i in range(int(workload.get("timed_passes", 1)))]
+
+
+def phases(times: dict[str, float], warmups: list[dict[str, Any]], timed: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the restart's time went by this process's clocks: ``times`` holds ``started_at`` (wall clock, for the
+    engine's launch phase), ``import_s`` and ``startup_s``; warm-up and timed seconds are the passes' own."""
+    return {**times, "warmup_s": sum(p["seconds"] for p in warmups), "timed_s": sum(p["seconds"] for p in timed),
+            "warmup_passes": len(warmups), "pass_rounds": timed[-1].get("rounds", 1) if timed else None}
 
 
 def measurement(startup_s: float, resolved: Any, device: Any, warmups: list[dict[str, Any]],
                 timed: list[dict[str, Any]], before: dict[str, Any], peak_gib: float | None,
-                slo: dict[str, float] | None = None) -> dict[str, Any]:
+                slo: dict[str, float] | None = None, times: dict[str, float] | None = None) -> dict[str, Any]:
     """The restart's result as the engine reads it, the same for offline and serve mode.
 
     Latency percentiles pool every request of the timed passes (warm-up excluded).
@@ -195,9 +206,11 @@ def measurement(startup_s: float, resolved: Any, device: Any, warmups: list[dict
         "device": device,
         "warmup_tok_s": [p["tok_s"] for p in warmups],
         "passes_tok_s": [p["tok_s"] for p in timed],
+        "passes_s": [p["seconds"] for p in timed],
         "tokens_per_pass": timed[0]["tokens"] if timed else None,
         "accept_len": accept_length(before, timed[-1]["counters"]) if timed else None,
         "peak_memory_gib": peak_gib,
+        "phases": phases(times or {}, warmups, timed),
     }
 
 
@@ -207,7 +220,7 @@ def load_levels(workload: dict[str, Any]) -> list[int] | None:
     return [int(c) for c in levels] if isinstance(levels, list) and len(levels) > 1 else None
 
 
-def measure_levels(make_passes: Any, levels: list[int], workload: dict[str, Any], tolerance: float
+def measure_levels(make_passes: Any, levels: list[int], workload: dict[str, Any]
                    ) -> tuple[list[dict[str, Any]], list[tuple[int, list[dict[str, Any]]]]]:
     """Warm up and time every load level in turn on the running engine: ``(warm-ups, [(level, timed passes)])``.
 
@@ -218,14 +231,15 @@ def measure_levels(make_passes: Any, levels: list[int], workload: dict[str, Any]
     timed: list[tuple[int, list[dict[str, Any]]]] = []
     for level in levels:
         passes = make_passes(level)
-        warmups += warm_up(passes, workload, tolerance)
-        timed.append((level, [passes.run("timed", i) for i in range(int(workload.get("timed_passes", 1)))]))
+        level_warmups = warm_up(passes, workload)
+        warmups += level_warmups
+        timed.append((level, time_passes(passes, workload, level_warmups)))
     return warmups, timed
 
 
 def level_measurement(startup_s: float, resolved: Any, device: Any, warmups: list[dict[str, Any]],
                       timed: list[tuple[int, list[dict[str, Any]]]], peak_gib: float | None,
-                      slo: dict[str, float] | None = None) -> dict[str, Any]:
+                      slo: dict[str, float] | None = None, times: dict[str, float] | None = None) -> dict[str, Any]:
     """A multi-level restart's result: each level's passes and latency, every timed pass in level order.
 
     The acceptance length pools the drafts of every level's timed passes (warm-ups in between left out).
@@ -250,9 +264,11 @@ def level_measurement(startup_s: float, resolved: Any, device: Any, warmups: lis
         "device": device,
         "warmup_tok_s": [p["tok_s"] for p in warmups],
         "passes_tok_s": [p["tok_s"] for p in every],
+        "passes_s": [p["seconds"] for p in every],
         "tokens_per_pass": every[0]["tokens"] if every else None,
         "accept_len": 1.0 + accepted / drafts if drafts > 0 else None,
         "peak_memory_gib": peak_gib,
+        "phases": phases(times or {}, warmups, every),
     }
 
 
@@ -263,11 +279,13 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     start = time.monotonic()
     from vllm import LLM, SamplingParams
 
+    imported = time.monotonic()
     kwargs = dict(request["llm_kwargs"])
     kwargs.setdefault("seed", int(request.get("seed", 0)))
     kwargs.setdefault("disable_log_stats", False)  # acceptance counters come from the stats loggers
     llm = LLM(**kwargs)
     startup_s = time.monotonic() - start
+    times = {"started_at": _STARTED_AT, "import_s": imported - start, "engine_s": time.monotonic() - imported}
     resolved = resolved_config(llm, list(request.get("audit_args") or ()))
     device = device_facts()
     emit(READY, {"startup_s": startup_s, "resolved": resolved, "device": device,
@@ -292,16 +310,15 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         sampling = params(int(workload["output_len"]))
     levels = load_levels(workload)
     if levels is not None:
-        warmups_by, timed_by = measure_levels(lambda c: Passes(llm, prompts, sampling, c), levels, workload,
-                                              float(request.get("steady_tolerance", 0.03)))
+        warmups_by, timed_by = measure_levels(lambda c: Passes(llm, prompts, sampling, c), levels, workload)
         return level_measurement(startup_s, resolved, device, warmups_by, timed_by, peak_memory_gib(),
-                                 dict(workload.get("slo") or {}))
+                                 dict(workload.get("slo") or {}), times)
     passes = Passes(llm, prompts, sampling)
-    warmups = warm_up(passes, workload, float(request.get("steady_tolerance", 0.03)))
+    warmups = warm_up(passes, workload)
     before = spec_counters(llm)
-    timed = [passes.run("timed", i) for i in range(int(workload.get("timed_passes", 1)))]
+    timed = time_passes(passes, workload, warmups)
     return measurement(startup_s, resolved, device, warmups, timed, before, peak_memory_gib(),
-                       dict(workload.get("slo") or {}))
+                       dict(workload.get("slo") or {}), times)
 
 
 def is_text(workload: dict[str, Any]) -> bool:
@@ -491,9 +508,33 @@ class ServePasses:
             "--save-result", "--save-detailed", "--result-dir", self.workdir, "--result-filename", name,
         ]
 
-    def run(self, kind: str, index: int) -> dict[str, Any]:
-        name = f"c{self.concurrency}-{kind}-{index}.json"
+    def run(self, kind: str, index: int, rounds: int = 1) -> dict[str, Any]:
+        """One pass: ``rounds`` runs of the benchmark back to back, their tokens and seconds added up."""
         before = dict(self.totals)
+        tokens, seconds, timings = 0, 0.0, []
+        for r in range(rounds):
+            data = self._round(f"c{self.concurrency}-{kind}-{index}-{r}.json", kind, index)
+            tokens += int(data.get("total_output_tokens") or 0)
+            seconds += float(data.get("duration") or 0.0)
+            timings += serve_timings(data)
+        record = {
+            "kind": kind,
+            "index": index,
+            "concurrency": self.concurrency,
+            "rounds": rounds,
+            "tokens": tokens,
+            "seconds": seconds,
+            "tok_s": tokens / seconds if seconds > 0 else 0.0,
+            "accept_len": accept_length(before, dict(self.totals)),
+            "before": before,
+            "counters": dict(self.totals),
+            "timings": timings,
+        }
+        emit(PASS, _pass_line(record))
+        return record
+
+    def _round(self, name: str, kind: str, index: int) -> dict[str, Any]:
+        """One ``vllm bench serve`` run: its saved JSON result, its speculative counters added to the totals."""
         if self.client is not None:
             code = self.client(self.command(name))
         else:
@@ -507,27 +548,15 @@ class ServePasses:
             data = json.load(fh)
         self.totals[_DRAFTS] += float(data.get("spec_decode_num_drafts") or 0)
         self.totals[_ACCEPTED] += float(data.get("spec_decode_accepted_tokens") or 0)
-        record = {
-            "kind": kind,
-            "index": index,
-            "concurrency": self.concurrency,
-            "tokens": int(data.get("total_output_tokens") or 0),
-            "seconds": float(data.get("duration") or 0.0),
-            "tok_s": float(data["output_throughput"]),
-            "accept_len": data.get("spec_decode_acceptance_length"),
-            "before": before,
-            "counters": dict(self.totals),
-            "timings": serve_timings(data),
-        }
-        emit(PASS, _pass_line(record))
-        return record
+        return data
 
 
 def serve_measure(request: dict[str, Any]) -> dict[str, Any]:
     """Start ``vllm serve``, wait for health, warm up and time ``vllm bench serve`` passes."""
+    start = time.monotonic()
     import vllm
 
-    start = time.monotonic()
+    imported = time.monotonic()
     workdir = tempfile.mkdtemp(prefix="autotune-serve-")
     # JSON is YAML: vLLM's --config loader reads it, and this interpreter needs no YAML library.
     config_path = os.path.join(workdir, "serve.yaml")
@@ -541,6 +570,8 @@ def serve_measure(request: dict[str, Any]) -> dict[str, Any]:
     client = bench_client()
     wait_healthy(server, port)
     startup_s = time.monotonic() - start
+    # The server imports vLLM again in its own process; that import is inside engine_s here.
+    times = {"started_at": _STARTED_AT, "import_s": imported - start, "engine_s": time.monotonic() - imported}
     # The worker runs in the server's engine-core process: its resolved config is read from the log instead.
     device = {"vllm": vllm.__version__}
     emit(READY, {"startup_s": startup_s, "resolved": None, "device": device,
@@ -550,20 +581,19 @@ def serve_measure(request: dict[str, Any]) -> dict[str, Any]:
     levels = load_levels(request["workload"])
     if levels is not None:
         try:
-            warmups_by, timed_by = measure_levels(passes.at, levels, request["workload"],
-                                                  float(request.get("steady_tolerance", 0.03)))
+            warmups_by, timed_by = measure_levels(passes.at, levels, request["workload"])
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         return level_measurement(startup_s, None, device, warmups_by, timed_by, None,
-                                 dict(request["workload"].get("slo") or {}))
+                                 dict(request["workload"].get("slo") or {}), times)
     try:
-        warmups = warm_up(passes, request["workload"], float(request.get("steady_tolerance", 0.03)))
+        warmups = warm_up(passes, request["workload"])
         before = dict(passes.totals)
-        timed = [passes.run("timed", i) for i in range(int(request["workload"].get("timed_passes", 1)))]
+        timed = time_passes(passes, request["workload"], warmups)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # every pass is already in the log as an AUTOTUNE_PASS line
     return measurement(startup_s, None, device, warmups, timed, before, None,
-                       dict(request["workload"].get("slo") or {}))
+                       dict(request["workload"].get("slo") or {}), times)
 
 
 def main() -> int:
@@ -578,6 +608,8 @@ def forked_main(request: dict[str, Any], log_path: str, env: dict[str, str]) -> 
     The forkserver this process was forked from has imported vLLM but never touched CUDA; CUDA starts here.
     ``env`` is the environment a spawned restart would get, so both start methods run under the same one.
     """
+    global _STARTED_AT
+    _STARTED_AT = time.time()  # this restart's, not the forkserver's (which imported this module long before)
     # First, before anything can start a child: the engine and the host kill the restart by its group.
     os.setsid()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

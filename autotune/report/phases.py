@@ -1,0 +1,81 @@
+"""Where a study's engine time went: the restarts' phases (``RestartResult.facts``' ``phase_*_s``), totalled.
+
+Every restart the study paid for counts once (search and verification, cold and failed ones too), so the totals
+answer "what did the budget buy": start-ups (launch, import, weight load, compile, graph capture, the rest of
+start-up) against warm-up and timed passes. A phase no restart reported is left out; restarts from engines (or
+autotune versions) that report no phases are counted apart, so the totals never pass for the whole study's time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from autotune.core import facts as F
+from autotune.core.records import RestartResult
+
+__all__ = ["PhaseTotals", "phase_totals", "render_phases"]
+
+#: How each phase reads in the report.
+LABELS: Mapping[str, str] = {
+    F.PHASE_LAUNCH_S: "launch", F.PHASE_IMPORT_S: "imports", F.PHASE_LOAD_S: "weight load",
+    F.PHASE_COMPILE_S: "compile", F.PHASE_CAPTURE_S: "graph capture", F.PHASE_OTHER_STARTUP_S: "other start-up",
+    F.PHASE_WARMUP_S: "warm-up", F.PHASE_TIMED_S: "timed passes",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseTotals:
+    """Seconds per phase over the study's restarts.
+
+    Attributes:
+        seconds: Phase key -> total seconds, in the order a restart runs them (phases nobody reported left out).
+        restarts: Restarts that reported phases.
+        without: Restarts that did not (another engine, an older autotune).
+        warmup_passes: Warm-up passes, all restarts that said so together.
+    """
+
+    seconds: Mapping[str, float]
+    restarts: int
+    without: int
+    warmup_passes: int
+
+    @property
+    def total_s(self) -> float:
+        return float(sum(self.seconds.values()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seconds": dict(self.seconds), "total_s": self.total_s, "restarts": self.restarts,
+                "restarts_without_phases": self.without, "warmup_passes": self.warmup_passes}
+
+
+def phase_totals(restarts: Iterable[RestartResult]) -> PhaseTotals | None:
+    """The totals over ``restarts``; ``None`` when none reported a phase."""
+    seconds = {key: 0.0 for key in F.PHASES}
+    seen: set[str] = set()
+    counted = without = passes = 0
+    for r in restarts:
+        mine = {k: float(v) for k, v in r.facts.items() if k in seconds and not isinstance(v, bool | str)}
+        if not mine:
+            without += 1
+            continue
+        counted += 1
+        seen.update(mine)
+        for key, value in mine.items():
+            seconds[key] += value
+        passes += int(r.facts.get(F.WARMUP_PASSES, 0) or 0)
+    if not counted:
+        return None
+    return PhaseTotals({k: v for k, v in seconds.items() if k in seen}, counted, without, passes)
+
+
+def render_phases(totals: PhaseTotals | None) -> list[str]:
+    """Two lines for the text report: the phases' minutes and shares, and the warm-up passes per restart."""
+    if totals is None or totals.total_s <= 0:
+        return []
+    parts = [f"{LABELS[k]} {v / 60:.1f} min ({100 * v / totals.total_s:.0f}%)" for k, v in totals.seconds.items()]
+    note = f"; {totals.without} restarts did not say" if totals.without else ""
+    return [f"Engine time by phase over {totals.restarts} restarts: " + ", ".join(parts) + note,
+            f"Warm-up: {totals.warmup_passes / totals.restarts:.1f} passes per restart on average "
+            "(ended by the MSER/trend rule or its cap)."]

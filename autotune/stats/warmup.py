@@ -1,0 +1,15 @@
+"""The warm-up rule and pass sizing, for readers above the engines (reports, benchmarks, tests).
+
+The rule itself lives in :mod:`autotune.engines.vllm._warmup`, below this package, because the engines decide
+warm-up live while a process runs: the vLLM runner imports it as a stdlib-only sibling in the engine's own
+interpreter, and the simulator imports it so that both stop by the same rule. This module is its one public name
+above them; its docstring explains the rule and says which constants are empirical.
+"""
+
+from __future__ import annotations
+
+from autotune.engines.vllm._warmup import (DROP_FIRST, MAX_ROUNDS, MIN_DRIFT, MIN_TAIL, MSER_BATCH, MSER_MIN_BATCHES,
+                                           TREND_T, is_warm, mser_truncation, timed_rounds, warmup_end)
+
+__all__ = ["DROP_FIRST", "MAX_ROUNDS", "MIN_DRIFT", "MIN_TAIL", "MSER_BATCH", "MSER_MIN_BATCHES", "TREND_T",
+           "is_warm", "mser_truncation", "timed_rounds", "warmup_end"]
