@@ -39,3 +39,11 @@ def clean_facts(facts: Mapping[str, Any] | None) -> dict[str, FactValue]:
 def numeric_facts(facts: Mapping[str, FactValue]) -> dict[str, float]:
     """The facts that are numbers (bools are not), as floats: what MLflow logs as metrics."""
     return {k: float(v) for k, v in facts.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+# -- the output check (autotune.core.outputs) --------------------------------------------------------------------
+#: Per restart: the checked prompts' output digests, ``"index:digest ..."`` (see :mod:`autotune.core.outputs`).
+OUTPUT_DIGESTS = "output_digests"
+#: Per restart, when the check did not run: why (synthetic acceptance, serve mode, an engine without the check).
+OUTPUT_CHECK_SKIPPED = "output_check_skipped"
+#: Per trial (report, MLflow): the fraction of checked prompts whose outputs agree with the baseline's.
+OUTPUT_AGREEMENT = "output_agreement"

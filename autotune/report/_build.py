@@ -23,6 +23,7 @@ from autotune.core.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, 
 from autotune.report.latency import (Prompts, SloOutcome, TrialLatency, prompts_note, render_latency, search_latency,
                                      slo_outcome)
 from autotune.report.levels import LevelBest, level_bests, render_levels
+from autotune.report.outputs import OutputChecks, output_checks, render_outputs
 from autotune.decisions.verification import BASELINE, VerifiedConfig
 
 __all__ = [
@@ -354,6 +355,8 @@ class Report:
     levels: tuple[LevelBest, ...] = ()
     #: What the study's own test said about cold starts (:class:`~autotune.stats.coldstart.ColdVerdict`), when it ran.
     cold_starts: str | None = None
+    #: Each trial's agreement with the baseline's outputs (:mod:`autotune.report.outputs`); ``None``: no check ran.
+    output_checks: OutputChecks | None = None
 
     @property
     def unit(self) -> str:
@@ -400,6 +403,7 @@ class Report:
             out["slo_outcome"] = self.slo_outcome.to_dict()
         out["no_result"] = self.no_result
         out["search_trials"] = [t.to_dict() for t in self.search_trials]
+        out["output_check"] = None if self.output_checks is None else self.output_checks.to_dict()
         return out
 
 
@@ -497,7 +501,7 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                   objective=meta.objective, slo=dict(meta.slo), search_latency=search_latency(ledger),
                   slo_outcome=outcome, search_trials=search_trials,
                   no_result=no_result_reason(counts, failures, winner, baseline, table is not None), levels=levels,
-                  cold_starts=_cold_starts_line(ledger))
+                  cold_starts=_cold_starts_line(ledger), output_checks=output_checks(ledger, records, space))
 
 
 def _cold_starts_line(ledger: Ledger) -> str | None:
@@ -594,6 +598,7 @@ def render_report(report: Report) -> str:
         lines += _verification_lines(report, winner, table)
     lines += render_levels(report.levels)
     lines += render_latency(report)
+    lines += render_outputs(report.output_checks)
     if report.warnings:
         lines.append("")
         lines.append(f"WARNING: the engine silently changed the configuration in {len(report.warnings)} "

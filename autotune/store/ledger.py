@@ -42,6 +42,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.records import EngineConfig, RestartResult
 from autotune.core.redact import redact
+from autotune.decisions.outputs import CONSTRAINT as _OUTPUT_CONSTRAINT
+from autotune.decisions.outputs import OutputCheck, constraint_value
 from autotune.decisions.verification import Candidate, Verification
 from autotune.stats.coldstart import ColdVerdict
 from autotune.stats.intervals import TrialSummary
@@ -268,6 +270,13 @@ class Ledger:
             trial.set_user_attr(self._key(_SLO_CHECKS_KEY), [c.to_dict() for c in checks])
             for check, value in zip(checks, constraint_values(checks)):
                 trial.set_constraint(check.key, value)
+
+    def record_output_check(self, trial: optuna.Trial, check: OutputCheck) -> None:
+        """The output check as Optuna's constraint (as a latency limit is): the agreement's shortfall below the
+        threshold. Nothing when there is no comparison yet; the report recomputes it from the restarts."""
+        value = constraint_value(check)
+        if value is not None:
+            trial.set_constraint(_OUTPUT_CONSTRAINT, value)
 
     def record_interrupted(self, trial: optuna.Trial, reason: str) -> None:
         self._set_trial(trial, _INTERRUPTED_KEY, True)

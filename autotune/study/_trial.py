@@ -32,6 +32,7 @@ from autotune.stats.latency import check_slo, summarize_latency
 from autotune.store._optuna import frozen_trial
 from autotune.store.ledger import Ledger, TrialRecord
 from autotune.study._budget import Start, _search_may_start
+from autotune.study._outputs import judge_outputs
 from autotune.study._restart import measure_restart
 from autotune.study.events import StudyContext, StudyObserver, notify
 
@@ -158,6 +159,7 @@ class TrialMeasurement:
         latency = summarize_latency(self.restarts, options.confidence)
         limits = ctx.space.slo_constraints
         ledger.record_latency(trial, latency, check_slo(latency, limits) if limits else None)
+        ledger.record_output_check(trial, judge_outputs(ledger, ctx.space, self.config, self.restarts))
         if reason and state == TrialState.FAIL:
             ledger.record_failure(trial, reason)
         elif reason:
