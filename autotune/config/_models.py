@@ -120,6 +120,13 @@ class SearchSpec(_Model):
         None, description="name: [choices] or name: {low, high, log, baseline}")
 
 
+class OutputCheckSpec(_Model):
+    """``output_check:``: how closely a configuration's greedy outputs must match the baseline's to win."""
+
+    min_agreement: Annotated[float, Field(ge=0.0, le=1.0)] | None = Field(
+        None, description="lowest fraction of checked prompts agreeing with the baseline (default 0.9; 0: off)")
+
+
 class SpaceFile(_Model):
     """An autotune search space file (``autotune tune --space FILE``)."""
 
@@ -133,6 +140,7 @@ class SpaceFile(_Model):
     objective: Literal["throughput", "goodput"] = "throughput"
     slo: dict[Literal[SLO_KEYS], Annotated[float, Field(gt=0.0)]] | None = Field(  # type: ignore[valid-type]
         None, description="latency limits in milliseconds, e.g. {tpot_p99_ms: 50}")
+    output_check: OutputCheckSpec | None = None
 
 
 def space_json_schema() -> dict[str, Any]:
@@ -159,6 +167,12 @@ _HINTS: dict[str, dict[str, Any]] = {
               "type": ("must be a number, got {v!r}", "write a positive number of milliseconds"),
               "finite": ("must be a finite number, got {v!r}", "write a positive number of milliseconds"),
               "key": ("unknown latency limit", None)},
+    "output_check.min_agreement": {"value": ("must be a fraction from 0 to 1, got {v!r}",
+                                             "write e.g. min_agreement: 0.9 (0 turns the check off)"),
+                                   "type": ("must be a number, got {v!r}",
+                                            "write e.g. min_agreement: 0.9 (0 turns the check off)"),
+                                   "finite": ("must be a finite number, got {v!r}",
+                                              "write e.g. min_agreement: 0.9 (0 turns the check off)")},
     "workload.aggregate": {"value": ("unknown aggregate {v!r}",
                                      "use min (the worst level's value) or mean (optionally with weights:)")},
     "workload.concurrency": {"type": ("must be an integer, got {v!r}", "write a whole number >= 1")},

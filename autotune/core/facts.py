@@ -134,3 +134,11 @@ def phase_facts(**seconds: float | None) -> dict[str, float]:
         if value is not None:
             out[key] = max(0.0, float(value))
     return out
+
+# -- the output check (autotune.core.outputs) --------------------------------------------------------------------
+#: Per restart: the checked prompts' output digests, ``"index:digest ..."`` (see :mod:`autotune.core.outputs`).
+OUTPUT_DIGESTS = "output_digests"
+#: Per restart, when the check did not run: why (synthetic acceptance, serve mode, an engine without the check).
+OUTPUT_CHECK_SKIPPED = "output_check_skipped"
+#: Per trial (report, MLflow): the fraction of checked prompts whose outputs agree with the baseline's.
+OUTPUT_AGREEMENT = "output_agreement"

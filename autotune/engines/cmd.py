@@ -4,7 +4,7 @@ Per restart the command runs as a fresh process in its own session (so a timeout
 and gets the configuration as JSON on stdin::
 
     {"config": EngineConfig.to_dict(), "llm_kwargs": config.llm_kwargs(), "workload": Workload.to_dict(),
-     "restart": 0, "seed": 1234}
+     "restart": 0, "seed": 1234, "output_check": {"prompts": [1, 4, ...], "tokens": 32}}
 
 with ``AUTOTUNE_RESTART``, ``AUTOTUNE_SEED`` and, when the study has a cache directory, ``AUTOTUNE_CACHE_DIR`` in
 its environment. It may log anything; its LAST stdout line must be one JSON object::
@@ -19,6 +19,9 @@ its environment. It may log anything; its LAST stdout line must be one JSON obje
 (``compile_mode``, ``details``, ``notes``) are optional. A workload with load levels (``"concurrency": [1, 8]``)
 needs ``"levels": [{"concurrency": 1, "passes_tok_s": [...], "latency": {...}}, ...]``, one entry per level in
 order, measured in the one engine start (``passes_tok_s`` then holds every level's timed passes).
+``output_tokens`` (optional) answers ``output_check`` (``null`` when the configuration's outputs cannot be compared,
+e.g. synthetic acceptance): ``{"<prompt index>": [token ids], ...}``, the first ``tokens`` output ids of each named
+prompt generated greedily; autotune compares them with the baseline's (:mod:`autotune.core.outputs`).
 
 Anything else - a non-zero exit, no JSON, a missing, unknown or ill-typed field, a negative or non-finite number,
 a timeout - becomes a failed :class:`~autotune.core.records.RestartResult` with a one-line reason and the output's
@@ -43,6 +46,7 @@ from typing import IO, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.engines._base import EngineBackend, EngineError
+from autotune.engines._output_check import check_request, output_facts, skip_reason
 from autotune.engines.process import _LIVE, TAG_ENV, EngineProcess
 from autotune.machine import MemoryNotSettled, StartSafety, engine_leftovers
 from autotune.core.records import EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus, Workload
@@ -113,6 +117,7 @@ class CmdEngine(EngineBackend):
             "workload": workload.to_dict(),
             "restart": restart,
             "seed": seed,
+            "output_check": None if skip_reason(config) else check_request(workload),
         }, default=str)
         try:
             self.safety.settle()
@@ -149,12 +154,13 @@ class CmdEngine(EngineBackend):
             return RestartResult.failure(RestartStatus.FAILED, f"cmd engine: command reported ok but exited with "
                                          f"status {returncode}", log_tail=tail, **common)
         levels = data.pop("levels", ())
+        facts = output_facts(data.pop("output_tokens", None), skip_reason(config))
         if [lv.concurrency for lv in levels] != (list(workload.levels) if len(workload.levels) > 1 else []):
             return RestartResult.failure(
                 RestartStatus.FAILED, f"cmd engine: the workload's load levels are {list(workload.levels)} but the "
                 f"reply's 'levels' are {[lv.concurrency for lv in levels]} (one entry per level, in order; none for "
                 "one level)", log_tail=tail, **common)
-        return RestartResult(status=RestartStatus.OK, levels=levels, **common,
+        return RestartResult(status=RestartStatus.OK, levels=levels, facts=facts, **common,
                              **{k: v for k, v in data.items() if k != "status"})
 
     def describe(self) -> EngineFacts:
@@ -258,6 +264,7 @@ class _OkLine(BaseModel):
     cold: bool = False
     latency: dict[str, NonNegative] | None = None
     levels: list[_Level] | None = None
+    output_tokens: dict[Annotated[str, Field(pattern=r"^[0-9]+$")], list[int]] | None = None
 
 
 def parse_result_line(stdout: str) -> dict[str, Any]:
@@ -306,6 +313,8 @@ def parse_result_line(stdout: str) -> dict[str, Any]:
         out["cold"] = ok.cold
     if ok.latency is not None:
         out["latency"] = {str(k): float(v) for k, v in ok.latency.items()}
+    if ok.output_tokens is not None:
+        out["output_tokens"] = {k: list(v) for k, v in ok.output_tokens.items()}
     if ok.levels is not None:
         out["levels"] = tuple(LevelResult(lv.concurrency, tuple(lv.passes_tok_s),
                                           {str(k): float(v) for k, v in (lv.latency or {}).items()})

@@ -16,6 +16,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.report._simcheck import SimulatorCheck, simulator_check
 from autotune.report.phases import PhaseTotals, phase_totals, render_phases
 from autotune.store.ledger import Ledger, StudyMeta, TrialRecord
 from autotune.stats.intervals import Comparison, TrialSummary, format_mean
@@ -25,6 +26,7 @@ from autotune.report.latency import (Prompts, SloOutcome, TrialLatency, prompts_
                                      slo_outcome)
 from autotune.report.levels import LevelBest, level_bests, render_levels
 from autotune.report._machine import MachineNotes, machine_notes, render_machine
+from autotune.report.outputs import OutputChecks, output_checks, render_outputs
 from autotune.decisions.verification import BASELINE, VerifiedConfig
 
 __all__ = [
@@ -315,18 +317,6 @@ class VerificationTable:
 
 
 @dataclasses.dataclass(frozen=True)
-class SimulatorCheck:
-    """Simulator only: the winner's true throughput against the best configuration in the space."""
-
-    winner_true: float
-    best_true: float
-    best_label: str
-    ratio_to_best: float
-    under_slo: bool = False
-    winner_meets_slo: bool = True
-
-
-@dataclasses.dataclass(frozen=True)
 class Report:
     """Everything a person (or a script) needs to judge a study."""
 
@@ -360,6 +350,8 @@ class Report:
     machine: MachineNotes | None = None
     #: Where the engine time went, by phase (:mod:`autotune.report.phases`); ``None`` when no restart said.
     phases: PhaseTotals | None = None
+    #: Each trial's agreement with the baseline's outputs (:mod:`autotune.report.outputs`); ``None``: no check ran.
+    output_checks: OutputChecks | None = None
 
     @property
     def unit(self) -> str:
@@ -408,41 +400,11 @@ class Report:
         out["search_trials"] = [t.to_dict() for t in self.search_trials]
         out["machine"] = None if self.machine is None else self.machine.to_dict()
         out["phases"] = None if self.phases is None else self.phases.to_dict()
+        out["output_check"] = None if self.output_checks is None else self.output_checks.to_dict()
         return out
 
 
 # -- building --------------------------------------------------------------------------------------------
-
-
-def simulator_check(engine: Any, space: Any, winner: EngineConfig) -> SimulatorCheck | None:
-    """For the sim engine only: where the winner's true throughput stands against the best in the space."""
-    if getattr(engine, "name", None) != "sim" or not hasattr(engine, "true_throughput"):
-        return None
-    slo = dict(getattr(space, "slo", {}) or {})
-
-    if getattr(space, "objective", "throughput") == "goodput":
-        slo = {}  # goodput counts the limits per request: every configuration competes
-
-    def meets(cfg: EngineConfig) -> bool:
-        # Under latency limits the best configuration is the best of those whose true latency meets them.
-        if not slo:
-            return True
-        latency = engine.true_latency(cfg, space.workload) or {}
-        return all(latency.get(key, math.inf) <= limit for key, limit in slo.items())
-
-    # The true value under the study's objective and load levels (tok/s, or goodput), where the engine knows it.
-    truth = getattr(engine, "true_value", engine.true_throughput)
-    truths = []
-    for params in space.all_params():
-        cfg = space.config_from_params(params)
-        value = truth(cfg, space.workload)
-        if value is not None and meets(cfg):
-            truths.append((value, cfg.label()))
-    if not truths:
-        return None
-    best, best_label = max(truths)
-    winner_true = truth(winner, space.workload) or 0.0
-    return SimulatorCheck(winner_true, best, best_label, winner_true / best, bool(slo), meets(winner))
 
 
 def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any = None) -> Report:
@@ -511,7 +473,8 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                                          *(("verification", e.config, e.restarts) for e in (table.entries
                                                                                            if table else ()))],
                                         meta.workload),
-                  phases=phase_totals(ledger.restarts_spent()))
+                  phases=phase_totals(ledger.restarts_spent()),
+                  output_checks=output_checks(ledger, records, space))
 
 
 def _cold_starts_line(ledger: Ledger) -> str | None:
@@ -610,6 +573,7 @@ def render_report(report: Report) -> str:
     lines += render_levels(report.levels)
     lines += render_latency(report)
     lines += render_machine(report.machine)
+    lines += render_outputs(report.output_checks)
     if report.warnings:
         lines.append("")
         lines.append(f"WARNING: the engine silently changed the configuration in {len(report.warnings)} "

@@ -42,6 +42,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.records import EngineConfig, RestartResult
 from autotune.core.redact import redact
+from autotune.decisions.outputs import CONSTRAINT as _OUTPUT_CONSTRAINT
+from autotune.decisions.outputs import OutputCheck, constraint_value
 from autotune.decisions.verification import Candidate, Verification
 from autotune.machine import FLOOR_CONSTRAINT
 from autotune.stats.coldstart import ColdVerdict
@@ -279,6 +281,13 @@ class Ledger:
             for check, value in zip(checks, constraint_values(checks)):
                 trial.set_constraint(check.key, value)
 
+    def record_output_check(self, trial: optuna.Trial, check: OutputCheck) -> None:
+        """The output check as Optuna's constraint (as a latency limit is): the agreement's shortfall below the
+        threshold. Nothing when there is no comparison yet; the report recomputes it from the restarts."""
+        value = constraint_value(check)
+        if value is not None:
+            trial.set_constraint(_OUTPUT_CONSTRAINT, value)
+
     def record_interrupted(self, trial: optuna.Trial, reason: str) -> None:
         self._set_trial(trial, _INTERRUPTED_KEY, True)
         self._set_trial(trial, _FAILURE_KEY, reason)
@@ -444,41 +453,11 @@ class Ledger:
         return None if interval is None else float(getattr(storage, "grace_period", None) or 2 * interval)
 
     def fail_stale(self) -> int:
-        """Fail trials whose worker is gone and queue them again (with what they measured). Returns the count.
+        """Fail trials whose worker is gone and queue them again (with what they measured). Returns the count
+        (:func:`autotune.store._stale.fail_stale`)."""
+        from autotune.store._stale import fail_stale
 
-        Gone means: no heartbeat for the grace period (Optuna's :func:`~optuna.storages.fail_stale_trials`), or
-        a process on this machine that no longer exists (no need to wait out the grace period after ``kill -9``
-        and the same command again). A trial of a live worker is never failed. On a storage without heartbeats
-        (``memory``: one process) nothing can be left over, and nothing is done.
-        """
-        storage = self.study._storage
-        grace = self._heartbeat_grace_s()
-        if grace is None:
-            return 0
-        before = len(self.retried())
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            optuna.storages.fail_stale_trials(self.study)
-            now = time.time()
-            for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-                owner = self.owner(t)
-                if owner is None:
-                    # Written by autotune before heartbeats existed (no owner, no heartbeat), or asked a moment
-                    # ago by a live worker: only the first is old.
-                    started = t.datetime_start.timestamp() if t.datetime_start else now
-                    if now - started <= grace:
-                        continue
-                elif not _pid_dead(owner):
-                    continue
-                try:
-                    if not storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
-                        continue
-                except optuna.exceptions.UpdateFinishedTrialError:
-                    continue  # another worker failed it first
-                callback = storage.get_heartbeat_stale_trial_callback()
-                if callback is not None:
-                    callback(self.study, storage.get_trial(t._trial_id))
-        return len(self.retried()) - before
+        return fail_stale(self)
 
     def search_counts(self) -> tuple[int, int, list[FrozenTrial], int]:
         """``(finished, running, retries, queued)``: trials counting towards ``--trials``, search trials running

@@ -35,6 +35,7 @@ from autotune.store.ledger import Ledger, TrialRecord
 from autotune.study._budget import Start, _search_may_start
 from autotune.study._floor import (counted_for_summary, floor_constraint, floor_errors, hit_floor,
                                    infeasible_reason)
+from autotune.study._outputs import judge_outputs
 from autotune.study._restart import measure_restart
 from autotune.study.events import StudyContext, StudyObserver, notify
 
@@ -194,6 +195,7 @@ class TrialMeasurement:
         ledger.record_latency(trial, latency, check_slo(latency, limits) if limits else None)
         if self.floor_errors is not None:
             ledger.record_floor_constraint(trial, floor_constraint(self.floor_errors))
+        ledger.record_output_check(trial, judge_outputs(ledger, ctx.space, self.config, self.restarts))
         if reason and state == TrialState.FAIL:
             ledger.record_failure(trial, reason)
         elif reason:

@@ -31,6 +31,7 @@ from autotune.decisions.verification import select_candidates as select_verified
 from autotune.store.ledger import VERIFY_CONCLUDE_JOB, Ledger
 from autotune.study._budget import _runner_up_starts, _starts_fit, _verify_may_start, _verify_plan, _verify_top_k
 from autotune.study._floor import infeasible_keys
+from autotune.study._outputs import baseline_reference, judge_outputs
 from autotune.study._restart import measure_restart
 from autotune.study.events import StudyContext, StudyObserver, notify
 
@@ -393,9 +394,13 @@ def select_candidates(ledger: Ledger, space: SearchSpace, top_k: int, runner_up:
     # Under latency limits only configurations that met them are candidates, as long as any did: a fast one that
     # misses a limit cannot win, and verifying it would take a slot from one that can.
     feasible = [t for t in complete if _feasible(t)]
+    reference = baseline_reference(ledger, space)
     for t in feasible or complete:
         summary = ledger.summary(t)
         config = ledger.config(t)
+        # Outputs that differ from the baseline's cannot win, whatever else does (autotune.decisions.outputs).
+        if config is not None and judge_outputs(ledger, space, config, ledger.restarts(t), reference).differs:
+            continue
         if summary is not None and summary.values and config is not None:
             evidence.append(SearchEvidence.from_summary(t.number, config, summary))
     return select_verified(evidence, space.baseline(), top_k, runner_up)

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.engines._base import EngineBackend, EngineError
+from autotune.engines._output_check import check_request, output_facts, skip_reason
 from autotune.engines.process import _LIVE, TAG_ENV
 from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
@@ -441,7 +442,15 @@ class VllmEngine(EngineBackend):
             "env": self.runner_env(),
             # Searched engine arguments: the runner reports what vLLM runs for them (the audit compares).
             "audit_args": config.searched_engine_args(),
+            # The output check (autotune.core.outputs), unless this configuration's outputs cannot be compared.
+            "output_check": None if self.output_check_skipped(config) else check_request(workload),
         }
+
+    def output_check_skipped(self, config: EngineConfig) -> str | None:
+        """Why a restart of ``config`` runs no output check, or ``None`` when it runs one."""
+        if self.settings.mode == "serve":
+            return "serve mode: the output check runs in offline mode"
+        return skip_reason(config)
 
     @staticmethod
     def resolve_workload(workload: Workload, llm_kwargs: Mapping[str, Any]) -> Workload:
@@ -522,7 +531,8 @@ class VllmEngine(EngineBackend):
             passes_tok_s=tuple(float(x) for x in result["passes_tok_s"]),
             warmup_tok_s=tuple(float(x) for x in result.get("warmup_tok_s") or ()),
             passes_s=tuple(float(x) for x in result.get("passes_s") or ()),
-            facts=restart_phases(result.get("phases"), text, launched_at),
+            facts={**restart_phases(result.get("phases"), text, launched_at),
+                   **output_facts(result.get("output_tokens"), self.output_check_skipped(config))},
             accept_len=result.get("accept_len"),
             peak_memory_gib=result.get("peak_memory_gib"),
             latency={k: float(v) for k, v in dict(result.get("latency") or {}).items() if v is not None},

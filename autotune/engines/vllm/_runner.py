@@ -311,14 +311,36 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     levels = load_levels(workload)
     if levels is not None:
         warmups_by, timed_by = measure_levels(lambda c: Passes(llm, prompts, sampling, c), levels, workload)
-        return level_measurement(startup_s, resolved, device, warmups_by, timed_by, peak_memory_gib(),
-                                 dict(workload.get("slo") or {}), times)
-    passes = Passes(llm, prompts, sampling)
-    warmups = warm_up(passes, workload)
-    before = spec_counters(llm)
-    timed = time_passes(passes, workload, warmups)
-    return measurement(startup_s, resolved, device, warmups, timed, before, peak_memory_gib(),
-                       dict(workload.get("slo") or {}), times)
+        result = level_measurement(startup_s, resolved, device, warmups_by, timed_by, peak_memory_gib(),
+                                   dict(workload.get("slo") or {}), times)
+    else:
+        passes = Passes(llm, prompts, sampling)
+        warmups = warm_up(passes, workload)
+        before = spec_counters(llm)
+        timed = time_passes(passes, workload, warmups)
+        result = measurement(startup_s, resolved, device, warmups, timed, before, peak_memory_gib(),
+                             dict(workload.get("slo") or {}), times)
+    if request.get("output_check"):
+        result["output_tokens"] = output_check(llm, prompts, request["output_check"], seed)
+    return result
+
+
+def output_check(llm: Any, prompts: list[Any], check: dict[str, Any], seed: int) -> dict[str, list[int]]:
+    """The output check (autotune.core.outputs): the first ``tokens`` output ids of the chosen prompts, greedy.
+
+    Its own small request set, after the timed passes (it never touches the measurement): greedy whatever the
+    workload samples with, every chosen prompt in one batch, EOS not stopping it, so every configuration generates
+    the same number of tokens for the same prompts. Keys are prompt indices (strings: the result is JSON).
+    """
+    from vllm import SamplingParams
+
+    chosen = [int(i) for i in check.get("prompts") or () if 0 <= int(i) < len(prompts)]
+    if not chosen:
+        return {}
+    params = SamplingParams(max_tokens=int(check.get("tokens", 32)), temperature=0.0, ignore_eos=True, seed=seed,
+                            detokenize=False)
+    outputs = llm.generate([prompts[i] for i in chosen], params, use_tqdm=False)
+    return {str(i): [int(t) for t in out.outputs[0].token_ids] for i, out in zip(chosen, outputs)}
 
 
 def is_text(workload: dict[str, Any]) -> bool:

@@ -11,12 +11,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.facts import numeric_facts
+from autotune.core.facts import OUTPUT_AGREEMENT
 from autotune.core.records import EngineConfig, EngineFacts, OBJECTIVE_UNITS, RestartResult
 from autotune.core.redact import redact, redact_command, redact_text
 from autotune.observers.mlflow._conventions import (KIND_TRIAL, KIND_VERIFY, TAG_CONFIG_KEY, TAG_KIND, TAG_LOGGED,
     TAG_STUDY, TAG_TRIAL, _RUN_STATUS, _finite, _latency_metrics, _ms, _one_line, _summary_metrics, _unit_name,
     config_params, engine_tags, experiment_name)
+from autotune.decisions.outputs import DIFFERS, OutputCheck
 from autotune.observers.mlflow._session import _Child, _Session
+from autotune.report.outputs import trial_output_check
 from autotune.store.ledger import Ledger, StudyMeta, TrialRecord
 
 if TYPE_CHECKING:
@@ -65,6 +68,13 @@ def _fact_metrics(restarts: Sequence[RestartResult]) -> list[tuple[str, float, i
     """Every restart's numeric facts (:mod:`autotune.core.facts`) as ``fact.<key>`` metrics, the step the restart's
     place among all the run's restarts (failed and cold ones too: a guard trip's figures matter most)."""
     return [(f"fact.{key}", value, i) for i, r in enumerate(restarts) for key, value in numeric_facts(r.facts).items()]
+def _output_metrics(check: OutputCheck | None) -> dict[str, float]:
+    """The trial's agreement with the baseline's outputs (:mod:`autotune.decisions.outputs`), when compared."""
+    return {} if check is None or check.agreement is None else {OUTPUT_AGREEMENT: float(check.agreement)}
+
+
+def _output_tags(check: OutputCheck | None) -> dict[str, str]:
+    return {"output_check": DIFFERS} if check is not None and check.differs else {}
 
 
 def _result_tags(summary: Any, state: str, reason: str | None) -> dict[str, str]:
@@ -141,13 +151,14 @@ class _StudyLog:
 
     def log_trial(self, record: TrialRecord, start_ms: int | None = None, end_ms: int | None = None) -> None:
         """Complete the trial's run (creating it if needed) unless it is complete already."""
+        outputs = trial_output_check(self.ledger, record)
         self._complete(
             (KIND_TRIAL, str(record.number)), _trial_name(record.number, record.config),
             _trial_tags(self.study.study_name, record.number, record.config, self.engine_info),
             config_params(record.config), record.restarts,
-            {**_summary_metrics(record.summary), **_latency_metrics(record.restarts)},
-            _result_tags(record.summary, record.state, record.reason), _RUN_STATUS.get(record.state, "FAILED"),
-            start_ms, end_ms)
+            {**_summary_metrics(record.summary), **_latency_metrics(record.restarts), **_output_metrics(outputs)},
+            {**_result_tags(record.summary, record.state, record.reason), **_output_tags(outputs)},
+            _RUN_STATUS.get(record.state, "FAILED"), start_ms, end_ms)
 
     def _complete(self, key: tuple[str, str], name: str, identity: Mapping[str, str], params: Mapping[str, str],
                   restarts: Sequence[RestartResult], metrics: Mapping[str, float], tags: Mapping[str, str],
