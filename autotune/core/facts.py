@@ -12,9 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["FactValue", "clean_facts", "numeric_facts"]
+__all__ = ["PAGE_CACHE", "PAGE_CACHE_S", "FactValue", "clean_facts", "numeric_facts"]
 
 FactValue = float | int | str | bool
+
+# -- the page-cache policy (owner: autotune.machine.StartSafety) ----------------------------------------------
+#: The policy the start ran under: keep, drop or warm (``engine.page_cache``, resolved).
+PAGE_CACHE = "page_cache"
+#: Seconds spent dropping (and, for warm, re-reading the weights into) the page cache before the start.
+PAGE_CACHE_S = "page_cache_s"
 
 
 def clean_facts(facts: Mapping[str, Any] | None) -> dict[str, FactValue]:

@@ -23,6 +23,7 @@ Engine options (the space's ``engine:`` section or ``--engine-opt KEY=VALUE``):
 ``memory_floor_gib``   kill the engine when host MemAvailable falls below this (default max(8 GiB, 7% of
                        MemTotal), at most a quarter of MemTotal; 0: no floor); see :mod:`autotune.machine`
 ``settle_timeout_s``   how long each start waits for memory to come back (default 300)
+``page_cache``         keep, drop or warm before each start (default: warm on unified memory, else keep)
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ from autotune.engines.vllm._logparse import failure_reason, parse_engine_config,
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
 from autotune.config.workload import default_dataset
-from autotune.machine import MemoryNotSettled, StartSafety, engine_leftovers, kill_tagged_except, tagged_pids
+from autotune.machine import (MemoryNotSettled, StartSafety, engine_leftovers, hub_cache_dir, kill_tagged_except,
+                              parse_page_cache, tagged_pids)
 
 if TYPE_CHECKING:
     from autotune.config.space import SearchSpace
@@ -96,6 +98,7 @@ class VllmOptions:
     extra_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     memory_floor_gib: float | None = None
     settle_timeout_s: float = 300.0
+    page_cache: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> VllmOptions:
@@ -146,6 +149,10 @@ class VllmOptions:
             kwargs["cache_root"] = _text(options["cache_root"], "cache_root", "a directory path")
         if options.get("extra_args") is not None:
             kwargs["extra_args"] = _extra_args(options["extra_args"])
+        try:
+            kwargs["page_cache"] = parse_page_cache(options.get("page_cache"))
+        except ValueError as exc:
+            raise EngineError(f"vllm engine: {exc}") from None
         return cls(**kwargs)
 
     def interpreter(self) -> list[str]:
@@ -256,7 +263,8 @@ class VllmEngine(EngineBackend):
         # is a process of ours that no live EngineProcess holds: the forkserver host's session lives on between
         # restarts and is not one.
         self.safety = StartSafety(self.settings.memory_floor_gib, self.settings.settle_timeout_s, leftovers=lambda:
-                                  engine_leftovers(TAG_ENV, f"{os.getpid()}-", [p.pid for p in list(_LIVE)]))
+                                  engine_leftovers(TAG_ENV, f"{os.getpid()}-", [p.pid for p in list(_LIVE)]),
+                                  page_cache=self.settings.page_cache)
 
     # -- EngineBackend ---------------------------------------------------------------------------------
     def check(self, space: SearchSpace) -> None:
@@ -296,7 +304,7 @@ class VllmEngine(EngineBackend):
         method = self.settings.resolved_start_method()
         self._say_start_method(method)
         try:
-            self.safety.settle()
+            self.safety.settle(request["llm_kwargs"].get("model"), hub_cache_dir(self.runner_env()))
         except MemoryNotSettled as exc:
             raise EngineError(f"vllm engine: {exc}") from None
         guard = self.safety.guard()
