@@ -122,6 +122,8 @@ def gather(space: Any = None) -> Facts:
     interpreter: tuple[str, ...] = ()
     version = error = None
     if engine == "vllm":
+        # What vLLM is given: engine.vllm.extra_args over engine_args (the GB10 recipe sets its memory there).
+        engine_args.update(options.get("extra_args") if isinstance(options.get("extra_args"), dict) else {})
         interpreter = _interpreter(options)
         version, error = vllm_version(interpreter)
     return Facts(
@@ -134,6 +136,16 @@ def gather(space: Any = None) -> Facts:
 
 def _interpreter(options: Mapping[str, Any]) -> tuple[str, ...]:
     launcher = options.get("launcher")
+    if launcher and "{" in str(launcher):
+        # Placeholders ({image}, {workdir}, ...) are the engine's to fill in (a scratch directory stands for the
+        # study's); options it refuses are left as written, and the import check says what fails.
+        from autotune.engines import EngineError
+        from autotune.engines.vllm import VllmEngine
+
+        try:
+            return tuple(VllmEngine(**options).interpreter())
+        except (EngineError, TypeError):
+            pass
     if launcher:
         import shlex
 
