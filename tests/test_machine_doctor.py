@@ -96,3 +96,21 @@ def test_on_a_gb10_the_doctor_names_the_admission_check_cache_clocks_throttling_
     # A host already under the floor: every start would be killed.
     low = {f.topic: f for f in findings(gb10(memory=MemInfo(int(121.7 * GIB), 6 * GIB, 1 * GIB)))}
     assert low["memory"].level == "FIX" and "killed at once" in low["memory"].text
+
+
+def test_the_gb10_recipe_passes_the_admission_check_on_every_reported_spark(monkeypatch, tmp_path):
+    from autotune.cli.doctor import gather
+    from autotune.config.space import load_space
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no docker here: the import check fails fast, the rest is read
+    facts = gather(load_space(str(REPO / "search_spaces" / "gb10.yaml")))
+    assert facts.engine_args["gpu_memory_utilization"] == 0.70  # what vLLM is given: engine.vllm.extra_args
+    assert facts.interpreter[0] == "docker" and not any("{" in part for part in facts.interpreter)
+    # Sparks boot with 91-102 of 121.7 GiB free (field reports): the recipe starts on all of them.
+    for free in (91, 102):
+        spark = gb10(memory=MemInfo(int(121.7 * GIB), free * GIB, 2 * GIB), engine_args=facts.engine_args)
+        admission = {f.topic: f for f in findings(spark)}["admission"]
+        assert admission.level == "ok", admission
+    # The simulator's value (0.85) would not have: vLLM refuses to start.
+    assert {f.topic: f for f in findings(gb10(memory=MemInfo(int(121.7 * GIB), 91 * GIB, 2 * GIB)))}[
+        "admission"].level == "FIX"

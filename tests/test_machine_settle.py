@@ -113,7 +113,8 @@ def test_a_cmd_engine_start_waits_for_memory_its_previous_restart_left_held(tmp_
     """))
     engine = CmdEngine(command=[sys.executable, str(engine_script)], memory_floor_gib=0)
     engine.safety = StartSafety(0, reader=MeminfoReader(fake.path), gpu_reader=None, kernel_log=None,
-                                clock=fake.clock, sleep=fake.sleep, unified=True)  # a GB10: host memory is the GPU's
+                                clock=fake.clock, sleep=fake.sleep, unified=True,  # a GB10: host memory is the GPU's
+                                page_cache="keep")  # (warm, the default there, would drop this host's cache as root)
     first = engine.run_restart(CONFIG, WL, restart=0, seed=1)
     assert first.status == RestartStatus.OK and not engine.safety.last_settle.waited
     fake.level = 40 * GIB  # what the engine left

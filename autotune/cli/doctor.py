@@ -31,10 +31,12 @@ from autotune.machine import (
     gib,
     gpu_states,
     is_unified_memory,
+    plan_page_cache,
     read_meminfo,
+    weights_bytes,
 )
 
-__all__ = ["Facts", "Finding", "configure_parser", "findings", "gather", "run"]
+__all__ = ["Facts", "Finding", "configure_parser", "findings", "gather", "run", "weights_bytes"]
 
 #: How long importing vLLM may take in the configured interpreter (a container pull is not waited for).
 IMPORT_TIMEOUT_S = 180.0
@@ -43,7 +45,6 @@ IMPORT_TIMEOUT_S = 180.0
 PAGE_CACHE_WARN_FRACTION = 0.10
 #: A CPU under the performance governor whose clock is below this share of its maximum is in a slow state.
 CPU_SLOW_FRACTION = 0.70
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +122,8 @@ def gather(space: Any = None) -> Facts:
     interpreter: tuple[str, ...] = ()
     version = error = None
     if engine == "vllm":
+        # What vLLM is given: engine.vllm.extra_args over engine_args (the GB10 recipe sets its memory there).
+        engine_args.update(options.get("extra_args") if isinstance(options.get("extra_args"), dict) else {})
         interpreter = _interpreter(options)
         version, error = vllm_version(interpreter)
     return Facts(
@@ -133,6 +136,16 @@ def gather(space: Any = None) -> Facts:
 
 def _interpreter(options: Mapping[str, Any]) -> tuple[str, ...]:
     launcher = options.get("launcher")
+    if launcher and "{" in str(launcher):
+        # Placeholders ({image}, {workdir}, ...) are the engine's to fill in (a scratch directory stands for the
+        # study's); options it refuses are left as written, and the import check says what fails.
+        from autotune.engines import EngineError
+        from autotune.engines.vllm import VllmEngine
+
+        try:
+            return tuple(VllmEngine(**options).interpreter())
+        except (EngineError, TypeError):
+            pass
     if launcher:
         import shlex
 
@@ -176,24 +189,6 @@ def _cpu_freqs() -> tuple[float | None, float | None]:
     current = [f.current for f in freqs if f.current]
     maxima = [f.max for f in freqs if f.max]
     return (sum(current) / len(current) if current else None), (max(maxima) if maxima else None)
-
-
-def weights_bytes(model: Any) -> int | None:
-    """Size of a model's weight files: a local directory, or a hub id already in the Hugging Face cache."""
-    if not isinstance(model, str) or not model:
-        return None
-    folder = Path(model)
-    if not folder.is_dir():
-        hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-            os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
-        folder = Path(hub) / f"models--{model.replace('/', '--')}" / "blobs"
-        if model.count("/") != 1 or not folder.is_dir():
-            return None
-        files = [p for p in folder.iterdir() if p.is_file()]  # blobs have no suffix: every blob counts
-    else:
-        files = [p for p in folder.rglob("*") if p.is_file() and p.suffix in _WEIGHT_SUFFIXES]
-    total = sum(p.stat().st_size for p in files)
-    return total or None
 
 
 # -- rules -----------------------------------------------------------------------------------------------
@@ -246,14 +241,28 @@ def _memory(facts: Facts, unified: bool) -> list[Finding]:
     return out
 
 
+def _page_cache_plan(facts: Facts, unified: bool) -> Any:
+    """The policy a real engine would apply here (``autotune.machine.plan_page_cache``), or the one-line problem
+    with the space's value."""
+    try:
+        return plan_page_cache(facts.engine_options.get("page_cache"), unified=unified, root=facts.root)
+    except ValueError as exc:
+        return str(exc)
+
+
 def _page_cache(facts: Facts, unified: bool) -> list[Finding]:
     mem = facts.memory
     text = f"Cached {gib(mem.cached)} ({mem.cached / mem.total:.0%} of MemTotal)"
-    policy = facts.engine_options.get("page_cache")
-    if unified and mem.cached > PAGE_CACHE_WARN_FRACTION * mem.total and policy not in ("drop", "warm"):
+    plan = _page_cache_plan(facts, unified)
+    if isinstance(plan, str):
+        return [Finding("FIX", "page cache", plan)]
+    if facts.engine != "sim":
+        text += f"; engine.page_cache is {plan.policy}"
+    if unified and mem.cached > PAGE_CACHE_WARN_FRACTION * mem.total and plan.policy == "keep":
         return [Finding("warn", "page cache", f"{text}: on unified memory vLLM counts it against the KV budget, so "
-                                              "cold and warm starts get different KV caches; run `sync; echo 3 | "
-                                              "sudo tee /proc/sys/vm/drop_caches` before the study")]
+                                              "cold and warm starts get different KV caches; run as root for "
+                                              "page_cache: warm, or `sync; echo 3 | sudo tee "
+                                              "/proc/sys/vm/drop_caches` before the study")]
     return [Finding("ok", "page cache", text)]
 
 
@@ -293,13 +302,16 @@ def _gpu(facts: Facts, unified: bool) -> list[Finding]:
 
 
 def _root(facts: Facts) -> list[Finding]:
-    policy = facts.engine_options.get("page_cache")
+    unified = is_unified_memory(list(facts.gpus) if facts.gpus else None, facts.memory.total, facts.machine)
+    plan = _page_cache_plan(facts, unified)
     if facts.root:
-        return [Finding("ok", "root", "yes: page_cache: drop can write /proc/sys/vm/drop_caches")]
-    if policy == "drop":
-        return [Finding("FIX", "root", "no, but the space sets engine.page_cache: drop, which writes "
-                                       "/proc/sys/vm/drop_caches: run as root or use page_cache: warm")]
-    return [Finding("note", "root", "no: page_cache: drop would be refused (keep and warm need no root)")]
+        return [Finding("ok", "root", "yes: page_cache drop and warm can write /proc/sys/vm/drop_caches")]
+    refusal = None if isinstance(plan, str) else plan.refusal()
+    if refusal is not None:
+        return [Finding("FIX", "root", f"no, and {refusal}")]
+    note = None if isinstance(plan, str) else plan.note()
+    return [Finding("note", "root", f"no: {note}" if note else "no: page_cache drop and warm would be refused "
+                                                              "(keep needs no root)")]
 
 
 def _vllm(facts: Facts) -> list[Finding]:

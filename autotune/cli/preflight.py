@@ -17,7 +17,7 @@ import sqlite3
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from autotune.core.redact import redact_uri
 from autotune.core.urls import redact_url, sqlite_path
@@ -31,6 +31,7 @@ __all__ = [
     "check_budget_covers",
     "check_fresh",
     "check_output_path",
+    "check_page_cache",
     "check_seed",
     "check_sqlite_writable",
     "check_storage",
@@ -197,6 +198,22 @@ def check_output_path(path: str, flag: str, protected: Iterable[Protected] = ())
     except OSError as exc:
         raise PreflightError(f"{flag} {path}: cannot create files in {parent} ({exc.strerror}); "
                              "write elsewhere") from None
+
+
+def check_page_cache(engine: Any, out: IO[str]) -> None:
+    """The engine's page-cache policy can run here: an explicit ``engine.page_cache: drop`` or ``warm`` without root
+    is refused before anything starts; a default that fell back to keep for want of root is one note line on
+    ``out``. Engines without a :class:`~autotune.machine.StartSafety` (the simulator) have no policy."""
+    safety = getattr(engine, "safety", None)
+    plan = getattr(safety, "page_cache", None)
+    if plan is None:
+        return
+    refusal = plan.refusal()
+    if refusal is not None:
+        raise PreflightError(refusal)
+    note = plan.note()
+    if note is not None:
+        print(f"note: {note}", file=out)
 
 
 def check_fresh(storage: str, study_name: str) -> None:

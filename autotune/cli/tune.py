@@ -126,6 +126,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         preflight.check_tracking_store(resolve_tracking_uri(output.tracking_uri))
     engine_opts = args.engine_opt or []
     engine = build_engine(space, args.engine, parse_kv(engine_opts, "--engine-opt"))
+    preflight.check_page_cache(engine, out)
     if args.gpus is None:
         return worker.run_here(space, engine, options, output, out)
     groups = worker.gpu_groups_of(args)

@@ -205,6 +205,9 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     engine_opts = args.engine_opt or []
     engine = make_engine(meta.engine.name, **{**dict(meta.engine_options), **parse_kv(engine_opts, "--engine-opt")})
     engine.check(space)
+    from autotune.cli.preflight import check_page_cache
+
+    check_page_cache(engine, out)
     # The study's settings as its creator stored them; only where this process keeps its files is its own.
     options = StudyOptions.from_meta(meta, study_name=args.study, storage=args.storage, workdir=args.workdir,
                                      heartbeat_s=args.heartbeat, command=command_line())

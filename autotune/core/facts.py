@@ -67,6 +67,12 @@ def gpu_fact(index: int, figure: str) -> str:
     """The key of one GPU's figure (one of :data:`GPU_FIGURES`): ``gpu0_sm_clock_mhz``."""
     return f"gpu{index}_{figure}"
 
+# -- the page-cache policy (owner: autotune.machine.StartSafety) ----------------------------------------------
+#: The policy the start ran under: keep, drop or warm (``engine.page_cache``, resolved).
+PAGE_CACHE = "page_cache"
+#: Seconds spent dropping (and, for warm, re-reading the weights into) the page cache before the start.
+PAGE_CACHE_S = "page_cache_s"
+
 
 def clean_facts(facts: Mapping[str, Any] | None) -> dict[str, FactValue]:
     """The facts with ``None`` values and non-scalar values left out, and non-finite floats refused as ``None``.

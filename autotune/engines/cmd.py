@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._output_check import check_request, output_facts, skip_reason
 from autotune.engines.process import _LIVE, TAG_ENV, EngineProcess
-from autotune.machine import MemoryNotSettled, StartSafety, engine_leftovers
+from autotune.machine import MemoryNotSettled, StartSafety, engine_leftovers, parse_page_cache
 from autotune.core.records import EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus, Workload
 
 __all__ = ["CmdEngine", "ProtocolError", "parse_result_line"]
@@ -78,13 +78,15 @@ class CmdEngine(EngineBackend):
         memory_floor_gib: Kill the command when host MemAvailable falls below this (default max(8 GiB, 7% of
             MemTotal), at most a quarter of MemTotal; 0: no floor). See :mod:`autotune.machine`.
         settle_timeout_s: How long each start waits for memory to come back (default 300).
+        page_cache: keep, drop or warm before each start (default: warm on unified memory, else keep); see
+            :mod:`autotune.machine`.
 
     Raises:
         EngineError: ``command`` missing or malformed, or a bad timeout, naming ``engine.<key>``.
     """
 
     name = "cmd"
-    OPTIONS = ("command", "timeout_s", "kill_grace_s", "memory_floor_gib", "settle_timeout_s")
+    OPTIONS = ("command", "timeout_s", "kill_grace_s", "memory_floor_gib", "settle_timeout_s", "page_cache")
 
     def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
         super().__init__(cache_dir, **options)
@@ -98,11 +100,16 @@ class CmdEngine(EngineBackend):
         floor = options.get("memory_floor_gib")
         if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not floor >= 0):
             raise EngineError(f"cmd engine: engine.memory_floor_gib must be a number of GiB (0: no floor), got {floor!r}")
+        try:
+            page_cache = parse_page_cache(options.get("page_cache"))
+        except ValueError as exc:
+            raise EngineError(f"cmd engine: {exc}") from None
         # The level memory must come back to before each start is measured now, when the study begins. A leftover
         # is a process of ours that no live EngineProcess holds (another engine's forkserver host is not one).
         self.safety = StartSafety(floor, _seconds("settle_timeout_s", options.get("settle_timeout_s", 300.0)),
                                   leftovers=lambda: engine_leftovers(TAG_ENV, f"{os.getpid()}-",
-                                                                     [p.pid for p in list(_LIVE)]))
+                                                                     [p.pid for p in list(_LIVE)]),
+                                  page_cache=page_cache)
 
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         """Run the command once; never raises for a failing restart. The restart's memory and machine facts
@@ -120,7 +127,7 @@ class CmdEngine(EngineBackend):
             "output_check": None if skip_reason(config) else check_request(workload),
         }, default=str)
         try:
-            self.safety.settle()
+            self.safety.settle(config.engine_args.get("model"))
         except MemoryNotSettled as exc:
             raise EngineError(f"cmd engine: {exc}") from None
         started = time.monotonic()

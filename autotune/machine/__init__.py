@@ -1,7 +1,8 @@
 """The machine under the engine: host memory, GPU and CPU facts, and the guards that keep a long study safe.
 
 Below the engines in the layering (core -> config -> machine -> engines): real engines start each restart inside a
-:class:`MemoryGuard` after :func:`settle`, and ``autotune doctor`` reads the same facts before a long study.
+:class:`MemoryGuard` after the page-cache policy (:func:`plan_page_cache`) and :func:`settle`, and ``autotune
+doctor`` reads the same facts before a long study.
 """
 
 from __future__ import annotations
@@ -24,6 +25,16 @@ from autotune.machine._guard import (
     tagged_pids,
 )
 from autotune.machine._meminfo import GIB, MemInfo, MeminfoReader, gib, read_meminfo
+from autotune.machine._pagecache import (
+    PAGE_CACHE_POLICIES,
+    PageCacheFailed,
+    PageCachePlan,
+    hub_cache_dir,
+    parse_page_cache,
+    plan_page_cache,
+    weight_files,
+    weights_bytes,
+)
 from autotune.machine._safety import StartSafety, engine_floor
 from autotune.machine._settle import (
     MemoryLevel,
@@ -51,6 +62,9 @@ __all__ = [
     "MemoryGuard",
     "MemoryLevel",
     "MemoryNotSettled",
+    "PAGE_CACHE_POLICIES",
+    "PageCacheFailed",
+    "PageCachePlan",
     "SettleResult",
     "StartSafety",
     "default_floor",
@@ -65,13 +79,18 @@ __all__ = [
     "gib",
     "gpu_free_bytes",
     "gpu_states",
+    "hub_cache_dir",
     "is_driver_oom",
     "is_unified_memory",
     "kill_tagged_except",
     "measure_level",
+    "parse_page_cache",
+    "plan_page_cache",
     "read_machine_state",
     "read_meminfo",
     "settle",
     "tagged_pids",
     "top_rss",
+    "weight_files",
+    "weights_bytes",
 ]

@@ -1,19 +1,22 @@
-"""What a real engine does around each start: settle first, then start inside a memory guard.
+"""What a real engine does around each start: apply the page-cache policy, settle, then start inside a memory guard.
 
-One :class:`StartSafety` per engine object: it measures the level the study began with when the engine is made,
-and gives each restart a settle and a fresh :class:`~autotune.machine.MemoryGuard`.
+One :class:`StartSafety` per engine object: it measures the level the study began with and resolves the page-cache
+policy when the engine is made, and gives each restart the policy, a settle and a fresh
+:class:`~autotune.machine.MemoryGuard`.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from autotune.core import facts
 from autotune.machine._gpu import gpu_free_bytes, gpu_states, is_unified_memory
 from autotune.machine._guard import SAMPLE_INTERVAL_S, KernelLog, MemoryGuard, default_floor
 from autotune.machine._meminfo import GIB, MeminfoReader, MemInfo
+from autotune.machine._pagecache import DROP_CACHES_PATH, apply_page_cache, plan_page_cache, weight_files
 from autotune.machine._settle import SETTLE_INTERVAL_S, SETTLE_TIMEOUT_S, MemoryLevel, SettleResult, settle
 from autotune.machine._state import MachineState, read_machine_state
 
@@ -45,6 +48,10 @@ class StartSafety:
         check_host: Whether settling waits for host memory (default: on a unified-memory machine, unless this is
             one of several local workers).
         unified: Whether the GPU allocates from host memory (default: :func:`is_unified_memory` on this machine).
+        page_cache: ``engine.page_cache`` (keep, drop or warm; ``None``: warm on unified memory, keep elsewhere),
+            resolved here once (:func:`~autotune.machine.plan_page_cache`) into :attr:`page_cache`.
+        euid: Returns the effective user id (drop and warm need root); ``None``: :func:`os.geteuid`.
+        drop_caches_path: The file drop and warm write ``3`` to (tests point it elsewhere).
         reader, gpu_reader, kernel_log, clock, sleep, interval_s, settle_interval_s: injectable for tests;
             ``kernel_log`` is a factory called per restart (``None``: no kernel log).
     """
@@ -56,7 +63,8 @@ class StartSafety:
                  settle_interval_s: float = SETTLE_INTERVAL_S, clock: Callable[[], float] | None = None,
                  sleep: Callable[[float], Any] | None = None,
                  machine_state: Callable[[], MachineState] = read_machine_state,
-                 check_host: bool | None = None, unified: bool | None = None) -> None:
+                 check_host: bool | None = None, unified: bool | None = None, page_cache: str | None = None,
+                 euid: Callable[[], int] | None = None, drop_caches_path: str = DROP_CACHES_PATH) -> None:
         self.reader = reader or MeminfoReader()
         self.gpu_reader = gpu_reader
         info = self.reader()
@@ -64,14 +72,14 @@ class StartSafety:
         self.floor = engine_floor(floor_gib, info.total)
         self.baseline = MemoryLevel(info.available, gpu_reader() if gpu_reader is not None else None)
         self.settle_timeout_s = settle_timeout_s
+        if unified is None and (check_host is None or page_cache is None):
+            unified = is_unified_memory(gpu_states(), info.total)
         if check_host is None:
             # Host memory is the engine's memory only where the GPU allocates from it (a GB10): on a machine with
             # its own GPU memory, other programs moving MemAvailable say nothing about the last engine's memory,
             # and waiting on them would stall a study on any busy host. Several local workers fill the host in
             # turn, so they leave it out too.
-            if unified is None:
-                unified = is_unified_memory(gpu_states(), info.total)
-            check_host = unified and LOCAL_WORKER_ENV not in os.environ
+            check_host = bool(unified) and LOCAL_WORKER_ENV not in os.environ
         self.check_host = check_host
         self.leftovers = leftovers
         self.kernel_log = kernel_log
@@ -84,9 +92,30 @@ class StartSafety:
         self.last_guard: MemoryGuard | None = None
         self.last_state: MachineState | None = None
         self.machine_state = machine_state
+        #: The page-cache policy every start applies; a preflight reads its refusal and note.
+        self.page_cache = plan_page_cache(page_cache, unified=bool(unified),
+                                          root=(euid or os.geteuid)() == 0)
+        self.drop_caches_path = drop_caches_path
+        #: Seconds the last start spent dropping or warming the page cache (``None``: keep).
+        self.last_page_cache_s: float | None = None
 
-    def settle(self) -> SettleResult:
-        """Wait for memory to come back to the study's level (raises :class:`~autotune.machine.MemoryNotSettled`)."""
+    def settle(self, model: Any = None, hub_cache: Path | None = None) -> SettleResult:
+        """Apply the page-cache policy, then wait for memory to come back to the study's level.
+
+        Args:
+            model: ``engine_args.model``, whose weight files ``warm`` reads (a local directory or a hub id).
+            hub_cache: The Hugging Face hub cache the engine uses, when it is not this process's.
+
+        Raises:
+            MemoryNotSettled: memory did not come back, or (:class:`~autotune.machine.PageCacheFailed`) the policy
+                could not be applied.
+        """
+        # Before the settle: dropping the cache and reading the weights move MemAvailable and Cached, and the
+        # settle then waits until they are steady again.
+        self.last_page_cache_s = None
+        if self.page_cache.policy != "keep":
+            files = weight_files(model, hub_cache) if self.page_cache.policy == "warm" else []
+            self.last_page_cache_s = apply_page_cache(self.page_cache.policy, files, drop_path=self.drop_caches_path)
         extra: dict[str, Any] = {}
         if self._clock is not None:
             extra["clock"] = self._clock
@@ -110,8 +139,10 @@ class StartSafety:
 
     def restart_facts(self) -> dict[str, Any]:
         """The last restart's memory and machine facts, flat, for its record (MLflow, ``report --json``): the
-        settle wait, the guard's floor, lowest MemAvailable and Cached (GiB), its trip, and the machine state."""
-        out: dict[str, Any] = {}
+        page-cache policy and the seconds it took, the settle wait, the guard's floor, lowest MemAvailable and Cached (GiB), its trip, and the machine state."""
+        out: dict[str, Any] = {facts.PAGE_CACHE: self.page_cache.policy}
+        if self.last_page_cache_s is not None:
+            out[facts.PAGE_CACHE_S] = round(self.last_page_cache_s, 3)
         if self.last_settle is not None:
             out[facts.SETTLE_WAIT_S] = round(self.last_settle.waited_s, 3)
             out[facts.SETTLE_WAITED] = self.last_settle.waited

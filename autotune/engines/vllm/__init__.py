@@ -12,7 +12,10 @@ frontend sees them); :mod:`._logparse` adds every start-up log line that changed
 Engine options (the space's ``engine:`` section or ``--engine-opt KEY=VALUE``):
 
 ``python``             interpreter with vLLM (default: this one)
-``launcher``           command prefix ending in an interpreter, e.g. ``[docker, run, -i, --rm, IMAGE, python3]``
+``launcher``           command prefix ending in an interpreter, e.g. ``[docker, run, -i, --rm, IMAGE, python3]``;
+                       placeholders ``{workdir}``, ``{study_dir}``, ``{runner_dir}``, ``{image}``, ``{uid}``,
+                       ``{gid}`` (also in ``env`` values) are filled in at each launch (:mod:`._container`)
+``image``              the container image the launcher runs as ``{image}``; its id and digest are recorded
 ``mode``               ``offline`` (default; the ``LLM`` API) or ``serve`` (``vllm serve`` + ``vllm bench serve``)
 ``start_method``       ``forkserver`` (default with a local interpreter) or ``spawn`` (the only one with a launcher)
 ``startup_timeout_s``  seconds until the engine is ready (default 900)
@@ -23,6 +26,7 @@ Engine options (the space's ``engine:`` section or ``--engine-opt KEY=VALUE``):
 ``memory_floor_gib``   kill the engine when host MemAvailable falls below this (default max(8 GiB, 7% of
                        MemTotal), at most a quarter of MemTotal; 0: no floor); see :mod:`autotune.machine`
 ``settle_timeout_s``   how long each start waits for memory to come back (default 300)
+``page_cache``         keep, drop or warm before each start (default: warm on unified memory, else keep)
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._output_check import check_request, output_facts, skip_reason
 from autotune.engines.process import _LIVE, TAG_ENV
+from autotune.engines.vllm import _container
 from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
 from autotune.engines.vllm._phases import restart_phases
@@ -51,7 +56,8 @@ from autotune.engines.vllm._kvfacts import KvFacts, kv_audit, log_facts
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
 from autotune.config.workload import default_dataset
-from autotune.machine import MemoryNotSettled, StartSafety, engine_leftovers, kill_tagged_except, tagged_pids
+from autotune.machine import (MemoryNotSettled, StartSafety, engine_leftovers, hub_cache_dir, kill_tagged_except,
+                              parse_page_cache, tagged_pids)
 
 if TYPE_CHECKING:
     from autotune.config.space import SearchSpace
@@ -97,6 +103,8 @@ class VllmOptions:
     extra_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     memory_floor_gib: float | None = None
     settle_timeout_s: float = 300.0
+    page_cache: str | None = None
+    image: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> VllmOptions:
@@ -147,6 +155,13 @@ class VllmOptions:
             kwargs["cache_root"] = _text(options["cache_root"], "cache_root", "a directory path")
         if options.get("extra_args") is not None:
             kwargs["extra_args"] = _extra_args(options["extra_args"])
+        try:
+            kwargs["page_cache"] = parse_page_cache(options.get("page_cache"))
+        except ValueError as exc:
+            raise EngineError(f"vllm engine: {exc}") from None
+        if options.get("image") is not None:
+            kwargs["image"] = _text(options["image"], "image", "a container image, e.g. nvcr.io/nvidia/vllm:25.11-py3")
+        _check_container(kwargs)
         return cls(**kwargs)
 
     def interpreter(self) -> list[str]:
@@ -175,6 +190,18 @@ def _command(value: Any) -> tuple[str, ...]:
         raise EngineError("vllm engine: engine.launcher must be a command prefix ending in an interpreter, "
                           f"e.g. [docker, run, -i, --rm, --gpus, all, IMAGE, python3]; got {value!r}")
     return tuple(str(p) for p in parts)
+
+
+def _check_container(kwargs: Mapping[str, Any]) -> None:
+    """Placeholders in the launcher and in env values are known ones; ``engine.image`` is used where it is set."""
+    image = kwargs.get("image")
+    for part in kwargs.get("launcher") or ():
+        _container.check_placeholders(part, "engine.launcher", image=image)
+    for key, value in dict(kwargs.get("env") or {}).items():
+        _container.check_placeholders(value, f"engine.env.{key}", image=image)
+    if image and not any("{image}" in part for part in kwargs.get("launcher") or ()):
+        raise EngineError("vllm engine: engine.image is set but engine.launcher does not run it; put \"{image}\" in "
+                          "the launcher where the image goes (before the interpreter), or drop engine.image")
 
 
 def _positive(value: Any, key: str) -> float:
@@ -249,6 +276,7 @@ class VllmEngine(EngineBackend):
         super().__init__(cache_dir, **options)
         self.settings = VllmOptions.parse(options)
         self._facts: dict[str, Any] | None = None
+        self._image: dict[str, Any] = {}
         self._scratch: str | None = None
         self._host: ForkHost | None = None
         self._said_start_method = False
@@ -257,7 +285,8 @@ class VllmEngine(EngineBackend):
         # is a process of ours that no live EngineProcess holds: the forkserver host's session lives on between
         # restarts and is not one.
         self.safety = StartSafety(self.settings.memory_floor_gib, self.settings.settle_timeout_s, leftovers=lambda:
-                                  engine_leftovers(TAG_ENV, f"{os.getpid()}-", [p.pid for p in list(_LIVE)]))
+                                  engine_leftovers(TAG_ENV, f"{os.getpid()}-", [p.pid for p in list(_LIVE)]),
+                                  page_cache=self.settings.page_cache)
 
     # -- EngineBackend ---------------------------------------------------------------------------------
     def check(self, space: SearchSpace) -> None:
@@ -268,11 +297,15 @@ class VllmEngine(EngineBackend):
             EngineError: vLLM cannot be imported there.
         """
         space.check_model_paths()
+        if self.settings.launcher:
+            _container.check_runtime(self.settings.launcher)
         if self.settings.mode == "serve" and space.engine_args.get("skip_tokenizer_init"):
             raise EngineError("vllm engine: engine.mode serve needs a tokenizer (vllm bench serve builds text "
                               "prompts), but engine_args.skip_tokenizer_init is set; use engine.mode offline, "
                               "or a model with a tokenizer (engine_args.tokenizer)")
         self._facts = self.probe()
+        if self.settings.image and self.settings.launcher:
+            self._image = _container.image_facts(self.settings.launcher[0], self.settings.image)
 
     def describe(self) -> EngineFacts:
         """Engine name, vLLM version, GPU, driver and CUDA version (probing vLLM once if needed)."""
@@ -286,7 +319,7 @@ class VllmEngine(EngineBackend):
             name=self.name, version=facts.get("vllm"), gpu=facts.get("gpu") or "none (CPU)",
             driver=facts.get("driver") or None, cuda=facts.get("cuda") or None,
             extra={"mode": self.settings.mode, "start_method": self.settings.resolved_start_method(),
-                   "interpreter": self.settings.interpreter_label(), "torch": facts.get("torch")},
+                   "interpreter": self.settings.interpreter_label(), "torch": facts.get("torch"), **self._image},
         )
 
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
@@ -297,7 +330,7 @@ class VllmEngine(EngineBackend):
         method = self.settings.resolved_start_method()
         self._say_start_method(method)
         try:
-            self.safety.settle()
+            self.safety.settle(request["llm_kwargs"].get("model"), hub_cache_dir(self.runner_env()))
         except MemoryNotSettled as exc:
             raise EngineError(f"vllm engine: {exc}") from None
         guard = self.safety.guard()
@@ -346,7 +379,7 @@ class VllmEngine(EngineBackend):
                 )
         else:
             outcome = launch(
-                [*self.settings.interpreter(), str(RUNNER_PATH)],
+                [*self.interpreter(), str(RUNNER_PATH)],
                 log_path=self.log_path(config, restart, seed),
                 startup_timeout_s=self.settings.startup_timeout_s,
                 measure_timeout_s=self.settings.measure_timeout_s,
@@ -373,7 +406,7 @@ class VllmEngine(EngineBackend):
             self._host = None
         if self._host is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            host = ForkHost(self.settings.interpreter(), self.process_env(),
+            host = ForkHost(self.interpreter(), self.process_env(),
                             self.work_dir() / "logs" / f"forkserver-host-{stamp}-{os.getpid()}.log")
             # An engine dropped without close(), or still open at interpreter exit, stops its host too (the host
             # would otherwise hold vLLM's imports in memory until this process ends).
@@ -406,7 +439,7 @@ class VllmEngine(EngineBackend):
         Raises:
             EngineError: vLLM cannot be imported there (the message names the interpreter and the fix).
         """
-        argv = [*self.settings.interpreter(), "-c", _PROBE_SOURCE]
+        argv = [*self.interpreter(), "-c", _PROBE_SOURCE]
         # A throw-away log: check() runs before the study has chosen its cache directory.
         with tempfile.TemporaryDirectory(prefix="autotune-probe-") as tmp:
             outcome = launch(argv, log_path=Path(tmp) / "probe.log", startup_timeout_s=_PROBE_TIMEOUT_S,
@@ -468,7 +501,23 @@ class VllmEngine(EngineBackend):
         if with_cache:
             env["VLLM_CACHE_ROOT"] = self.cache_root()
         env.update(self.settings.env)
+        if any("{" in v for v in self.settings.env.values()):
+            values = self.placeholders()
+            env.update({k: _container.render(v, values) for k, v in self.settings.env.items()})
         return env
+
+    def interpreter(self) -> list[str]:
+        """The command prefix that runs Python where vLLM lives, its placeholders filled in."""
+        parts = self.settings.interpreter()
+        if not any("{" in part for part in parts):
+            return parts
+        values = self.placeholders()
+        return [_container.render(part, values) for part in parts]
+
+    def placeholders(self) -> dict[str, str]:
+        """The launcher's placeholders (:mod:`._container`) for this engine's directory."""
+        return _container.placeholder_values(self.work_dir(), in_workdir=bool(self.cache_dir),
+                                             image=self.settings.image, runner_dir=RUNNER_PATH.parent)
 
     def process_env(self, with_cache: bool = True) -> dict[str, str]:
         """The engine process's environment: ours plus the runner's variables, unbuffered output."""
@@ -487,7 +536,8 @@ class VllmEngine(EngineBackend):
 
     def cache_root(self) -> str:
         """``VLLM_CACHE_ROOT`` for the engine: the option, else study-local."""
-        return self.settings.cache_root or str(self.work_dir() / "vllm-cache")
+        # Absolute: a container launcher mounts the study's directory at the same path, but starts elsewhere.
+        return self.settings.cache_root or os.path.abspath(self.work_dir() / "vllm-cache")
 
     def cold_marker(self, config: EngineConfig) -> Path:
         """The file whose presence says this configuration has started before with this cache."""
