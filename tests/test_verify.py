@@ -153,7 +153,7 @@ def test_a_study_verifies_a_runner_up_for_one_round_and_the_report_says_it_was_d
 
     space = parse_space(SMALL_SPACE)
     options = StudyOptions(study_name="runner-up", storage=f"sqlite:///{tmp_path / 'o.db'}", workdir=str(tmp_path),
-                           trials=6, top_k=1, verify_restarts=3, seed=0)
+                           trials=6, top_k=1, verify_restarts=3, verify_sequential_rounds=0, seed=0)
     ledger = run_study(space, FakeEngine(by_params(TRUTH), noise=0.02), options)
     entries = ledger.verification().entries
     challengers = [e for e in entries if e.candidate.role == CANDIDATE]
@@ -184,8 +184,10 @@ def test_the_study_verifies_with_the_loop_the_coverage_benchmark_scores(tmp_path
     engine = FakeEngine(by_params(tied), noise=0.03)
     again = run_verification(engine, space.workload, ledger.verify_candidates(), options.verify_restarts,
                              options.verify_seed, confidence=options.confidence,
-                             interval_method=options.interval_method, max_restarts=options.verify_max_restarts)
-    verify_seeds = {options.verify_seed(r) for r in range(options.verify_max_restarts)}
+                             interval_method=options.interval_method, max_restarts=options.verify_max_restarts,
+                             sequential_rounds=options.verify_sequential_rounds, margin=options.verify_margin)
+    verify_seeds = {options.verify_seed(r)
+                    for r in range(options.verify_max_restarts + options.verify_sequential_rounds)}
     assert engine.calls == [c for c in study_engine.calls if c[1] in verify_seeds]
     assert again.to_dict() == stored.to_dict()
 

@@ -188,6 +188,110 @@ def verification_coverage(scenario: str, noise: str, cv: float, draws: int, seed
                                 starts / draws)
 
 
+# -- sequential against fixed verification, on the same draws --------------------------------------------------
+
+
+#: CVs of the sequential table: where three rounds settle most verdicts, and where they settle few.
+SEQUENTIAL_CVS = (0.03, 0.10)
+
+
+@dataclasses.dataclass(frozen=True)
+class SequentialCoverage:
+    """One cell: the same phases scored three ways (each a tuple: fixed today, fixed at the planned maximum,
+    sequential). ``coverage`` of the winner's true speedup by its printed interval; ``conclusive``: the interval
+    excludes 1 or lies inside the margin; ``false_faster``: "faster" when the winner is truly no faster."""
+
+    draws: int
+    coverage: tuple[float, float, float]
+    conclusive: tuple[float, float, float]
+    false_faster: tuple[float, float, float]
+    starts: tuple[float, float, float]
+    looks: float
+
+
+def _conclusive(low: float, high: float, margin: float) -> bool:
+    return low > 1.0 or high < 1.0 or (low >= 1.0 / (1.0 + margin) and high <= 1.0 + margin)
+
+
+def sequential_coverage(scenario: str, noise: str, cv: float, draws: int, seed: int, *, restarts: int = 3,
+                        max_restarts: int = 5, rounds: int = 5, margin: float = 0.03) -> SequentialCoverage:
+    """Each draw runs the sequential verification (:func:`autotune.study.run_verification` with ``rounds``) and,
+    on an engine with the same seed, the fixed one (no sequential rounds); the fixed design at the planned
+    maximum takes the fixed one's restarts plus ``rounds`` more of its winner and the baseline from the same
+    engine, in the order the sequential rounds draw them (so where the sequential design stopped early the two
+    share their restarts), and states the full-level interval on all of them."""
+    speedups = SCENARIOS[scenario]
+    configs = [EngineConfig(compilation_config={"cudagraph_mode": f"MODE{i}"}) for i in range(len(speedups))]
+    base = EngineConfig()
+    truth = {c.key(): 1000.0 * s for c, s in zip(configs, speedups)} | {base.key(): 1000.0}
+    candidates = [Candidate(CANDIDATE, c) for c in configs] + [Candidate(BASELINE, base)]
+    cover = [0, 0, 0]
+    decided = [0, 0, 0]
+    false_faster = [0, 0, 0]
+    starts = [0, 0, 0]
+    looks = 0
+    for d in range(draws):
+        runs = []
+        for seq in (0, rounds):
+            engine = _NoisyEngine(truth, noise, cv, _rng(seed, "sequential", scenario, noise, cv, d))
+            v = run_verification(engine, Workload(), candidates, restarts, seed_for=lambda r: r,
+                                 max_restarts=max_restarts, sequential_rounds=seq, margin=margin)
+            runs.append((v, engine))
+        (fixed, fixed_engine), (sequential, _) = runs
+        w, b = fixed.winner, fixed.baseline
+        # The fixed design at the planned maximum: the fixed phase's restarts, then `rounds` more of its winner
+        # and the baseline, drawn on in the fixed phase's generator as the sequential rounds draw them.
+        full = None
+        if w.comparison is not None:
+            extra_w, extra_b = [], []
+            for r in range(rounds):
+                for key, into in ((w.candidate.config.key(), extra_w), (b.candidate.config.key(), extra_b)):
+                    into.append(float(draw_restarts(fixed_engine.rng, noise, cv, 1, mean=truth[key])[0, 0]))
+            full = compare([*w.summary.values, *extra_w], [*b.summary.values, *extra_b],
+                           comparisons=w.comparison.comparisons)
+        for i, (v, c, n) in enumerate(((fixed, fixed.winner.comparison, fixed.restarts_used),
+                                       (fixed, full, fixed.restarts_used + (2 * rounds if full else 0)),
+                                       (sequential, sequential.winner.comparison, sequential.restarts_used))):
+            true = truth[v.winner.candidate.config.key()] / 1000.0
+            starts[i] += n
+            if c is None:  # the baseline won: no speedup claimed
+                cover[i] += 1
+                continue
+            cover[i] += c.ci_low <= true <= c.ci_high
+            decided[i] += _conclusive(c.ci_low, c.ci_high, margin)
+            false_faster[i] += c.ci_low > 1.0 and true <= 1.0
+        looks += sequential.sequential.look if sequential.sequential is not None else 1
+
+    def share(xs: list[int]) -> tuple[float, float, float]:
+        return (xs[0] / draws, xs[1] / draws, xs[2] / draws)
+
+    return SequentialCoverage(draws, share(cover), share(decided), share(false_faster), share(starts),
+                              looks / draws)
+
+
+def _sequential_table(out: IO[str], draws: int, seed: int, cell: Any, rounds: int = 5) -> None:
+    out.write(f"\nSequential against fixed verification, on the same draws ({draws} phases a cell): 3 challengers "
+              f"and the baseline, 3 common rounds, near-ties up to 5, then up to {rounds} rounds of the winner and "
+              "the baseline (group-sequential, Lan-DeMets O'Brien-Fleming spending, margin 3%). `fixed` is today's "
+              f"design; `fixed max` the fixed design of the planned maximum ({rounds} more rounds, always run). The "
+              "winner's interval claims 98.33% in all three (Bonferroni over 3); `conclusive`: it excludes 1 or "
+              "lies inside [1/1.03, 1.03]; `starts / verdict`: engine starts per conclusive verdict.\n\n")
+    out.write("| true speedups | noise | CV | coverage fixed / fixed max / sequential | conclusive fixed / fixed max "
+              "/ sequential | false faster (seq) | starts fixed / fixed max / sequential | sequential / fixed max "
+              "starts | starts / verdict fixed / fixed max / sequential | mean look |\n")
+    out.write("|---|---|---|---|---|---|---|---|---|---|\n")
+    for scenario in SCENARIOS:
+        for noise in NOISES:
+            for cv in SEQUENTIAL_CVS:
+                r = cell("sequential", scenario, noise, cv, draws, seed)
+                per = " / ".join("-" if c == 0 else f"{s / c:.1f}" for s, c in zip(r.starts, r.conclusive))
+                out.write(f"| {scenario} {SCENARIOS[scenario]} | {noise} | {cv:.0%} | "
+                          + " / ".join(_pct(x) for x in r.coverage) + " | "
+                          + " / ".join(_pct(x) for x in r.conclusive) + f" | {_pct(r.false_faster[2])} | "
+                          + " / ".join(f"{x:.1f}" for x in r.starts) + f" | {r.starts[2] / r.starts[1]:.2f} | "
+                          + per + f" | {r.looks:.1f} |\n")
+
+
 # -- the table -------------------------------------------------------------------------------------------------
 
 
@@ -196,13 +300,14 @@ def _pct(x: float) -> str:
 
 
 def _cell(job: tuple[str, tuple, dict]) -> object:
-    fn = {"throughput": throughput_coverage, "speedup": speedup_coverage, "verify": verification_coverage}[job[0]]
+    fn = {"throughput": throughput_coverage, "speedup": speedup_coverage, "verify": verification_coverage,
+          "sequential": sequential_coverage}[job[0]]
     return fn(*job[1], **job[2])
 
 
 def run(draws: int, seed: int, out: IO[str], cvs: Sequence[float] = (0.03, 0.06, 0.10, 0.15),
         ns: Sequence[int] = (2, 3, 4, 5, 6), bootstrap_draws: int = 400, verify_draws: int = 400,
-        jobs: int = 1) -> None:
+        jobs: int = 1, sequential_draws: int = 400, only_sequential: bool = False) -> None:
     """Print the four coverage tables as markdown, computing their cells in ``jobs`` processes."""
     started = time.monotonic()
     unequal = [(cv, ref_cv, n, ref_n) for cv, ref_cv in ((0.15, 0.03), (0.03, 0.15), (0.10, 0.05))
@@ -221,6 +326,10 @@ def run(draws: int, seed: int, out: IO[str], cvs: Sequence[float] = (0.03, 0.06,
     for scenario in SCENARIOS:
         for noise in NOISES:
             cells += [("verify", (scenario, noise, cv, verify_draws, seed), {}) for cv in (0.03, 0.10, 0.15)]
+    if only_sequential:
+        cells = []
+    cells += [("sequential", (scenario, noise, cv, sequential_draws, seed), {}) for scenario in SCENARIOS
+              for noise in NOISES for cv in SEQUENTIAL_CVS]
     if jobs > 1:
         with multiprocessing.get_context("spawn").Pool(jobs) as pool:
             results = dict(zip(range(len(cells)), pool.map(_cell, cells, chunksize=1)))
@@ -230,6 +339,11 @@ def run(draws: int, seed: int, out: IO[str], cvs: Sequence[float] = (0.03, 0.06,
 
     def cell(kind: str, *args: object, **kw: object) -> Any:
         return got[(kind, args, tuple(sorted(kw.items())))]
+
+    if only_sequential:
+        _sequential_table(out, sequential_draws, seed, cell)
+        out.write(f"\n({time.monotonic() - started:.0f} s wall, {jobs} process(es))\n")
+        return
 
     out.write(f"Throughput interval, 95% claimed ({draws} draws a cell; `old t` = the arithmetic t interval it "
               "replaced, `old t low<=0` = share of those reaching zero or below)\n\n")
@@ -272,6 +386,7 @@ def run(draws: int, seed: int, out: IO[str], cvs: Sequence[float] = (0.03, 0.06,
                 r = cell("verify", scenario, noise, cv, verify_draws, seed)
                 out.write(f"| {scenario} {SCENARIOS[scenario]} | {noise} | {cv:.0%} | {_pct(r.speedup_coverage)} "
                           f"| {_pct(r.throughput_coverage)} | {_pct(r.says_faster)} | {r.mean_starts:.1f} |\n")
+    _sequential_table(out, sequential_draws, seed, cell)
     out.write(f"\n({time.monotonic() - started:.0f} s wall, {jobs} process(es))\n")
 
 
@@ -282,14 +397,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="samples per cell for the old bootstrap, which is slow (default 400)")
     parser.add_argument("--verify-draws", type=int, default=400,
                         help="verification phases per cell (default 400)")
+    parser.add_argument("--sequential-draws", type=int, default=400,
+                        help="verification phases per cell of the sequential-against-fixed table (default 400)")
+    parser.add_argument("--only-sequential", action="store_true",
+                        help="print only the sequential-against-fixed table")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     args = parser.parse_args(argv)
-    for name in ("draws", "bootstrap_draws", "verify_draws", "jobs"):
+    for name in ("draws", "bootstrap_draws", "verify_draws", "sequential_draws", "jobs"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     run(args.draws, args.seed, sys.stdout, bootstrap_draws=args.bootstrap_draws, verify_draws=args.verify_draws,
-        jobs=args.jobs)
+        jobs=args.jobs, sequential_draws=args.sequential_draws, only_sequential=args.only_sequential)
     return 0
 
 

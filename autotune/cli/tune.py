@@ -46,6 +46,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=None,
                    help="configurations verified at the end (default: 3; with --budget-restarts, 1 per 30 starts)")
     p.add_argument("--verify-restarts", type=int, default=3, help="restarts per verified configuration")
+    p.add_argument("--verify-rounds", type=int, default=5,
+                   help="most extra rounds of the winner and the baseline while its speedup interval straddles 1 "
+                        "and the budget pays (a group-sequential design; 0: fixed verification; default: %(default)s)")
+    p.add_argument("--verify-margin", type=float, default=0.03,
+                   help="equivalence margin that also ends those rounds: 0.03 = the speedup interval inside "
+                        "[1/1.03, 1.03] (default: %(default)s)")
     p.add_argument("--no-verify", action="store_true", help="skip the verification phase")
     p.add_argument("--budget-restarts", type=int, help="engine starts for the whole study, verification included")
     p.add_argument("--budget-minutes", type=float, help="engine wall minutes for the whole study")
@@ -89,6 +95,10 @@ def _check_flags(args: argparse.Namespace, options: Any) -> None:
                         ("--verify-restarts", options.verify_restarts), ("--heartbeat", options.heartbeat_s)):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
+    if options.verify_sequential_rounds < 0:
+        raise UsageError(f"--verify-rounds must be >= 0 (0: fixed verification), got {options.verify_sequential_rounds}")
+    if not 0.0 < options.verify_margin < 1.0:
+        raise UsageError(f"--verify-margin must be a fraction between 0 and 1 (0.03 is 3%), got {options.verify_margin:g}")
     restarts = options.policy.min_restarts
     if restarts < 1 or restarts > args.max_restarts and not args.no_racing:
         raise UsageError(f"--restarts must be between 1 and --max-restarts ({args.max_restarts}), got {restarts}")

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.decisions.sequential import SequentialLook, SequentialPlan, read_look
 from autotune.stats.intervals import Comparison, TrialSummary, Verdict, compare, shrunk_means, summarize
 from autotune.stats.latency import SloCheck, check_slo, meets_slo, summarize_latency
 from autotune.core.records import EngineConfig, RestartResult
@@ -232,6 +233,8 @@ class Verification:
         minutes_used: Engine wall time the phase cost.
         max_restarts: Cap on counted restarts for near-ties (extra rounds); equal to ``restarts_per_config``
             when there were none to give.
+        sequential: Where the sequential design stood at the conclusion (:mod:`autotune.decisions.sequential`);
+            ``None`` for a fixed design (no rounds planned after the first look, or a study from before it).
     """
 
     entries: tuple[VerifiedConfig, ...]
@@ -240,6 +243,7 @@ class Verification:
     restarts_used: int
     minutes_used: float
     max_restarts: int | None = None
+    sequential: SequentialLook | None = None
 
     @property
     def winner(self) -> VerifiedConfig:
@@ -265,6 +269,7 @@ class Verification:
             "minutes_used": self.minutes_used,
             "max_restarts": self.max_restarts,
             "verdict": self.verdict,
+            "sequential": None if self.sequential is None else self.sequential.to_dict(),
         }
 
     @classmethod
@@ -276,6 +281,7 @@ class Verification:
             int(data["restarts_used"]),
             float(data["minutes_used"]),
             None if data.get("max_restarts") is None else int(data["max_restarts"]),
+            None if data.get("sequential") is None else SequentialLook.from_dict(data["sequential"]),
         )
 
 
@@ -434,7 +440,14 @@ def conclude(
     max_restarts: int | None = None,
     slo: Mapping[str, float] | None = None,
     unit: str = "tok/s",
+    sequential: SequentialPlan | None = None,
 ) -> Verification:
+    """The verification's outcome from its restarts: every configuration summarised, the winner (the highest
+    verified mean that may win) and its comparison with the baseline.
+
+    With a ``sequential`` plan that ran rounds after the first look, the winner is the plan's (picked at the first
+    look) and its comparison is the design's interval at the last look (:func:`read_look`).
+    """
     per_key = {c.config.key(): tuple(progress.get(c.config.key(), ())) for c in candidates}
     # The winner is the highest of several means, so its own 95% interval would cover its true mean less than
     # 95% of the time. Intervals at the Bonferroni level over the family cover every member at once, the
@@ -462,6 +475,21 @@ def conclude(
     usable = [i for i, e in enumerate(entries)
               if not e.dropped and e.summary.status == "ok" and e.summary.values and e.meets_slo]
     winner = max(usable, key=lambda i: entries[i].summary.mean) if usable else len(entries) - 1
+    look = None
+    if sequential is not None and sequential.extra_rounds > 0:
+        winner, look = _sequential_winner(entries, winner, sequential, per_key[base.config.key()])
     all_restarts = [r for rs in per_key.values() for r in rs]
     minutes = sum((r.wall_s or 0.0) for r in all_restarts) / 60.0
-    return Verification(tuple(entries), winner, restarts, len(all_restarts), minutes, max_restarts)
+    return Verification(tuple(entries), winner, restarts, len(all_restarts), minutes, max_restarts, look)
+
+
+def _sequential_winner(entries: list[VerifiedConfig], winner: int, plan: SequentialPlan,
+                       base_restarts: Sequence[RestartResult]) -> tuple[int, SequentialLook | None]:
+    """The plan's winner, its comparison replaced by the sequential design's (``entries`` is updated)."""
+    index = next((i for i, e in enumerate(entries) if e.candidate.config.key() == plan.winner
+                  and e.comparison is not None), None)
+    if index is None:
+        return winner, None
+    comparison, look = read_look(plan, entries[index].restarts, base_restarts)
+    entries[index] = dataclasses.replace(entries[index], comparison=comparison)
+    return index, look

@@ -27,6 +27,7 @@ from autotune.report.latency import (Prompts, SloOutcome, TrialLatency, prompts_
 from autotune.report.levels import LevelBest, level_bests, render_levels
 from autotune.report._machine import MachineNotes, machine_notes, render_machine
 from autotune.report.outputs import OutputChecks, output_checks, render_outputs
+from autotune.decisions.sequential import SequentialLook, sequential_lines
 from autotune.decisions.verification import BASELINE, VerifiedConfig
 
 __all__ = [
@@ -309,11 +310,14 @@ class VerificationTable:
     restarts_used: int
     minutes_used: float
     max_restarts: int | None = None
+    #: The sequential design at the conclusion (autotune.decisions.sequential.SequentialLook); None: fixed design.
+    sequential: SequentialLook | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"entries": [e.to_dict() for e in self.entries], "restarts_per_config": self.restarts_per_config,
                 "max_restarts": self.max_restarts,
-                "restarts_used": self.restarts_used, "minutes_used": self.minutes_used}
+                "restarts_used": self.restarts_used, "minutes_used": self.minutes_used,
+                "sequential": None if self.sequential is None else self.sequential.to_dict()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -443,7 +447,7 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
     if v is not None:
         rows = _flag_speculation_changes(ledger, tuple(VerifiedRow.from_verified(e) for e in v.entries))
         table = VerificationTable(rows, v.restarts_per_config, v.restarts_used, round(v.minutes_used, 3),
-                                  v.max_restarts)
+                                  v.max_restarts, v.sequential)
         winner = rows[v.winner_index]
         baseline = next(r for r in rows if r.is_baseline)
         verdict = v.verdict
@@ -658,6 +662,8 @@ def _verification_lines(report: Report, winner: VerifiedRow, table: Verification
         speedup = float("nan") if sp is None else sp.speedup
         ci = "" if sp is None else sp.interval_text()
         lines.append(f"Verdict: {str(report.verdict).upper()} - winner is {speedup:.2f}x the baseline{ci}")
+        if table.sequential is not None:
+            lines += sequential_lines(table.sequential)
     if winner.differences:
         lines.append("WARNING: the winner itself did not run as configured: " + "; ".join(winner.differences)
                      + ". Its throughput is what the engine resolved to; export it knowing that.")

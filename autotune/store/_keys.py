@@ -28,6 +28,8 @@ _SEARCH_STOPPED_KEY = "autotune:search_stopped"
 _SEARCH_CLOSED_KEY = "autotune:search_closed"
 #: The configurations chosen for verification, fixed once chosen so a resume verifies the same ones.
 _VERIFY_CANDIDATES_KEY = "autotune:verify_candidates"
+#: The sequential verification design, fixed at its first look (:class:`~autotune.decisions.sequential.SequentialPlan`).
+_VERIFY_SEQUENTIAL_KEY = "autotune:verify_sequential"
 #: Verification restarts run so far: config key -> list of restart dicts, saved after every restart.
 _VERIFY_PROGRESS_KEY = "autotune:verify_progress"
 #: The finished verification (:class:`~autotune.decisions.verification.Verification`).

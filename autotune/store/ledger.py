@@ -44,6 +44,7 @@ from autotune.core.records import EngineConfig, RestartResult
 from autotune.core.redact import redact
 from autotune.decisions.outputs import CONSTRAINT as _OUTPUT_CONSTRAINT
 from autotune.decisions.outputs import OutputCheck, constraint_value
+from autotune.decisions.sequential import SequentialPlan
 from autotune.decisions.verification import Candidate, Verification
 from autotune.machine import FLOOR_CONSTRAINT
 from autotune.stats.coldstart import ColdVerdict
@@ -55,7 +56,7 @@ from autotune.store._keys import (  # noqa: F401 - the key constants are importa
     _MLFLOW_PARENT_RUN_KEY, _OWNER_KEY, _PLANNED_STARTS_KEY, _PRUNED_REASON_KEY, _RESOLVED_DIFFERS_KEY,
     _RESTARTS_KEY, _SCHEMA_KEY, _SEARCH_CLOSED_KEY, _SEARCH_STOPPED_KEY, _SLO_CHECKS_KEY, _SPACE_YAML_KEY,
     _STUDY_UID_KEY, _SUMMARY_KEY, _VERIFICATION_KEY, _VERIFY_CANDIDATES_KEY, _VERIFY_PROGRESS_KEY,
-    _VERIFY_ROUND_JOB, CLAIM_JOB_KEY, CLAIM_OWNER_KEY, CLAIM_RESTARTS_KEY, CLAIMS_SUFFIX, FINISH_JOB,
+    _VERIFY_ROUND_JOB, _VERIFY_SEQUENTIAL_KEY, CLAIM_JOB_KEY, CLAIM_OWNER_KEY, CLAIM_RESTARTS_KEY, CLAIMS_SUFFIX, FINISH_JOB,
     MLFLOW_PARENT_JOB, SCHEMA_VERSION, VERIFY_CONCLUDE_JOB, bare as _bare,
 )
 from autotune.store._meta import StudyMeta
@@ -621,6 +622,13 @@ class Ledger:
 
     def record_verify_candidates(self, candidates: Sequence[Candidate]) -> None:
         self._set_study(_VERIFY_CANDIDATES_KEY, [c.to_dict() for c in candidates])
+
+    def verify_sequential(self) -> SequentialPlan | None:
+        stored = self._study_attr(_VERIFY_SEQUENTIAL_KEY)
+        return None if stored is None else SequentialPlan.from_dict(stored)
+
+    def record_verify_sequential(self, plan: SequentialPlan) -> None:
+        self._set_study(_VERIFY_SEQUENTIAL_KEY, plan.to_dict())
 
     def verify_progress(self) -> dict[str, list[dict[str, Any]]]:
         """Verification restarts a single-process autotune of an earlier version stored, by config key (this one

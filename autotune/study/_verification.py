@@ -18,6 +18,7 @@ from optuna.trial import FrozenTrial
 
 from autotune.config.space import SearchSpace
 from autotune.core.records import RestartResult, Workload
+from autotune.decisions.sequential import DEFAULT_MARGIN, SequentialPlan
 from autotune.decisions.verification import (
     BASELINE,
     Candidate,
@@ -32,6 +33,7 @@ from autotune.store.ledger import VERIFY_CONCLUDE_JOB, Ledger
 from autotune.study._budget import _runner_up_starts, _starts_fit, _verify_may_start, _verify_plan, _verify_top_k
 from autotune.study._floor import infeasible_keys
 from autotune.study._outputs import baseline_reference, judge_outputs
+from autotune.study import _sequential
 from autotune.study._restart import measure_restart
 from autotune.study.events import StudyContext, StudyObserver, notify
 
@@ -81,6 +83,12 @@ class RoundBook(Protocol):
     def record_verification(self, verification: Verification) -> None:
         """Store the conclusion (under the conclusion's claim)."""
 
+    def sequential_plan(self) -> SequentialPlan | None:
+        """The sequential design, once fixed (:mod:`autotune.study._sequential`)."""
+
+    def record_sequential_plan(self, plan: SequentialPlan) -> None:
+        """Fix the sequential design for every process and resume."""
+
 
 def restart_runner(engine: Any, workload: Workload, seed_for: Callable[[int], int]) -> RunRestart:
     """:data:`RunRestart` on ``engine``: round ``r`` on seed ``seed_for(r)``, the same for every configuration in the
@@ -111,6 +119,11 @@ class VerificationLoop:
         cap: Cap on counted restarts of a near-tie (``common``: no extra rounds).
         may_start: Whether the restarts of these candidates still to run fit the budget (default: always).
         on_restart: Called with every restart as it lands, after it is recorded.
+        sequential_rounds: Most rounds of the winner and the baseline after the verification rounds, while its
+            verdict is open (:mod:`autotune.study._sequential`); 0: a fixed design.
+        margin: Equivalence margin that ends the sequential rounds.
+        rounds_fit: ``rounds_fit(pair, most)``: how many such rounds the budget pays for at the first look
+            (default: ``most``).
     """
 
     candidates: Sequence[Candidate]
@@ -125,11 +138,15 @@ class VerificationLoop:
     unit: str = "tok/s"
     may_start: Callable[[Sequence[Candidate]], bool] | None = None
     on_restart: Callable[[Candidate, RestartResult], None] | None = None
+    sequential_rounds: int = 0
+    margin: float = DEFAULT_MARGIN
+    rounds_fit: Callable[[Sequence[Candidate], int], int] | None = None
 
     def run(self) -> Verification | None:
         """Run this process's share of the phase. Returns the verification if this process concluded it."""
         self._common_rounds()
         self._near_tie_rounds()
+        _sequential.sequential_rounds(self)
         return self._conclude()
 
     def _participants(self, rnd: int) -> list[Candidate] | None:
@@ -200,7 +217,7 @@ class VerificationLoop:
             return None
         verification = conclude(self.candidates, self.book.rounds().progress(), self.common, self.confidence,
                                 self.interval_method, self.alpha, max_restarts=self.cap, slo=self.slo or {},
-                                unit=self.unit)
+                                unit=self.unit, sequential=self.book.sequential_plan())
         self.book.record_verification(verification)
         claim.complete()
         return verification
@@ -238,6 +255,13 @@ class MemoryRounds:
         self.completed: set[int] = set()
         self.claims: list[_MemoryClaim] = []
         self.verification: Verification | None = None
+        self.plan: SequentialPlan | None = None
+
+    def sequential_plan(self) -> SequentialPlan | None:
+        return self.plan
+
+    def record_sequential_plan(self, plan: SequentialPlan) -> None:
+        self.plan = plan
 
     def concluded(self) -> bool:
         return self.verification is not None
@@ -287,6 +311,8 @@ def run_verification(
     max_restarts: int | None = None,
     may_start: Callable[[int], bool] | None = None,
     slo: Mapping[str, float] | None = None,
+    sequential_rounds: int = 0,
+    margin: float = DEFAULT_MARGIN,
 ) -> Verification:
     """The verification phase in one process, in memory: :class:`VerificationLoop` on a :class:`MemoryRounds`.
 
@@ -303,6 +329,8 @@ def run_verification(
         alpha: Family-wise error rate of the comparisons with the baseline.
         max_restarts: Cap on counted restarts of a near-tie (default: ``restarts``, no extra rounds).
         may_start: ``may_start(n)``: whether ``n`` more engine starts fit the budget (default: always).
+        sequential_rounds: Most rounds of the winner and the baseline while its verdict is open (0: fixed design).
+        margin: Equivalence margin that ends them.
     """
     earlier = Rounds.from_progress({k: [RestartResult.from_dict(d) for d in v] for k, v in (done or {}).items()})
 
@@ -314,10 +342,18 @@ def run_verification(
     loop = VerificationLoop(candidates, book, restart_runner(engine, workload, seed_for), restarts,
                             max(restarts, max_restarts or restarts), confidence, interval_method, alpha, slo,
                             workload.unit, None if may_start is None else (lambda todo: may_start(len(todo))),
-                            on_result)
+                            on_result, sequential_rounds, margin,
+                            None if may_start is None else (lambda pair, most: _fit(may_start, len(pair), most)))
     verification = loop.run()
     assert verification is not None  # one process concludes what it runs
     return verification
+
+
+def _fit(may_start: Callable[[int], bool], per_round: int, most: int) -> int:
+    fit = 0
+    while fit < most and may_start(per_round * (fit + 1)):
+        fit += 1
+    return fit
 
 
 # -- the study's rounds: the ledger and its claims -------------------------------------------------------------
@@ -358,6 +394,12 @@ class _StudyRounds:
         legacy = {k: [RestartResult.from_dict(d) for d in v] for k, v in self.ledger.verify_progress().items()}
         return Rounds.from_progress(legacy).merged(Rounds.from_stored(self.ledger.verify_rounds()))
 
+    def sequential_plan(self) -> SequentialPlan | None:
+        return self.ledger.verify_sequential()
+
+    def record_sequential_plan(self, plan: SequentialPlan) -> None:
+        self.ledger.record_verify_sequential(plan)
+
     def record_verification(self, verification: Verification) -> None:
         self.ledger.record_verification(verification)
         self.ctx.concluded = True
@@ -376,7 +418,9 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         slo=ctx.space.slo_constraints, unit=ctx.space.workload.unit,
         may_start=lambda todo: _verify_may_start(ledger, options, todo),
         on_restart=lambda cand, result: notify(observers, "on_restart", ctx, "verify",
-                                               f"verify {cand.config.label()}", result))
+                                               f"verify {cand.config.label()}", result),
+        sequential_rounds=options.verify_sequential_rounds, margin=options.verify_margin,
+        rounds_fit=lambda pair, most: _sequential.rounds_fit(ledger, options, pair, most))
     return loop.run()
 
 

@@ -47,6 +47,10 @@ class StudyOptions:
         verify_restarts: Counted restarts per verified configuration.
         verify_max_restarts: Cap on counted restarts for challengers still tied with the leading one (extra
             verification rounds, the baseline alongside); ``verify_restarts`` turns extra rounds off.
+        verify_sequential_rounds: Most rounds of the winner and the baseline after those, while the winner's
+            speedup interval straddles 1 and the budget pays for them, under a group-sequential design
+            (:mod:`autotune.decisions.sequential`); 0 keeps the fixed design.
+        verify_margin: Equivalence margin that also ends those rounds: the interval inside ``[1/(1+m), 1+m]``.
         budget_restarts: Engine starts for the whole study (search + verification), or ``None``.
         budget_minutes: Engine wall minutes for the whole study, or ``None``.
         sampler: ``tpe`` (default) or ``gp``.
@@ -69,6 +73,8 @@ class StudyOptions:
     top_k: int | None = None
     verify_restarts: int = 3
     verify_max_restarts: int = 5
+    verify_sequential_rounds: int = 5
+    verify_margin: float = 0.03
     budget_restarts: int | None = None
     budget_minutes: float | None = None
     sampler: str = "tpe"
@@ -101,6 +107,8 @@ class StudyOptions:
             policy=RacingPolicy(min_restarts=restarts, max_restarts=max(restarts, args.max_restarts),
                                 racing=not args.no_racing),
             top_k=args.top_k, verify_restarts=args.verify_restarts, budget_restarts=args.budget_restarts,
+            verify_sequential_rounds=getattr(args, "verify_rounds", default.verify_sequential_rounds),
+            verify_margin=getattr(args, "verify_margin", default.verify_margin),
             budget_minutes=args.budget_minutes, sampler=args.sampler, seed=args.seed,
             interval_method=args.ci_method, fresh=args.fresh, verify=not args.no_verify,
             command=tuple(command), enqueue=tuple(dict(p) for p in enqueue), heartbeat_s=args.heartbeat,
@@ -119,6 +127,7 @@ class StudyOptions:
             # derive it the same way, not inherit the number this one would have used before any start.
             "top_k": self.top_k if self.top_k_follows_minutes else self.verify_top_k,
             "verify_restarts": self.verify_restarts, "verify_max_restarts": self.verify_max_restarts,
+            "verify_sequential_rounds": self.verify_sequential_rounds, "verify_margin": self.verify_margin,
             "budget_restarts": self.budget_restarts, "budget_minutes": self.budget_minutes, "trials": self.trials,
             "seed": self.seed, "command": tuple(self.command), "confidence": self.confidence,
             "interval_method": self.interval_method, "verify": self.verify,
@@ -147,6 +156,7 @@ class StudyOptions:
             policy=RacingPolicy(**meta.racing) if meta.racing else default.policy, top_k=meta.top_k,
             verify_restarts=verify_restarts,
             verify_max_restarts=(verify_restarts if meta.verify_max_restarts is None else meta.verify_max_restarts),
+            verify_sequential_rounds=stored("verify_sequential_rounds"), verify_margin=stored("verify_margin"),
             budget_restarts=meta.budget_restarts, budget_minutes=meta.budget_minutes, sampler=stored("sampler"),
             seed=stored("seed"), confidence=stored("confidence"), interval_method=stored("interval_method"),
             verify=stored("verify"), enqueue=tuple(dict(p) for p in meta.enqueue), heartbeat_s=heartbeat_s,

@@ -1,0 +1,87 @@
+"""The sequential rounds of verification: the winner and the baseline again while the verdict is open.
+
+:class:`~autotune.study._verification.VerificationLoop` calls :func:`sequential_rounds` after its verification
+rounds. The design is fixed once, at the first look (:func:`plan`): the winner those rounds picked, and as many
+rounds as the budget left then pays for, up to the cap; it is stored in the round book, so every worker and a
+resume follow the same plan. Each round then runs only if :func:`autotune.decisions.sequential.continues` says so
+on the rounds before it, so who runs what is a function of earlier rounds, as for the near-tie rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from autotune.decisions.sequential import SequentialPlan, continues
+from autotune.decisions.verification import BASELINE, Candidate, Rounds, conclude
+from autotune.store.ledger import Ledger
+from autotune.study._budget import _starts_fit
+from autotune.study.options import StudyOptions
+
+#: A :class:`~autotune.study._verification.VerificationLoop` (not imported: that module imports this one).
+VerificationLoop = Any
+
+__all__ = ["plan", "rounds_fit", "sequential_rounds"]
+
+
+def _before(rounds: Rounds, rnd: int) -> Rounds:
+    return Rounds({r: dict(v) for r, v in rounds.by_round.items() if r < rnd})
+
+
+def plan(loop: VerificationLoop) -> SequentialPlan | None:
+    """The stored plan, or the one made now from the verification rounds' conclusion and the budget left.
+
+    ``None`` when there is nothing to settle: the baseline won, or the winner has no interval.
+    """
+    stored = loop.book.sequential_plan()
+    if stored is not None:
+        return stored
+    fixed = _before(loop.book.rounds(), loop.cap).progress()
+    first = conclude(loop.candidates, fixed, loop.common, loop.confidence, loop.interval_method, loop.alpha,
+                     max_restarts=loop.cap, slo=loop.slo or {}, unit=loop.unit)
+    winner, comparison = first.winner, first.winner.comparison
+    if winner.candidate.role == BASELINE or comparison is None or comparison.ci_low != comparison.ci_low:
+        return None
+    pair = [winner.candidate, first.baseline.candidate]
+    most = loop.sequential_rounds
+    extra = most if loop.rounds_fit is None else max(0, min(most, loop.rounds_fit(pair, most)))
+    made = SequentialPlan(winner.candidate.config.key(), extra, loop.cap, winner.summary.n,
+                          first.baseline.summary.n, round(1.0 - comparison.confidence, 12), comparison.comparisons,
+                          loop.margin)
+    loop.book.record_sequential_plan(made)
+    return made
+
+
+def sequential_rounds(loop: VerificationLoop) -> None:
+    """Run the sequential rounds this process takes; stop when the design says the verdict is settled."""
+    if loop.sequential_rounds <= 0 or loop.book.concluded():
+        return
+    design = plan(loop)
+    if design is None or design.extra_rounds == 0:
+        return
+    pair = [c for c in loop.candidates if c.config.key() == design.winner or c.role == BASELINE]
+    winner = next(c for c in pair if c.role != BASELINE)
+    base = next(c for c in pair if c.role == BASELINE)
+    for rnd in range(design.first_round, design.first_round + design.extra_rounds):
+        if loop.book.concluded():
+            return
+        earlier = _before(loop.book.rounds(), rnd).progress()
+        if not continues(design, earlier.get(winner.config.key(), ()), earlier.get(base.config.key(), ()), rnd):
+            return
+        claim = loop.book.wait_round(rnd)
+        if claim is None:
+            continue  # another worker ran this round
+        todo = loop._todo(pair, rnd)
+        if todo and (loop.may_start is None or loop.may_start(todo)):
+            loop._run_round(todo, rnd, claim)
+        # A round the budget leaves out stays empty: the next one sees it and stops (the budget ended).
+        claim.complete()
+
+
+def rounds_fit(ledger: Ledger, options: StudyOptions, pair: Sequence[Candidate], most: int) -> int:
+    """How many rounds of warm restarts of ``pair`` the study's budget still pays for, up to ``most``."""
+    starts = [(c.config.key(), False) for c in pair]
+    fit = 0
+    while fit < most and _starts_fit(ledger, options, starts * (fit + 1)):
+        fit += 1
+    return fit
