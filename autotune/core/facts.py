@@ -12,9 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["FactValue", "clean_facts", "numeric_facts"]
+__all__ = ["KV_CACHE_GIB", "KV_CACHE_TOKENS", "PAGE_CACHE_ADDED_GIB", "FactValue", "clean_facts", "numeric_facts"]
 
 FactValue = float | int | str | bool
+
+# -- KV capacity and page cache (the vllm engine's log parser, the simulator's unified memory) -------------
+#: Memory given to the KV cache, GiB.
+KV_CACHE_GIB = "kv_cache_gib"
+#: KV cache size in tokens.
+KV_CACHE_TOKENS = "kv_cache_tokens"
+#: Page cache the start's weight loading added (GiB): a cold start from disk adds the weights, a warm one little.
+PAGE_CACHE_ADDED_GIB = "page_cache_added_gib"
 
 
 def clean_facts(facts: Mapping[str, Any] | None) -> dict[str, FactValue]:
