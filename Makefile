@@ -73,6 +73,15 @@ bench-check: install
 bench-redact: install
 	$(PY) -m autotune.bench.redaction
 
+.PHONY: bench-memory
+
+# The memory guard end to end on the simulator's unified-memory gb10 (issue 20, item 8): per seed, the gb10 study
+# without unified-memory effects, with them and the guard, and with them and no floor (which wedges the simulated
+# host); counts of wedges, completions and winners. Exit 1 when a guarded study does not complete.
+MEMORY_ARGS ?=
+bench-memory: install
+	$(PY) -m autotune.bench.memory $(MEMORY_ARGS)
+
 .PHONY: bench-scaling
 
 # 1, 2, 4 and 8 workers sharing one study at the same engine-start budget, on simulated time (docs/scaling.md).

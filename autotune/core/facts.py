@@ -72,6 +72,9 @@ def gpu_fact(index: int, figure: str) -> str:
 PAGE_CACHE = "page_cache"
 #: Seconds spent dropping (and, for warm, re-reading the weights into) the page cache before the start.
 PAGE_CACHE_S = "page_cache_s"
+#: Page cache the start's weight loading added (GiB): a cold start from disk adds the weights, a warm one little
+#: (the simulator's unified memory says it; a real engine does not).
+PAGE_CACHE_ADDED_GIB = "page_cache_added_gib"
 
 
 def clean_facts(facts: Mapping[str, Any] | None) -> dict[str, FactValue]:

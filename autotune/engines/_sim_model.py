@@ -208,6 +208,8 @@ class HardwareProfile:
         compile_cold_s: Compile seconds with a cold cache.
         capture_s: Seconds per captured graph.
         shutdown_s: Seconds to stop the engine.
+        unified_memory: The GPU allocates from host memory (a GB10): the engine runs on a simulated host whose
+            memory the real guard and settle watch (:mod:`autotune.engines._sim_memory`).
     """
 
     name: str
@@ -231,6 +233,7 @@ class HardwareProfile:
     compile_cold_s: float
     capture_s: float
     shutdown_s: float
+    unified_memory: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,6 +345,7 @@ HARDWARE: dict[str, HardwareProfile] = {
         noise_sd=0.06, shared_noise_share=0.3, pass_noise_sd=0.015,
         cold_slowdown=(0.30, 0.60), first_pass_slowdown=(0.10, 0.50),
         init_s=40.0, compile_warm_s=20.0, compile_cold_s=110.0, capture_s=1.5, shutdown_s=5.0,
+        unified_memory=True,
     ),
     # Flat: pure per-token compute, no launch, CPU or padding cost. A step costs the same per token whatever
     # the graph mode, and speculation pays (1+K) tokens of compute for accept_len < 1+K tokens of output,

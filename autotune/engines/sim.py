@@ -21,16 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engines import _sim_landscape as landscapes
+from autotune.engines import _sim_memory as memory
 from autotune.engines import _sim_model as model
 from autotune.engines._sim_passes import simulate_passes
 from autotune.core import facts as F
 from autotune.engines._base import EngineBackend, EngineError
+from autotune.engines._sim_memory import HostWedged
 # The vLLM runner's latency summary (stdlib only), so simulated and real restarts report the same figures.
 from autotune.engines.vllm._dataset import latency_summary, request_timing
+from autotune.machine import MemoryNotSettled
 from autotune.core.records import (GOODPUT_METRICS, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult,
                               RestartStatus, Workload, combine_latency)
 
-__all__ = ["SimEngine"]
+__all__ = ["HostWedged", "SimEngine"]
 
 #: Engine options (the space file's ``engine: sim:`` section) and their defaults.
 DEFAULT_OPTIONS: dict[str, Any] = {
@@ -40,6 +43,8 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "noise": None,  # None: the hardware profile's restart-to-restart sd
     "time_scale": 0.0,  # real seconds per simulated second of a restart's wall time (0: return at once)
     "landscape_seed": 0,  # profile "random" only: which landscape of the family (see _sim_landscape)
+    "unified_memory": None,  # None: the profile's (gb10: on); false runs without the simulated host's memory
+    "memory_floor_gib": None,  # with unified memory: the guard's floor (None: the default; 0: off, the host can wedge)
 }
 #: The profile that draws its landscape from ``landscape_seed`` instead of using the physics model's constants.
 RANDOM_PROFILE = "random"
@@ -98,6 +103,8 @@ class SimEngine(EngineBackend):
                               "write e.g. \"0.26.0\"") from None
         self.noise_sd = _noise(opts["noise"], self.hardware.noise_sd)
         self.time_scale = _time_scale(opts["time_scale"])
+        #: The simulated unified-memory host, read by the real memory guard and settle (None: not unified).
+        self.host = _host(opts["unified_memory"], opts["memory_floor_gib"], self.hardware, self.model.name)
         #: How a restart's scaled wall time passes; the scaling benchmark swaps in a simulated clock.
         self.sleep = time.sleep
         self._compiled: set[str] = set()
@@ -216,12 +223,36 @@ class SimEngine(EngineBackend):
         facts = {**F.phase_facts(**startup, warmup=sum(warmup_s), timed=sum(timed_s)),
                  F.WARMUP_PASSES: len(warmup), F.PASS_ROUNDS: passes.rounds}
         accept = self._accept_len(config, workload, rng)
+        if self.host is not None:
+            started = self._start_on_host(config, plan, cold, startup_s, wall_s - startup_s - self.hardware.shutdown_s,
+                                          restart, seed)
+            if started.trip_reason is not None:
+                return RestartResult.failure(
+                    RestartStatus.FAILED, started.trip_reason, restart=restart, seed=seed, resolved=resolved,
+                    cold=cold, wall_s=(started.killed_after_s or 0.0) + self.hardware.shutdown_s,
+                    log_tail=started.trip_reason, facts=started.facts)
+            facts = {**facts, **started.facts}
         return RestartResult(
             status=RestartStatus.OK, restart=restart, seed=seed, passes_tok_s=tuple(timed), warmup_tok_s=tuple(warmup),
             passes_s=tuple(timed_s), facts=facts,
             startup_s=startup_s, wall_s=wall_s, resolved=resolved, accept_len=accept, cold=cold,
             latency=levels[0].latency if len(levels) == 1 else {}, levels=tuple(levels) if len(levels) > 1 else (),
         )
+
+    def _start_on_host(self, config: EngineConfig, plan: model.Plan, cold: bool, startup_s: float, measure_s: float,
+                       restart: int, seed: int) -> memory.StartOutcome:
+        """The start on the simulated unified-memory host: settle, then loading, KV and capture inside the real
+        memory guard (raises :class:`HostWedged` when nothing stopped the engine in time)."""
+        assert self.host is not None
+        utilization = float(config.engine_args.get("gpu_memory_utilization", memory.DEFAULT_UTILIZATION))
+        need = memory.plan_memory(self.host.spec, plan, self.model, utilization)
+        load_s, compile_s, capture_s = memory.start_phases(startup_s, plan, self.hardware, self.model, cold)
+        try:
+            return self.host.run_start(need, load_s=load_s, compile_s=compile_s, capture_s=capture_s,
+                                       measure_s=measure_s, rng=memory.restart_rng(config.key(), restart, seed),
+                                       label=config.label())
+        except MemoryNotSettled as exc:
+            raise EngineError(f"sim engine: {exc}") from None
 
     def describe(self) -> EngineFacts:
         """Engine facts for tracking; ``simulated`` marks every number as coming from the model."""
@@ -329,6 +360,18 @@ def _choice(key: str, value: Any, table: dict[str, Any]) -> Any:
     except KeyError:
         raise EngineError(f"sim engine: engine.{key} {value!r} is unknown; choose one of "
                           f"{', '.join(sorted(table))}") from None
+
+
+def _host(unified: Any, floor: Any, hardware: model.HardwareProfile, model_profile: str) -> memory.SimulatedHost | None:
+    if unified is not None and not isinstance(unified, bool):
+        raise EngineError(f"sim engine: engine.unified_memory must be true or false (or left out: the profile's), "
+                          f"got {unified!r}")
+    if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not floor >= 0
+                              or not math.isfinite(floor)):
+        raise EngineError(f"sim engine: engine.memory_floor_gib must be a number of GiB (0: no floor), got {floor!r}")
+    if not (hardware.unified_memory if unified is None else unified):
+        return None
+    return memory.SimulatedHost(memory.UnifiedMemory(), None if floor is None else float(floor), model_profile)
 
 
 def _noise(value: Any, default: float) -> float:
