@@ -25,7 +25,7 @@ def main(path: str) -> int:
             cost = None if not wall or cpu is None else 100.0 * cpu / wall
             if cost is not None:
                 costs.append(cost)
-            row = (trial.get("number"), trial.get("label"), i, r.get("status"), r.get("cold"), _n(wall), _n(cpu, 4),
+            row = (trial.get("trial", trial.get("number")), trial.get("label"), i, r.get("status"), r.get("cold"), _n(wall), _n(cpu, 4),
                    _n(cost, 3), f.get("memory_samples"), f.get("kv_tokens"), _n(f.get("kv_gib")),
                    _n(f.get("graph_memory_gib")), _n(f.get("graph_pool_gib")), _n(f.get("vllm_capture_s")),
                    _n(f.get("mem_available_min_gib")), _n(f.get("cached_gib")), f.get("memory_guard") or "")

@@ -12,6 +12,7 @@ OUT="${OUT:-/tmp/out}"
 PART="${PART:-facts}"
 WORK="${WORK:-/tmp/mem20}"
 ENGINE="${ENGINE:-vllm}"
+PY="${PY:-python3}"
 export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$WORK"
@@ -24,24 +25,24 @@ print("torch", torch.__version__, "cuda", torch.version.cuda); print("gpu", torc
 cat "$OUT/env-$PART.txt"
 
 report() {  # study name, file stem
-    python3 -m autotune report --study "$1" --storage "sqlite:///$WORK/optuna.db" --json "$OUT/$2.json" \
+    "$PY" -m autotune report --study "$1" --storage "sqlite:///$WORK/optuna.db" --json "$OUT/$2.json" \
         > "$OUT/$2.txt" 2>&1 || true
     cp -f "$WORK/optuna.db" "$OUT/optuna.db" 2>/dev/null || true
-    python3 scripts/h200_facts_table.py "$OUT/$2.json" | tee "$OUT/$2-facts.txt"
+    "$PY" scripts/h200_facts_table.py "$OUT/$2.json" | tee "$OUT/$2-facts.txt"
 }
 
 if [[ "$PART" == "facts" ]]; then
-    python3 -m autotune doctor --space search_spaces/h200-dummy.yaml > "$OUT/doctor.txt" 2>&1
+    "$PY" -m autotune doctor --space search_spaces/h200-dummy.yaml > "$OUT/doctor.txt" 2>&1
     echo "doctor exit status: $?" >> "$OUT/doctor.txt"
     cat "$OUT/doctor.txt"
-    # Capture settings side by side (the baselines come first on their own): every configuration twice, no racing,
-    # no verification: the point is each restart's facts, not a winner.
+    # Capture settings side by side (the baselines, engine defaults with and without ngram K=3, come first on their
+    # own): each configuration's cold start and one warm restart, no racing, no verification: the point is each
+    # restart's facts, not a winner.
     timeout --signal=INT --kill-after=30 "${SECONDS_LEFT:-450}" \
-        python3 -m autotune tune --space search_spaces/h200-dummy.yaml --engine "$ENGINE" --no-mlflow \
+        "$PY" -m autotune tune --space search_spaces/h200-dummy.yaml --engine "$ENGINE" --no-mlflow \
             --study mem20-facts --storage "sqlite:///$WORK/optuna.db" --workdir "$WORK" --seed 0 \
-            --trials 6 --no-racing --restarts 2 --no-verify \
-            --enqueue mode=NONE --enqueue mode=PIECEWISE,sizes=step8-64 \
-            --enqueue mode=FULL_AND_PIECEWISE,sizes=aligned-64 --enqueue mode=FULL,sizes=tiny \
+            --trials 4 --no-racing --restarts 1 --no-verify \
+            --enqueue mode=NONE --enqueue mode=FULL_AND_PIECEWISE,sizes=aligned-64 \
             2>&1 | tr '\r' '\n' | grep -v '^trials:' | tee -a "$OUT/tune-facts.txt"
     echo "tune exit status: ${PIPESTATUS[0]}" | tee -a "$OUT/tune-facts.txt"
     report mem20-facts report-facts
@@ -49,7 +50,7 @@ if [[ "$PART" == "facts" ]]; then
 fi
 
 # PART=hog: the floor at MemAvailable - 24 GiB (vLLM's own host memory stays far under that), and a process that
-# allocates and touches 40 GiB three seconds after the study's first engine log appears, holds it 20 s, and exits.
+# allocates and touches 40 GiB three seconds after the first restart log appears under the study's logs/, holds it 20 s, and exits.
 python3 - "$WORK/h200-hog.yaml" <<'PY'
 import sys, yaml
 avail = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemAvailable:")) / 2**20
@@ -71,11 +72,11 @@ def say(msg):
     with open(out, "a") as f:
         f.write(f"{time.time() - t0:7.1f} s  {msg}\n")
 say("hog waiting for the first engine log under " + root)
-while not glob.glob(os.path.join(root, "**", "*.log"), recursive=True):
+while not glob.glob(os.path.join(root, "logs", "**", "*.log"), recursive=True):
     if time.time() - t0 > 400:
         say("no engine log in 400 s; giving up"); sys.exit(1)
     time.sleep(0.2)
-say("engine log seen: " + ", ".join(glob.glob(os.path.join(root, "**", "*.log"), recursive=True)))
+say("engine log seen: " + ", ".join(glob.glob(os.path.join(root, "logs", "**", "*.log"), recursive=True)))
 time.sleep(3)
 say("allocating 40 GiB")
 hog = np.ones(40 * 2**30 // 8)  # np.ones writes every page
@@ -87,9 +88,9 @@ say("released")
 PY
 HOG=$!
 timeout --signal=INT --kill-after=30 "${SECONDS_LEFT:-450}" \
-    python3 -m autotune tune --space "$WORK/h200-hog.yaml" --engine "$ENGINE" --no-mlflow \
+    "$PY" -m autotune tune --space "$WORK/h200-hog.yaml" --engine "$ENGINE" --no-mlflow \
         --study mem20-hog --storage "sqlite:///$WORK/optuna.db" --workdir "$WORK" --seed 0 \
-        --trials 2 --no-racing --restarts 2 --no-verify \
+        --trials 1 --no-racing --restarts 1 --no-verify \
         2>&1 | tr '\r' '\n' | grep -v '^trials:' | tee -a "$OUT/tune-hog.txt"
 echo "tune exit status: ${PIPESTATUS[0]}" | tee -a "$OUT/tune-hog.txt"
 kill "$HOG" 2>/dev/null; wait "$HOG" 2>/dev/null
