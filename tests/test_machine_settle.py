@@ -195,3 +195,24 @@ def test_a_process_a_live_engine_process_holds_is_not_a_leftover_and_one_nobody_
         os.killpg(orphan.pid, signal.SIGKILL)
         orphan.popen.wait()
     assert psutil.pid_exists(orphan.pid) is False or psutil.Process(orphan.pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_no_start_begins_under_the_guard_floor_even_where_host_memory_is_otherwise_left_out(tmp_path):
+    # Seen on the H200 (docs/measurements/h200-memory-guard.md): a hog held host memory under the floor, the
+    # guard killed the restart, and its rerun started at once into the same hog and was charged a second hit.
+    # Host memory is not the engine's there (check_host=False), but a start under the floor is still refused:
+    # the settle waits for MemAvailable to clear the floor.
+    fake = SlowRelease(tmp_path / "meminfo", full=100 * GIB, rate_gib_s=4.0)
+    fake.hold(20 * GIB)
+    result = settle(MemoryLevel(100 * GIB), reader=MeminfoReader(fake.path), clock=fake.clock, sleep=fake.sleep,
+                    check_host=False, floor=40 * GIB, interval_s=0.5)
+    assert result.waited and result.level.host_available > 40 * GIB and result.waited_s >= 5.0
+    # Without a floor (0: off) the same level starts at once, as before.
+    fake.hold(20 * GIB)
+    quick = settle(MemoryLevel(100 * GIB), reader=MeminfoReader(fake.path), clock=fake.clock,
+                   sleep=lambda s: setattr(fake, "now", fake.now + s), check_host=False, floor=0)
+    assert quick.samples == 2
+    # A floor that never clears ends the wait with one line naming it.
+    with pytest.raises(MemoryNotSettled, match="under the memory guard's floor"):
+        settle(MemoryLevel(100 * GIB), reader=MeminfoReader(fake.path), clock=fake.clock,
+               sleep=lambda s: setattr(fake, "now", fake.now + s), check_host=False, floor=40 * GIB, timeout_s=10)

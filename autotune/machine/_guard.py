@@ -269,6 +269,19 @@ class MemoryGuard:
             self.sleep(self.interval_s)
         return None
 
+    def _watch_then_keep_killing(self) -> None:
+        # The thread's loop. After a trip the kill is repeated at every interval until the restart ends: an engine
+        # found by its tag may not exist yet when the guard trips (a start refused below the floor, a launcher that
+        # forks the engine a moment later), and nothing of a killed restart may start running afterwards.
+        if self.watch() is None:
+            return
+        while not self._stopped.is_set():
+            self.sleep(self.interval_s)
+            with self._lock:
+                kill = self._kill
+            if kill is not None and not self._stopped.is_set():
+                kill()
+
     def attach(self, kill: Callable[[], Any]) -> None:
         """What to call to kill the engine (e.g. SIGKILL to its process group); called at once if already tripped."""
         with self._lock:
@@ -280,7 +293,8 @@ class MemoryGuard:
     def start(self) -> MemoryGuard:
         self._started_at = self.clock()
         self.sample()  # the level before the start: a host already below the floor fails before anything starts
-        self._thread = threading.Thread(target=self.watch, name="autotune-memory-guard", daemon=True)
+        self._thread = threading.Thread(target=self._watch_then_keep_killing, name="autotune-memory-guard",
+                                        daemon=True)
         self._thread.start()
         return self
 

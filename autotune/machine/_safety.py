@@ -123,7 +123,8 @@ class StartSafety:
             extra["sleep"] = self._sleep
         self.last_settle = settle(self.baseline, reader=self.reader, gpu_reader=self.gpu_reader,
                                   leftovers=self.leftovers, timeout_s=self.settle_timeout_s,
-                                  interval_s=self.settle_interval_s, check_host=self.check_host, **extra)
+                                  interval_s=self.settle_interval_s, check_host=self.check_host, floor=self.floor,
+                                  **extra)
         return self.last_settle
 
     def guard(self) -> MemoryGuard:

@@ -120,10 +120,12 @@ def settle(baseline: MemoryLevel, *, reader: Callable[[], MemInfo] | None = None
            leftovers: Callable[[], list[str]] = list, timeout_s: float = SETTLE_TIMEOUT_S,
            interval_s: float = SETTLE_INTERVAL_S, clock: Callable[[], float] = time.monotonic,
            sleep: Callable[[float], Any] = time.sleep, holders: Callable[[], list[str]] = top_rss,
-           check_host: bool = True) -> SettleResult:
+           check_host: bool = True, floor: int = 0) -> SettleResult:
     """Wait until memory is back at ``baseline`` (within :func:`tolerance_bytes`), stable over two samples, and
     ``leftovers()`` is empty. ``check_host=False`` leaves host memory out (several workers share the host and
-    fill it in turn; their GPUs and leftovers are still their own).
+    fill it in turn; their GPUs and leftovers are still their own), all but ``floor``: no start begins while host
+    MemAvailable is under the memory guard's floor, on any machine (the guard would kill it at once, and a
+    configuration would be charged with a floor hit that some other program caused).
 
     Raises:
         MemoryNotSettled: not within ``timeout_s``; one line with the figures and what holds the memory.
@@ -136,7 +138,7 @@ def settle(baseline: MemoryLevel, *, reader: Callable[[], MemInfo] | None = None
         level = measure_level(read, gpu_reader)
         samples += 1
         left = leftovers()
-        short = _short_of(baseline, level, check_host)
+        short = _short_of(baseline, level, check_host, floor)
         stable = previous is not None and _stable(previous, level, check_host)
         if not left and short is None and stable:
             return SettleResult(waited_s=clock() - start, samples=samples, level=level)
@@ -156,7 +158,9 @@ def settle(baseline: MemoryLevel, *, reader: Callable[[], MemInfo] | None = None
         sleep(interval_s)
 
 
-def _short_of(baseline: MemoryLevel, level: MemoryLevel, check_host: bool = True) -> str | None:
+def _short_of(baseline: MemoryLevel, level: MemoryLevel, check_host: bool = True, floor: int = 0) -> str | None:
+    if floor > 0 and level.host_available <= floor:
+        return f"MemAvailable {gib(level.host_available)} is under the memory guard's floor {gib(floor)}"
     tol = tolerance_bytes(baseline.host_available)
     if check_host and level.host_available < baseline.host_available - tol:
         return (f"MemAvailable {gib(level.host_available)} is {gib(baseline.host_available - level.host_available)} "

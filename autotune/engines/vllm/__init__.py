@@ -341,6 +341,11 @@ class VllmEngine(EngineBackend):
         guard.attach(lambda: kill_tagged_except(TAG_ENV, mine, before))
         launched_at = time.time()
         with guard:
+            if guard.trip is not None:
+                # Under the floor before anything started (the settle saw it above a moment ago): start nothing.
+                return RestartResult.failure(RestartStatus.FAILED, guard.trip.reason(), restart=restart, seed=seed,
+                                             cold=cold, start_method=method, wall_s=0.0,
+                                             facts=self.safety.restart_facts())
             outcome = self._launch(config, request, restart, seed, method)
         if method == "forkserver" and outcome.ready is not None and outcome.ready.get("preloaded") is False:
             self._say_not_preloaded()
