@@ -23,6 +23,8 @@ from autotune.core.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, 
 from autotune.report.latency import (Prompts, SloOutcome, TrialLatency, prompts_note, render_latency, search_latency,
                                      slo_outcome)
 from autotune.report.levels import LevelBest, level_bests, render_levels
+from autotune.report._counts import (FAILED, INTERRUPTED, FailedTrial, TrialCounts, classify_trials, count_outcomes,
+                                     listed)
 from autotune.decisions.verification import BASELINE, VerifiedConfig
 
 __all__ = [
@@ -233,23 +235,6 @@ class SearchTrial:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrialCounts:
-    """Search trials by outcome; repeats of a configuration and infeasible suggestions apart.
-
-    ``screened`` trials stopped at a cold start that showed they could not be the best (Optuna holds them as
-    complete, with the predicted value the sampler was told); they have no counted restart, so they are not among
-    ``complete``.
-    """
-
-    complete: int = 0
-    pruned: int = 0
-    fail: int = 0
-    duplicates: int = 0
-    infeasible: int = 0
-    screened: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
 class ChangedConfig:
     """A configuration the engine changed silently: where (a trial, or verification) and how."""
 
@@ -263,13 +248,6 @@ class ChangedConfig:
         if self.phase is not None:
             out["phase"] = self.phase
         return out
-
-
-@dataclasses.dataclass(frozen=True)
-class FailedTrial:
-    trial: int
-    label: str
-    reason: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,6 +332,8 @@ class Report:
     levels: tuple[LevelBest, ...] = ()
     #: What the study's own test said about cold starts (:class:`~autotune.stats.coldstart.ColdVerdict`), when it ran.
     cold_starts: str | None = None
+    #: Search trials cut short and queued again (not failures): the header's ``interrupted`` count.
+    interrupted: tuple[FailedTrial, ...] = ()
 
     @property
     def unit(self) -> str:
@@ -376,6 +356,7 @@ class Report:
             "trials": dataclasses.asdict(self.trials),
             "warnings": [w.to_dict() for w in self.warnings],
             "failures": [dataclasses.asdict(f) for f in self.failures],
+            "interrupted": [dataclasses.asdict(f) for f in self.interrupted],
             "budget": self.budget.to_dict(),
             "search_stopped": self.search_stopped,
             "cold_starts": self.cold_starts,
@@ -448,20 +429,12 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
     trials = ledger.study.get_trials(deepcopy=False)
     records = ledger.trial_records()
     meta = ledger.meta()
-    counted = [t for t in trials if not ledger.is_duplicate(t) and not ledger.is_infeasible(t)]
-    screened = [t for t in counted if t.state == TrialState.COMPLETE and ledger.pruned_reason(t)]
-    counts = TrialCounts(
-        complete=sum(1 for t in counted if t.state == TrialState.COMPLETE) - len(screened),
-        screened=len(screened),
-        pruned=sum(1 for t in counted if t.state == TrialState.PRUNED),
-        fail=sum(1 for t in counted if t.state == TrialState.FAIL),
-        duplicates=sum(1 for t in trials if ledger.is_duplicate(t)),
-        infeasible=sum(1 for t in trials if ledger.is_infeasible(t)),
-    )
+    # One classification for the header's counts and the lists below it (autotune.report._counts).
+    outcomes = classify_trials(ledger)
+    counts = count_outcomes(outcomes)
     warnings = [ChangedConfig(r.number, r.config.label(), tuple(r.summary.differences))
                 for r in records if r.summary is not None and r.summary.differences and r.duplicate_of is None]
-    failures = tuple(FailedTrial(r.number, r.config.label(), r.reason)
-                     for r in records if r.state == "FAIL" and r.reason and r.duplicate_of is None)
+    failures = listed(outcomes, FAILED)
     restarts_used, minutes_used = ledger.budget_used()
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     search_best = None
@@ -497,7 +470,7 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                   objective=meta.objective, slo=dict(meta.slo), search_latency=search_latency(ledger),
                   slo_outcome=outcome, search_trials=search_trials,
                   no_result=no_result_reason(counts, failures, winner, baseline, table is not None), levels=levels,
-                  cold_starts=_cold_starts_line(ledger))
+                  cold_starts=_cold_starts_line(ledger), interrupted=listed(outcomes, INTERRUPTED))
 
 
 def _cold_starts_line(ledger: Ledger) -> str | None:
@@ -570,7 +543,8 @@ def render_report(report: Report) -> str:
     lines.append(f"Trials: {t.complete} complete, "
                  + (f"{t.screened} screened on their cold start, " if t.screened else "")
                  + f"{t.pruned} raced out, {t.fail} failed"
-                 f"  |  engine starts {b.restarts_used}"
+                 + (f", {t.interrupted} interrupted" if t.interrupted else "")
+                 + f"  |  engine starts {b.restarts_used}"
                  + (f" of {b.budget_restarts}" if b.budget_restarts else "")
                  + f", {b.minutes_used:.1f} engine-minutes"
                  + (" (simulated)" if engine.simulated else "")
@@ -610,6 +584,12 @@ def render_report(report: Report) -> str:
             lines.append(f"  x trial {f.trial} {f.label}: {f.reason}")
         if len(report.failures) > _SHOWN_FAILURES:
             lines.append(f"  ... and {len(report.failures) - _SHOWN_FAILURES} more (--json for all)")
+    if report.interrupted:
+        lines.append("")
+        lines.append(f"Interrupted trials ({len(report.interrupted)}, cut short; their configurations ran again):")
+        lines += [f"  ~ trial {f.trial} {f.label}: {f.reason}" for f in report.interrupted[:_SHOWN_FAILURES]]
+        if len(report.interrupted) > _SHOWN_FAILURES:
+            lines.append(f"  ... and {len(report.interrupted) - _SHOWN_FAILURES} more (--json for all)")
     duplicates = [t.record for t in report.search_trials if t.duplicate_of is not None]
     if duplicates:
         lines.append("")
