@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.store.ledger import Ledger, StudyMeta, TrialRecord
+from autotune.store.ledger import Ledger, SearchEnd, StudyMeta, TrialRecord
 from autotune.stats.intervals import Comparison, TrialSummary, format_mean
 from autotune.stats.latency import LatencyStat, SloCheck, meets_slo, summarize_latency
 from autotune.core.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, speculation_plan_change
@@ -334,6 +334,8 @@ class Report:
     cold_starts: str | None = None
     #: Search trials cut short and queued again (not failures): the header's ``interrupted`` count.
     interrupted: tuple[FailedTrial, ...] = ()
+    #: Why the search ended, with the numbers (``None``: still running, or a study from before it was stored).
+    search_end: SearchEnd | None = None
 
     @property
     def unit(self) -> str:
@@ -359,6 +361,8 @@ class Report:
             "interrupted": [dataclasses.asdict(f) for f in self.interrupted],
             "budget": self.budget.to_dict(),
             "search_stopped": self.search_stopped,
+            "search_end": None if self.search_end is None else {**self.search_end.to_dict(),
+                                                                "text": self.search_end.describe()},
             "cold_starts": self.cold_starts,
             "verification": None if self.verification is None else self.verification.to_dict(),
             "winner": None if self.winner is None else self.winner.to_dict(),
@@ -470,7 +474,8 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                   objective=meta.objective, slo=dict(meta.slo), search_latency=search_latency(ledger),
                   slo_outcome=outcome, search_trials=search_trials,
                   no_result=no_result_reason(counts, failures, winner, baseline, table is not None), levels=levels,
-                  cold_starts=_cold_starts_line(ledger), interrupted=listed(outcomes, INTERRUPTED))
+                  cold_starts=_cold_starts_line(ledger), interrupted=listed(outcomes, INTERRUPTED),
+                  search_end=ledger.search_end())
 
 
 def _cold_starts_line(ledger: Ledger) -> str | None:
@@ -550,7 +555,9 @@ def render_report(report: Report) -> str:
                  + (" (simulated)" if engine.simulated else "")
                  + (f" (verification: {b.verification_restarts} starts)" if b.verification_restarts is not None
                     else ""))
-    if report.search_stopped:
+    if report.search_end is not None:
+        lines.append(f"Search ended: {report.search_end.describe()}.")
+    elif report.search_stopped:
         lines.append(f"Search stopped early: {report.search_stopped}.")
     if report.cold_starts:
         lines.append(f"{report.cold_starts}.")
