@@ -91,6 +91,7 @@ def _record_interrupted_search(ctx: StudyContext, why: str) -> None:
     """Store that the search was interrupted (the same command resumes it and stores its next end). Best effort:
     a storage that fails now must not hide the interruption."""
     try:
-        ctx.ledger.record_search_end(search_end(ctx, INTERRUPTED, why))
+        if not ctx.ledger.search_closed():  # a closed search keeps the reason it closed with
+            ctx.ledger.record_search_end(search_end(ctx, INTERRUPTED, why))
     except Exception:  # noqa: BLE001 - the interruption is what the user must see
         pass
