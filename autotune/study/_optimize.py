@@ -18,8 +18,8 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config.space import Infeasible
 from autotune.store._optuna import frozen_trial, trial_id
 from autotune.store.ledger import Ledger
-from autotune.study._budget import _entry_starts, _first_starts, _search_may_start, check_budget
 from autotune.store.search_end import BASELINE_FAILED, CONVERGED, INFEASIBLE
+from autotune.study._budget import _entry_starts, _first_starts, _search_may_start, check_budget
 from autotune.study._start_design import START_DESIGN_TRIALS, _queue_spread, _queue_unmeasured
 from autotune.study._stopping import search_end
 from autotune.study._trial import TrialMeasurement
@@ -117,8 +117,9 @@ def _search(ctx: StudyContext, observers: Sequence[StudyObserver]) -> None:
         if idle >= MAX_IDLE_SUGGESTIONS and ledger.search_stopped() is None:
             ledger.record_search_stopped(f"{idle} suggestions in a row were repeats or infeasible: "
                                          "the sampler has converged on what it measured")
-            detail = f"{idle} suggestions in a row were " + ("infeasible" if only_infeasible else "repeats or infeasible")
-            ledger.record_search_end(search_end(ctx, INFEASIBLE if only_infeasible else CONVERGED, detail))
+            what = "infeasible" if only_infeasible else "repeats or infeasible"
+            ledger.record_search_end(search_end(ctx, INFEASIBLE if only_infeasible else CONVERGED,
+                                                f"{idle} suggestions in a row were {what}"))
         trial = _next_trial(ctx)
         if trial is None:
             notify(observers, "on_search_end", ctx, ledger.search_end(), started)
@@ -127,9 +128,10 @@ def _search(ctx: StudyContext, observers: Sequence[StudyObserver]) -> None:
         ctx.claims.heartbeat.hold(trial_id(trial))
         try:
             outcome = _run_trial(ctx, trial, observers)
-            started += outcome == _STARTED
-            idle = 0 if outcome == _STARTED else idle + 1
-            only_infeasible = outcome == _INFEASIBLE if idle == 1 else only_infeasible and outcome == _INFEASIBLE
+            if outcome == _STARTED:
+                started, idle, only_infeasible = started + 1, 0, True
+            else:
+                idle, only_infeasible = idle + 1, only_infeasible and outcome == _INFEASIBLE
             _stop_if_the_baseline_failed(ctx, trial)
         except optuna.exceptions.UpdateFinishedTrialError:
             # Another worker failed this trial: no heartbeat of ours reached the storage for the grace period

@@ -12,8 +12,8 @@ from autotune.engines import EngineBackend
 from autotune.engines.process import stop_live
 from autotune.store import ledger as _ledger
 from autotune.store.ledger import Ledger
-from autotune.study._open import DEFAULT_POLL_S, _open
 from autotune.store.search_end import INTERRUPTED
+from autotune.study._open import DEFAULT_POLL_S, _open
 from autotune.study._optimize import _interruption, _search
 from autotune.study._stopping import search_end
 from autotune.study._verification import _verify
