@@ -52,7 +52,7 @@ def test_a_failed_baseline_claims_no_speedup(tmp_path):
     assert "nanx" not in text and "Verdict: NONE" in text and "RuntimeError" in text
     # The search stopped at the failed baseline: nothing after it could be claimed, so nothing after it ran.
     assert report.trials.complete + report.trials.screened + report.trials.pruned == 0 and report.trials.fail == 1
-    assert "Search stopped early: the baseline (engine defaults) failed" in text
+    assert "Search ended: the baseline failed: engine defaults failed" in text
     assert engine.calls and all(key == baseline_key for key, _ in engine.calls)
 
 

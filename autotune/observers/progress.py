@@ -87,6 +87,15 @@ class ProgressPrinter(StudyObserver):
         if self.bar is not None:
             self.bar.update(1)
 
+    def on_search_end(self, ctx: Any, end: Any, trials_started: int) -> None:
+        if end is None:
+            return
+        ledger, options = ctx.ledger, ctx.options
+        if trials_started == 0 and ctx.resumed and options.verify and not ledger.has_verification():
+            self._write(f"The search was already over ({end.describe()}): going straight to verification")
+        else:
+            self._write(f"Search over: {end.describe()}")
+
     def on_verification_end(self, ctx: Any, verification: Any) -> None:
         self._write(f"verification done: {verification.restarts_used} engine starts")
 

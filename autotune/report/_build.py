@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from autotune.report._simcheck import SimulatorCheck, simulator_check
 from autotune.report.phases import PhaseTotals, phase_totals, render_phases
-from autotune.store.ledger import Ledger, StudyMeta, TrialRecord
+from autotune.store.ledger import Ledger, SearchEnd, StudyMeta, TrialRecord
 from autotune.stats.intervals import Comparison, TrialSummary, format_mean
 from autotune.stats.latency import LatencyStat, SloCheck, meets_slo, summarize_latency
 from autotune.core.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, speculation_plan_change
@@ -28,6 +28,8 @@ from autotune.report.levels import LevelBest, level_bests, render_levels
 from autotune.report._machine import MachineNotes, machine_notes, render_machine
 from autotune.report.outputs import OutputChecks, output_checks, render_outputs
 from autotune.decisions.sequential import SequentialLook, sequential_lines
+from autotune.report._counts import (FAILED, INTERRUPTED, FailedTrial, TrialCounts, classify_trials, count_outcomes,
+                                     listed)
 from autotune.decisions.verification import BASELINE, VerifiedConfig
 
 __all__ = [
@@ -238,23 +240,6 @@ class SearchTrial:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrialCounts:
-    """Search trials by outcome; repeats of a configuration and infeasible suggestions apart.
-
-    ``screened`` trials stopped at a cold start that showed they could not be the best (Optuna holds them as
-    complete, with the predicted value the sampler was told); they have no counted restart, so they are not among
-    ``complete``.
-    """
-
-    complete: int = 0
-    pruned: int = 0
-    fail: int = 0
-    duplicates: int = 0
-    infeasible: int = 0
-    screened: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
 class ChangedConfig:
     """A configuration the engine changed silently: where (a trial, or verification) and how."""
 
@@ -268,13 +253,6 @@ class ChangedConfig:
         if self.phase is not None:
             out["phase"] = self.phase
         return out
-
-
-@dataclasses.dataclass(frozen=True)
-class FailedTrial:
-    trial: int
-    label: str
-    reason: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,6 +334,10 @@ class Report:
     phases: PhaseTotals | None = None
     #: Each trial's agreement with the baseline's outputs (:mod:`autotune.report.outputs`); ``None``: no check ran.
     output_checks: OutputChecks | None = None
+    #: Search trials cut short and queued again (not failures): the header's ``interrupted`` count.
+    interrupted: tuple[FailedTrial, ...] = ()
+    #: Why the search ended, with the numbers (``None``: still running, or a study from before it was stored).
+    search_end: SearchEnd | None = None
 
     @property
     def unit(self) -> str:
@@ -378,8 +360,11 @@ class Report:
             "trials": dataclasses.asdict(self.trials),
             "warnings": [w.to_dict() for w in self.warnings],
             "failures": [dataclasses.asdict(f) for f in self.failures],
+            "interrupted": [dataclasses.asdict(f) for f in self.interrupted],
             "budget": self.budget.to_dict(),
             "search_stopped": self.search_stopped,
+            "search_end": None if self.search_end is None else {**self.search_end.to_dict(),
+                                                                "text": self.search_end.describe()},
             "cold_starts": self.cold_starts,
             "verification": None if self.verification is None else self.verification.to_dict(),
             "winner": None if self.winner is None else self.winner.to_dict(),
@@ -422,20 +407,12 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
     trials = ledger.study.get_trials(deepcopy=False)
     records = ledger.trial_records()
     meta = ledger.meta()
-    counted = [t for t in trials if not ledger.is_duplicate(t) and not ledger.is_infeasible(t)]
-    screened = [t for t in counted if t.state == TrialState.COMPLETE and ledger.pruned_reason(t)]
-    counts = TrialCounts(
-        complete=sum(1 for t in counted if t.state == TrialState.COMPLETE) - len(screened),
-        screened=len(screened),
-        pruned=sum(1 for t in counted if t.state == TrialState.PRUNED),
-        fail=sum(1 for t in counted if t.state == TrialState.FAIL),
-        duplicates=sum(1 for t in trials if ledger.is_duplicate(t)),
-        infeasible=sum(1 for t in trials if ledger.is_infeasible(t)),
-    )
+    # One classification for the header's counts and the lists below it (autotune.report._counts).
+    outcomes = classify_trials(ledger)
+    counts = count_outcomes(outcomes)
     warnings = [ChangedConfig(r.number, r.config.label(), tuple(r.summary.differences))
                 for r in records if r.summary is not None and r.summary.differences and r.duplicate_of is None]
-    failures = tuple(FailedTrial(r.number, r.config.label(), r.reason)
-                     for r in records if r.state == "FAIL" and r.reason and r.duplicate_of is None)
+    failures = listed(outcomes, FAILED)
     restarts_used, minutes_used = ledger.budget_used()
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     search_best = None
@@ -478,7 +455,8 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                                                                                            if table else ()))],
                                         meta.workload),
                   phases=phase_totals(ledger.restarts_spent()),
-                  output_checks=output_checks(ledger, records, space))
+                  output_checks=output_checks(ledger, records, space),
+                  interrupted=listed(outcomes, INTERRUPTED), search_end=ledger.search_end())
 
 
 def _cold_starts_line(ledger: Ledger) -> str | None:
@@ -551,13 +529,16 @@ def render_report(report: Report) -> str:
     lines.append(f"Trials: {t.complete} complete, "
                  + (f"{t.screened} screened on their cold start, " if t.screened else "")
                  + f"{t.pruned} raced out, {t.fail} failed"
-                 f"  |  engine starts {b.restarts_used}"
+                 + (f", {t.interrupted} interrupted" if t.interrupted else "")
+                 + f"  |  engine starts {b.restarts_used}"
                  + (f" of {b.budget_restarts}" if b.budget_restarts else "")
                  + f", {b.minutes_used:.1f} engine-minutes"
                  + (" (simulated)" if engine.simulated else "")
                  + (f" (verification: {b.verification_restarts} starts)" if b.verification_restarts is not None
                     else ""))
-    if report.search_stopped:
+    if report.search_end is not None:
+        lines.append(f"Search ended: {report.search_end.describe()}.")
+    elif report.search_stopped:
         lines.append(f"Search stopped early: {report.search_stopped}.")
     if report.cold_starts:
         lines.append(f"{report.cold_starts}.")
@@ -594,6 +575,12 @@ def render_report(report: Report) -> str:
             lines.append(f"  x trial {f.trial} {f.label}: {f.reason}")
         if len(report.failures) > _SHOWN_FAILURES:
             lines.append(f"  ... and {len(report.failures) - _SHOWN_FAILURES} more (--json for all)")
+    if report.interrupted:
+        lines.append("")
+        lines.append(f"Interrupted trials ({len(report.interrupted)}, cut short; their configurations ran again):")
+        lines += [f"  ~ trial {f.trial} {f.label}: {f.reason}" for f in report.interrupted[:_SHOWN_FAILURES]]
+        if len(report.interrupted) > _SHOWN_FAILURES:
+            lines.append(f"  ... and {len(report.interrupted) - _SHOWN_FAILURES} more (--json for all)")
     duplicates = [t.record for t in report.search_trials if t.duplicate_of is not None]
     if duplicates:
         lines.append("")

@@ -22,6 +22,8 @@ _SPACE_YAML_KEY = "autotune:space_yaml"
 _BASELINES_ENQUEUED_KEY = "autotune:baselines_enqueued"
 #: Why the search stopped before its trial count (space exhausted), if it did.
 _SEARCH_STOPPED_KEY = "autotune:search_stopped"
+#: Why the search ended, with the numbers (:class:`~autotune.store.search_end.SearchEnd`); the latest end wins.
+_SEARCH_END_KEY = "autotune:search_end"
 #: The search of a study with verification is over: no worker starts a new search trial (retries of a dead
 #: worker's trials still run). Set by the first worker that finds nothing left to start and nothing running;
 #: verification chooses its configurations after it.

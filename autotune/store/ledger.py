@@ -54,12 +54,13 @@ from autotune.store._keys import (  # noqa: F401 - the key constants are importa
     _BASELINES_ENQUEUED_KEY, _COLD_STARTS_KEY, _CONFIG_ID_KEY, _CONFIG_KEY, _DIFFERENCES_KEY, _DUPLICATE_OF_KEY,
     _FAILURE_KEY, _FINGERPRINT_KEY, _INFEASIBLE_KEY, _INTERRUPTED_KEY, _LABEL_KEY, _LATENCY_KEY, _META_KEY,
     _MLFLOW_PARENT_RUN_KEY, _OWNER_KEY, _PLANNED_STARTS_KEY, _PRUNED_REASON_KEY, _RESOLVED_DIFFERS_KEY,
-    _RESTARTS_KEY, _SCHEMA_KEY, _SEARCH_CLOSED_KEY, _SEARCH_STOPPED_KEY, _SLO_CHECKS_KEY, _SPACE_YAML_KEY,
+    _RESTARTS_KEY, _SCHEMA_KEY, _SEARCH_CLOSED_KEY, _SEARCH_END_KEY, _SEARCH_STOPPED_KEY, _SLO_CHECKS_KEY, _SPACE_YAML_KEY,
     _STUDY_UID_KEY, _SUMMARY_KEY, _VERIFICATION_KEY, _VERIFY_CANDIDATES_KEY, _VERIFY_PROGRESS_KEY,
     _VERIFY_ROUND_JOB, _VERIFY_SEQUENTIAL_KEY, CLAIM_JOB_KEY, CLAIM_OWNER_KEY, CLAIM_RESTARTS_KEY, CLAIMS_SUFFIX, FINISH_JOB,
     MLFLOW_PARENT_JOB, SCHEMA_VERSION, VERIFY_CONCLUDE_JOB, bare as _bare,
 )
 from autotune.store._meta import StudyMeta
+from autotune.store.search_end import SearchEnd
 from autotune.store._owners import owner_id
 from autotune.store._owners import pid_dead as _pid_dead
 from autotune.store._storage import (  # noqa: F401 - _serialize_sqlite: tests name it here
@@ -74,7 +75,7 @@ __all__ = [
     "CLAIMS_SUFFIX", "CLAIM_JOB_KEY", "CLAIM_OWNER_KEY", "CLAIM_RESTARTS_KEY", "DEFAULT_HEARTBEAT_S",
     "DEFAULT_STORAGE", "DEFAULT_STORE_DIR", "DEFAULT_WORKDIR", "FINISH_JOB", "GRACE_FACTOR", "MAX_RETRIES",
     "MLFLOW_PARENT_JOB", "SCHEMA_VERSION", "SQLITE_BUSY_TIMEOUT_S", "VERIFY_CONCLUDE_JOB", "Ledger", "LedgerError",
-    "StudyMeta", "TrialRecord", "create_or_load", "ensure_sqlite_dir", "latest_study_name", "load", "claim_attrs",
+    "SearchEnd", "StudyMeta", "TrialRecord", "create_or_load", "ensure_sqlite_dir", "latest_study_name", "load", "claim_attrs",
     "claim_holder_gone", "claim_job", "make_storage", "owner_id", "record_claim_restarts", "redact", "study_names",
 ]
 
@@ -609,6 +610,13 @@ class Ledger:
 
     def record_search_stopped(self, reason: str) -> None:
         self._set_study(_SEARCH_STOPPED_KEY, reason)
+
+    def search_end(self) -> SearchEnd | None:
+        data = self._study_attr(_SEARCH_END_KEY)
+        return None if data is None else SearchEnd.from_dict(data)
+
+    def record_search_end(self, end: SearchEnd) -> None:
+        self._set_study(_SEARCH_END_KEY, end.to_dict())
 
     def search_closed(self) -> bool:
         return bool(self._study_attr(_SEARCH_CLOSED_KEY))

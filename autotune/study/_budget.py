@@ -47,8 +47,8 @@ class StartCosts:
         retried = ledger.retried()
         runs = [(ledger.config_key(t), r) for t in ledger.study.get_trials(deepcopy=False) if t.number not in retried
                 for r in ledger.restarts(t)]
-        for by_key in (ledger.verify_progress(), *ledger.verify_rounds().values()):
-            runs += [(key, RestartResult.from_dict(d)) for key, ds in by_key.items() for d in ds]
+        for stored in (ledger.verify_progress(), *ledger.verify_rounds().values()):
+            runs += [(key, RestartResult.from_dict(d)) for key, ds in stored.items() for d in ds]
         for key, r in runs:
             if r.wall_s is None or not r.ok:
                 continue

@@ -18,8 +18,10 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config.space import Infeasible
 from autotune.store._optuna import frozen_trial, trial_id
 from autotune.store.ledger import Ledger
+from autotune.store.search_end import BASELINE_FAILED, CONVERGED, INFEASIBLE
 from autotune.study._budget import _entry_starts, _first_starts, _search_may_start, check_budget
 from autotune.study._start_design import START_DESIGN_TRIALS, _queue_spread, _queue_unmeasured
+from autotune.study._stopping import search_end
 from autotune.study._trial import TrialMeasurement
 from autotune.study.events import StudyContext, StudyObserver, notify
 
@@ -85,7 +87,11 @@ def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
                        "not started: the engine-start budget went to trials other workers started")
             continue
         if running == 0 and not retries:
-            if ledger.search_closed() or not options.verify:
+            closed = ledger.search_closed()
+            if not closed or ledger.search_end() is None:
+                # The search ends here: say why, with the numbers (a closed search keeps the reason it closed with).
+                ledger.record_search_end(search_end(ctx))
+            if closed or not options.verify:
                 return None  # without verification nothing is chosen after the search (a resume may extend it)
             # Nothing to start and nothing running: close the search, then look once more. A trial another worker
             # announced meanwhile is either seen here (and waited for) or sees the closed search in its own second
@@ -105,18 +111,27 @@ def _give_back(ctx: StudyContext, trial: optuna.Trial, reason: str) -> None:
 
 def _search(ctx: StudyContext, observers: Sequence[StudyObserver]) -> None:
     ledger = ctx.ledger
-    idle = 0
+    idle = started = 0
+    only_infeasible = True  # every suggestion of the idle run was ruled out by the space's constraints
     while True:
         if idle >= MAX_IDLE_SUGGESTIONS and ledger.search_stopped() is None:
             ledger.record_search_stopped(f"{idle} suggestions in a row were repeats or infeasible: "
                                          "the sampler has converged on what it measured")
+            what = "infeasible" if only_infeasible else "repeats or infeasible"
+            ledger.record_search_end(search_end(ctx, INFEASIBLE if only_infeasible else CONVERGED,
+                                                f"{idle} suggestions in a row were {what}"))
         trial = _next_trial(ctx)
         if trial is None:
+            notify(observers, "on_search_end", ctx, ledger.search_end(), started)
             return
         ledger.record_owner(trial, ctx.owner)
         ctx.claims.heartbeat.hold(trial_id(trial))
         try:
-            idle = 0 if _run_trial(ctx, trial, observers) else idle + 1
+            outcome = _run_trial(ctx, trial, observers)
+            if outcome == _STARTED:
+                started, idle, only_infeasible = started + 1, 0, True
+            else:
+                idle, only_infeasible = idle + 1, only_infeasible and outcome == _INFEASIBLE
             _stop_if_the_baseline_failed(ctx, trial)
         except optuna.exceptions.UpdateFinishedTrialError:
             # Another worker failed this trial: no heartbeat of ours reached the storage for the grace period
@@ -139,17 +154,23 @@ def _stop_if_the_baseline_failed(ctx: StudyContext, trial: optuna.Trial) -> None
         return
     ledger.record_search_stopped(f"the baseline (engine defaults) failed ({ledger.failure(frozen)}): no speedup "
                                  "can be claimed without it, and a setup that cannot start it fails the rest too")
+    ledger.record_search_end(search_end(ctx, BASELINE_FAILED, f"engine defaults failed ({ledger.failure(frozen)})"))
 
 
-def _run_trial(ctx: StudyContext, trial: optuna.Trial, observers: Sequence[StudyObserver]) -> bool:
-    """Suggest, check and measure one trial. Returns whether it started an engine."""
+#: What :func:`_run_trial` did with a suggestion.
+_STARTED, _INFEASIBLE, _DUPLICATE = "started", "infeasible", "duplicate"
+
+
+def _run_trial(ctx: StudyContext, trial: optuna.Trial, observers: Sequence[StudyObserver]) -> str:
+    """Suggest, check and measure one trial. Returns :data:`_STARTED` (it started an engine), :data:`_INFEASIBLE`
+    or :data:`_DUPLICATE`."""
     ledger, study = ctx.ledger, ctx.study
     try:
         config = ctx.space.suggest(trial)
     except Infeasible as exc:
         ledger.record_infeasible(trial, str(exc))
         study.tell(trial, state=TrialState.PRUNED)
-        return False
+        return _INFEASIBLE
     ledger.record_config(trial, config)
     duplicate = ledger.find_duplicate(config.key(), trial.number)
     if duplicate is not None:
@@ -157,7 +178,7 @@ def _run_trial(ctx: StudyContext, trial: optuna.Trial, observers: Sequence[Study
         # running or the queued one, never neither.
         _queue_unmeasured(ctx, trial.number)
         _tell_duplicate(ledger, trial, duplicate)
-        return False
+        return _DUPLICATE
     notify(observers, "on_trial_start", ctx, trial.number, config)
     try:
         record = TrialMeasurement(ctx, trial, config, observers).run()
@@ -165,7 +186,7 @@ def _run_trial(ctx: StudyContext, trial: optuna.Trial, observers: Sequence[Study
         _abandon(ledger, trial, _interruption(exc))
         raise
     notify(observers, "on_trial_end", ctx, record)
-    return True
+    return _STARTED
 
 
 

@@ -12,10 +12,12 @@ from autotune.engines import EngineBackend
 from autotune.engines.process import stop_live
 from autotune.store import ledger as _ledger
 from autotune.store.ledger import Ledger
+from autotune.store.search_end import INTERRUPTED
 from autotune.study._open import DEFAULT_POLL_S, _open
 from autotune.study._optimize import _interruption, _search
+from autotune.study._stopping import search_end
 from autotune.study._verification import _verify
-from autotune.study.events import StudyObserver, notify
+from autotune.study.events import StudyContext, StudyObserver, notify
 from autotune.study.options import StudyOptions
 
 __all__ = ["Interrupted", "run_study"]
@@ -60,8 +62,10 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
     ctx.concluded = ledger.has_verification()
     try:
         notify(observers, "on_study_start", ctx)
+        searching = True
         try:
             _search(ctx, observers)
+            searching = False
             if options.verify and not ledger.has_verification():
                 _verify(ctx, observers)
             elif not ledger.has_verification():
@@ -72,6 +76,8 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
                     claim.complete()
         except KeyboardInterrupt as exc:
             stop_live()  # an engine the interruption caught between its start and its cleanup
+            if searching:
+                _record_interrupted_search(ctx, _interruption(exc))
             raise Interrupted(f"{_interruption(exc)}; finished work is saved in {_ledger.redact(str(options.storage))}"
                               " - run the same command again to resume", getattr(exc, "signum", signal.SIGINT)) from None
         notify(observers, "on_study_end", ctx)
@@ -79,3 +85,13 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
         ctx.claims.heartbeat.close()
     return ledger
 
+
+
+def _record_interrupted_search(ctx: StudyContext, why: str) -> None:
+    """Store that the search was interrupted (the same command resumes it and stores its next end). Best effort:
+    a storage that fails now must not hide the interruption."""
+    try:
+        if not ctx.ledger.search_closed():  # a closed search keeps the reason it closed with
+            ctx.ledger.record_search_end(search_end(ctx, INTERRUPTED, why))
+    except Exception:  # noqa: BLE001 - the interruption is what the user must see
+        pass

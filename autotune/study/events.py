@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from autotune.study.options import StudyOptions
     from autotune.config.space import SearchSpace
     from autotune.decisions.verification import Verification
+    from autotune.store.search_end import SearchEnd
 
 __all__ = ["StudyContext", "StudyObserver", "notify"]
 
@@ -72,6 +73,11 @@ class StudyObserver:
 
     def on_trial_end(self, ctx: StudyContext, record: TrialRecord) -> None:
         """A trial finished (complete, pruned or failed)."""
+
+    def on_search_end(self, ctx: StudyContext, end: SearchEnd | None, trials_started: int) -> None:
+        """This worker's search is over: ``end`` says why (``None``: not decided yet, another worker's trial is
+        running); ``trials_started`` counts this process's trials (0: a resume that goes straight to
+        verification)."""
 
     def on_verification_end(self, ctx: StudyContext, verification: Verification) -> None:
         """The verification phase finished."""

@@ -21,7 +21,8 @@ Engine options (the space's ``engine:`` section or ``--engine-opt KEY=VALUE``):
 ``startup_timeout_s``  seconds until the engine is ready (default 900)
 ``measure_timeout_s``  seconds for warm-up and timed passes after that (default 900)
 ``env``                extra environment for the engine process (e.g. ``VLLM_CPU_KVCACHE_SPACE: 2``)
-``cache_root``         ``VLLM_CACHE_ROOT`` (default: ``<cache_dir>/vllm-cache``, study-local)
+``cache_root``         ``VLLM_CACHE_ROOT`` (default: ``<cache_dir>/vllm-cache``, study-local; Triton's and
+                       FlashInfer's JIT caches go next to it unless the user placed them: :mod:`._caches`)
 ``extra_args``         extra ``LLM(**kwargs)`` / ``vllm serve`` arguments merged over the configuration
 ``memory_floor_gib``   kill the engine when host MemAvailable falls below this (default max(8 GiB, 7% of
                        MemTotal), at most a quarter of MemTotal; 0: no floor); see :mod:`autotune.machine`
@@ -48,6 +49,7 @@ from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._output_check import check_request, output_facts, skip_reason
 from autotune.engines.process import _LIVE, TAG_ENV
 from autotune.engines.vllm import _container
+from autotune.engines.vllm._caches import caches_present, jit_cache_env, left_to_user, record_caches
 from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
 from autotune.engines.vllm._phases import restart_phases
@@ -281,6 +283,7 @@ class VllmEngine(EngineBackend):
         self._host: ForkHost | None = None
         self._said_start_method = False
         self._said_not_preloaded = False
+        self._said_caches = False
         # The level memory must come back to before each start is measured now, when the study begins. A leftover
         # is a process of ours that no live EngineProcess holds: the forkserver host's session lives on between
         # restarts and is not one.
@@ -325,10 +328,12 @@ class VllmEngine(EngineBackend):
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         """One fresh engine process: start, warm up until steady, time the passes, stop the whole group."""
         marker = self.cold_marker(config)
-        cold = not marker.exists()
+        # Cold unless everything this configuration's first start left in the caches is still there (_caches).
+        cold = not caches_present(marker, self.work_dir(), Path(self.cache_root()))
         request = self.request(config, workload, seed)
         method = self.settings.resolved_start_method()
         self._say_start_method(method)
+        self._say_caches_left_to_user()
         try:
             self.safety.settle(request["llm_kwargs"].get("model"), hub_cache_dir(self.runner_env()))
         except MemoryNotSettled as exc:
@@ -350,9 +355,10 @@ class VllmEngine(EngineBackend):
         if method == "forkserver" and outcome.ready is not None and outcome.ready.get("preloaded") is False:
             self._say_not_preloaded()
         if outcome.ready is not None:
-            # The compile cache now holds this configuration: later starts of it are warm.
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
+            # The caches now hold this configuration: later starts of it are warm while what it left is there.
+            log = Path(outcome.log_path)
+            record_caches(marker, self.work_dir(), log.read_text(errors="replace") if log.exists() else "",
+                          self.process_env())
         result = self.to_result(outcome, config, restart=restart, seed=seed, cold=cold, start_method=method,
                                 launched_at=launched_at)
         # Memory, machine state and the KV facts of vLLM's log, kept on failed restarts too (a guard trip's most).
@@ -437,6 +443,16 @@ class VllmEngine(EngineBackend):
                   "(start_method spawn; forkserver restarts need a local interpreter, engine.python)",
                   file=sys.stderr)
 
+    def _say_caches_left_to_user(self) -> None:
+        # Once per engine: a JIT cache the user placed stays where they put it, so it does not travel with the study.
+        if self._said_caches:
+            return
+        self._said_caches = True
+        placed = left_to_user(os.environ, self.settings.env)
+        if placed:
+            print(f"vllm engine: keeping the JIT cache location you set ({', '.join(placed)}); it is not under the "
+                  "study's workdir, so a copied workdir does not bring it", file=sys.stderr)
+
     # -- pieces (public so the audit and tests can use them) --------------------------------------------
     def probe(self) -> dict[str, Any]:
         """Import vLLM in the configured interpreter and return its facts.
@@ -505,6 +521,7 @@ class VllmEngine(EngineBackend):
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if with_cache:
             env["VLLM_CACHE_ROOT"] = self.cache_root()
+            env.update(jit_cache_env(self.work_dir(), os.environ, self.settings.env))  # never over the user's
         env.update(self.settings.env)
         if any("{" in v for v in self.settings.env.values()):
             values = self.placeholders()
