@@ -1,0 +1,118 @@
+"""A full disk under the study's storage or workdir (issue 22, FS01/FS04): one line naming which and the fix, a
+non-zero exit, and the same command, once there is room, finishes with nothing lost and the uninterrupted outcome.
+
+The full disk is real where it can be without root: the run is a child process with ``RLIMIT_FSIZE`` (``ulimit
+-f``) set and ``SIGXFSZ`` ignored, so the kernel refuses every write past the limit with ``EFBIG``, as it refuses
+one on a full disk with ``ENOSPC``. SQLite reports both as a failed write (``SQLITE_IOERR_WRITE`` /
+``SQLITE_FULL``); autotune's own files get the errno itself. The limit is per file, so it fills the one file the
+test aims at (the study database grows past it mid-study; the workdir's files are small) and nothing else.
+"""
+
+from __future__ import annotations
+
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune.core.exit_status import ExitStatus
+from tests.test_reliability_faults import REPO, _command, _stored
+
+pytestmark = pytest.mark.slow
+
+PAGE = 4096  # SQLite's default page: the database grows a page at a time
+
+
+def _limited(limit: int):
+    def preexec() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel kills the writer instead of failing the write
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return preexec
+
+
+def _run(cmd: list[str], limit: int | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_limited(limit) if limit else None)
+
+
+def _one_error_line(err: str) -> str:
+    assert "Traceback" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("autotune:")]
+    assert len(lines) == 1, err[-3000:]
+    return lines[0]
+
+
+def _cmd(tmp: Path) -> list[str]:
+    # The fault test's deterministic study (its outcome can be compared exactly), with a 1 s heartbeat: a trial
+    # failed by a run that died before queuing its retry is queued again after the grace period (4 s here).
+    return [*_command(tmp, "sim"), "--heartbeat", "1"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> tuple[dict, int, set[str]]:
+    tmp = tmp_path_factory.mktemp("ref")
+    done = _run(_cmd(tmp))
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = _stored(tmp).outcome
+    assert outcome is not None
+    return outcome, (tmp / "optuna.db").stat().st_size, _measured(tmp)
+
+
+def _measured(tmp: Path) -> set[str]:
+    """The configurations the search measured to the end (a trial dropped from the search is missing here)."""
+    from autotune.store import ledger
+
+    return {r.config.key() for r in ledger.load("faults", f"sqlite:///{tmp}/optuna.db").trial_records()
+            if r.state == "COMPLETE" and not r.interrupted and r.duplicate_of is None}
+
+
+@pytest.mark.parametrize("where", ["search", "verification"])
+def test_fs01_a_full_disk_under_the_storage_is_one_line_and_the_resume_loses_nothing(reference, tmp_path, where):
+    """The database stops growing two thirds of the way (mid-search) or one page short of its final size (the
+    study's last writes). The same command on the still-full disk fails the same way (and must not lose the trial
+    it fails on behalf of the dead run); once there is room it finishes with every stored restart kept and the
+    uninterrupted run's verdict, winner and verified values."""
+    outcome, size, measured = reference
+    cmd = _cmd(tmp_path)
+    limit = size * 2 // 3 if where == "search" else size - PAGE
+    before = None
+    for _ in range(2):
+        full = _run(cmd, limit)
+        assert full.returncode == ExitStatus.ERROR, full.stderr[-3000:]
+        line = _one_error_line(full.stderr)
+        assert f"cannot write to the study storage --storage sqlite:///{tmp_path}/optuna.db" in line
+        assert "free space" in line and "run the same command again" in line
+        before = before or _stored(tmp_path)
+    assert before is not None and sum(before.restarts.values()) > 0
+    resumed = _run(cmd)
+    assert resumed.returncode == ExitStatus.SUCCESS, resumed.stderr[-3000:]
+    after = _stored(tmp_path)
+    assert not before.restarts - after.restarts, "restarts stored before the disk filled were lost"
+    assert after.outcome == outcome
+    assert _measured(tmp_path) == measured, "a configuration dropped out of the search"
+
+
+def test_fs04_a_full_disk_under_the_workdir_is_one_line_naming_it_and_the_resume_finishes(tmp_path):
+    """A study run once (trials stored), its study directory gone (a cleaned scratch disk), then the same command on
+    a full disk: the study directory's marker cannot be written. Writes inside the database's existing pages still
+    land under ``RLIMIT_FSIZE`` (only growing a file is refused), so the workdir is the write that fails."""
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    cmd = [sys.executable, "-m", "autotune", "tune", "--space", "search_spaces/gb10.yaml", "--engine", "sim",
+           "--trials", "2", "--quiet", "--storage", storage, "--workdir", str(tmp_path / "work"), "--study", "s",
+           "--no-mlflow"]
+    first = _run([*cmd, "--no-verify"])
+    assert first.returncode == ExitStatus.SUCCESS, first.stderr[-3000:]
+    shutil.rmtree(tmp_path / "work" / "s")
+    full = _run(cmd, limit=16)
+    assert full.returncode == ExitStatus.ERROR, full.stderr[-3000:]
+    line = _one_error_line(full.stderr)
+    assert f"cannot write to the workdir --workdir {tmp_path / 'work'}" in line and "free space" in line
+    # No half-written marker: it would make autotune's own directory read as someone else's.
+    assert not (tmp_path / "work" / "s" / ".autotune-study").exists()
+    resumed = _run(cmd)
+    assert resumed.returncode == ExitStatus.SUCCESS, resumed.stderr[-3000:]
+    assert "Verdict:" in resumed.stdout
