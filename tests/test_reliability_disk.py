@@ -10,6 +10,7 @@ test aims at (the study database grows past it mid-study; the workdir's files ar
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from autotune.core.exit_status import ExitStatus
+from tests.conftest import _migrated_store
 from tests.test_reliability_faults import REPO, _command, _stored
 
 pytestmark = pytest.mark.slow
@@ -116,3 +118,86 @@ def test_fs04_a_full_disk_under_the_workdir_is_one_line_naming_it_and_the_resume
     resumed = _run(cmd)
     assert resumed.returncode == ExitStatus.SUCCESS, resumed.stderr[-3000:]
     assert "Verdict:" in resumed.stdout
+
+
+# -- MLflow (FS02, FS03) ---------------------------------------------------------------------------------
+
+SIM = ["--space", "search_spaces/gb10.yaml", "--engine", "sim", "--trials", "2", "--no-verify", "--quiet"]
+
+
+def _create_store_on_a_full_disk(db: Path) -> subprocess.CompletedProcess[str]:
+    """autotune's MLflow session creating the store ``db`` while the disk fills a third of the way."""
+    code = ("import sys; from autotune.observers.mlflow import _Session; "
+            "_Session(sys.argv[1]).client.search_experiments(max_results=1)")
+    return _run([sys.executable, "-c", code, f"sqlite:///{db}"], limit=len(_migrated_store()) // 3)
+
+
+def _tune(tmp: Path, capsys, uri: str) -> tuple[int, str]:
+    import io
+
+    from autotune.cli._main import raw_main
+
+    status = raw_main(["tune", *SIM, "--storage", f"sqlite:///{tmp}/optuna.db", "--workdir", str(tmp / "w"),
+                       "--study", "s", "--tracking-uri", uri], out=io.StringIO())
+    return status, capsys.readouterr().err
+
+
+def _parent_artifacts(uri: str) -> tuple[set[str], dict[str, str]]:
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              filter_string="tags.`autotune.kind` = 'study'")
+    assert len(runs) == 1
+    return {a.path for a in client.list_artifacts(runs[0].info.run_id)}, runs[0].data.params
+
+
+def test_fs02_a_store_created_on_a_full_disk_is_not_left_half_built(tmp_path):
+    db = tmp_path / "mlruns" / "mlflow.db"
+    made = _create_store_on_a_full_disk(db)
+    assert made.returncode != 0  # the disk is full: no store can be made
+    assert not db.exists(), "a half-built store was left in place"
+    assert os.listdir(db.parent) == [], "the temporary store was left behind"
+
+
+def test_fs02_a_half_built_store_is_rebuilt_and_the_study_is_tracked(tmp_path, capsys):
+    """A store MLflow itself began on a full disk (as autotune before this fix did): the next study rebuilds it,
+    keeping the old file beside it, and is tracked; before, every later study ran with tracking off."""
+    db = tmp_path / "mlruns" / "mlflow.db"
+    code = "import sys, mlflow; mlflow.MlflowClient(sys.argv[1]).search_experiments()"
+    assert _run([sys.executable, "-c", code, f"sqlite:///{db}"], limit=len(_migrated_store()) // 6).returncode
+    assert db.exists()  # half-built by MLflow
+    status, err = _tune(tmp_path, capsys, f"sqlite:///{db}")
+    assert status == ExitStatus.SUCCESS, err
+    assert "tracking is off" not in err and "tracking problem" not in err, err
+    assert "was half-built" in err
+    kept = [p.name for p in db.parent.iterdir() if p.name.startswith("mlflow.db.half-built-")]
+    assert len(kept) == 1
+    artifacts, params = _parent_artifacts(f"sqlite:///{db}")
+    assert {"gb10.yaml", "command.txt"} <= artifacts and params.get("model")
+
+
+def test_fs03_a_resume_logs_the_command_and_space_file_a_full_disk_kept_out(tmp_path, capsys, monkeypatch):
+    """The first run's artifact writes fail with ENOSPC (a fault injected at the MLflow session's artifact
+    boundary: the disk fills between the store's last row and the artifact file); the study carries on with one
+    warning. The resume, with room again, logs the space file and the command the parent run lacks."""
+    import errno
+
+    from autotune.observers.mlflow import _Session
+    from tests.conftest import store
+
+    uri = store(tmp_path)
+
+    def full(self, run_id, text, artifact_file):
+        raise OSError(errno.ENOSPC, "No space left on device", artifact_file)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_Session, "log_text", full)
+        status, err = _tune(tmp_path, capsys, uri)
+    assert status == ExitStatus.SUCCESS and "MLflow tracking problem" in err, err
+    artifacts, _ = _parent_artifacts(uri)
+    assert not {"gb10.yaml", "command.txt"} & artifacts
+    status, err = _tune(tmp_path, capsys, uri)
+    assert status == ExitStatus.SUCCESS and "tracking problem" not in err, err
+    artifacts, _ = _parent_artifacts(uri)
+    assert {"gb10.yaml", "command.txt"} <= artifacts
