@@ -128,10 +128,10 @@ SIM = ["--space", "search_spaces/gb10.yaml", "--engine", "sim", "--trials", "2",
 
 
 def _create_store_on_a_full_disk(db: Path) -> subprocess.CompletedProcess[str]:
-    """autotune's MLflow session creating the store ``db`` while the disk fills a third of the way."""
+    """autotune's MLflow session creating the store ``db`` while the disk fills a sixth of the way in."""
     code = ("import sys; from autotune.observers.mlflow import _Session; "
             "_Session(sys.argv[1]).client.search_experiments(max_results=1)")
-    return _run([sys.executable, "-c", code, f"sqlite:///{db}"], limit=len(_migrated_store()) // 3)
+    return _run([sys.executable, "-c", code, f"sqlite:///{db}"], limit=len(_migrated_store()) // 6)
 
 
 def _tune(tmp: Path, capsys, uri: str) -> tuple[int, str]:
