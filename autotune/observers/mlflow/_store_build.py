@@ -79,4 +79,5 @@ def ensure_sqlite_store(db: Path) -> str | None:
     if journal.exists():
         os.replace(journal, kept.with_name(kept.name + "-journal"))
     _build(db)
-    return f"the MLflow store {db} was half-built (its creation stopped, e.g. on a full disk): rebuilt; the old file is {kept}"
+    return (f"the MLflow store {db} was half-built (its creation stopped, e.g. on a full disk): rebuilt; the old "
+            f"file is {kept}")
