@@ -186,6 +186,7 @@ _FIRST = (
     "tests/test_reliability_faults.py::test_killed_and_resumed_runs_",
     "tests/integration/test_vllm_cpu.py::",
     "tests/test_workers.py::test_four_workers_",
+    "tests/test_reliability_disk.py::",
     "tests/test_racing.py::test_a_study_never_exceeds_its_restart_budget_",
     "tests/test_study.py::test_verification_overrules_a_lucky_search_best",
     "tests/test_workers.py::test_a_queued_trial_goes_to_one_worker_",
@@ -194,6 +195,9 @@ _FIRST = (
 )
 
 
+# tryfirst: pytest-xdist's own hook (``--dist loadgroup``) reads the xdist_group marks in this same hook; added after it
+# has run, they would be ignored.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """Group what must share a worker (see :data:`_GROUPS`), and tests that share a fixture their module builds once
     (a finished study, a running UI): split over two workers each would build it twice. Ungrouped tests are spread

@@ -440,9 +440,23 @@ def test_store_directory_is_created_on_demand(tmp_path: Path, monkeypatch: pytes
     from autotune.observers import mlflow as tracking
 
     opened: list[str] = []
-    monkeypatch.setattr(mlflow, "MlflowClient", lambda tracking_uri: opened.append(tracking_uri))
-    tracking._Session(f"sqlite:///{tmp_path}/fresh/clone/mlruns/mlflow.db")
-    assert (tmp_path / "fresh" / "clone" / "mlruns").is_dir() and len(opened) == 1
+
+    class Client:  # creates the database file on first use, as MLflow does
+        def __init__(self, tracking_uri: str) -> None:
+            opened.append(tracking_uri)
+            self.path = Path(tracking_uri.removeprefix("sqlite:///"))
+
+        def search_experiments(self, **_: object) -> list[object]:
+            self.path.touch()
+            return []
+
+    monkeypatch.setattr(mlflow, "MlflowClient", Client)
+    uri = f"sqlite:///{tmp_path}/fresh/clone/mlruns/mlflow.db"
+    tracking._Session(uri)
+    assert (tmp_path / "fresh" / "clone" / "mlruns" / "mlflow.db").is_file()
+    # The store is built beside its place and linked in whole (FS02); the session then opens it there.
+    assert opened[-1] == uri and len(opened) == 2 and sorted(os.listdir(tmp_path / "fresh" / "clone" / "mlruns")) == [
+        "mlflow.db"]
 
 
 # -- plots -----------------------------------------------------------------------------------------------

@@ -34,8 +34,8 @@ SPACE_FILE = "search_spaces/gb10.yaml"
 #: The three runs per seed and their engine options.
 VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {"unified_memory": False},
-    "guarded": {},
-    "unguarded": {"memory_floor_gib": 0},
+    "guarded": {"unified_memory": True},
+    "unguarded": {"unified_memory": True, "memory_floor_gib": 0},
 }
 DEFAULT_SEEDS = 5
 #: Winners whose true throughputs are this close are ties: the landscape has several configurations that resolve

@@ -89,8 +89,18 @@ def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.study import BudgetTooSmall
     from autotune.store.studydir import NotOwned
 
+    from autotune.cli._disk_full import DiskFull, raise_if_disk_full
+
     try:
-        return ExitStatus(args.handler(args, out))
+        try:
+            return ExitStatus(args.handler(args, out))
+        except Exception as exc:
+            # A full disk under the storage or workdir: one line naming which (issue 22, FS01/FS04).
+            raise_if_disk_full(exc, storage=getattr(args, "storage", None), workdir=getattr(args, "workdir", None))
+            raise
+    except DiskFull as exc:
+        print(f"autotune: error: {exc}", file=sys.stderr)
+        return ExitStatus.ERROR
     except (SpaceError, UsageError, LedgerError, PreflightError, NotOwned, FingerprintMismatch, BudgetTooSmall) as exc:
         print(f"autotune: error: {redact_text(str(exc))}", file=sys.stderr)
         return ExitStatus.BAD_INPUT

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from autotune.cli._disk_full import raise_if_disk_full
 from autotune.core.redact import redact_uri
 from autotune.core.urls import redact_url, sqlite_path
 from autotune.store.studydir import check_study_name
@@ -301,6 +302,7 @@ def check_storage(url: str, write: bool) -> Any:
         raise PreflightError(f"--storage {shown}: its database driver {driver!r} is not installed; install it into "
                              "autotune's environment, or use sqlite:///...") from None
     except SQLAlchemyError as exc:
+        raise_if_disk_full(exc, storage=url)  # a full disk is not bad input: its own line (issue 22, FS01)
         raise PreflightError(f"--storage {shown}: cannot be used ({_first_line(exc)}); check the URL, the server "
                              "and permissions") from None
     return storage

@@ -89,6 +89,9 @@ VERIFY_CONCLUDE_JOB = "verify-conclude"
 #: Without verification: closing the study once its search of this many finished trials is over.
 FINISH_JOB = "finish-after-{}-trials"
 _VERIFY_ROUND_JOB = "verify-round-{}"
+#: Queuing again a trial that was failed for a dead worker but whose retry was never queued (the process failing it
+#: died in between, e.g. on a full disk: issue 22, FS01).
+_REQUEUE_JOB = "requeue-trial-{}"
 #: Latency over the trial's counted restarts: key (``tpot_p99_ms``...) -> :class:`~autotune.stats.latency.LatencyStat`.
 _LATENCY_KEY = "autotune:latency"
 #: Each SLO limit against the trial's latency (:class:`~autotune.stats.latency.SloCheck`), when the space sets limits.

@@ -524,7 +524,15 @@ class Ledger:
         its starts free and the search with nothing left running. A trial its own worker ended always has a summary,
         a failure reason or a repeat's mark; one failed for a stale heartbeat has none of them. After the grace
         period it no longer counts (the worker that failed it may itself have died before queuing the retry)."""
-        if trial.state != TrialState.FAIL or trial.number in retried or trial.datetime_complete is None:
+        if trial.state != TrialState.FAIL or trial.datetime_complete is None or not self._stale_failed(trial, retried):
+            return False
+        grace = self._heartbeat_grace_s()
+        return grace is not None and now - trial.datetime_complete.timestamp() <= grace
+
+    def _stale_failed(self, trial: FrozenTrial, retried: Mapping[int, int]) -> bool:
+        """A failed ``trial`` that its own worker did not end (failed for a stale heartbeat or a dead process), not
+        retried yet, with retries left."""
+        if trial.state != TrialState.FAIL or trial.number in retried:
             return False
         attrs = trial.user_attrs
         if self.planned_starts(trial) is None or any(self._has(attrs, key) for key in (
@@ -532,10 +540,7 @@ class Ledger:
             return False
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            if len(RetryHeartbeatStaleTrialCallback.retry_history(trial)) >= MAX_RETRIES:
-                return False  # no retry will come (Optuna's max_retry)
-        grace = self._heartbeat_grace_s()
-        return grace is not None and now - trial.datetime_complete.timestamp() <= grace
+            return len(RetryHeartbeatStaleTrialCallback.retry_history(trial)) < MAX_RETRIES  # else no retry will come
 
     def compile_caches(self) -> int:
         """How many compile caches (machine and workdir) the study's trials ran in: each other one may start a

@@ -104,7 +104,11 @@ def prepare_study_dir(workdir: str | os.PathLike[str], name: str, fresh: bool = 
         remove_study_dir(workdir, name)
     path.mkdir(parents=True, exist_ok=True)
     if not (path / MARKER).exists():
-        (path / MARKER).write_text(json.dumps({"study": name, "created_by": "autotune"}) + "\n")
+        try:
+            (path / MARKER).write_text(json.dumps({"study": name, "created_by": "autotune"}) + "\n")
+        except OSError as exc:  # a write() error names no file: name it, so a full disk names the workdir (FS04)
+            (path / MARKER).unlink(missing_ok=True)  # a half-written marker of our own would read as foreign
+            raise OSError(exc.errno, exc.strerror, str(path / MARKER)) from exc
     return path
 
 

@@ -19,6 +19,7 @@ from autotune.config.space import Infeasible
 from autotune.store._optuna import frozen_trial, trial_id
 from autotune.store.ledger import Ledger
 from autotune.store.search_end import BASELINE_FAILED, CONVERGED, INFEASIBLE
+from autotune.store.orphans import requeue_orphans
 from autotune.study._budget import _entry_starts, _first_starts, _search_may_start, check_budget
 from autotune.study._start_design import START_DESIGN_TRIALS, _queue_spread, _queue_unmeasured
 from autotune.study._stopping import search_end
@@ -50,6 +51,7 @@ def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
     ledger, study, options = ctx.ledger, ctx.study, ctx.options
     while True:
         ledger.fail_stale()
+        requeue_orphans(ledger, ctx.claims)  # a trial failed for a dead worker whose retry never came (FS01)
         check_budget(ledger, ctx.space, options)  # a minutes budget is known to be too small once starts are priced
         finished, running, retries, queued = ledger.search_counts()
         for waiting in retries:

@@ -29,6 +29,7 @@ BIG = config([1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64], "FULL_AND_PIECEWISE")
 
 
 def gb10(**opts: object) -> SimEngine:
+    opts.setdefault("unified_memory", True)
     return SimEngine(profile="gb10", model_profile="moe", **opts)
 
 

@@ -15,6 +15,7 @@ from autotune.core.records import RestartResult
 from autotune.core.redact import redact, redact_text
 from autotune.core.urls import sqlite_path
 from autotune.engines.process import hold_interruptions, release_interruptions
+from autotune.observers.mlflow._store_build import ensure_sqlite_store
 from autotune.observers.mlflow._conventions import (EXPERIMENT_KIND, HTTP_DEFAULTS, KIND_STUDY, KIND_TRIAL,
     TAG_CONFIG_KEY, TAG_KIND, TAG_LOGGED, TAG_STUDY, TAG_STUDY_UID, TAG_TRIAL, _BATCH_METRICS, _BATCH_PARAMS,
     _BATCH_TAGS, _import_mlflow, _param_value, _quiet_mlflow_logs, _significant, artifact_location, engine_tags,
@@ -83,8 +84,8 @@ class _Session:
 
         self.uri = resolve_tracking_uri(tracking_uri)
         db = sqlite_path(self.uri)
-        if db is not None:
-            db.parent.mkdir(parents=True, exist_ok=True)
+        #: Set when a half-built SQLite store was rebuilt (issue 22, FS02): one line for the user.
+        self.rebuilt = ensure_sqlite_store(db) if db is not None else None
         if self.uri.startswith(("http://", "https://")):
             # MLflow retries a failing request for ~4 minutes by default, and the study waits on every tracking
             # call: a server that is down would stall it for minutes per trial. The user's own settings win.

@@ -18,7 +18,7 @@ from autotune.observers.mlflow._conventions import (KIND_TRIAL, KIND_VERIFY, TAG
     TAG_STUDY, TAG_TRIAL, _RUN_STATUS, _finite, _latency_metrics, _ms, _one_line, _summary_metrics, _unit_name,
     config_params, engine_tags, experiment_name)
 from autotune.decisions.outputs import DIFFERS, OutputCheck
-from autotune.observers.mlflow._session import _Child, _Session
+from autotune.observers.mlflow._session import _Child, _Session, _study_params
 from autotune.report.outputs import trial_output_check
 from autotune.store.ledger import Ledger, StudyMeta, TrialRecord
 
@@ -116,13 +116,21 @@ class _StudyLog:
         self._children = self.session.children(self.experiment_id, self.parent_id)
 
     def provenance(self, space_path: str | None, command: Sequence[str]) -> None:
-        """The space file and the exact command, once per parent run."""
+        """The study's params, the space file and the exact command: whichever the parent run lacks.
+
+        Each is logged once per parent run, by the run that created it or, when that run stopped first (a full
+        disk: issue 22, FS03), by the next one: a resume logs its own command only if none was logged.
+        """
         s = self.session
+        have = {a.path for a in s.client.list_artifacts(self.parent_id)}
+        if not self.created:
+            s.log_new(self.parent_id, params=_study_params(self.meta))
         if space_path and os.path.isfile(space_path):
-            s.log_file(self.parent_id, space_path)
-        elif self.ledger.space_yaml():
+            if os.path.basename(space_path) not in have:
+                s.log_file(self.parent_id, space_path)
+        elif self.ledger.space_yaml() and "space.yaml" not in have:
             s.log_text(self.parent_id, self.ledger.space_yaml(), "space.yaml")
-        if command:
+        if command and "command.txt" not in have:
             s.log_text(self.parent_id, shlex.join(redact_command(command)) + "\n", "command.txt")
 
     # trials ----------------------------------------------------------------------------------------------

@@ -116,14 +116,17 @@ class MlflowTracker(StudyObserver):
     @_guarded
     def on_study_start(self, ctx: StudyContext) -> None:
         session = _Session(self.tracking_uri)
+        if session.rebuilt:
+            print(f"autotune: {session.rebuilt}", file=self.stream)
         meta = ctx.ledger.meta() if ctx.ledger.has_meta() else _meta_from_context(ctx)
         self._lone = ctx.owner.get("worker") is None
         self._log = _StudyLog(session, ctx.ledger, meta, ctx.claims, lambda: ctx.sleep(ctx.poll_s))
         self.parent_run_id = self._log.parent_id
         command = [redact(arg) for arg in (list(ctx.options.command) or [os.path.basename(sys.executable), *sys.argv])]
-        if self._log.created:
+        # What a run stopped by a full disk (or anything else) left out of the parent run is logged now (FS03).
+        if self._log.created or self._lone:
             self._log.provenance(ctx.space.source, command)
-        elif self._lone:
+        if not self._log.created and self._lone:
             self._log.session.log(self._log.parent_id, tags={"resumed_by": shlex.join(command)})
         if self._lone:
             # A lone process closes the run a Ctrl-C left open and logs anything missed while offline; with
@@ -225,8 +228,7 @@ def log_study(ledger: Ledger, space_path: str | None = None, tracking_uri: str |
         session = _Session(tracking_uri)
         meta = ledger.meta()
         log = _StudyLog(session, ledger, meta)
-        if log.created:
-            log.provenance(space_path, list(meta.command))
+        log.provenance(space_path, list(meta.command))  # whatever the parent run lacks (FS03)
         log.sync_trials()
         log.sync_verification()
         log.finish_study(build_report(ledger), lambda text: _log.info("MLflow: %s", text))
