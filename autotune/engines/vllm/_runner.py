@@ -126,21 +126,27 @@ class Passes:
         after = spec_counters(self.llm)
         tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
         timings = [t for t in map(offline_timing, outputs) if t is not None]
-        record = {
-            "kind": kind,
-            "index": index,
-            "concurrency": self.concurrency,
-            "rounds": rounds,
-            "tokens": tokens,
-            "seconds": seconds,
-            "tok_s": tokens / seconds if seconds > 0 else 0.0,
-            "accept_len": accept_length(before, after),
-            "before": before,
-            "counters": after,
-            "timings": timings,
-        }
-        emit(PASS, _pass_line(record))
-        return record
+        return emit_pass(kind, index, self.concurrency, rounds, tokens, seconds, before, after, timings)
+
+
+def emit_pass(kind: str, index: int, concurrency: int, rounds: int, tokens: int, seconds: float,
+              before: dict[str, Any], after: dict[str, Any], timings: list[Any]) -> dict[str, Any]:
+    """One pass's record (offline or serve: the same shape), printed as a progress line and returned."""
+    record = {
+        "kind": kind,
+        "index": index,
+        "concurrency": concurrency,
+        "rounds": rounds,
+        "tokens": tokens,
+        "seconds": seconds,
+        "tok_s": tokens / seconds if seconds > 0 else 0.0,
+        "accept_len": accept_length(before, after),
+        "before": before,
+        "counters": after,
+        "timings": timings,
+    }
+    emit(PASS, _pass_line(record))
+    return record
 
 
 def capped_generate(llm: Any, prompts: list[Any], params: Any, concurrency: int) -> list[Any]:
@@ -539,21 +545,7 @@ class ServePasses:
             tokens += int(data.get("total_output_tokens") or 0)
             seconds += float(data.get("duration") or 0.0)
             timings += serve_timings(data)
-        record = {
-            "kind": kind,
-            "index": index,
-            "concurrency": self.concurrency,
-            "rounds": rounds,
-            "tokens": tokens,
-            "seconds": seconds,
-            "tok_s": tokens / seconds if seconds > 0 else 0.0,
-            "accept_len": accept_length(before, dict(self.totals)),
-            "before": before,
-            "counters": dict(self.totals),
-            "timings": timings,
-        }
-        emit(PASS, _pass_line(record))
-        return record
+        return emit_pass(kind, index, self.concurrency, rounds, tokens, seconds, before, dict(self.totals), timings)
 
     def _round(self, name: str, kind: str, index: int) -> dict[str, Any]:
         """One ``vllm bench serve`` run: its saved JSON result, its speculative counters added to the totals."""
