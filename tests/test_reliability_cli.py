@@ -78,8 +78,10 @@ def test_a_budget_too_small_for_baseline_and_verification_is_refused(tmp_path, c
 
 
 def test_top_k_verifies_exactly_k(tmp_path, capsys):
+    # --verify-rounds 0: the fixed design, so each verified configuration has exactly --verify-restarts restarts
+    # (sequential rounds would add the winner's and the baseline's while the interval straddles 1).
     argv = ["tune", "--space", "search_spaces/gb10.yaml", "--engine", "sim", "--trials", "6", "--top-k", "1",
-            "--verify-restarts", "2", "--storage", f"sqlite:///{tmp_path}/optuna.db", "--workdir",
+            "--verify-restarts", "2", "--verify-rounds", "0", "--storage", f"sqlite:///{tmp_path}/optuna.db", "--workdir",
             str(tmp_path / "w"), "--study", "k", "--no-mlflow", "--quiet"]
     status, _, err = _run(argv, capsys)
     assert status == ExitStatus.SUCCESS, err

@@ -43,7 +43,8 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "noise": None,  # None: the hardware profile's restart-to-restart sd
     "time_scale": 0.0,  # real seconds per simulated second of a restart's wall time (0: return at once)
     "landscape_seed": 0,  # profile "random" only: which landscape of the family (see _sim_landscape)
-    "unified_memory": False,  # true: a unified-memory profile (gb10) runs each restart on its simulated host
+    "unified_memory": False,  # true: a unified-memory profile (gb10) runs each restart on its simulated host;
+    # other profiles have GPU memory of their own and ignore it
     "memory_floor_gib": None,  # with unified memory: the guard's floor (None: the default; 0: off, the host can wedge)
 }
 #: The profile that draws its landscape from ``landscape_seed`` instead of using the physics model's constants.
@@ -365,15 +366,13 @@ def _choice(key: str, value: Any, table: dict[str, Any]) -> Any:
 def _host(unified: Any, floor: Any, hardware: model.HardwareProfile, model_profile: str) -> memory.SimulatedHost | None:
     if not isinstance(unified, bool):
         raise EngineError(f"sim engine: engine.unified_memory must be true or false, got {unified!r}")
-    if unified and not hardware.unified_memory:
-        raise EngineError(f"sim engine: engine.unified_memory: true needs a unified-memory profile (gb10); "
-                          f"set engine.profile: gb10 or drop unified_memory")
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not floor >= 0
                               or not math.isfinite(floor)):
         raise EngineError(f"sim engine: engine.memory_floor_gib must be a number of GiB (0: no floor), got {floor!r}")
     # Opt-in (search_spaces/gb10.yaml turns it on): a space written for the throughput landscape alone, and the
-    # benchmark's landscapes, keep measuring throughput without a host that can refuse their configurations.
-    if not unified:
+    # benchmark's landscapes, keep measuring throughput without a host that can refuse their configurations. It
+    # turns on the profile's unified memory: a profile with memory of its own (h200) has none to model.
+    if not (unified and hardware.unified_memory):
         return None
     return memory.SimulatedHost(memory.UnifiedMemory(), None if floor is None else float(floor), model_profile)
 

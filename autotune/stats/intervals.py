@@ -94,12 +94,21 @@ def interval(values: Sequence[float], confidence: float = 0.95, method: str = "t
         # tok/s); on the log scale the same t quantile multiplies and divides instead.
         centre, var = _log_moments(x)
         half = _t_quantile(0.5 + confidence / 2.0, x.size - 1) * math.sqrt(var)
-        return math.exp(centre - half), math.exp(centre + half)
+        return _exp(centre - half), _exp(centre + half)
     if method == "bca":
         res = stats.bootstrap((x,), np.mean, confidence_level=confidence, method="BCa",
                               n_resamples=2000, random_state=np.random.default_rng(0))
         return float(res.confidence_interval.low), float(res.confidence_interval.high)
     raise ValueError(f"unknown interval method {method!r}: use 't' or 'bca'")
+
+
+def _exp(x: float) -> float:
+    """``exp(x)``, ``inf`` past float range: at a very high level with few restarts (a sequential design's early
+    look, 99.997% on two restarts a side) the t quantile is in the thousands, and the honest bound is unbounded."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
 
 
 def log_ratio_interval(
@@ -130,7 +139,7 @@ def log_ratio_interval(
     df = max(1.0, math.floor((va + vb) ** 2 / (va * va / (a.size - 1) + vb * vb / (b.size - 1))))
     half = _t_quantile(0.5 + confidence / 2.0, df) * se
     p = float(2.0 * stats.t.sf(abs(diff) / se, df))
-    return math.exp(diff - half), math.exp(diff + half), p
+    return _exp(diff - half), _exp(diff + half), p
 
 
 def shrunk_means(groups: Sequence[Sequence[float]]) -> list[float]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.engines import EngineError, make_engine
+from autotune.engines._output_check import check_request
 from autotune.engines.cmd import CmdEngine
 from autotune.engines.sim import SimEngine
 from autotune.core.records import EngineConfig, Workload
@@ -76,7 +77,10 @@ def test_good_command_gets_the_request_and_its_result_is_parsed(tmp_path):
     assert result.error is None and result.log_tail is None
     got = json.loads(seen.read_text())
     assert got["request"] == {"config": CONFIG.to_dict(), "llm_kwargs": CONFIG.llm_kwargs(),
-                              "workload": WL.to_dict(), "restart": 2, "seed": 41}
+                              "workload": WL.to_dict(), "restart": 2, "seed": 41,
+                              "output_check": check_request(WL)}
+    # The output check asks for the first 32 tokens of a few fixed prompts (the same for every configuration).
+    assert got["request"]["output_check"]["tokens"] == 32 and got["request"]["output_check"]["prompts"]
     assert got["env"] == {"AUTOTUNE_RESTART": "2", "AUTOTUNE_SEED": "41", "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache")}
     assert result.log_path == str(tmp_path / "cache" / "logs" / f"{CONFIG.key()}-r2.log")
     assert "INFO engine ready" in Path(result.log_path).read_text()
