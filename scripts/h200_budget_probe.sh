@@ -7,7 +7,8 @@
 #   OUT=/path/for/results MINUTES=8 SECONDS_LEFT=480 bash scripts/h200_budget_probe.sh
 # Run it again with the same STUDY and STUDY_DIR to resume the study (a study longer than one 10-minute device call:
 # the time limit interrupts it with SIGINT, which keeps every restart that landed, and the next call goes on).
-# PART names this call's files under $OUT (tune-<PART>.txt); ENGINE=sim tries the script without a GPU.
+# SPACE picks another space (default search_spaces/h200-dummy.yaml; search_spaces/h200-moe.yaml is issue 21's MoE
+# target). PART names this call's files under $OUT (tune-<PART>.txt); ENGINE=sim tries the script without a GPU.
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"
 STUDY_DIR="${STUDY_DIR:-/tmp/budget-study}"
@@ -24,7 +25,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda); print("gpu", torc
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 timeout --signal=INT --kill-after=30 "${SECONDS_LEFT:-480}" \
-    python3 -m autotune tune --space search_spaces/h200-dummy.yaml --engine "${ENGINE:-vllm}" --no-mlflow \
+    python3 -m autotune tune --space "${SPACE:-search_spaces/h200-dummy.yaml}" --engine "${ENGINE:-vllm}" --no-mlflow \
         --study "$STUDY" --storage "sqlite:///$STUDY_DIR/optuna.db" --workdir "$STUDY_DIR" \
         --budget-minutes "${MINUTES:-8}" --seed 0 --json "$OUT/report.json" 2>&1 | tr '\r' '\n' | grep -v '^trials:' \
         | tee "$TUNE_TXT"
