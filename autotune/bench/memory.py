@@ -11,8 +11,12 @@ and budget) runs three times:
 
 ``python -m autotune.bench.memory`` (``make bench-memory``) prints one line per seed and the counts: unguarded
 studies that wedged, guarded ones that completed, guarded winners equal to the plain winner, guard trips, and the
-simulated seconds the settles waited. It exits 1 when a guarded study did not complete. Throughput does not depend on the host, so a guard that only removes configurations that cannot run
-safely leaves the winner where it was unless the winner itself is unsafe (on gb10 it is not: docs/simulator.md).
+simulated seconds the settles waited. Throughput does not depend on the host, so a guard that only removes
+configurations that cannot run safely should leave the winner where it was, unless the plain winner is itself
+unsafe: its start drives MemAvailable under the guard's floor (ground truth from the simulated host, read only to
+score). The winners are compared on the seeds whose plain winner is safe; the others are counted apart, with the
+lowest MemAvailable their plain winner reaches. It exits 1 when a guarded study did not complete, an unguarded
+one did not wedge, or a guarded winner differs from a safe plain winner.
 """
 
 from __future__ import annotations
@@ -45,7 +49,9 @@ DEFAULT_BUDGET = 60
 
 
 def run_variant(space: SearchSpace, variant: str, seed: int, budget: int) -> dict[str, Any]:
-    """One study: ``{"wedged": reason | None, "winner": label | None, "trips": n, "settle_s": s, "restarts": n}``."""
+    """One study: ``{"wedged": reason | None, "winner": label | None, "trips": n, "settle_s": s, "restarts": n}``;
+    with a winner also its ground truth: ``true_tok_s``, ``lowest_gib`` (the lowest MemAvailable its start reaches on
+    the simulated host) and ``safe`` (at or above the guard's floor)."""
     from autotune.report import build_report
     from autotune.study import StudyOptions, run_study
 
@@ -79,8 +85,10 @@ def run_variant(space: SearchSpace, variant: str, seed: int, budget: int) -> dic
                 out["winner"] = config.label()
                 # Ground truth (read only here, to score): the winner's noiseless throughput, and whether it
                 # would run safely on the host (the need the engine's own plan puts on it).
-                truth = SimEngine(cache_dir=None, profile="gb10", model_profile="moe", unified_memory=False)
+                truth = SimEngine(cache_dir=None, profile="gb10", model_profile="moe", unified_memory=True)
                 out["true_tok_s"] = truth.true_throughput(config, space.workload)
+                out["lowest_gib"] = truth.true_lowest_available_gib(config)
+                out["safe"] = out["lowest_gib"] is not None and out["lowest_gib"] >= (truth.memory_floor_gib() or 0.0)
     out["trips"] = sum(1 for e in errors if e.startswith(GUARD_PREFIX))
     out["tripped"] = sorted(tripped)
     out["restarts"] = len(errors)
@@ -101,30 +109,39 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="engine starts per study (default: %(default)s)")
     parser.add_argument("--root", default=".", help="directory search_spaces/ is relative to")
     args = parser.parse_args(argv)
-    wedged = completed = same = equal = trips = 0
+    wedged = completed = safe = same = equal = trips = 0
     settle_s = 0.0
+    unsafe: list[str] = []
     for seed in range(args.seeds):
         runs = run_seed(seed, args.budget, args.root)
         plain, guarded, unguarded = runs["plain"], runs["guarded"], runs["unguarded"]
         wedged += unguarded["wedged"] is not None
         completed += guarded["wedged"] is None and guarded["winner"] is not None
-        same += guarded["winner"] is not None and guarded["winner"] == plain["winner"]
-        equal += bool(guarded.get("true_tok_s") and plain.get("true_tok_s")
-                      and guarded["true_tok_s"] >= (1.0 - TIE) * plain["true_tok_s"])
         trips += guarded["trips"]
         settle_s += guarded["settle_s"]
+        if plain.get("safe"):
+            safe += 1
+            same += guarded["winner"] is not None and guarded["winner"] == plain["winner"]
+            equal += bool(guarded.get("true_tok_s") and plain.get("true_tok_s")
+                          and guarded["true_tok_s"] >= (1.0 - TIE) * plain["true_tok_s"])
+            verdict = "the same" if guarded["winner"] == plain["winner"] else "DIFFERENT"
+        else:
+            unsafe.append(f"{plain.get('lowest_gib') or 0:.1f}")
+            verdict = f"plain winner unsafe: MemAvailable {plain.get('lowest_gib') or 0:.1f} GiB, under the floor"
         print(f"seed {seed}: plain winner {plain['winner']} ({plain.get('true_tok_s') or 0:.0f} true tok/s); guarded "
-              f"winner {guarded['winner']} ({guarded.get('true_tok_s') or 0:.0f} true tok/s) "
+              f"winner {guarded['winner']} ({guarded.get('true_tok_s') or 0:.0f} true tok/s) [{verdict}] "
               f"({guarded['trips']} guard trips in {guarded['restarts']} restarts, settles waited "
               f"{guarded['settle_s']:.0f} simulated s); unguarded "
               f"{'wedged after ' + str(unguarded['restarts']) + ' restarts' if unguarded['wedged'] else 'completed'}")
     n = args.seeds
     print(f"unguarded studies that wedged the host: {wedged}/{n}")
     print(f"guarded studies that completed: {completed}/{n}")
-    print(f"guarded winner = winner without unified-memory effects: {same}/{n} the same configuration, {equal}/{n} "
-          f"as fast by ground truth (within {TIE:.0%})")
+    print(f"guarded winner = winner without unified-memory effects, where that winner runs safely on the host: "
+          f"{same}/{safe} the same configuration, {equal}/{safe} as fast by ground truth (within {TIE:.0%})")
+    print(f"plain winners that would go under the guard's floor (no guarded study can name them): {len(unsafe)}/{n}"
+          + (f" (lowest MemAvailable {', '.join(unsafe)} GiB)" if unsafe else ""))
     print(f"guard trips: {trips} (mean {trips / max(n, 1):.1f} a study); settle waits: {settle_s:.0f} simulated s")
-    return 0 if completed == n else 1
+    return 0 if completed == n and wedged == n and same == safe else 1
 
 
 if __name__ == "__main__":

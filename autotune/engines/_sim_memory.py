@@ -14,9 +14,14 @@ What it models, per start of the simulated engine (GiB and simulated seconds; ev
   less what the OS holds drive MemAvailable under the floor, or to where the host wedges. Which ones do follows
   from the landscape, not from a list.
 * **Page cache.** Loading weights that are not in the page cache adds them to Cached, and vLLM's profiler charges a
-  share of that growth against the KV budget, so a start that loads from disk (the study's first, or after the
-  cache was evicted) gets a smaller KV cache than a warm one (NVIDIA/xr-ai #462). Between starts a small, seeded
-  share of the cached weights is evicted, so warm starts drift a little.
+  share of that growth against the KV budget, so a start that loads from disk gets a smaller KV cache than a warm
+  one (NVIDIA/xr-ai #462). Before each start the host applies the page-cache policy the engine resolved, as
+  :class:`~autotune.machine.StartSafety` does on a real machine (``engine.page_cache``; the default on unified
+  memory is ``warm``): ``warm`` drops the cache and reads the target's weights, so every start finds them cached
+  and only a drafter's weights are loaded from disk (the same KV cache at every start of one configuration);
+  ``drop`` empties it, so every start loads from disk; ``keep`` leaves it as the last start did: the study's first
+  start loads from disk, and between starts a small, seeded share of the cached weights is evicted, so warm starts
+  drift a little.
 * **Memory comes back late.** After the engine exits (or is killed), what it held stays taken for
   ``release_delay_s`` and then returns at ``release_gib_per_s`` (#56830): the next start's settle waits for it.
 * **The wedge.** If MemAvailable falls under ``wedge_gib`` at any moment, the host stops (#46307: SSH gone, a power
@@ -189,13 +194,18 @@ class SimulatedHost:
         spec: The host's constants.
         floor_gib: ``engine.memory_floor_gib`` (``None``: the default floor; ``0``: no floor, the guard only records).
         model_profile: Which weights and KV size per token.
+        page_cache: The resolved page-cache policy the host applies to its own page cache before each start
+            (``keep``, ``drop`` or ``warm``).
     """
 
-    def __init__(self, spec: UnifiedMemory, floor_gib: float | None, model_profile: str) -> None:
+    def __init__(self, spec: UnifiedMemory, floor_gib: float | None, model_profile: str,
+                 page_cache: str = "keep") -> None:
         self.spec = spec
         self.model_profile = model_profile
+        self.page_cache = page_cache
         self.now = 0.0
         self.weights_cached = 0.0  # the study begins with the model's weights not in the page cache
+        self.other_cached = spec.idle_cached_gib  # page cache that is not the model's weights
         self.engine: _Timeline | None = None
         self.engine_started = 0.0
         self.releases: list[_Release] = []
@@ -205,8 +215,8 @@ class SimulatedHost:
         self.safety = StartSafety(floor_gib, reader=self.meminfo, gpu_reader=None, kernel_log=None,
                                   clock=self.clock, sleep=self.sleep, machine_state=MachineState,
                                   check_host=True, unified=True,
-                                  # The simulated host models its own page cache: a policy here would drop the
-                                  # real machine's cache (as root) at every simulated restart.
+                                  # The simulated host applies the policy to its own page cache (apply_page_cache);
+                                  # here it would drop the real machine's cache (as root) at every simulated restart.
                                   page_cache="keep")
 
     # -- what the machinery reads ------------------------------------------------------------------------
@@ -227,7 +237,7 @@ class SimulatedHost:
     def meminfo(self) -> MemInfo:
         if self.wedged is not None:
             raise HostWedged(self.wedged)
-        cached = self.spec.idle_cached_gib + self.weights_cached
+        cached = self.other_cached + self.weights_cached
         return MemInfo(total=int(self.spec.total_gib * GIB), available=int(self.available_gib() * GIB),
                        cached=int(cached * GIB))
 
@@ -256,7 +266,25 @@ class SimulatedHost:
             self.releases = [r for r in self.releases
                              if r.gib > (self.now - r.since - self.spec.release_delay_s) * self.spec.release_gib_per_s]
 
+    def lowest_available(self, need: MemoryPlan) -> float:
+        """Ground truth for tests and benchmarks: the lowest MemAvailable (GiB) a start of ``need`` reaches once
+        memory has settled, under the host's page-cache policy (``keep``: with every weight cached, no eviction, the
+        lowest of its warm starts). Under the guard's floor, the configuration cannot run safely on this host."""
+        spec = self.spec
+        cached = {"drop": 0.0, "warm": spec.weights(self.model_profile)}.get(self.page_cache, need.weights)
+        added = max(0.0, need.weights - cached)
+        kv = max(0.0, need.budget - need.weights - spec.activation_gib - spec.cold_cache_charge * added)
+        return spec.total_gib - spec.os_used_gib - (need.weights + spec.activation_gib + kv + need.graphs)
+
     # -- one start ---------------------------------------------------------------------------------------
+    def apply_page_cache(self) -> None:
+        """The page-cache policy before a start, on the simulated cache (what :func:`autotune.machine.apply_page_cache`
+        does to a real one): ``drop`` empties it, ``warm`` empties it and reads the target's weight files (not a
+        drafter's: ``warm`` reads ``engine_args.model``), ``keep`` leaves it."""
+        if self.page_cache in ("drop", "warm"):
+            self.other_cached = 0.0
+            self.weights_cached = self.spec.weights(self.model_profile) if self.page_cache == "warm" else 0.0
+
     def run_start(self, need: MemoryPlan, *, load_s: float, compile_s: float, capture_s: float, measure_s: float,
                   rng: random.Random, label: str) -> StartOutcome:
         """Settle, then one start inside the real guard: loading, compile, KV allocation, capture, measurement.
@@ -269,6 +297,7 @@ class SimulatedHost:
             raise HostWedged(self.wedged)
         self._wedge_context = label
         spec = self.spec
+        self.apply_page_cache()
         self.safety.settle()
         # Page cache: what loading adds, and the share of it vLLM's profiler charges against the KV budget.
         added = max(0.0, need.weights - self.weights_cached)
@@ -308,7 +337,7 @@ class SimulatedHost:
         self.weights_cached = min(need.weights, self.weights_cached + added) * (1.0 - rng.uniform(*spec.warm_evict))
         kv_tokens = int(kv * GIB / spec.kv_bytes(self.model_profile))
         facts = dict(self.safety.restart_facts())
-        facts.update({fact.KV_GIB: round(kv, 3), fact.KV_TOKENS: kv_tokens,
+        facts.update({fact.PAGE_CACHE: self.page_cache, fact.KV_GIB: round(kv, 3), fact.KV_TOKENS: kv_tokens,
                       fact.PAGE_CACHE_ADDED_GIB: round(added, 3)})
         return StartOutcome(trip_reason=None if summary.trip is None else summary.trip.reason(),
                             killed_after_s=killed_at, kv_gib=kv, kv_tokens=kv_tokens, cache_added_gib=added,

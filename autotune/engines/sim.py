@@ -29,7 +29,7 @@ from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._sim_memory import HostWedged
 # The vLLM runner's latency summary (stdlib only), so simulated and real restarts report the same figures.
 from autotune.engines.vllm._dataset import latency_summary, request_timing
-from autotune.machine import MemoryNotSettled
+from autotune.machine import MemoryNotSettled, plan_page_cache
 from autotune.core.records import (GOODPUT_METRICS, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult,
                               RestartStatus, Workload, combine_latency)
 
@@ -46,6 +46,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "unified_memory": False,  # true: a unified-memory profile (gb10) runs each restart on its simulated host;
     # other profiles have GPU memory of their own and ignore it
     "memory_floor_gib": None,  # with unified memory: the guard's floor (None: the default; 0: off, the host can wedge)
+    "page_cache": None,  # with unified memory: keep, drop or warm before each start (None: warm, the unified default)
 }
 #: The profile that draws its landscape from ``landscape_seed`` instead of using the physics model's constants.
 RANDOM_PROFILE = "random"
@@ -105,7 +106,8 @@ class SimEngine(EngineBackend):
         self.noise_sd = _noise(opts["noise"], self.hardware.noise_sd)
         self.time_scale = _time_scale(opts["time_scale"])
         #: The simulated unified-memory host, read by the real memory guard and settle (None: not unified).
-        self.host = _host(opts["unified_memory"], opts["memory_floor_gib"], self.hardware, self.model.name)
+        self.host = _host(opts["unified_memory"], opts["memory_floor_gib"], opts["page_cache"], self.hardware,
+                          self.model.name)
         #: How a restart's scaled wall time passes; the scaling benchmark swaps in a simulated clock.
         self.sleep = time.sleep
         self._compiled: set[str] = set()
@@ -149,6 +151,20 @@ class SimEngine(EngineBackend):
             steady = self._steady_tok_s(plan, config, at)
             values.append(self._latency(plan, config, at, [steady], steady).get("goodput", 0.0))
         return workload.combine(values)
+
+    def true_lowest_available_gib(self, config: EngineConfig) -> float | None:
+        """With unified memory: the lowest MemAvailable (GiB) a settled start of ``config`` drives the simulated
+        host to (below the guard's floor it cannot run safely; :meth:`memory_floor_gib`). For tests and benchmarks
+        only; ``None`` without a simulated host or when the configuration cannot run."""
+        plan = self._runnable_plan(config)
+        if self.host is None or plan is None:
+            return None
+        utilization = float(config.engine_args.get("gpu_memory_utilization", memory.DEFAULT_UTILIZATION))
+        return self.host.lowest_available(memory.plan_memory(self.host.spec, plan, self.model, utilization))
+
+    def memory_floor_gib(self) -> float | None:
+        """The guard's floor on the simulated host (GiB; ``None`` without one)."""
+        return None if self.host is None else self.host.safety.floor / memory.GIB
 
     def _runnable_plan(self, config: EngineConfig) -> Any:
         """The configuration's plan, or ``None`` when it cannot run (vLLM rejects it, or capture runs out of memory)."""
@@ -363,18 +379,26 @@ def _choice(key: str, value: Any, table: dict[str, Any]) -> Any:
                           f"{', '.join(sorted(table))}") from None
 
 
-def _host(unified: Any, floor: Any, hardware: model.HardwareProfile, model_profile: str) -> memory.SimulatedHost | None:
+def _host(unified: Any, floor: Any, page_cache: Any, hardware: model.HardwareProfile,
+          model_profile: str) -> memory.SimulatedHost | None:
     if not isinstance(unified, bool):
         raise EngineError(f"sim engine: engine.unified_memory must be true or false, got {unified!r}")
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not floor >= 0
                               or not math.isfinite(floor)):
         raise EngineError(f"sim engine: engine.memory_floor_gib must be a number of GiB (0: no floor), got {floor!r}")
+    try:
+        # Resolved as a real engine resolves it on unified memory (warm by default); the simulated host may drop
+        # its own simulated cache, so the default never falls back to keep for want of root.
+        policy = plan_page_cache(page_cache, unified=True, root=True).policy
+    except ValueError as exc:
+        raise EngineError(f"sim engine: {exc}") from None
     # Opt-in (search_spaces/gb10.yaml turns it on): a space written for the throughput landscape alone, and the
     # benchmark's landscapes, keep measuring throughput without a host that can refuse their configurations. It
     # turns on the profile's unified memory: a profile with memory of its own (h200) has none to model.
     if not (unified and hardware.unified_memory):
         return None
-    return memory.SimulatedHost(memory.UnifiedMemory(), None if floor is None else float(floor), model_profile)
+    return memory.SimulatedHost(memory.UnifiedMemory(), None if floor is None else float(floor), model_profile,
+                                page_cache=policy)
 
 
 def _noise(value: Any, default: float) -> float:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from optuna.trial import TrialState
 
-from autotune.store.ledger import Ledger
+from autotune.store.ledger import Ledger, trial_failed
 
 __all__ = ["FailedTrial", "TrialCounts", "TrialOutcome", "classify_trials", "count_outcomes"]
 
@@ -80,7 +80,7 @@ def classify_trials(ledger: Ledger) -> tuple[TrialOutcome, ...]:
             outcome = INTERRUPTED if ledger.has_config(t) else NOT_STARTED
             if reason is None and t.number in retried:
                 reason = f"interrupted: its worker stopped (no heartbeat); retried as trial {retried[t.number]}"
-        elif t.state == TrialState.FAIL:
+        elif trial_failed(t):  # FAIL, or over the memory floor (told PRUNED so the sampler reads its constraint)
             # A worker that stopped beating leaves a FAIL with no reason until Optuna queues its retry.
             outcome, reason = FAILED, reason or "failed with no reason recorded (its worker stopped)"
         elif t.state == TrialState.PRUNED:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from optuna.trial import FrozenTrial, TrialState
+
 from autotune.core.records import EngineConfig, RestartResult
+from autotune.machine import FLOOR_CONSTRAINT
 from autotune.stats.intervals import TrialSummary
 
 
@@ -33,3 +36,14 @@ class TrialRecord:
     duplicate_of: int | None = None
     value: float | None = None
     interrupted: bool = False
+
+
+def over_floor(trial: FrozenTrial) -> bool:
+    """Whether the trial failed because its configuration hit the memory floor twice: Optuna was told PRUNED, so that
+    its samplers read the constraint (:func:`autotune.study._floor.sampler_state`), but it is a failure."""
+    return trial.constraints.get(FLOOR_CONSTRAINT, 0.0) > 0 and trial.state in (TrialState.FAIL, TrialState.PRUNED)
+
+
+def trial_failed(trial: FrozenTrial) -> bool:
+    """Whether the trial failed: Optuna's FAIL, or a configuration over the memory floor (told PRUNED)."""
+    return trial.state == TrialState.FAIL or over_floor(trial)

@@ -68,14 +68,14 @@ from autotune.store._storage import (  # noqa: F401 - _serialize_sqlite: tests n
     SQLITE_BUSY_TIMEOUT_S, LedgerError, _serialize_sqlite, ensure_sqlite_dir, latest_study_name, make_storage,
     study_names,
 )
-from autotune.store._trials import TrialRecord
+from autotune.store._trials import TrialRecord, over_floor, trial_failed
 from autotune.store.fingerprint import Fingerprint
 
 __all__ = [
     "CLAIMS_SUFFIX", "CLAIM_JOB_KEY", "CLAIM_OWNER_KEY", "CLAIM_RESTARTS_KEY", "DEFAULT_HEARTBEAT_S",
     "DEFAULT_STORAGE", "DEFAULT_STORE_DIR", "DEFAULT_WORKDIR", "FINISH_JOB", "GRACE_FACTOR", "MAX_RETRIES",
     "MLFLOW_PARENT_JOB", "SCHEMA_VERSION", "SQLITE_BUSY_TIMEOUT_S", "VERIFY_CONCLUDE_JOB", "Ledger", "LedgerError",
-    "SearchEnd", "StudyMeta", "TrialRecord", "create_or_load", "ensure_sqlite_dir", "latest_study_name", "load", "claim_attrs",
+    "SearchEnd", "StudyMeta", "TrialRecord", "over_floor", "trial_failed", "create_or_load", "ensure_sqlite_dir", "latest_study_name", "load", "claim_attrs",
     "claim_holder_gone", "claim_job", "make_storage", "owner_id", "record_claim_restarts", "redact", "study_names",
 ]
 
@@ -374,7 +374,7 @@ class Ledger:
             reason = f"interrupted: its worker stopped (no heartbeat); retried as trial {retried[trial.number]}"
         return TrialRecord(
             number=trial.number,
-            state=trial.state.name,
+            state=TrialState.FAIL.name if over_floor(trial) else trial.state.name,
             config=config,
             restarts=self.restarts(trial),
             summary=self.summary(trial),

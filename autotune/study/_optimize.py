@@ -17,7 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.space import Infeasible
 from autotune.store._optuna import frozen_trial, trial_id
-from autotune.store.ledger import Ledger
+from autotune.store.ledger import Ledger, trial_failed
 from autotune.store.search_end import BASELINE_FAILED, CONVERGED, INFEASIBLE
 from autotune.store.orphans import requeue_orphans
 from autotune.study._budget import _entry_starts, _first_starts, _search_may_start, check_budget
@@ -151,7 +151,7 @@ def _stop_if_the_baseline_failed(ctx: StudyContext, trial: optuna.Trial) -> None
     too. Verification still runs the baseline on fresh seeds, and the study ends with its reason."""
     ledger = ctx.ledger
     frozen = frozen_trial(ctx.study, trial)
-    if (frozen.state != TrialState.FAIL or ledger.search_stopped() is not None or ledger.interrupted(frozen)
+    if (not trial_failed(frozen) or ledger.search_stopped() is not None or ledger.interrupted(frozen)
             or ledger.config_key(frozen) != ctx.space.baseline().key()):
         return
     ledger.record_search_stopped(f"the baseline (engine defaults) failed ({ledger.failure(frozen)}): no speedup "

@@ -34,7 +34,7 @@ from autotune.store._optuna import frozen_trial
 from autotune.store.ledger import Ledger, TrialRecord
 from autotune.study._budget import Start, _search_may_start
 from autotune.study._floor import (counted_for_summary, floor_constraint, floor_errors, hit_floor,
-                                   infeasible_reason)
+                                   infeasible_reason, sampler_state)
 from autotune.study._outputs import judge_outputs
 from autotune.study._restart import measure_restart
 from autotune.study.events import StudyContext, StudyObserver, notify
@@ -207,7 +207,7 @@ class TrialMeasurement:
         if state == TrialState.COMPLETE:
             ctx.study.tell(trial, value)
         else:
-            ctx.study.tell(trial, state=state)
+            ctx.study.tell(trial, state=sampler_state(state, self.floor_errors))
         return TrialRecord(trial.number, state.name, self.config, tuple(self.restarts), summary,
                            reason if state == TrialState.FAIL else None,
                            value=value if state == TrialState.COMPLETE else None)

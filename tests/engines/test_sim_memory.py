@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.bench.memory import run_variant
+from autotune.bench.memory import DEFAULT_BUDGET, run_variant
 from autotune.config.space import load_space
 from autotune.core import facts
 from autotune.core.records import EngineConfig
@@ -34,7 +34,7 @@ def gb10(**opts: object) -> SimEngine:
 
 
 def test_a_config_whose_graphs_outgrow_the_host_trips_the_real_guard_with_the_figures():
-    engine = gb10()
+    engine = gb10(page_cache="keep")
     # The study's first start loads the weights from disk: its page cache shrinks the KV budget, which leaves room.
     assert engine.run_restart(BIG, SPACE.workload, restart=0, seed=0).ok
     result = engine.run_restart(BIG, SPACE.workload, restart=1, seed=0)
@@ -58,17 +58,39 @@ def test_memory_comes_back_late_so_the_next_start_waits():
 
 
 def test_a_cold_load_shrinks_the_kv_budget_and_warm_starts_drift_little():
-    engine = gb10()
+    engine = gb10(page_cache="keep")
     kv = [engine.run_restart(SMALL, SPACE.workload, restart=r, seed=0).facts for r in range(4)]
     assert kv[0][facts.PAGE_CACHE_ADDED_GIB] > 50  # the study's first start loads the weights from disk
     tokens = [f[facts.KV_TOKENS] for f in kv]
     assert tokens[1] > 1.2 * tokens[0]  # the cold load's page cache was charged against the KV budget
     warm = tokens[1:]
     assert max(warm) - min(warm) < 0.06 * max(warm)
+    assert {f[facts.PAGE_CACHE] for f in kv} == {"keep"}
+
+
+def test_the_page_cache_policy_gives_every_start_the_same_cache():
+    # warm (the default on unified memory): the target's weights are read before every start, the first included,
+    # so every start of a configuration gets the same KV cache; a drafter's weights are still loaded from disk.
+    engine = gb10()
+    warm = [engine.run_restart(SMALL, SPACE.workload, restart=r, seed=0).facts for r in range(4)]
+    assert {f[facts.PAGE_CACHE] for f in warm} == {"warm"}
+    assert {f[facts.PAGE_CACHE_ADDED_GIB] for f in warm} == {0.0} and len({f[facts.KV_TOKENS] for f in warm}) == 1
+    # drop: every start loads the weights from disk, and every one gets the cold start's smaller KV cache.
+    engine = gb10(page_cache="drop")
+    dropped = [engine.run_restart(SMALL, SPACE.workload, restart=r, seed=0).facts for r in range(3)]
+    assert all(f[facts.PAGE_CACHE_ADDED_GIB] > 50 for f in dropped) and len({f[facts.KV_TOKENS] for f in dropped}) == 1
+    assert dropped[0][facts.KV_TOKENS] < warm[0][facts.KV_TOKENS] / 1.2
+    # Under warm a configuration over the floor trips at every start, the first one too: whether it is safe is a
+    # property of the configuration, not of the cache a start happened to find.
+    engine = gb10()
+    assert all(not engine.run_restart(BIG, SPACE.workload, restart=r, seed=0).ok for r in range(3))
+    assert engine.true_lowest_available_gib(BIG) < engine.memory_floor_gib() < engine.true_lowest_available_gib(SMALL)
+    with pytest.raises(EngineError, match=r"engine\.page_cache"):
+        gb10(page_cache="cold")
 
 
 def test_without_the_floor_the_host_wedges_and_stays_wedged():
-    engine = gb10(memory_floor_gib=0)
+    engine = gb10(memory_floor_gib=0, page_cache="keep")
     assert engine.run_restart(BIG, SPACE.workload, restart=0, seed=0).ok  # cold: the page cache left room
     with pytest.raises(HostWedged, match="host wedged"):
         engine.run_restart(BIG, SPACE.workload, restart=1, seed=0)
@@ -93,14 +115,22 @@ def test_unified_memory_leaves_throughput_alone():
     assert with_host.passes_tok_s == without.passes_tok_s
 
 
-def test_the_gb10_study_wedges_without_the_guard_and_with_it_completes_with_a_safe_winner():
-    seed, budget = 3, 40
-    unguarded = run_variant(SPACE, "unguarded", seed, budget)
+#: Seeds of the benchmark's (``make bench-memory``, seeds 0-4 at 60 starts) whose plain winner runs safely on the
+#: simulated host; the plain winners of seeds 0, 1 and 4 go under the guard's floor (7.5, 7.5 and 2.1 GiB of
+#: MemAvailable against 8.5), so no guarded study can name them (docs/simulator.md).
+SAFE_WINNER_SEEDS = (2, 3)
+
+
+@pytest.mark.parametrize("seed", SAFE_WINNER_SEEDS)
+def test_the_gb10_study_wedges_without_the_guard_and_with_it_completes_with_the_same_winner(seed):
+    unguarded = run_variant(SPACE, "unguarded", seed, DEFAULT_BUDGET)
     assert unguarded["wedged"] is not None and "host wedged" in unguarded["wedged"]
-    plain = run_variant(SPACE, "plain", seed, budget)
-    guarded = run_variant(SPACE, "guarded", seed, budget)
+    plain = run_variant(SPACE, "plain", seed, DEFAULT_BUDGET)
+    guarded = run_variant(SPACE, "guarded", seed, DEFAULT_BUDGET)
     assert guarded["wedged"] is None and guarded["trips"] > 0 and guarded["winner"] is not None
-    # Not the same configuration as the plain study's (its search took another path once trials failed; see
-    # docs/simulator.md), but within a few percent of it by ground truth, and one the guard never stopped.
-    assert guarded["true_tok_s"] >= 0.95 * plain["true_tok_s"], (guarded, plain)
+    # The plain winner runs safely on the host, so the guard, which only stops configurations that cannot, leaves it
+    # the winner: the search learns from the configurations it stopped (told to the sampler as infeasible) instead
+    # of proposing their neighbours again.
+    assert plain["safe"], plain
+    assert guarded["winner"] == plain["winner"], (guarded, plain)
     assert guarded["winner"] not in guarded["tripped"]
