@@ -136,7 +136,7 @@ def test_each_restart_leaves_its_memory_and_machine_facts_for_the_record(tmp_pat
     fake = SlowRelease(tmp_path / "meminfo", full=100 * GIB)
     state = MachineState(3000.0, 2900.0, (GpuState(0, "GB10", sm_clock_mhz=2400, throttle=("hw_slowdown",)),))
     safety = StartSafety(None, reader=MeminfoReader(fake.path), gpu_reader=None, kernel_log=None, clock=fake.clock,
-                         sleep=fake.sleep, machine_state=lambda: state)
+                         sleep=fake.sleep, machine_state=lambda: state, unified=True)  # a GB10: host memory watched
     safety.settle()
     with safety.guard():
         pass
@@ -155,7 +155,13 @@ def test_a_worker_sharing_the_host_waits_for_its_own_gpus_and_not_for_host_memor
     fake.hold(30 * GIB)  # another worker's engine holds host memory
     result = settle(MemoryLevel(100 * GIB), reader=MeminfoReader(fake.path), clock=fake.clock,
                     sleep=lambda s: setattr(fake, "now", fake.now + s), check_host=False)
-    assert result.samples == 2 and result.level.host_available == 30 * GIB
+    # Nothing is watched (host memory left out, no GPU): one sample decides, with no wait.
+    assert result.samples == 1 and not result.waited and result.level.host_available == 30 * GIB
+    # A GPU's free memory is watched: stable over two samples, one interval apart.
+    with_gpu = settle(MemoryLevel(100 * GIB, (80 * GIB,)), reader=MeminfoReader(fake.path), clock=fake.clock,
+                      sleep=lambda s: setattr(fake, "now", fake.now + s), check_host=False,
+                      gpu_reader=lambda: (80 * GIB,), interval_s=0.5)
+    assert with_gpu.samples == 2 and with_gpu.waited_s == pytest.approx(0.5)
     monkeypatch.setenv("AUTOTUNE_WORKER_INDEX", "1")
     assert StartSafety(reader=MeminfoReader(fake.path), gpu_reader=None, kernel_log=None,
                        unified=True).check_host is False
@@ -211,7 +217,7 @@ def test_no_start_begins_under_the_guard_floor_even_where_host_memory_is_otherwi
     fake.hold(20 * GIB)
     quick = settle(MemoryLevel(100 * GIB), reader=MeminfoReader(fake.path), clock=fake.clock,
                    sleep=lambda s: setattr(fake, "now", fake.now + s), check_host=False, floor=0)
-    assert quick.samples == 2
+    assert quick.samples == 1  # nothing watched and the floor off: one sample, no wait
     # A floor that never clears ends the wait with one line naming it.
     with pytest.raises(MemoryNotSettled, match="under the memory guard's floor"):
         settle(MemoryLevel(100 * GIB), reader=MeminfoReader(fake.path), clock=fake.clock,

@@ -8,6 +8,9 @@ vLLM asserts because free memory *rose* while it profiled (#56830). Before each 
 * the same for every GPU's free memory, where NVML reports it (not on a GB10, whose pool is host memory);
 * no engine process from an earlier restart is alive.
 
+Where neither host memory nor a GPU's is watched (a machine with no GPU and no unified memory: the cmd engine
+on a CPU box, CI), the floor and the leftovers are checked on one sample, with no wait.
+
 If that does not happen within the timeout, :class:`MemoryNotSettled` says in one line what holds the memory
 (the largest processes by RSS), so the user can free it and run the same command again.
 """
@@ -139,7 +142,10 @@ def settle(baseline: MemoryLevel, *, reader: Callable[[], MemInfo] | None = None
         samples += 1
         left = leftovers()
         short = _short_of(baseline, level, check_host, floor)
-        stable = previous is not None and _stable(previous, level, check_host)
+        # Stability is asked of the memory being watched: where neither host memory (left out off unified memory)
+        # nor any GPU's free memory is, one sample decides, and a second would only wait (half a second a start).
+        watched = check_host or baseline.gpu_free is not None
+        stable = not watched or (previous is not None and _stable(previous, level, check_host))
         if not left and short is None and stable:
             return SettleResult(waited_s=clock() - start, samples=samples, level=level)
         if clock() - start >= timeout_s:
