@@ -6,13 +6,16 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import optuna
 import pytest
+from optuna.trial import TrialState
 
 from autotune.config.space import Infeasible, SearchSpace, parse_space
 from autotune.decisions.racing import RacingPolicy
 from autotune.observers.progress import ProgressPrinter
 from autotune.report._build import build_report
 from autotune.store import ledger as ledger_mod
+from autotune.store.ledger import CLAIMS_SUFFIX
 from autotune.store.search_end import BUDGET, CONVERGED, INFEASIBLE, INTERRUPTED, TRIALS, SearchEnd
 from autotune.study import Interrupted, StudyOptions, _optimize, run_study
 from tests.conftest import SMALL_SPACE, FakeEngine
@@ -104,6 +107,11 @@ def test_a_resumed_study_that_goes_straight_to_verification_prints_why_with_the_
     with pytest.raises(Interrupted):  # 3 search restarts, then Ctrl-C in verification
         run_study(space, FakeEngine(TRUTH, interrupt_after=4), options)
     assert ledger_mod.load("e", options.storage).search_end().reason == TRIALS
+    # The interrupted round's claim was given up, not left to its live process's heartbeat: the resume below, in
+    # this same process, takes the round over at once (it waited out the grace period, two minutes, before).
+    claims = optuna.load_study(study_name="e" + CLAIMS_SUFFIX, storage=options.storage)
+    assert [t.state for t in claims.get_trials() if t.state == TrialState.RUNNING] == []
+    assert any(t.state == TrialState.FAIL and t.user_attrs for t in claims.get_trials())
     err = io.StringIO()
     run_study(space, FakeEngine(TRUTH), options, [ProgressPrinter(err)])
     said = [x for x in err.getvalue().splitlines() if "going straight to verification" in x]

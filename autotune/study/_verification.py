@@ -10,8 +10,9 @@ pure rules of :mod:`autotune.decisions.verification`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from optuna.trial import FrozenTrial
@@ -52,6 +53,10 @@ class RoundClaim(Protocol):
 
     def complete(self) -> None:
         """The round is done."""
+
+    def give_up(self) -> None:
+        """The round is not done, and this process stops holding it: what it recorded stays, and the next holder
+        (a resume, another worker) runs the rest at once instead of waiting out this holder's heartbeat."""
 
 
 class RoundBook(Protocol):
@@ -166,7 +171,8 @@ class VerificationLoop:
                 if claim is not None:
                     participants = self._participants(rnd)
                     assert participants is not None  # only the near-tie rounds after the common ones can be skipped
-                    self._run_round(participants, rnd, claim)
+                    with _given_up_unless_done(claim):
+                        self._run_round(participants, rnd, claim)
                     claim.complete()
                     break
             else:
@@ -184,7 +190,8 @@ class VerificationLoop:
                 continue  # another worker ran this round
             todo = self._todo(participants, rnd)
             if todo and (self.may_start is None or self.may_start(todo)):
-                self._run_round(todo, rnd, claim)
+                with _given_up_unless_done(claim):
+                    self._run_round(todo, rnd, claim)
             # A round the budget leaves out stays empty: the next one finds no tie to break.
             claim.complete()
 
@@ -223,6 +230,19 @@ class VerificationLoop:
         return verification
 
 
+@contextlib.contextmanager
+def _given_up_unless_done(claim: RoundClaim) -> Iterator[None]:
+    """Give ``claim`` up when its round ends in an exception (Ctrl-C, a signal, a broken store): a resume in this
+    same process, or another worker, then takes the round over at once (a holder whose process lives on is
+    otherwise only judged by its heartbeat's grace period). The exception goes on unchanged."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            claim.give_up()
+        raise
+
+
 # -- in memory: one process ----------------------------------------------------------------------------------
 
 
@@ -239,6 +259,9 @@ class _MemoryClaim:
     def complete(self) -> None:
         if self.rnd is not None:
             self.book.completed.add(self.rnd)
+
+    def give_up(self) -> None:
+        pass  # nothing is held: every round of an in-memory book is free to take
 
 
 class MemoryRounds:
