@@ -41,8 +41,9 @@ pytestmark = pytest.mark.slow
 RUNS = int(os.environ.get("AUTOTUNE_FAULT_RUNS", "30"))
 SEED = int(os.environ.get("AUTOTUNE_FAULT_SEED", "20261201"))
 WORKERS = int(os.environ.get("AUTOTUNE_FAULT_WORKERS", str(min(4, os.cpu_count() or 1))))
-#: Real seconds per simulated engine second: a restart of the gb10 profile takes ~40-120 ms.
-TIME_SCALE = 0.001
+#: Real seconds per simulated engine second: a restart of the gb10 profile (150-200 simulated seconds, start-up
+#: included) takes ~50-120 ms, so the kill delays (0-150 ms after a restart line) land anywhere in one.
+TIME_SCALE = 0.0005
 SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT}
 ENGINES = ("sim", "cmd")
 VERIFY_RESTARTS = 2
