@@ -50,6 +50,7 @@ __all__ = [
     "stop_live",
     "stop_orphans",
     "tagged_processes",
+    "wait_gone",
 ]
 
 #: Environment variable every engine process (and so every descendant) carries: ``<autotune pid>-<uuid>``.
@@ -351,14 +352,14 @@ def stop_orphans() -> list[Survivor]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
             killed.append(Survivor(pid, name))
-    _wait_gone([s.pid for s in killed])
+    wait_gone([s.pid for s in killed])
     if killed:
         _log.warning("autotune: stopped %d engine process(es) left running by an autotune that was killed: %s",
                      len(killed), ", ".join(map(str, killed)))
     return killed
 
 
-def _wait_gone(pids: Sequence[int]) -> None:
+def wait_gone(pids: Sequence[int]) -> None:
     """Wait up to :data:`_KILL_WAIT_S` until the SIGKILLed ``pids`` are no longer running."""
     deadline = time.monotonic() + _KILL_WAIT_S
     for pid in pids:
@@ -577,7 +578,7 @@ class EngineProcess:
             seen[pid] = sid
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        _wait_gone([s.pid for s in escaped])
+        wait_gone([s.pid for s in escaped])
         if escaped:
             _log.warning("autotune: killed %d process(es) that had left the engine's process group: %s (command: "
                          "%s)", len(escaped), ", ".join(map(str, escaped)), " ".join(self.argv)[:200])

@@ -197,6 +197,30 @@ def test_a_dead_host_fails_the_running_restart_with_a_reason_and_a_new_host_take
     assert engine._host is not None and engine._host.pid != killed[0]
 
 
+def test_a_host_that_dies_between_the_fork_and_its_report_leaves_nothing_of_the_restart(engines, files,
+                                                                                       tmp_path: Path) -> None:
+    # The race a loaded machine makes of the test above, made certain by the fake (FAKE_VLLM_KILL_HOST_ONCE): the
+    # host forks the restart and is killed before it reports its pid, while the restart runs on and has started
+    # its grandchild. No ForkedProcess ever holds that restart; its tag is all that names it.
+    marker = tmp_path / "host-killed"
+    engine = engines(startup_timeout_s=60, settle_timeout_s=10, env={"FAKE_VLLM_KILL_HOST_ONCE": str(marker)})
+    first_host = engine.fork_host()
+    result = engine.run_restart(_config("hang"), WORKLOAD, restart=0, seed=0)
+    assert marker.exists(), "the fake killed the host between the fork and its report"
+    assert result.status == RestartStatus.FAILED
+    assert result.error is not None
+    assert result.error.startswith("restart lost: the forkserver host exited with status -9"), result.error
+    lost = [r["pid"] for r in _records(files["procs"]) if r["kind"] in ("engine", "grandchild")]
+    assert len(lost) == 2, "the restart ran as far as its SIGTERM-ignoring grandchild"
+    assert _wait_gone(lost, timeout=0.5) == [], "the failed restart stopped what the host had forked"
+    assert engine.safety.leftovers() == [], "nothing of the lost restart is left for the next settle"
+
+    after = engine.run_restart(_config("ok"), WORKLOAD, restart=1, seed=1)
+    assert after.status == RestartStatus.OK, after.error
+    assert engine._host is not None and engine._host.pid != first_host.pid
+    assert engine.safety.leftovers() == []
+
+
 def test_the_host_stops_its_restarts_when_autotune_goes_away(tmp_path: Path, files) -> None:
     import os
 

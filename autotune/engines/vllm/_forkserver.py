@@ -20,18 +20,21 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from autotune.engines.process import TAG_ENV, EngineProcess, Survivor, kill_group, process_name, tagged_processes
+from autotune.engines.process import (TAG_ENV, EngineProcess, Survivor, kill_group, process_name, tagged_processes,
+                                     wait_gone)
 from autotune.engines.vllm._launcher import LaunchResult, supervise, tail_text
 
-__all__ = ["HOST_PATH", "ForkHost", "ForkedProcess", "HostError", "HostTimeout", "launch_forked"]
+__all__ = ["HOST_PATH", "ForkHost", "ForkedProcess", "HostError", "HostLost", "HostTimeout", "launch_forked"]
 
 #: The host script, executed by path in the engine's interpreter (it imports only the standard library).
 HOST_PATH = Path(__file__).resolve().with_name("_host.py")
 _STOP_GRACE_S = 10.0
+#: How long a restart's group gets between SIGTERM and SIGKILL.
+_KILL_GRACE_S = 5.0
 
 
 class HostError(Exception):
@@ -40,6 +43,14 @@ class HostError(Exception):
 
 class HostTimeout(HostError):
     """The host did not fork the restart before the start-up deadline (it has been stopped)."""
+
+
+class HostLost(HostError):
+    """The host died after the restart was requested, before it reported the restart's pid; the message is why.
+
+    Whatever it had forked for the restart has been stopped, as for a restart whose host dies while it runs
+    (:attr:`ForkedProcess.lost`).
+    """
 
 
 class ForkHost:
@@ -86,13 +97,20 @@ class ForkHost:
 
     # -- requests ---------------------------------------------------------------------------------------
     def start(self, request: Mapping[str, Any], log_path: str, env: Mapping[str, str],
-              timeout_s: float) -> ForkedProcess:
+              timeout_s: float, kill_grace_s: float = _KILL_GRACE_S) -> ForkedProcess:
         """Fork one restart with environment ``env`` and return it once it runs in its own session.
 
-        ``timeout_s`` bounds the wait (the first restart waits for the forkserver's imports).
+        ``timeout_s`` bounds the wait (the first restart waits for the forkserver's imports); ``kill_grace_s`` is
+        the SIGTERM grace of whatever is stopped when the restart cannot be handed back.
+
+        Whenever no :class:`ForkedProcess` comes back, nothing of the restart is left running: the host may have
+        forked it before it died, stalled or failed, and only the restart's tag names it then (see
+        :func:`_stop_unreported`).
 
         Raises:
-            HostError: the host is gone, refused the restart, or did not answer in time (then it is stopped).
+            HostLost: the host died after the request was sent (it is stopped).
+            HostTimeout: the host did not answer in time (it is stopped).
+            HostError: the host was gone before the request, or refused the restart.
         """
         with self._cond:
             self._next_id += 1
@@ -110,13 +128,18 @@ class ForkHost:
             event = self._events.get(rid)
             gone = self._gone
         if event is None:
+            # Stuck (an import that hangs) or dead, maybe after it forked the restart (a loaded machine can run the
+            # restart well past the fork before the host reports it). Stopping the host also kills the restart
+            # itself: a fork of the forkserver shows the environment the forkserver was started with, the host's
+            # tag included, and has left the host's session; what the restart started carries its own tag.
+            self.stop()
+            _stop_unreported(tag, kill_grace_s)
             if gone is None:
-                # Stuck (an import that hangs): nothing can be asked of it any more.
-                self.stop()
                 raise HostTimeout(f"the forkserver host did not fork the restart within {timeout_s:g} s "
                                   f"(its log: {self.log_path})")
-            raise HostError(gone)
+            raise HostLost(gone)
         if event["event"] == "start_failed":
+            _stop_unreported(tag, kill_grace_s)  # a failure after the fork: whatever the restart started
             raise HostError(f"the forkserver host could not start the restart: {event.get('error')}")
         return ForkedProcess(self, rid, int(event["pid"]), tag)
 
@@ -231,7 +254,7 @@ class ForkedProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
 
-    def stop(self, grace_s: float = 5.0) -> list[Survivor]:
+    def stop(self, grace_s: float = _KILL_GRACE_S) -> list[Survivor]:
         """Stop the restart and its group (SIGTERM, ``grace_s``, SIGKILL), then kill descendants that left it.
 
         Safe to call twice; returns those descendants (the forkserver, the restart's parent, reaps the restart).
@@ -246,20 +269,7 @@ class ForkedProcess:
             except subprocess.TimeoutExpired:
                 self.signal_group(signal.SIGKILL)
                 self.wait()
-        kill_group(self.pid, grace_s=grace_s)
-        for pid in tagged_processes(self.tag):
-            if pid == self.pid:
-                continue
-            name = process_name(pid)
-            if name is None:
-                continue  # gone already
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-                self.survivors.append(Survivor(pid, name))
-        for pid in {self.pid} | seen | {s.pid for s in self.survivors}:
-            # Re-parented to us when autotune is a child subreaper: collect their exit so no zombie stays.
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, os.WNOHANG)
+        self.survivors = _stop_tagged(self.tag, [self.pid], grace_s, seen)
         self._stopped = True
         return self.survivors
 
@@ -285,6 +295,44 @@ class ForkedProcess:
         return code
 
 
+def _stop_tagged(tag: str, groups: Collection[int], grace_s: float, seen: Collection[int] = ()) -> list[Survivor]:
+    """Stop the process groups ``groups`` (SIGTERM, up to ``grace_s``, SIGKILL), then SIGKILL every process still
+    carrying ``tag`` (it left them) and wait until those are gone; reap whichever of them, and of ``seen``, were
+    re-parented to us. Returns the processes killed by their tag."""
+    for pgid in groups:
+        kill_group(pgid, grace_s=grace_s)
+    survivors: list[Survivor] = []
+    for pid in tagged_processes(tag):
+        if pid in groups:
+            continue
+        name = process_name(pid)
+        if name is None:
+            continue  # gone already
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            survivors.append(Survivor(pid, name))
+    wait_gone([s.pid for s in survivors])
+    for pid in {*groups, *seen, *(s.pid for s in survivors)}:
+        # Re-parented to us when autotune is a child subreaper: collect their exit so no zombie stays.
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+    return survivors
+
+
+def _stop_unreported(tag: str, grace_s: float) -> list[Survivor]:
+    """Stop what a restart the host never reported started: no :class:`ForkedProcess` knows its pid, but every
+    process it started carries its ``tag``, in its group and session (the restart leads both: their id is its
+    pid), or in groups and sessions of their own. Those groups are stopped, then whatever still carries the tag."""
+    seen = set(tagged_processes(tag))
+    groups: set[int] = set()
+    for pid in seen:
+        for of in (os.getpgid, os.getsid):
+            with contextlib.suppress(OSError):
+                groups.add(of(pid))
+    groups -= {0, 1, os.getpgrp(), os.getsid(0)}  # never ours: an engine process lives in a session of its own
+    return _stop_tagged(tag, sorted(groups), grace_s, seen)
+
+
 def launch_forked(
     host: ForkHost,
     request: Mapping[str, Any],
@@ -293,26 +341,30 @@ def launch_forked(
     env: Mapping[str, str],
     startup_timeout_s: float,
     measure_timeout_s: float,
-    kill_grace_s: float = 5.0,
+    kill_grace_s: float = _KILL_GRACE_S,
 ) -> LaunchResult:
     """Fork one restart from ``host`` and supervise it exactly as :func:`~._launcher.launch` does a spawned one.
 
     Start-up seconds count from the request to the ready marker, as for a spawned restart. A host that is
     gone, refuses, or dies while the restart runs makes a :class:`LaunchResult` with ``error`` set (the restart
-    fails with that reason; its process group is stopped either way).
+    fails with that reason; its process group is stopped either way). A host that dies after the request is
+    ``restart lost: <why>`` whether or not it had reported the restart's pid.
     """
     log = Path(log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_bytes(b"")
     start = time.monotonic()
     try:
-        proc = host.start(request, str(log), env, timeout_s=startup_timeout_s)
+        proc = host.start(request, str(log), env, timeout_s=startup_timeout_s, kill_grace_s=kill_grace_s)
     except HostTimeout as exc:
-        # The start-up deadline passed before the restart existed: a start-up timeout like any other; the tail
-        # shows what the host (importing vLLM, say) was doing.
+        # The start-up deadline passed before the host reported the restart (whatever it forked is stopped): a
+        # start-up timeout like any other; the tail shows what the host (importing vLLM, say) was doing.
         host_log = host.log_path.read_text(errors="replace") if host.log_path.exists() else ""
         return LaunchResult(returncode=None, timed_out="startup", log_path=str(log), wall_s=time.monotonic() - start,
                             tail=tail_text(f"{host_log}\n{exc}"))
+    except HostLost as exc:
+        return LaunchResult(returncode=None, log_path=str(log), error=f"restart lost: {exc}",
+                            wall_s=time.monotonic() - start)
     except HostError as exc:
         return LaunchResult(returncode=None, log_path=str(log), error=str(exc), wall_s=time.monotonic() - start)
     outcome = supervise(proc, log, start, startup_timeout_s=startup_timeout_s, measure_timeout_s=measure_timeout_s,

@@ -11,6 +11,27 @@ from types import SimpleNamespace
 if os.environ.get("FAKE_VLLM_FAIL_IMPORT"):
     raise ImportError("the fake vLLM was told to fail its import")
 
+# $FAKE_VLLM_KILL_HOST_ONCE (a file path): the forkserver host dies between forking a restart and reporting it.
+# In the fork itself, before the restart becomes a session of its own (which the host waits for before it reports
+# the restart's pid), the restart stops the host (SIGSTOP: its session id is still the host's pid); once the
+# restart's engine has started its grandchild, it kills the host (SIGKILL). The file, created by the first fork,
+# makes it happen once: restarts of a later host run normally.
+_HOST_TO_KILL = None
+
+
+def _stop_the_host_in_the_fork():
+    global _HOST_TO_KILL
+    try:
+        os.close(os.open(os.environ["FAKE_VLLM_KILL_HOST_ONCE"], os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    except (KeyError, FileExistsError):
+        return
+    _HOST_TO_KILL = os.getsid(0)
+    os.kill(_HOST_TO_KILL, signal.SIGSTOP)
+
+
+if os.environ.get("FAKE_VLLM_KILL_HOST_ONCE"):
+    os.register_at_fork(after_in_child=_stop_the_host_in_the_fork)
+
 
 def _record(kind):
     path = os.environ.get("FAKE_VLLM_PROCS")
@@ -29,6 +50,8 @@ class LLM:
             child = subprocess.Popen([sys.executable, "-c", stubborn])
             with open(os.environ["FAKE_VLLM_PROCS"], "a") as fh:
                 fh.write(json.dumps({"kind": "grandchild", "pid": child.pid}) + "\n")
+            if _HOST_TO_KILL is not None:
+                os.kill(_HOST_TO_KILL, signal.SIGKILL)
             print("loading forever", flush=True)
             time.sleep(600)
         if behaviour == "daemon":
