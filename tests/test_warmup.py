@@ -282,3 +282,19 @@ def test_the_simulator_stops_warm_up_by_the_prior_once_the_study_has_one() -> No
     assert len(rules) == 4
     assert rules[0] in ("rule", "cap") and passes[0] == 4  # no prior yet: the rule alone, at its fourth pass
     assert "prior" in rules[1:] and min(passes[1:]) == 3
+
+
+def test_the_report_says_what_ended_the_warm_ups() -> None:
+    from autotune.core import facts as F
+    from autotune.core.records import RestartResult
+    from autotune.report.phases import phase_totals, render_phases
+
+    def restart(rule: str, passes: int) -> RestartResult:
+        return RestartResult("ok", passes_tok_s=(1.0,), facts={F.PHASE_TIMED_S: 15.0, F.WARMUP_PASSES: passes,
+                                                               F.WARMUP_RULE: rule})
+
+    totals = phase_totals([restart("cap", 4), restart("prior", 3), restart("prior", 3)])
+    assert totals is not None and dict(totals.warmup_rules) == {"prior": 2, "cap": 1}
+    assert totals.to_dict()["warmup_rules"] == {"prior": 2, "cap": 1}
+    line = render_phases(totals)[-1]
+    assert "3.3 passes" in line and "the rule with the study's noise prior 2, the cap 1" in line
