@@ -89,6 +89,14 @@ SCALING_ARGS ?=
 bench-scaling: install
 	$(PY) -m autotune bench-scaling $(SCALING_ARGS)
 
+.PHONY: bench-warmup
+
+# The warm-up rules side by side (old 3%, MSER+trend, with the study's noise prior) on the H200's recorded pass
+# series and synthetic ramps under noise (docs/benchmarks.md, "Warm-up rule").
+WARMUP_ARGS ?=
+bench-warmup: install
+	$(PY) -m autotune.bench.warmup $(WARMUP_ARGS)
+
 .PHONY: bench-faults
 
 # The fault benchmark: the two kill -9 worker tests KILL9_RUNS times (default 20) while two busy loops load the

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +130,171 @@ def test_the_report_totals_phases_over_every_restart_and_counts_those_without() 
     text = " ".join(render_phases(totals))
     assert "compile 1.1 min (67%)" in text and "1 restarts did not say" in text and "5.0 passes" in text
     assert phase_totals([old]) is None and render_phases(None) == []
+
+
+# -- the noise prior (issue 21 item 1: a rule that can decide before its cap) ----------------------------------
+
+_DATA = Path(__file__).resolve().parent / "data" / "warmup_series.json"
+
+
+def _h200_prior() -> tuple[float, float]:
+    """The prior the H200 MoE study's own timed passes give (every restart's, 4 rounds each): sd about 0.17."""
+    pool = warmup.NoisePool()
+    for r in json.loads(_DATA.read_text())["h200_moe"]:
+        pool.add(r["passes_tok_s"], r["pass_rounds"])
+    prior = pool.prior()
+    assert prior is not None
+    return prior
+
+
+def _stop_with(series: list[float], prior, minimum: int = 1, maximum: int = 20) -> tuple[int, str]:
+    for n in range(len(series) + 1):
+        if (why := warmup.warmup_stop(series[:n], minimum, maximum, prior)) is not None:
+            return n, why
+    raise AssertionError("the rule never stopped within the series")
+
+
+def test_the_h200_prior_is_the_measured_pass_noise() -> None:
+    sd, df = _h200_prior()
+    assert 0.12 < sd < 0.25 and df == 32  # 16 restarts x 2 degrees of freedom
+
+
+def test_with_a_prior_flat_noise_mostly_stops_at_the_third_pass_and_never_without_one() -> None:
+    rng = random.Random(5)
+    sd = 0.10
+    prior = (sd, 20)
+    stops_with, stops_without = [], []
+    for _ in range(300):
+        series = [3500.0 * math.exp(rng.gauss(0.0, sd)) for _ in range(12)]
+        series[0] *= 0.4  # the first pass's lazy initialisation
+        stops_with.append(_stop_with(series, prior, maximum=4))
+        stops_without.append(_stop_with(series, None, maximum=4))
+    at_three = sum(n == 3 for n, _ in stops_with) / len(stops_with)
+    assert at_three > 0.75  # a rise taken for warming about one time in seven (TREND_LEVEL)
+    assert all(why == "prior" for n, why in stops_with if n == 3)
+    assert min(n for n, _ in stops_without) == 4  # the rule alone cannot decide before its fourth pass
+
+
+def test_with_a_prior_the_issue_baseline_stops_at_the_third_pass() -> None:
+    baseline = [3517.0, 3401.0, 3773.0, 2831.0]
+    assert _stop_with(baseline, _h200_prior(), maximum=4) == (3, "prior")
+    assert _stop_with(baseline, None, maximum=4) == (4, "cap")
+
+
+def test_with_the_h200_prior_the_measured_ramp_keeps_warming_up() -> None:
+    prior = _h200_prior()
+    ramp = [720.0, 1586.0, 2089.0, 3826.0]
+    assert not warmup.is_warm(ramp[:3], prior)  # still rising at the third pass: no stop inside the ramp
+    assert _stop_with(ramp + [3800.0] * 4, prior, maximum=4) == (4, "cap")
+    # A longer ramp of the same shape is never taken for warm while it climbs (cap out of the way).
+    longer = [500.0, 900.0, 1400.0, 1900.0, 2500.0, 3100.0, 3700.0]
+    n, why = _stop_with(longer + [3800.0] * 6, prior)
+    assert n >= len(longer) and why == "prior"
+
+
+def test_a_material_rise_against_a_small_known_noise_is_rising() -> None:
+    # 10% up between the two judged passes: noise when passes swing 15%, a ramp when they swing 1%.
+    series = [800.0, 3000.0, 3300.0]
+    assert warmup.is_warm(series, (0.15, 30))
+    assert not warmup.is_warm(series, (0.01, 30))
+    # Below MIN_DRIFT a rise is never worth warming up for, however quiet the process.
+    assert warmup.is_warm([800.0, 3000.0, 3030.0], (0.001, 30))
+
+
+def test_an_unusable_prior_is_no_prior() -> None:
+    series = [800.0, 3000.0, 3010.0]
+    assert warmup.is_warm(series, (0.05, 10))
+    for bad in (None, (0.05, 1), (-0.1, 10), (float("nan"), 10), "x", {"log_sd": 0.05}, {"log_sd": "a", "df": 3}):
+        assert warmup.noise_prior(bad) is None
+        assert not warmup.is_warm(series, bad)  # three passes: too few for the rule alone
+    assert warmup.noise_prior({"log_sd": 0.05, "df": 10}) == (0.05, 10.0)
+
+
+def test_warmup_stop_says_what_ended_the_warm_up() -> None:
+    flat = [1000.0, 1000.0, 1000.0, 1000.0, 1000.0]
+    assert warmup.warmup_stop([], 0, 4) == "none"
+    assert warmup.warmup_stop(flat[:2], 1, 4, (0.05, 10)) is None
+    assert warmup.warmup_stop(flat[:3], 1, 4, (0.05, 10)) == "prior"
+    assert warmup.warmup_stop(flat[:4], 1, 8) == "rule"
+    assert warmup.warmup_stop([100.0, 200.0, 400.0, 800.0], 1, 4, (0.05, 10)) == "cap"
+
+
+def test_the_noise_pool_scales_timed_passes_to_one_round() -> None:
+    pool = warmup.NoisePool()
+    assert pool.prior() is None
+    pool.add([1000.0])  # one pass: no spread
+    pool.add([1000.0, 0.0])  # a pass that failed is left out
+    assert pool.prior() is None
+    pool.add([1000.0 * math.exp(0.05), 1000.0 * math.exp(-0.05)], rounds=4)
+    assert pool.prior() is None  # one degree of freedom is too thin (MIN_PRIOR_DF)
+    pool.add([1000.0 * math.exp(0.05), 1000.0 * math.exp(-0.05)], rounds=4)
+    sd, df = pool.prior()
+    # Each pair's log sd is 0.05 * sqrt(2); a pass of four rounds averages four: one round's is twice that.
+    assert df == 2 and sd == pytest.approx(0.1 * math.sqrt(2))
+
+
+@pytest.mark.parametrize(("df", "expected"), [(1, 1.9626), (2, 1.3862), (5, 1.1558), (30, 1.0547), (1000, 1.0366)])
+def test_t_quantile_at_the_rule_level(df: float, expected: float) -> None:
+    assert warmup.t_quantile(1 - warmup.TREND_LEVEL, df) == pytest.approx(expected, abs=2e-3)
+    assert warmup.t_quantile(1 - warmup.TREND_LEVEL, 1) == pytest.approx(warmup.TREND_T, abs=0.05)
+
+
+def test_the_study_hands_the_prior_to_the_engine_from_its_second_restart() -> None:
+    from autotune.core import facts as F
+    from autotune.core.records import EngineConfig, RestartResult, Workload
+    from autotune.engines import EngineBackend
+    from autotune.study._restart import measure_restart
+
+    class Recording(EngineBackend):
+        name = "recording"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.priors: list = []
+
+        def run_restart(self, config, workload, *, restart, seed):
+            self.priors.append(self.warmup_noise.prior())
+            return RestartResult("ok", restart=restart, seed=seed, passes_tok_s=(1000.0, 1100.0, 950.0),
+                                 facts={F.PASS_ROUNDS: 4})
+
+    engine = Recording()
+    for j in range(2):
+        measure_restart(engine, EngineConfig(engine_args={"model": "m"}), Workload(), restart=j, seed=j)
+    assert engine.priors[0] is None
+    sd, df = engine.priors[1]
+    assert df == 2 and 0.1 < sd < 0.3  # the first restart's three passes, scaled to one round
+
+
+def test_the_simulator_stops_warm_up_by_the_prior_once_the_study_has_one() -> None:
+    from autotune.core import facts as F
+    from autotune.core.records import EngineConfig, Workload
+    from autotune.engines import make_engine
+    from autotune.study._restart import measure_restart
+
+    engine = make_engine("sim")
+    config = EngineConfig(engine_args={"model": "m", "max_num_seqs": 8})
+    rules, passes = [], []
+    for j in range(3):
+        for result in measure_restart(engine, config, Workload(), restart=j, seed=j):  # the first: cold, then warm
+            assert result.ok
+            rules.append(result.facts[F.WARMUP_RULE])
+            passes.append(len(result.warmup_tok_s))
+    assert len(rules) == 4
+    assert rules[0] in ("rule", "cap") and passes[0] == 4  # no prior yet: the rule alone, at its fourth pass
+    assert "prior" in rules[1:] and min(passes[1:]) == 3
+
+
+def test_the_report_says_what_ended_the_warm_ups() -> None:
+    from autotune.core import facts as F
+    from autotune.core.records import RestartResult
+    from autotune.report.phases import phase_totals, render_phases
+
+    def restart(rule: str, passes: int) -> RestartResult:
+        return RestartResult("ok", passes_tok_s=(1.0,), facts={F.PHASE_TIMED_S: 15.0, F.WARMUP_PASSES: passes,
+                                                               F.WARMUP_RULE: rule})
+
+    totals = phase_totals([restart("cap", 4), restart("prior", 3), restart("prior", 3)])
+    assert totals is not None and dict(totals.warmup_rules) == {"prior": 2, "cap": 1}
+    assert totals.to_dict()["warmup_rules"] == {"prior": 2, "cap": 1}
+    line = render_phases(totals)[-1]
+    assert "3.3 passes" in line and "the rule with the study's noise prior 2, the cap 1" in line

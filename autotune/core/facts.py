@@ -106,6 +106,9 @@ def numeric_facts(facts: Mapping[str, FactValue]) -> dict[str, float]:
 WARMUP_PASSES = "warmup_passes"
 #: Rounds of the prompt set each timed pass ran, sized to ``workload.pass_seconds`` (the last level's).
 PASS_ROUNDS = "pass_rounds"
+#: What ended the warm-up (the last level's): ``cap`` (``max_warmup_passes``), ``rule`` (the rule alone),
+#: ``prior`` (the rule with the study's noise prior) or ``none`` (no warm-up pass asked for).
+WARMUP_RULE = "warmup_rule"
 
 # -- where a restart's time went, in seconds (absent: the engine did not say) ------------------------------------
 #: From asking for the process until it ran our code (a fork or a new interpreter, a container's start).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any
 
+from autotune.core import facts as F
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult, Workload
 
 if TYPE_CHECKING:
@@ -30,6 +31,12 @@ class EngineBackend(abc.ABC):
             model "cold" first starts of a configuration decide coldness from what is in here, as a real
             compile cache would.
         options: Engine-specific options from the search space's ``engine:`` section and the CLI.
+
+    Attributes:
+        warmup_noise: The study's warm-up noise prior (:class:`~autotune.engines.vllm._warmup.NoisePool`): the
+            study adds every restart's timed passes (:meth:`learn_noise`); an engine hands ``warmup_noise.prior()``
+            to its warm-up rule (the vLLM engine in the runner's request, the simulator to its passes). An engine
+            may ignore it (the cmd engine does).
     """
 
     #: Registry name (``sim``, ``cmd``, ``vllm``).
@@ -38,6 +45,16 @@ class EngineBackend(abc.ABC):
     def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
         self.cache_dir = cache_dir
         self.options: dict[str, Any] = dict(options)
+        # The rule's stdlib module sits in the vLLM engine's package (its runner imports it by path); importing it
+        # here at module level would import that package before this base class exists.
+        from autotune.engines.vllm._warmup import NoisePool
+
+        self.warmup_noise = NoisePool()
+
+    def learn_noise(self, result: RestartResult) -> None:
+        """Add ``result``'s timed passes (warm by the rule) to :attr:`warmup_noise`; failed restarts add nothing."""
+        if result.ok:
+            self.warmup_noise.add(result.passes_tok_s, result.facts.get(F.PASS_ROUNDS, 1))
 
     @abc.abstractmethod
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:

@@ -17,10 +17,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from typing import Any
 
 from autotune.core.records import Workload
 from autotune.engines import _sim_model as model
-from autotune.engines.vllm._warmup import timed_rounds, warmup_end
+from autotune.engines.vllm._warmup import timed_rounds, warmup_stop
 
 __all__ = ["SPEC_FIRST_PASS", "SPEC_RAMP_PASSES", "ProcessPasses", "simulate_passes"]
 
@@ -39,29 +40,34 @@ class ProcessPasses:
     warmup_s: list[float]
     timed_s: list[float]
     rounds: int
+    stop: str = "none"
 
 
 def simulate_passes(level: float, rng: random.Random, workload: Workload, hw: model.HardwareProfile,
-                    speculative: bool) -> ProcessPasses:
+                    speculative: bool, prior: Any = None) -> ProcessPasses:
     """Warm-up passes until the rule says warm, then ``workload.timed_passes`` passes sized by time.
 
     ``level`` is the process's steady tok/s (restart noise and coldness included); a warm-up cut short leaks its
-    slowness into the timed passes, as it would on a real engine.
+    slowness into the timed passes, as it would on a real engine. ``prior`` is the study's noise prior
+    (:func:`autotune.engines.vllm._warmup.warmup_end`). Every pass the process could run draws its noise up front,
+    so where warm-up stops does not shift the draws after it.
     """
     first = rng.uniform(*hw.first_pass_slowdown)
     ramp_from = rng.uniform(*SPEC_FIRST_PASS) if speculative else 1.0
     ramp_passes = rng.randint(*SPEC_RAMP_PASSES) if speculative else 1
     tokens = workload.num_prompts * workload.output_len
+    cap = max(workload.warmup_passes, workload.max_warmup_passes)
+    draws = iter([rng.gauss(0.0, 1.0) for _ in range(cap + workload.timed_passes)])
 
     def one_pass(j: int, rounds: int = 1) -> float:
         ramp = ramp_from ** max(0.0, 1.0 - j / ramp_passes) if j < ramp_passes else 1.0
-        noise = math.exp(rng.gauss(0.0, hw.pass_noise_sd / math.sqrt(rounds)))
+        noise = math.exp(next(draws) * hw.pass_noise_sd / math.sqrt(rounds))
         return level * ramp * (1.0 - first * model.WARMUP_DECAY**j) * noise
 
     warmup: list[float] = []
-    while not warmup_end(warmup, workload.warmup_passes, workload.max_warmup_passes):
+    while (stop := warmup_stop(warmup, workload.warmup_passes, workload.max_warmup_passes, prior)) is None:
         warmup.append(one_pass(len(warmup)))
     warmup_s = [tokens / x for x in warmup]
     rounds = timed_rounds(workload.pass_seconds, warmup_s[-1] if warmup_s else None)
     timed = [one_pass(len(warmup) + i, rounds) for i in range(workload.timed_passes)]
-    return ProcessPasses(warmup, timed, warmup_s, [rounds * tokens / x for x in timed], rounds)
+    return ProcessPasses(warmup, timed, warmup_s, [rounds * tokens / x for x in timed], rounds, stop)

@@ -228,7 +228,8 @@ class SimEngine(EngineBackend):
         for concurrency in workload.levels:
             at = workload.at(concurrency) if len(workload.levels) > 1 else workload
             steady = self._steady_tok_s(plan, config, at)
-            passes = simulate_passes(steady * factor, rng, at, self.hardware, config.num_speculative_tokens > 0)
+            passes = simulate_passes(steady * factor, rng, at, self.hardware, config.num_speculative_tokens > 0,
+                                     self.warmup_noise.prior())
             warmup += passes.warmup
             timed += passes.timed
             warmup_s += passes.warmup_s
@@ -238,7 +239,7 @@ class SimEngine(EngineBackend):
         wall_s = startup_s + self.hardware.shutdown_s + sum(warmup_s) + sum(timed_s)
         # The simulator models start-up as load, compile and capture; it has no launch or import of its own.
         facts = {**F.phase_facts(**startup, warmup=sum(warmup_s), timed=sum(timed_s)),
-                 F.WARMUP_PASSES: len(warmup), F.PASS_ROUNDS: passes.rounds}
+                 F.WARMUP_PASSES: len(warmup), F.PASS_ROUNDS: passes.rounds, F.WARMUP_RULE: passes.stop}
         accept = self._accept_len(config, workload, rng)
         if self.host is not None:
             started = self._start_on_host(config, plan, cold, startup_s, wall_s - startup_s - self.hardware.shutdown_s,

@@ -34,12 +34,15 @@ class PhaseTotals:
         restarts: Restarts that reported phases.
         without: Restarts that did not (another engine, an older autotune).
         warmup_passes: Warm-up passes, all restarts that said so together.
+        warmup_rules: What ended the warm-ups (``facts["warmup_rule"]``: cap, rule, prior, none) -> restarts;
+            restarts from before the fact are not in it.
     """
 
     seconds: Mapping[str, float]
     restarts: int
     without: int
     warmup_passes: int
+    warmup_rules: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def total_s(self) -> float:
@@ -47,7 +50,8 @@ class PhaseTotals:
 
     def to_dict(self) -> dict[str, Any]:
         return {"seconds": dict(self.seconds), "total_s": self.total_s, "restarts": self.restarts,
-                "restarts_without_phases": self.without, "warmup_passes": self.warmup_passes}
+                "restarts_without_phases": self.without, "warmup_passes": self.warmup_passes,
+                "warmup_rules": dict(self.warmup_rules)}
 
 
 def phase_totals(restarts: Iterable[RestartResult]) -> PhaseTotals | None:
@@ -55,6 +59,7 @@ def phase_totals(restarts: Iterable[RestartResult]) -> PhaseTotals | None:
     seconds = {key: 0.0 for key in F.PHASES}
     seen: set[str] = set()
     counted = without = passes = 0
+    rules: dict[str, int] = {}
     for r in restarts:
         mine = {k: float(v) for k, v in r.facts.items() if k in seconds and not isinstance(v, bool | str)}
         if not mine:
@@ -65,9 +70,12 @@ def phase_totals(restarts: Iterable[RestartResult]) -> PhaseTotals | None:
         for key, value in mine.items():
             seconds[key] += value
         passes += int(r.facts.get(F.WARMUP_PASSES, 0) or 0)
+        rule = r.facts.get(F.WARMUP_RULE)
+        if isinstance(rule, str):
+            rules[rule] = rules.get(rule, 0) + 1
     if not counted:
         return None
-    return PhaseTotals({k: v for k, v in seconds.items() if k in seen}, counted, without, passes)
+    return PhaseTotals({k: v for k, v in seconds.items() if k in seen}, counted, without, passes, rules)
 
 
 def render_phases(totals: PhaseTotals | None) -> list[str]:
@@ -78,4 +86,16 @@ def render_phases(totals: PhaseTotals | None) -> list[str]:
     note = f"; {totals.without} restarts did not say" if totals.without else ""
     return [f"Engine time by phase over {totals.restarts} restarts: " + ", ".join(parts) + note,
             f"Warm-up: {totals.warmup_passes / totals.restarts:.1f} passes per restart on average "
-            "(ended by the MSER/trend rule or its cap)."]
+            f"({_ended_by(totals.warmup_rules)})."]
+
+
+#: What ended a warm-up, as the report says it (``facts["warmup_rule"]``).
+_RULE_WORDS = {"prior": "the rule with the study's noise prior", "rule": "the rule alone", "cap": "the cap",
+               "none": "no warm-up"}
+
+
+def _ended_by(rules: Mapping[str, int]) -> str:
+    if not rules:
+        return "ended by the MSER/trend rule or its cap"
+    return "ended by " + ", ".join(f"{_RULE_WORDS.get(k, k)} {n}" for k, n in
+                                   sorted(rules.items(), key=lambda kv: (-kv[1], kv[0])))

@@ -8,8 +8,11 @@ above them; its docstring explains the rule and says which constants are empiric
 
 from __future__ import annotations
 
-from autotune.engines.vllm._warmup import (DROP_FIRST, MAX_ROUNDS, MIN_DRIFT, MIN_TAIL, MSER_BATCH, MSER_MIN_BATCHES,
-                                           TREND_T, is_warm, mser_truncation, timed_rounds, warmup_end)
+from autotune.engines.vllm._warmup import (DROP_FIRST, MAX_ROUNDS, MIN_DRIFT, MIN_PRIOR_DF, MIN_TAIL, MSER_BATCH,
+                                           MSER_MIN_BATCHES, PRIOR_TAIL, TREND_LEVEL, TREND_T, NoisePool, is_warm,
+                                           mser_truncation, noise_prior, t_quantile, timed_rounds, warmup_end,
+                                           warmup_stop)
 
-__all__ = ["DROP_FIRST", "MAX_ROUNDS", "MIN_DRIFT", "MIN_TAIL", "MSER_BATCH", "MSER_MIN_BATCHES", "TREND_T",
-           "is_warm", "mser_truncation", "timed_rounds", "warmup_end"]
+__all__ = ["DROP_FIRST", "MAX_ROUNDS", "MIN_DRIFT", "MIN_PRIOR_DF", "MIN_TAIL", "MSER_BATCH", "MSER_MIN_BATCHES",
+           "PRIOR_TAIL", "TREND_LEVEL", "TREND_T", "NoisePool", "is_warm", "mser_truncation", "noise_prior",
+           "t_quantile", "timed_rounds", "warmup_end", "warmup_stop"]

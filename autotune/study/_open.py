@@ -112,6 +112,9 @@ def _open(space: SearchSpace, engine: EngineBackend, options: StudyOptions, work
     if stored is None:
         ledger.record_fingerprint(measures)
     engine.cache_dir = engine.cache_dir or cache_dir
+    if resumed and hasattr(engine, "learn_noise"):
+        for result in ledger.restarts_spent():  # the warm-up noise prior picks up where the study left it
+            engine.learn_noise(result)
     heartbeat = Heartbeat(storage(ledger.study))
     owner = _ledger.owner_id(worker, gpus, cache_dir)
     ctx = StudyContext(options, space, engine, facts, ledger, resumed,

@@ -46,6 +46,8 @@ def measure_restart(
     results = []
     for attempt in range(2):
         result = engine.run_restart(config, workload, restart=restart, seed=seed)
+        if hasattr(engine, "learn_noise"):
+            engine.learn_noise(result)  # the warm-up noise prior the engine's next restarts warm up by
         if isinstance(workload, Workload):
             result = workload.scored(result)
         if attempt and result.ok and result.cold:

@@ -422,6 +422,37 @@ def test_warm_up_ends_by_the_rule(values, minimum, maximum, expected) -> None:
     assert len(done) == expected
 
 
+def test_warm_up_with_the_requests_noise_prior_stops_at_the_third_pass_and_says_so() -> None:
+    workload = {"warmup_passes": 1, "max_warmup_passes": 4}
+    baseline = [3517.0, 3401.0, 3773.0, 2831.0, 3500.0]  # the baseline: noise, no ramp
+    done = runner.warm_up(_FakePasses(baseline), workload, {"log_sd": 0.17, "df": 32})  # type: ignore[arg-type]
+    assert len(done) == 3 and done[-1]["stop"] == "prior"
+    assert runner.phases({}, done, [])["warmup_rule"] == "prior"
+    ramp = [720.0, 1586.0, 2089.0, 3826.0, 3800.0]  # the measured ramp: still rising at the third pass
+    assert len(runner.warm_up(_FakePasses(ramp), workload, {"log_sd": 0.17, "df": 32})) == 4  # type: ignore[arg-type]
+    # An older engine sends no prior: the rule alone, which cannot stop before its cap of 4 here.
+    done = runner.warm_up(_FakePasses(baseline), workload)  # type: ignore[arg-type]
+    assert len(done) == 4 and done[-1]["stop"] == "cap"
+    assert runner.phases({}, [], [])["warmup_rule"] == "none"
+
+
+def test_the_request_carries_the_studys_noise_prior_once_there_is_one(tmp_path) -> None:
+    engine = VllmEngine(cache_dir=str(tmp_path))
+    config = EngineConfig(engine_args={"model": "m"})
+    assert engine.request(config, Workload(), seed=0)["warmup_noise"] is None
+    for passes in ((1000.0, 1100.0, 950.0), (2000.0, 1900.0, 2050.0)):
+        engine.learn_noise(_ok(passes))
+    noise = engine.request(config, Workload(), seed=0)["warmup_noise"]
+    assert noise["df"] == 4 and 0.0 < noise["log_sd"] < 0.2
+    assert json.loads(json.dumps(noise)) == noise  # it travels as JSON
+
+
+def _ok(passes):
+    from autotune.core.records import RestartResult
+
+    return RestartResult("ok", passes_tok_s=tuple(passes))
+
+
 def test_timed_passes_are_sized_from_the_last_warm_up_pass() -> None:
     passes = _FakePasses([1000.0] * 9)
     warmups = runner.warm_up(passes, {"warmup_passes": 1, "max_warmup_passes": 4})  # 0.5 s a round
@@ -486,7 +517,7 @@ def test_runner_module_imports_only_the_standard_library(name: str) -> None:
     tree = ast.parse((Path(runner.__file__).parent / name).read_text())
     # _dataset, _facts and _warmup are the runner's siblings, imported from the runner's own directory.
     allowed = {"__future__", "collections", "json", "math", "os", "random", "shutil", "socket", "subprocess", "sys",
-               "tempfile", "time", "traceback", "typing", "urllib", "_dataset", "_facts", "_warmup"}
+               "statistics", "tempfile", "time", "traceback", "typing", "urllib", "_dataset", "_facts", "_warmup"}
     for node in tree.body:  # module level: what runs before the request is read
         if isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]

@@ -15,14 +15,14 @@ INFO [gpu_model_runner.py:6844] Graph capturing finished in 3 secs, took 0.06 Gi
 
 def test_phases_come_from_the_runner_clocks_and_the_log() -> None:
     reported = {"started_at": 1000.5, "import_s": 6.0, "engine_s": 25.0, "warmup_s": 4.0, "timed_s": 15.0,
-                "warmup_passes": 5, "pass_rounds": 6}
+                "warmup_passes": 5, "pass_rounds": 6, "warmup_rule": "prior"}
     facts = restart_phases(reported, LOG, launched_at=1000.0)
     assert facts[F.PHASE_LAUNCH_S] == pytest.approx(0.5)
     assert facts[F.PHASE_IMPORT_S] == 6.0
     assert facts[F.PHASE_LOAD_S] == 2.5 and facts[F.PHASE_COMPILE_S] == 14.88 and facts[F.PHASE_CAPTURE_S] == 3.0
     assert facts[F.PHASE_OTHER_STARTUP_S] == pytest.approx(25.0 - 2.5 - 14.88 - 3.0)
     assert facts[F.PHASE_WARMUP_S] == 4.0 and facts[F.PHASE_TIMED_S] == 15.0
-    assert facts[F.WARMUP_PASSES] == 5 and facts[F.PASS_ROUNDS] == 6
+    assert facts[F.WARMUP_PASSES] == 5 and facts[F.PASS_ROUNDS] == 6 and facts[F.WARMUP_RULE] == "prior"
 
 
 def test_what_is_not_known_is_left_out() -> None:

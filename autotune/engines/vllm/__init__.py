@@ -236,6 +236,11 @@ def _extra_args(value: Any) -> dict[str, Any]:
     return out
 
 
+def _noise_field(prior: tuple[float, float] | None) -> dict[str, float] | None:
+    """The request's ``warmup_noise`` from a noise prior ``(log_sd, df)``; ``None`` without one."""
+    return None if prior is None else {"log_sd": prior[0], "df": prior[1]}
+
+
 def _absolute_if_local(ref: Any) -> Any:
     # A local model path relative to the current directory must survive the runner's own cwd and the log.
     if isinstance(ref, str) and ref and os.path.exists(ref):
@@ -498,6 +503,8 @@ class VllmEngine(EngineBackend):
             "audit_args": config.searched_engine_args(),
             # The output check (autotune.core.outputs), unless this configuration's outputs cannot be compared.
             "output_check": None if self.output_check_skipped(config) else check_request(workload),
+            # The study's warm-up noise prior (autotune.engines.vllm._warmup); older runners ignore it.
+            "warmup_noise": _noise_field(self.warmup_noise.prior()),
         }
 
     def output_check_skipped(self, config: EngineConfig) -> str | None:

@@ -23,7 +23,7 @@ def restart_phases(reported: Mapping[str, Any] | None, log_text: str, launched_a
 
     Args:
         reported: The result's ``phases`` (``started_at``, ``import_s``, ``engine_s``, ``warmup_s``, ``timed_s``,
-            ``warmup_passes``, ``pass_rounds``); ``None`` from an older runner: no facts.
+            ``warmup_passes``, ``pass_rounds``, ``warmup_rule``); ``None`` from an older runner: no facts.
         log_text: The restart's log, for vLLM's load, compile and capture seconds.
         launched_at: Wall-clock time the engine asked for the process (``None``: launch not known).
     """
@@ -42,4 +42,6 @@ def restart_phases(reported: Mapping[str, Any] | None, log_text: str, launched_a
     for key, name in ((F.WARMUP_PASSES, "warmup_passes"), (F.PASS_ROUNDS, "pass_rounds")):
         if reported.get(name) is not None:
             out[key] = int(reported[name])
+    if isinstance(reported.get("warmup_rule"), str):
+        out[F.WARMUP_RULE] = reported["warmup_rule"]
     return out

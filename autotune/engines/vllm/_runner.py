@@ -4,12 +4,14 @@ This file is executed by path (``python _runner.py``) in whatever interpreter ho
 venv, or a container. It therefore imports nothing but the standard library, and vLLM/torch once the request
 is read. The request is one JSON object on stdin::
 
-    {"mode": "offline", "llm_kwargs": {...}, "workload": {...}, "seed": 0, "env": {...}, "launched_at": 0.0}
+    {"mode": "offline", "llm_kwargs": {...}, "workload": {...}, "seed": 0, "env": {...}, "launched_at": 0.0,
+     "warmup_noise": {"log_sd": 0.15, "df": 12}}
 
 Warm-up ends by :mod:`._warmup`'s rule (MSER truncation and a trend test, the first pass dropped, within the
-workload's floor and cap); each timed pass then repeats the prompts in whole rounds to last about
-``workload.pass_seconds``. The result says where the restart's time went (``phases``: launch, import, engine
-start-up, warm-up, timed passes, by this process's clocks; the engine splits start-up by vLLM's log).
+workload's floor and cap; given the study's noise prior ``warmup_noise``, optional, from the third pass on); each
+timed pass then repeats the prompts in whole rounds to last about ``workload.pass_seconds``. The result says where
+the restart's time went (``phases``: launch, import, engine start-up, warm-up, timed passes, by this process's
+clocks; the engine splits start-up by vLLM's log) and what ended the warm-up (``phases.warmup_rule``).
 
 Prompts are synthetic token ids, or text from ``workload.dataset`` prepared by :mod:`._dataset` (the model's
 tokenizer and chat template). Every timed pass also records each request's latency: offline from vLLM's
@@ -51,7 +53,7 @@ from typing import Any
 # The runner runs by path: its sibling modules (stdlib only) are imported from this directory.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _dataset  # noqa: E402
-from _warmup import timed_rounds, warmup_end  # noqa: E402
+from _warmup import timed_rounds, warmup_stop  # noqa: E402
 from _facts import (  # noqa: E402
     _ACCEPTED, _DRAFTS, accept_length, device_facts, offline_timing, peak_memory_gib, resolved_config, spec_counters)
 
@@ -168,18 +170,22 @@ def _pass_line(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in ("before", "counters", "timings")}
 
 
-def warm_up(passes: Any, workload: dict[str, Any]) -> list[dict[str, Any]]:
-    """Warm-up passes (one round each) until :func:`_warmup.warmup_end` says the process is warm.
+def warm_up(passes: Any, workload: dict[str, Any], prior: Any = None) -> list[dict[str, Any]]:
+    """Warm-up passes (one round each) until :func:`_warmup.warmup_stop` says the process is warm.
 
     ``passes`` is anything with ``run(kind, index) -> {"tok_s": ...}`` (:class:`Passes`, :class:`ServePasses`).
+    ``prior`` is the request's ``warmup_noise`` (the study's noise prior; absent from older engines: the rule
+    without it). The last pass records why warm-up stopped under ``"stop"``.
 
     At least ``warmup_passes`` run, at most ``max_warmup_passes``; with ``warmup_passes: 0`` none run.
     """
     minimum = int(workload.get("warmup_passes", 1))
     maximum = max(minimum, int(workload.get("max_warmup_passes", minimum)))
     done: list[dict[str, Any]] = []
-    while not warmup_end([p["tok_s"] for p in done], minimum, maximum):
+    while (stop := warmup_stop([p["tok_s"] for p in done], minimum, maximum, prior)) is None:
         done.append(passes.run("warmup", len(done)))
+    if done:
+        done[-1]["stop"] = stop
     return done
 
 
@@ -193,7 +199,8 @@ def phases(times: dict[str, float], warmups: list[dict[str, Any]], timed: list[d
     """Where the restart's time went by this process's clocks: ``times`` holds ``started_at`` (wall clock, for the
     engine's launch phase), ``import_s`` and ``startup_s``; warm-up and timed seconds are the passes' own."""
     return {**times, "warmup_s": sum(p["seconds"] for p in warmups), "timed_s": sum(p["seconds"] for p in timed),
-            "warmup_passes": len(warmups), "pass_rounds": timed[-1].get("rounds", 1) if timed else None}
+            "warmup_passes": len(warmups), "pass_rounds": timed[-1].get("rounds", 1) if timed else None,
+            "warmup_rule": warmups[-1].get("stop") if warmups else "none"}
 
 
 def measurement(startup_s: float, resolved: Any, device: Any, warmups: list[dict[str, Any]],
@@ -226,18 +233,18 @@ def load_levels(workload: dict[str, Any]) -> list[int] | None:
     return [int(c) for c in levels] if isinstance(levels, list) and len(levels) > 1 else None
 
 
-def measure_levels(make_passes: Any, levels: list[int], workload: dict[str, Any]
+def measure_levels(make_passes: Any, levels: list[int], workload: dict[str, Any], prior: Any = None
                    ) -> tuple[list[dict[str, Any]], list[tuple[int, list[dict[str, Any]]]]]:
     """Warm up and time every load level in turn on the running engine: ``(warm-ups, [(level, timed passes)])``.
 
     Each level warms up until steady (a new level changes the batch shapes the engine runs) before its timed
-    passes; ``make_passes(level)`` gives the pass runner for one level.
+    passes; ``make_passes(level)`` gives the pass runner for one level; ``prior`` is :func:`warm_up`'s.
     """
     warmups: list[dict[str, Any]] = []
     timed: list[tuple[int, list[dict[str, Any]]]] = []
     for level in levels:
         passes = make_passes(level)
-        level_warmups = warm_up(passes, workload)
+        level_warmups = warm_up(passes, workload, prior)
         warmups += level_warmups
         timed.append((level, time_passes(passes, workload, level_warmups)))
     return warmups, timed
@@ -316,12 +323,13 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         sampling = params(int(workload["output_len"]))
     levels = load_levels(workload)
     if levels is not None:
-        warmups_by, timed_by = measure_levels(lambda c: Passes(llm, prompts, sampling, c), levels, workload)
+        warmups_by, timed_by = measure_levels(lambda c: Passes(llm, prompts, sampling, c), levels, workload,
+                                                request.get("warmup_noise"))
         result = level_measurement(startup_s, resolved, device, warmups_by, timed_by, peak_memory_gib(),
                                    dict(workload.get("slo") or {}), times)
     else:
         passes = Passes(llm, prompts, sampling)
-        warmups = warm_up(passes, workload)
+        warmups = warm_up(passes, workload, request.get("warmup_noise"))
         before = spec_counters(llm)
         timed = time_passes(passes, workload, warmups)
         result = measurement(startup_s, resolved, device, warmups, timed, before, peak_memory_gib(),
@@ -595,13 +603,13 @@ def serve_measure(request: dict[str, Any]) -> dict[str, Any]:
     levels = load_levels(request["workload"])
     if levels is not None:
         try:
-            warmups_by, timed_by = measure_levels(passes.at, levels, request["workload"])
+            warmups_by, timed_by = measure_levels(passes.at, levels, request["workload"], request.get("warmup_noise"))
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         return level_measurement(startup_s, None, device, warmups_by, timed_by, None,
                                  dict(request["workload"].get("slo") or {}), times)
     try:
-        warmups = warm_up(passes, request["workload"])
+        warmups = warm_up(passes, request["workload"], request.get("warmup_noise"))
         before = dict(passes.totals)
         timed = time_passes(passes, request["workload"], warmups)
     finally:
