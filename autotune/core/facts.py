@@ -125,8 +125,8 @@ PHASE_LOAD_S = "phase_load_s"
 #: Compiling (torch.compile; a warm cache makes it short).
 PHASE_COMPILE_S = "phase_compile_s"
 #: Memory profiling after the load, compile not counted: the profile run, the sampler's dummy run and the CUDA-graph
-#: memory estimate, until vLLM sizes the KV cache. The V1 model runner's sampler run JIT-compiles its Triton kernels
-#: here (83 s into an empty cache on the H200, 1-5 s once warm).
+#: memory estimate, until vLLM sizes the KV cache. The V1 model runner JIT-compiles kernels here, between
+#: the profile run and the graph-memory estimate (83 s into an empty cache on the H200; the stretch is 1-7 s after).
 PHASE_PROFILE_S = "phase_profile_s"
 #: Capturing CUDA graphs.
 PHASE_CAPTURE_S = "phase_capture_s"

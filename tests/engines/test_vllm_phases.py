@@ -82,7 +82,7 @@ def test_a_first_start_into_empty_caches_splits_other_startup_by_the_logs_own_ti
 
 
 def test_the_v1_runners_kernel_jit_lands_in_profiling() -> None:
-    # The V1 model runner (a draft model) JIT-compiles its sampler in the profile run: 83 s between "Initial
+    # The V1 model runner (a draft model) JIT-compiles kernels while profiling: 83 s between "Initial
     # profiling/warmup run took 0.83 s" (08:04:08) and "Profiling CUDA graph memory" (08:05:31).
     text, engine_s = _committed_log("h200-vllm026", "./audit/logs/c7712055af7e/20261130-080253-r0-s0.log")
     facts = restart_phases({"engine_s": engine_s, "import_s": 0.0}, text, launched_at=None)
