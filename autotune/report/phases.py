@@ -2,8 +2,10 @@
 
 Every restart the study paid for counts once (search and verification, cold and failed ones too), so the totals
 answer "what did the budget buy": start-ups (launch, import, vLLM's set-up, weight load, compile, memory profiling,
-graph capture, kernel warm-up, the rest of start-up) against warm-up and timed passes. A phase no restart reported is left out; restarts from engines (or
-autotune versions) that report no phases are counted apart, so the totals never pass for the whole study's time.
+graph capture, kernel warm-up, the rest of start-up) against warm-up and timed passes. A phase no restart reported
+is left out; restarts from engines (or autotune versions) that report no phases are counted apart, so the totals
+never pass for the whole study's time; restarts recorded before set-up, profiling and kernel warm-up were named
+keep those seconds in "other start-up".
 """
 
 from __future__ import annotations

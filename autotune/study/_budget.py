@@ -41,7 +41,8 @@ from autotune.stats.coldstart import ColdVerdict
 from autotune.store.ledger import Ledger
 from autotune.study.options import StudyOptions
 
-__all__ = ["BudgetTooSmall", "PhasedStart", "Start", "StartCosts", "check_budget", "minimum_plan", "smallest_restart_budget"]
+__all__ = ["BudgetTooSmall", "PhasedStart", "Start", "StartCosts", "check_budget", "minimum_plan",
+           "smallest_restart_budget"]
 
 #: A planned engine start: the configuration's key (``None``: not known yet) and whether it starts cold.
 Start = tuple[str | None, bool]

@@ -115,7 +115,8 @@ def test_stretches_give_way_before_other_startup_goes_negative() -> None:
 def test_logs_without_the_lines_degrade_to_other_startup() -> None:
     # The CPU build's lines (another worker, "Loading weights took", no "Available KV cache memory"), a log cut off
     # before the KV cache, no timestamps at all: nothing fails, the unnamed seconds stay "other start-up".
-    cpu = (Path(__file__).resolve().parents[1] / "data" / "vllm-kv-logs" / "vllm-cpu-v0.28.1.dev-public.log").read_text()
+    cpu = (Path(__file__).resolve().parents[1] / "data" / "vllm-kv-logs" / "vllm-cpu-v0.28.1.dev-public.log"
+           ).read_text()
     cut = "\n".join(line for line in cpu.splitlines() if "init engine" not in line)
     for text in (cpu, cut, LOG, "garbage\nINFO 13-45 99:99:99 [x.py:1] Model loading took 1 GiB and 1 seconds\n"):
         facts = restart_phases({"engine_s": 50.0}, text, launched_at=None)

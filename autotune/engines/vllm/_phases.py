@@ -97,7 +97,8 @@ def startup_stretches(log_text: str, kv: KvFacts | None = None) -> StartupStretc
     profile = None if sized_at is None else (sized_at - loaded_at).total_seconds() - (kv.compile_s or 0.0) - later_loads
     done = _INIT_DONE.search(log_text, sized.end()) if sized is not None else None
     done_at = None if done is None else _stamp(_line_at(log_text, done.start()))
-    warmup = None if done_at is None or sized_at is None else (done_at - sized_at).total_seconds() - (kv.capture_s or 0.0)
+    warmup = (None if done_at is None or sized_at is None
+              else (done_at - sized_at).total_seconds() - (kv.capture_s or 0.0))
     return StartupStretches(*(None if v is None or v < -1.0 else max(0.0, v) for v in (setup, profile, warmup)))
 
 
