@@ -249,6 +249,61 @@ def test_a_minutes_budget_prices_cold_and_warm_starts_apart(tmp_path):
     assert ledger.finished_search_trials() >= 4  # two baselines and at least two search trials
 
 
+
+def _start(cold: bool, pass_s: float, warmup_passes: int, cache_s: float, fixed_s: float = 20.0,
+           phases: bool = True):
+    """A successful start: ``fixed_s`` of set-up and load, ``cache_s`` of compile, warm-up and three timed passes of
+    ``pass_s`` each, 2 s of shutdown; with ``phases=False`` the same start from an engine that reports none."""
+    from autotune.core import facts as F
+    from autotune.core.records import RestartResult
+
+    timed = (pass_s,) * 3
+    facts = {F.PHASE_LOAD_S: fixed_s, F.PHASE_COMPILE_S: cache_s, F.PHASE_WARMUP_S: warmup_passes * pass_s,
+             F.PHASE_TIMED_S: sum(timed), F.WARMUP_PASSES: warmup_passes}
+    wall = fixed_s + cache_s + warmup_passes * pass_s + sum(timed) + 2.0
+    return RestartResult("ok", passes_tok_s=(1.0,) * 3, passes_s=timed, cold=cold, wall_s=wall,
+                         facts=facts if phases else {})
+
+
+def test_a_warm_restart_is_priced_by_its_own_pass_length_not_by_other_configurations_restarts():
+    # Configuration "slow" ran 10 s passes (and its warm restarts 8 warm-up passes each); "fast" has only its cold
+    # start, with 2 s passes. A warm restart of "fast" pays the warm start-up and 8 + 3 passes of 2 s: 22 + 5 + 22 =
+    # 49 s. The whole-restart price has no warm restart of "fast" and charges the study's warm mean, slow's 137 s.
+    from autotune.study._budget import StartCosts
+
+    runs = [("slow", _start(True, 10.0, 8, cache_s=60.0)), ("slow", _start(False, 10.0, 8, cache_s=5.0)),
+            ("slow", _start(False, 10.0, 8, cache_s=5.0)), ("fast", _start(True, 2.0, 8, cache_s=60.0))]
+    costs = StartCosts.from_runs(runs)
+    whole = StartCosts.from_runs((k, dataclasses.replace(r, facts={})) for k, r in runs)
+    truth = _start(False, 2.0, 8, cache_s=5.0).wall_s / 60.0
+    assert costs.price(("fast", False)) == pytest.approx(truth)
+    assert whole.price(("fast", False)) == pytest.approx(137.0 / 60.0)
+    # A cold start pays the cold compile (60 s) that warm restarts do not (5 s); a configuration not seen yet gets
+    # the study's mean pass, (10 + 10 + 10 + 2) / 4 = 8 s: 22 + 60 + 11 x 8 = 170 s.
+    assert costs.price((None, True)) == pytest.approx(170.0 / 60.0)
+    assert costs.price(("fast", True)) == pytest.approx(_start(True, 2.0, 8, cache_s=60.0).wall_s / 60.0)
+    assert costs.price(("slow", False)) == pytest.approx(_start(False, 10.0, 8, cache_s=5.0).wall_s / 60.0)
+    assert costs.forecast([("fast", False), ("slow", False)]) == pytest.approx(truth + 137.0 / 60.0)
+
+
+def test_starts_without_phases_are_priced_at_the_whole_restart_mean_of_their_kind():
+    # The cmd engine, records from before phases: every start is priced as before. A kind no phased start has shown
+    # (here warm restarts that did not report phases) falls back too, while a phased kind is priced by phases.
+    from autotune.study._budget import StartCosts
+
+    bare = [("a", _start(True, 10.0, 4, cache_s=60.0, phases=False)),
+            ("a", _start(False, 10.0, 4, cache_s=5.0, phases=False)),
+            ("b", _start(False, 4.0, 4, cache_s=5.0, phases=False))]
+    costs = StartCosts.from_runs(bare)
+    assert costs.phased == () and costs.known
+    assert costs.price(("a", True)) == pytest.approx(bare[0][1].wall_s / 60.0)
+    assert costs.price(("b", False)) == pytest.approx(bare[2][1].wall_s / 60.0)
+    assert costs.price((None, False)) == pytest.approx((bare[1][1].wall_s + bare[2][1].wall_s) / 120.0)
+    mixed = StartCosts.from_runs([("a", _start(True, 10.0, 4, cache_s=60.0)), *bare[1:]])
+    assert mixed.price(("b", False)) == pytest.approx(bare[2][1].wall_s / 60.0)
+    assert mixed.price((None, True)) == pytest.approx(_start(True, 10.0, 4, cache_s=60.0).wall_s / 60.0)
+    assert StartCosts.from_runs([]).price((None, True)) == 0.0  # nothing measured: the first start is the measurement
+
 def test_a_minutes_budget_too_small_is_refused_once_a_start_has_been_priced(tmp_path):
     engine = FakeEngine(by_params(TRUTH), cold_first=True, cold_wall_s=600.0, wall_s=60.0)
     options = _options(tmp_path, verify=True, top_k=1, verify_restarts=3, budget_minutes=20.0)
