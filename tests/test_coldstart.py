@@ -267,8 +267,9 @@ def _start(cold: bool, pass_s: float, warmup_passes: int, cache_s: float, fixed_
 
 def test_a_warm_restart_is_priced_by_its_own_pass_length_not_by_other_configurations_restarts():
     # Configuration "slow" ran 10 s passes (and its warm restarts 8 warm-up passes each); "fast" has only its cold
-    # start, with 2 s passes. A warm restart of "fast" pays the warm start-up and 8 + 3 passes of 2 s: 22 + 5 + 22 =
-    # 49 s. The whole-restart price has no warm restart of "fast" and charges the study's warm mean, slow's 137 s.
+    # start, with 2 s passes. A warm restart of "fast" pays the warm start-up, its own warm-up (16 s) and 3 timed
+    # passes of 2 s: 22 + 5 + 16 + 6 = 49 s. The whole-restart price has no warm restart of "fast" and charges the
+    # study's warm mean, slow's 137 s.
     from autotune.study._budget import StartCosts
 
     runs = [("slow", _start(True, 10.0, 8, cache_s=60.0)), ("slow", _start(False, 10.0, 8, cache_s=5.0)),
@@ -279,11 +280,28 @@ def test_a_warm_restart_is_priced_by_its_own_pass_length_not_by_other_configurat
     assert costs.price(("fast", False)) == pytest.approx(truth)
     assert whole.price(("fast", False)) == pytest.approx(137.0 / 60.0)
     # A cold start pays the cold compile (60 s) that warm restarts do not (5 s); a configuration not seen yet gets
-    # the study's mean pass, (10 + 10 + 10 + 2) / 4 = 8 s: 22 + 60 + 11 x 8 = 170 s.
-    assert costs.price((None, True)) == pytest.approx(170.0 / 60.0)
+    # the warm-up of the study's cold starts, (80 + 16) / 2 = 48 s, and its mean timed pass, (10 + 10 + 10 + 2) / 4 =
+    # 8 s: 22 + 60 + 48 + 3 x 8 = 154 s.
+    assert costs.price((None, True)) == pytest.approx(154.0 / 60.0)
     assert costs.price(("fast", True)) == pytest.approx(_start(True, 2.0, 8, cache_s=60.0).wall_s / 60.0)
     assert costs.price(("slow", False)) == pytest.approx(_start(False, 10.0, 8, cache_s=5.0).wall_s / 60.0)
     assert costs.forecast([("fast", False), ("slow", False)]) == pytest.approx(truth + 137.0 / 60.0)
+
+
+def test_warm_up_is_priced_by_the_seconds_it_took_not_by_the_timed_passes_length():
+    # Timed passes are sized to workload.pass_seconds (5 s here); warm-up passes are one round of the prompts each
+    # (1 s): four of them took 4 s, not 4 x 5 s. A warm restart: 22 s start-up, 5 s cache, 4 s warm-up, 3 x 5 s.
+    from autotune.core import facts as F
+    from autotune.study._budget import StartCosts
+
+    def start(cold: bool, cache_s: float):
+        r = _start(cold, 5.0, 0, cache_s=cache_s)
+        facts = {**r.facts, F.PHASE_WARMUP_S: 4.0, F.WARMUP_PASSES: 4}
+        return dataclasses.replace(r, facts=facts, wall_s=r.wall_s + 4.0)
+
+    costs = StartCosts.from_runs([("a", start(True, 60.0)), ("a", start(False, 5.0))])
+    assert costs.price(("a", False)) == pytest.approx((22.0 + 5.0 + 4.0 + 15.0) / 60.0)
+    assert costs.price(("b", False)) == pytest.approx((22.0 + 5.0 + 4.0 + 15.0) / 60.0)
 
 
 def test_starts_without_phases_are_priced_at_the_whole_restart_mean_of_their_kind():

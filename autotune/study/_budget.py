@@ -11,16 +11,18 @@ priced phase by phase, so what one configuration paid is not charged to another:
   cold start; for a warm restart the configuration's own warm mean, else the study's warm mean;
 * the rest of start-up (launch, imports, set-up, weight load, other start-up) and what the wall clock holds beyond
   the phases (shutdown, settling): the study's mean over every phased start, cold or warm;
-* warm-up: the study's mean warm-up passes per start times the configuration's pass length (its own mean timed
-  pass where one ran, else the study's: passes are sized to ``workload.pass_seconds``, so a new configuration's
-  pass is about the study's);
-* timed passes: the study's timed passes per start times that pass length.
+* warm-up: the seconds the configuration's own warm-up took (its starts of the same kind first, then any of its
+  starts), else the study's mean over starts of that kind. Warm-up passes are one round of the prompts each, so
+  their length follows the configuration's speed, and a cold start's warm-up carries the ramp a warm one does not;
+* timed passes: the study's timed passes per start times the configuration's own mean timed pass where one ran,
+  else the study's (timed passes are sized to ``workload.pass_seconds``, so a new configuration's is about the
+  study's).
 
 Empirical choices: the plain means (no trimming: a study's first start into empty caches, 2-3 minutes on an H200
 against 30-50 s for later cold starts, inflates the cold price until more cold starts dilute it, the safe side for a
-budget), the study-wide warm-up count (the warm-up rule's stopping point varies per restart more than per
-configuration in the H200 series, ``tests/data/warmup_series.json``), and pricing warm-up passes at the timed pass
-length (both are sized to ``workload.pass_seconds``). Nothing is tuned to a landscape: every number is the study's.
+budget), and a new configuration's warm-up priced at the study's mean (the warm-up rule's stopping point varies per
+restart more than per configuration in the H200 series, ``tests/data/warmup_series.json``). Nothing is tuned to a
+landscape: every number is the study's.
 
 Without phases (the ``cmd`` engine, records from before them, a kind of start no phased start has shown yet) a
 start is priced at the whole-restart mean of its kind: a cold start at the study's mean cold start, a warm restart
@@ -66,7 +68,7 @@ class PhasedStart:
         cold: Whether it started cold.
         cache_s: Its cache-dependent start-up phases (:data:`~autotune.core.facts.CACHE_PHASES`) together.
         fixed_s: The rest of its start-up, and its wall time beyond every phase (shutdown, settling).
-        warmup_passes: Warm-up passes it ran.
+        warmup_s: Seconds of its warm-up passes.
         timed_passes: Timed passes it ran.
         pass_s: Its mean timed pass (``None``: no timed pass said how long).
     """
@@ -75,7 +77,7 @@ class PhasedStart:
     cold: bool
     cache_s: float
     fixed_s: float
-    warmup_passes: int
+    warmup_s: float
     timed_passes: int
     pass_s: float | None
 
@@ -89,11 +91,10 @@ class PhasedStart:
         timed = len(r.passes_s)
         timed_s = phases.get(F.PHASE_TIMED_S, sum(r.passes_s))
         beyond = float(r.wall_s) - sum(phases.values())  # shutdown and the like; never priced below nothing
-        passes = r.facts.get(F.WARMUP_PASSES)
         return cls(key=key, cold=bool(r.cold), cache_s=sum(phases.get(k, 0.0) for k in F.CACHE_PHASES),
                    fixed_s=sum(phases.get(k, 0.0) for k in _FIXED_PHASES) + max(0.0, beyond),
-                   warmup_passes=int(passes) if isinstance(passes, int | float) and not isinstance(passes, bool)
-                   else 0, timed_passes=timed, pass_s=timed_s / timed if timed and timed_s > 0 else None)
+                   warmup_s=phases.get(F.PHASE_WARMUP_S, 0.0), timed_passes=timed,
+                   pass_s=timed_s / timed if timed and timed_s > 0 else None)
 
 
 def _mean(values: Iterable[float]) -> float | None:
@@ -177,9 +178,11 @@ class StartCosts:
         fixed_s = _mean(s.fixed_s for s in self.phased) or 0.0
         mine = [s.pass_s for s in self.phased if s.pass_s is not None and key is not None and s.key == key]
         pass_s = _mean(mine) or _mean(s.pass_s for s in self.phased if s.pass_s is not None) or 0.0
-        warmup_passes = _mean(s.warmup_passes for s in self.phased) or 0.0
+        mine_all = [s for s in self.phased if key is not None and s.key == key]
+        warmups = next(ws for ws in ([s for s in mine_all if s.cold == cold], mine_all, kind) if ws)
+        warmup_s = _mean(s.warmup_s for s in warmups) or 0.0
         timed_passes = _mean(s.timed_passes for s in self.phased) or 0.0
-        return (fixed_s + cache_s + (warmup_passes + timed_passes) * pass_s) / 60.0
+        return (fixed_s + cache_s + warmup_s + timed_passes * pass_s) / 60.0
 
     def forecast(self, starts: Sequence[Start]) -> float:
         return sum(self.price(s) for s in starts)
