@@ -152,6 +152,18 @@ def test_warm_up_converged_only_when_its_last_two_passes_agree():
     assert not warmup_converged(_restart(100.0, cold=True, seed=0))
 
 
+@pytest.mark.parametrize(("rule", "converged"), [("rule", True), ("prior", True), ("cap", False), ("none", False)])
+def test_warm_up_converged_is_what_the_engines_warm_up_rule_decided_where_it_says(rule, converged):
+    # A ramp whose last two passes happen to agree within 3% (the old test would call it steady) but that the
+    # MSER/trend rule ran to its cap, and noise the rule called warm whose last two passes differ by 10%.
+    ramp = dataclasses.replace(_restart(100.0, cold=True, seed=0, warmup=(40.0, 70.0, 98.0, 100.0)),
+                               facts={"warmup_rule": rule})
+    noisy = dataclasses.replace(_restart(100.0, cold=True, seed=0, warmup=(100.0, 95.0, 105.0)),
+                                facts={"warmup_rule": rule})
+    assert warmup_converged(ramp) is converged and warmup_converged(noisy) is converged
+    assert warmup_converged(dataclasses.replace(ramp, facts={}))  # without a rule: the last two passes' 3%
+
+
 def test_a_cold_start_predicts_the_warm_throughput_with_a_bound_that_holds_its_level():
     rng = random.Random(5)
     misses, trials = 0, 1000

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from autotune.core.facts import WARMUP_RULE
 from autotune.core.records import RestartResult
 
 __all__ = [
@@ -74,12 +75,22 @@ UNDECIDED, SAME, DIFFER, PROVISIONAL = "undecided", "same", "differ", "provision
 
 
 def warmup_converged(result: RestartResult, tolerance: float = STEADY_TOLERANCE) -> bool:
-    """True when the restart's warm-up ended steady: its last two warm-up passes agree within ``tolerance``.
+    """True when the restart's warm-up ended steady.
 
-    A warm-up that stopped at its cap without settling, or had fewer than two passes, says nothing about the
-    timed passes being steady: False.
+    Where the engine says what ended its warm-up (``facts["warmup_rule"]``: the vllm runner and the simulator, with
+    the MSER/trend rule of :mod:`autotune.stats.warmup`), that decides: the rule or its noise prior called the
+    process warm (``rule``, ``prior``); a warm-up that hit its cap or ran no pass did not. The same decision that
+    ended the warm-up then decides whether a cold start may count, not a second, looser test that cannot tell a ramp
+    from noise. Otherwise (an engine that does not say: ``cmd``, older records) the last two warm-up passes must
+    agree within ``tolerance``. A warm-up that stopped at its cap without settling, or had fewer than two passes,
+    says nothing about the timed passes being steady: False.
     """
-    if not result.ok or len(result.warmup_tok_s) < 2:
+    if not result.ok:
+        return False
+    rule = result.facts.get(WARMUP_RULE)
+    if isinstance(rule, str):
+        return rule in ("rule", "prior")
+    if len(result.warmup_tok_s) < 2:
         return False
     a, b = result.warmup_tok_s[-2], result.warmup_tok_s[-1]
     top = max(a, b)
