@@ -64,6 +64,9 @@ def run_engine(request: dict[str, Any], args: argparse.Namespace) -> dict[str, A
         "accept_len": result.accept_len,
         "startup_s": result.startup_s,
         "cold": result.cold,
+        # Where the restart's time went (optional): the simulator's phase facts under the protocol's names.
+        "phases": {k.removeprefix("phase_").removesuffix("_s"): v for k, v in result.facts.items()
+                   if k.startswith("phase_") and k.endswith("_s")},
     }
 
 

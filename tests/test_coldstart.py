@@ -152,6 +152,18 @@ def test_warm_up_converged_only_when_its_last_two_passes_agree():
     assert not warmup_converged(_restart(100.0, cold=True, seed=0))
 
 
+@pytest.mark.parametrize(("rule", "converged"), [("rule", True), ("prior", True), ("cap", False), ("none", False)])
+def test_warm_up_converged_is_what_the_engines_warm_up_rule_decided_where_it_says(rule, converged):
+    # A ramp whose last two passes happen to agree within 3% (the old test would call it steady) but that the
+    # MSER/trend rule ran to its cap, and noise the rule called warm whose last two passes differ by 10%.
+    ramp = dataclasses.replace(_restart(100.0, cold=True, seed=0, warmup=(40.0, 70.0, 98.0, 100.0)),
+                               facts={"warmup_rule": rule})
+    noisy = dataclasses.replace(_restart(100.0, cold=True, seed=0, warmup=(100.0, 95.0, 105.0)),
+                                facts={"warmup_rule": rule})
+    assert warmup_converged(ramp) is converged and warmup_converged(noisy) is converged
+    assert warmup_converged(dataclasses.replace(ramp, facts={}))  # without a rule: the last two passes' 3%
+
+
 def test_a_cold_start_predicts_the_warm_throughput_with_a_bound_that_holds_its_level():
     rng = random.Random(5)
     misses, trials = 0, 1000
@@ -248,6 +260,79 @@ def test_a_minutes_budget_prices_cold_and_warm_starts_apart(tmp_path):
     assert minutes <= 75.0 and ledger.verification() is not None
     assert ledger.finished_search_trials() >= 4  # two baselines and at least two search trials
 
+
+
+def _start(cold: bool, pass_s: float, warmup_passes: int, cache_s: float, fixed_s: float = 20.0,
+           phases: bool = True):
+    """A successful start: ``fixed_s`` of set-up and load, ``cache_s`` of compile, warm-up and three timed passes of
+    ``pass_s`` each, 2 s of shutdown; with ``phases=False`` the same start from an engine that reports none."""
+    from autotune.core import facts as F
+    from autotune.core.records import RestartResult
+
+    timed = (pass_s,) * 3
+    facts = {F.PHASE_LOAD_S: fixed_s, F.PHASE_COMPILE_S: cache_s, F.PHASE_WARMUP_S: warmup_passes * pass_s,
+             F.PHASE_TIMED_S: sum(timed), F.WARMUP_PASSES: warmup_passes}
+    wall = fixed_s + cache_s + warmup_passes * pass_s + sum(timed) + 2.0
+    return RestartResult("ok", passes_tok_s=(1.0,) * 3, passes_s=timed, cold=cold, wall_s=wall,
+                         facts=facts if phases else {})
+
+
+def test_a_warm_restart_is_priced_by_its_own_pass_length_not_by_other_configurations_restarts():
+    # Configuration "slow" ran 10 s passes (and its warm restarts 8 warm-up passes each); "fast" has only its cold
+    # start, with 2 s passes. A warm restart of "fast" pays the warm start-up, its own warm-up (16 s) and 3 timed
+    # passes of 2 s: 22 + 5 + 16 + 6 = 49 s. The whole-restart price has no warm restart of "fast" and charges the
+    # study's warm mean, slow's 137 s.
+    from autotune.study._budget import StartCosts
+
+    runs = [("slow", _start(True, 10.0, 8, cache_s=60.0)), ("slow", _start(False, 10.0, 8, cache_s=5.0)),
+            ("slow", _start(False, 10.0, 8, cache_s=5.0)), ("fast", _start(True, 2.0, 8, cache_s=60.0))]
+    costs = StartCosts.from_runs(runs)
+    whole = StartCosts.from_runs((k, dataclasses.replace(r, facts={})) for k, r in runs)
+    truth = _start(False, 2.0, 8, cache_s=5.0).wall_s / 60.0
+    assert costs.price(("fast", False)) == pytest.approx(truth)
+    assert whole.price(("fast", False)) == pytest.approx(137.0 / 60.0)
+    # A cold start pays the cold compile (60 s) that warm restarts do not (5 s); a configuration not seen yet gets
+    # the warm-up of the study's cold starts, (80 + 16) / 2 = 48 s, and its mean timed pass, (10 + 10 + 10 + 2) / 4 =
+    # 8 s: 22 + 60 + 48 + 3 x 8 = 154 s.
+    assert costs.price((None, True)) == pytest.approx(154.0 / 60.0)
+    assert costs.price(("fast", True)) == pytest.approx(_start(True, 2.0, 8, cache_s=60.0).wall_s / 60.0)
+    assert costs.price(("slow", False)) == pytest.approx(_start(False, 10.0, 8, cache_s=5.0).wall_s / 60.0)
+    assert costs.forecast([("fast", False), ("slow", False)]) == pytest.approx(truth + 137.0 / 60.0)
+
+
+def test_warm_up_is_priced_by_the_seconds_it_took_not_by_the_timed_passes_length():
+    # Timed passes are sized to workload.pass_seconds (5 s here); warm-up passes are one round of the prompts each
+    # (1 s): four of them took 4 s, not 4 x 5 s. A warm restart: 22 s start-up, 5 s cache, 4 s warm-up, 3 x 5 s.
+    from autotune.core import facts as F
+    from autotune.study._budget import StartCosts
+
+    def start(cold: bool, cache_s: float):
+        r = _start(cold, 5.0, 0, cache_s=cache_s)
+        facts = {**r.facts, F.PHASE_WARMUP_S: 4.0, F.WARMUP_PASSES: 4}
+        return dataclasses.replace(r, facts=facts, wall_s=r.wall_s + 4.0)
+
+    costs = StartCosts.from_runs([("a", start(True, 60.0)), ("a", start(False, 5.0))])
+    assert costs.price(("a", False)) == pytest.approx((22.0 + 5.0 + 4.0 + 15.0) / 60.0)
+    assert costs.price(("b", False)) == pytest.approx((22.0 + 5.0 + 4.0 + 15.0) / 60.0)
+
+
+def test_starts_without_phases_are_priced_at_the_whole_restart_mean_of_their_kind():
+    # The cmd engine, records from before phases: every start is priced as before. A kind no phased start has shown
+    # (here warm restarts that did not report phases) falls back too, while a phased kind is priced by phases.
+    from autotune.study._budget import StartCosts
+
+    bare = [("a", _start(True, 10.0, 4, cache_s=60.0, phases=False)),
+            ("a", _start(False, 10.0, 4, cache_s=5.0, phases=False)),
+            ("b", _start(False, 4.0, 4, cache_s=5.0, phases=False))]
+    costs = StartCosts.from_runs(bare)
+    assert costs.phased == () and costs.known
+    assert costs.price(("a", True)) == pytest.approx(bare[0][1].wall_s / 60.0)
+    assert costs.price(("b", False)) == pytest.approx(bare[2][1].wall_s / 60.0)
+    assert costs.price((None, False)) == pytest.approx((bare[1][1].wall_s + bare[2][1].wall_s) / 120.0)
+    mixed = StartCosts.from_runs([("a", _start(True, 10.0, 4, cache_s=60.0)), *bare[1:]])
+    assert mixed.price(("b", False)) == pytest.approx(bare[2][1].wall_s / 60.0)
+    assert mixed.price((None, True)) == pytest.approx(_start(True, 10.0, 4, cache_s=60.0).wall_s / 60.0)
+    assert StartCosts.from_runs([]).price((None, True)) == 0.0  # nothing measured: the first start is the measurement
 
 def test_a_minutes_budget_too_small_is_refused_once_a_start_has_been_priced(tmp_path):
     engine = FakeEngine(by_params(TRUTH), cold_first=True, cold_wall_s=600.0, wall_s=60.0)

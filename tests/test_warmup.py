@@ -132,6 +132,29 @@ def test_the_report_totals_phases_over_every_restart_and_counts_those_without() 
     assert phase_totals([old]) is None and render_phases(None) == []
 
 
+
+def test_the_report_names_the_start_up_phases_and_reads_records_from_before_them() -> None:
+    # A restart recorded before set-up, profiling and kernel warm-up were named keeps those seconds in "other
+    # start-up"; a new one names them. Both total into one line, in the order a restart runs them.
+    from autotune.core import facts as F
+    from autotune.core.records import RestartResult
+    from autotune.report.phases import phase_totals, render_phases
+
+    before = RestartResult.from_dict(RestartResult(
+        "ok", passes_tok_s=(1.0,), facts={F.PHASE_COMPILE_S: 18.0, F.PHASE_OTHER_STARTUP_S: 132.0}).to_dict())
+    named = RestartResult("ok", passes_tok_s=(1.0,), facts={
+        F.PHASE_SETUP_S: 24.0, F.PHASE_COMPILE_S: 18.0, F.PHASE_PROFILE_S: 3.0, F.PHASE_CAPTURE_S: 1.0,
+        F.PHASE_KERNEL_WARMUP_S: 102.0, F.PHASE_OTHER_STARTUP_S: 2.0})
+    totals = phase_totals([before, named])
+    assert totals is not None and totals.total_s == 300.0
+    assert list(totals.seconds) == [F.PHASE_SETUP_S, F.PHASE_COMPILE_S, F.PHASE_PROFILE_S, F.PHASE_CAPTURE_S,
+                                    F.PHASE_KERNEL_WARMUP_S, F.PHASE_OTHER_STARTUP_S]
+    line = render_phases(totals)[0]
+    assert line == ("Engine time by phase over 2 restarts: engine set-up 0.4 min (8%), compile 0.6 min (12%), "
+                    "memory profiling 0.1 min (1%), graph capture 0.0 min (0%), kernel warm-up 1.7 min (34%), "
+                    "other start-up 2.2 min (45%)")
+    assert totals.to_dict()["seconds"][F.PHASE_KERNEL_WARMUP_S] == 102.0  # report --json: the fact's own key
+
 # -- the noise prior (issue 21 item 1: a rule that can decide before its cap) ----------------------------------
 
 _DATA = Path(__file__).resolve().parent / "data" / "warmup_series.json"

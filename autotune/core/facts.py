@@ -115,24 +115,43 @@ WARMUP_RULE = "warmup_rule"
 PHASE_LAUNCH_S = "phase_launch_s"
 #: Importing the engine (vLLM and torch); about 0 in a process forked from a forkserver that imported them.
 PHASE_IMPORT_S = "phase_import_s"
+#: vLLM setting the engine up before it loads weights (the log's first line to the load): resolving the
+#: configuration (vLLM inspects the model class in a subprocess while its model-info cache is empty: 22-25 s on an
+#: H200 study's first start, 0-1 s after), starting the engine-core process (serve mode: 15-40 s every start, a new
+#: interpreter importing vLLM), CUDA and distributed init (2-4 s).
+PHASE_SETUP_S = "phase_setup_s"
 #: Loading the weights.
 PHASE_LOAD_S = "phase_load_s"
 #: Compiling (torch.compile; a warm cache makes it short).
 PHASE_COMPILE_S = "phase_compile_s"
+#: Memory profiling after the load, compile not counted: the profile run, the sampler's dummy run and the CUDA-graph
+#: memory estimate, until vLLM sizes the KV cache. The V1 model runner JIT-compiles kernels here, between
+#: the profile run and the graph-memory estimate (83 s into an empty cache on the H200; the stretch is 1-7 s after).
+PHASE_PROFILE_S = "phase_profile_s"
 #: Capturing CUDA graphs.
 PHASE_CAPTURE_S = "phase_capture_s"
-#: The rest of engine start-up: profiling, KV-cache allocation, the engine's own warm-up.
+#: vLLM's own warm-up once the KV cache is sized, capture not counted: allocating the KV cache (under a second in
+#: every H200 log), FlashInfer autotuning and the compiled sizes' dummy runs before capture, and after it one run of
+#: the model and sampler so Triton JIT-compiles their kernels (the V2 model runner: ~100 s into an empty Triton
+#: cache on the H200, 0-10 s after).
+PHASE_KERNEL_WARMUP_S = "phase_kernel_warmup_s"
+#: What is left of engine start-up that no log line accounts for (engine time minus the phases above): before vLLM's
+#: first line (the server's own import in serve mode) and after its last (handing the engine back). Older records
+#: have no set-up, profiling or kernel warm-up and keep those seconds here.
 PHASE_OTHER_STARTUP_S = "phase_other_startup_s"
 #: Warm-up passes.
 PHASE_WARMUP_S = "phase_warmup_s"
 #: Timed passes.
 PHASE_TIMED_S = "phase_timed_s"
 #: The phases in the order a restart runs them: what the report totals and the budget forecasts from.
-PHASES = (PHASE_LAUNCH_S, PHASE_IMPORT_S, PHASE_LOAD_S, PHASE_COMPILE_S, PHASE_CAPTURE_S, PHASE_OTHER_STARTUP_S,
-          PHASE_WARMUP_S, PHASE_TIMED_S)
-#: Phases a warm restart of a configuration that started before does not pay again in full (its compile cache is
-#: warm): the budget forecasts them from the configuration's warm starts, not its cold one.
-CACHE_PHASES = (PHASE_COMPILE_S, PHASE_CAPTURE_S)
+PHASES = (PHASE_LAUNCH_S, PHASE_IMPORT_S, PHASE_SETUP_S, PHASE_LOAD_S, PHASE_COMPILE_S, PHASE_PROFILE_S,
+          PHASE_CAPTURE_S, PHASE_KERNEL_WARMUP_S, PHASE_OTHER_STARTUP_S, PHASE_WARMUP_S, PHASE_TIMED_S)
+#: Start-up phases whose length depends on the configuration's caches (torch.compile's, Triton's, FlashInfer's): a
+#: start of a configuration that started before in this cache pays them short, so the budget prices them from cold
+#: starts for a cold start and from warm ones otherwise.
+CACHE_PHASES = (PHASE_COMPILE_S, PHASE_PROFILE_S, PHASE_CAPTURE_S, PHASE_KERNEL_WARMUP_S)
+#: The passes: the budget prices them from pass lengths and pass counts, not from the start-ups they followed.
+PASS_PHASES = (PHASE_WARMUP_S, PHASE_TIMED_S)
 
 
 def phase_facts(**seconds: float | None) -> dict[str, float]:

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-from scipy import stats
 
+from autotune.stats import scipy_stats
 from autotune.stats.intervals import interval
 
 __all__ = [
@@ -70,7 +70,7 @@ class Noise:
     def interval(self, values: Sequence[float], confidence: float) -> tuple[float, float]:
         """Interval for the (geometric) mean of ``values`` with this noise: ``exp(mean log +- t * sd / sqrt(n))``."""
         logs = np.log(np.asarray(values, dtype=float))
-        half = float(stats.t.ppf(0.5 + confidence / 2.0, self.df)) * self.sd / math.sqrt(logs.size)
+        half = float(scipy_stats().t.ppf(0.5 + confidence / 2.0, self.df)) * self.sd / math.sqrt(logs.size)
         centre = float(logs.mean())
         return math.exp(centre - half), math.exp(centre + half)
 
@@ -125,7 +125,7 @@ class RacingPolicy:
         assert incumbent is not None
         if noise is not None and self.pooled and min(values) > 0 and min(incumbent) > 0:
             diff = float(np.mean(np.log(values)) - np.mean(np.log(incumbent)))
-            half = (float(stats.t.ppf(0.5 + self.confidence / 2.0, noise.df)) * noise.sd
+            half = (float(scipy_stats().t.ppf(0.5 + self.confidence / 2.0, noise.df)) * noise.sd
                     * math.sqrt(1.0 / n + 1.0 / len(incumbent)))
             worse, better = diff + half < 0.0, diff - half > 0.0
         else:

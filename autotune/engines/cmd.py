@@ -19,9 +19,13 @@ its environment. It may log anything; its LAST stdout line must be one JSON obje
 (``compile_mode``, ``details``, ``notes``) are optional. A workload with load levels (``"concurrency": [1, 8]``)
 needs ``"levels": [{"concurrency": 1, "passes_tok_s": [...], "latency": {...}}, ...]``, one entry per level in
 order, measured in the one engine start (``passes_tok_s`` then holds every level's timed passes).
-``output_tokens`` (optional) answers ``output_check`` (``null`` when the configuration's outputs cannot be compared,
-e.g. synthetic acceptance): ``{"<prompt index>": [token ids], ...}``, the first ``tokens`` output ids of each named
-prompt generated greedily; autotune compares them with the baseline's (:mod:`autotune.core.outputs`).
+``phases`` (optional) says where the restart's time went, in seconds, by the phase names of
+:data:`autotune.core.facts.PHASES` without their ``phase_``/``_s`` wrapping (``{"load": 12.0, "compile": 31.5,
+"capture": 4.2, "warmup": 6.0, "timed": 15.1}``; any subset): the report totals them and ``--budget-minutes``
+prices later starts phase by phase from them, as for the vllm engine. ``output_tokens`` (optional) answers
+``output_check`` (``null`` when the configuration's outputs cannot be compared, e.g. synthetic acceptance):
+``{"<prompt index>": [token ids], ...}``, the first ``tokens`` output ids of each named prompt generated greedily;
+autotune compares them with the baseline's (:mod:`autotune.core.outputs`).
 
 Anything else - a non-zero exit, no JSON, a missing, unknown or ill-typed field, a negative or non-finite number,
 a timeout - becomes a failed :class:`~autotune.core.records.RestartResult` with a one-line reason and the output's
@@ -45,6 +49,7 @@ from typing import IO, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from autotune.core import facts as F
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._output_check import check_request, output_facts, skip_reason
 from autotune.engines.process import _LIVE, TAG_ENV, EngineProcess
@@ -161,7 +166,8 @@ class CmdEngine(EngineBackend):
             return RestartResult.failure(RestartStatus.FAILED, f"cmd engine: command reported ok but exited with "
                                          f"status {returncode}", log_tail=tail, **common)
         levels = data.pop("levels", ())
-        facts = output_facts(data.pop("output_tokens", None), skip_reason(config))
+        facts = {**output_facts(data.pop("output_tokens", None), skip_reason(config)),
+                 **F.phase_facts(**data.pop("phases", {}))}
         if [lv.concurrency for lv in levels] != (list(workload.levels) if len(workload.levels) > 1 else []):
             return RestartResult.failure(
                 RestartStatus.FAILED, f"cmd engine: the workload's load levels are {list(workload.levels)} but the "
@@ -234,6 +240,8 @@ class CmdEngine(EngineBackend):
 
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
+#: The ``phases`` object's keys: :data:`autotune.core.facts.PHASES` without the ``phase_``/``_s`` wrapping.
+PHASE_NAMES = tuple(k.removeprefix("phase_").removesuffix("_s") for k in F.PHASES)
 #: Durations, lengths and sizes: a negative latency would meet every slo limit and win.
 NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 Passes = Annotated[list[Finite], Field(min_length=1)]
@@ -271,6 +279,7 @@ class _OkLine(BaseModel):
     cold: bool = False
     latency: dict[str, NonNegative] | None = None
     levels: list[_Level] | None = None
+    phases: dict[str, NonNegative] | None = None
     output_tokens: dict[Annotated[str, Field(pattern=r"^[0-9]+$")], list[int]] | None = None
 
 
@@ -322,6 +331,11 @@ def parse_result_line(stdout: str) -> dict[str, Any]:
         out["latency"] = {str(k): float(v) for k, v in ok.latency.items()}
     if ok.output_tokens is not None:
         out["output_tokens"] = {k: list(v) for k, v in ok.output_tokens.items()}
+    if ok.phases is not None:
+        unknown = sorted(set(ok.phases) - set(PHASE_NAMES))
+        if unknown:
+            raise ProtocolError(f"'phases.{unknown[0]}' is not a phase; use {', '.join(PHASE_NAMES)}")
+        out["phases"] = {k: float(v) for k, v in ok.phases.items()}
     if ok.levels is not None:
         out["levels"] = tuple(LevelResult(lv.concurrency, tuple(lv.passes_tok_s),
                                           {str(k): float(v) for k, v in (lv.latency or {}).items()})
@@ -382,6 +396,8 @@ def _problem(exc: ValidationError, data: Mapping[str, Any], prefix: tuple[Any, .
     if kind == "dict_type":
         if name == "latency":
             return f"'latency' must be an object like {{\"tpot_p99_ms\": 9.1}}, got {value!r}"
+        if name == "phases":
+            return f"'phases' must be an object of seconds like {{\"load\": 12.0, \"compile\": 31.5}}, got {value!r}"
         return f"'{name}' must be an object, got {value!r}"
     if kind == "greater_than_equal":
         return f"'{name}' must be >= 0 (a duration, length or size), got {value!r}"

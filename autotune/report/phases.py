@@ -1,9 +1,11 @@
 """Where a study's engine time went: the restarts' phases (``RestartResult.facts``' ``phase_*_s``), totalled.
 
 Every restart the study paid for counts once (search and verification, cold and failed ones too), so the totals
-answer "what did the budget buy": start-ups (launch, import, weight load, compile, graph capture, the rest of
-start-up) against warm-up and timed passes. A phase no restart reported is left out; restarts from engines (or
-autotune versions) that report no phases are counted apart, so the totals never pass for the whole study's time.
+answer "what did the budget buy": start-ups (launch, import, vLLM's set-up, weight load, compile, memory profiling,
+graph capture, kernel warm-up, the rest of start-up) against warm-up and timed passes. A phase no restart reported
+is left out; restarts from engines (or autotune versions) that report no phases are counted apart, so the totals
+never pass for the whole study's time; restarts recorded before set-up, profiling and kernel warm-up were named
+keep those seconds in "other start-up".
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ __all__ = ["PhaseTotals", "phase_totals", "render_phases"]
 
 #: How each phase reads in the report.
 LABELS: Mapping[str, str] = {
-    F.PHASE_LAUNCH_S: "launch", F.PHASE_IMPORT_S: "imports", F.PHASE_LOAD_S: "weight load",
-    F.PHASE_COMPILE_S: "compile", F.PHASE_CAPTURE_S: "graph capture", F.PHASE_OTHER_STARTUP_S: "other start-up",
-    F.PHASE_WARMUP_S: "warm-up", F.PHASE_TIMED_S: "timed passes",
+    F.PHASE_LAUNCH_S: "launch", F.PHASE_IMPORT_S: "imports", F.PHASE_SETUP_S: "engine set-up",
+    F.PHASE_LOAD_S: "weight load", F.PHASE_COMPILE_S: "compile", F.PHASE_PROFILE_S: "memory profiling",
+    F.PHASE_CAPTURE_S: "graph capture", F.PHASE_KERNEL_WARMUP_S: "kernel warm-up",
+    F.PHASE_OTHER_STARTUP_S: "other start-up", F.PHASE_WARMUP_S: "warm-up", F.PHASE_TIMED_S: "timed passes",
 }
 
 

@@ -44,8 +44,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
+from autotune.stats import scipy_stats
+from autotune.core.facts import WARMUP_RULE
 from autotune.core.records import RestartResult
 
 __all__ = [
@@ -74,12 +75,22 @@ UNDECIDED, SAME, DIFFER, PROVISIONAL = "undecided", "same", "differ", "provision
 
 
 def warmup_converged(result: RestartResult, tolerance: float = STEADY_TOLERANCE) -> bool:
-    """True when the restart's warm-up ended steady: its last two warm-up passes agree within ``tolerance``.
+    """True when the restart's warm-up ended steady.
 
-    A warm-up that stopped at its cap without settling, or had fewer than two passes, says nothing about the
-    timed passes being steady: False.
+    Where the engine says what ended its warm-up (``facts["warmup_rule"]``: the vllm runner and the simulator, with
+    the MSER/trend rule of :mod:`autotune.stats.warmup`), that decides: the rule or its noise prior called the
+    process warm (``rule``, ``prior``); a warm-up that hit its cap or ran no pass did not. The same decision that
+    ended the warm-up then decides whether a cold start may count, not a second, looser test that cannot tell a ramp
+    from noise. Otherwise (an engine that does not say: ``cmd``, older records) the last two warm-up passes must
+    agree within ``tolerance``. A warm-up that stopped at its cap without settling, or had fewer than two passes,
+    says nothing about the timed passes being steady: False.
     """
-    if not result.ok or len(result.warmup_tok_s) < 2:
+    if not result.ok:
+        return False
+    rule = result.facts.get(WARMUP_RULE)
+    if isinstance(rule, str):
+        return rule in ("rule", "prior")
+    if len(result.warmup_tok_s) < 2:
         return False
     a, b = result.warmup_tok_s[-2], result.warmup_tok_s[-1]
     top = max(a, b)
@@ -91,7 +102,7 @@ def equivalence_margin(sd: float, df: int, confidence: float = 0.95) -> float:
     (chi-square): ``sd * sqrt(df / chi2.ppf(confidence, df))``, about half the estimate at one degree of freedom."""
     if df < 1 or not sd > 0:
         return math.nan
-    return float(sd * math.sqrt(df / stats.chi2.ppf(confidence, df)))
+    return float(sd * math.sqrt(df / scipy_stats().chi2.ppf(confidence, df)))
 
 
 def cold_pairs(restarts_per_config: Iterable[Sequence[RestartResult]]) -> list[tuple[float, float]]:
@@ -199,7 +210,7 @@ def judge_cold(pairs: Sequence[tuple[float, float]], noise_sd: float | None, alp
     spread = float(d.std(ddof=1)) if n >= 2 else 0.0
     if spread < 1e-9:
         spread = 0.0  # equal ratios up to rounding (an engine that replays a seed exactly): no t statistic
-    p = float(stats.ttest_rel(cold, warm).pvalue) if n >= 2 and spread > 0 else math.nan
+    p = float(scipy_stats().ttest_rel(cold, warm).pvalue) if n >= 2 and spread > 0 else math.nan
     if previous == DIFFER:
         return ColdVerdict(DIFFER, n, ratio, p, margin)
     if n < min_pairs:
@@ -211,14 +222,14 @@ def judge_cold(pairs: Sequence[tuple[float, float]], noise_sd: float | None, alp
         p = 1.0 if mean == 0.0 else 0.0
         equivalent, different = known and abs(mean) <= margin, mean != 0.0
     else:
-        equivalent = known and max(float(stats.ttest_1samp(d, -margin, alternative="greater").pvalue),
-                                   float(stats.ttest_1samp(d, margin, alternative="less").pvalue)) < alpha
+        equivalent = known and max(float(scipy_stats().ttest_1samp(d, -margin, alternative="greater").pvalue),
+                                   float(scipy_stats().ttest_1samp(d, margin, alternative="less").pvalue)) < alpha
         if previous == SAME and known:
             # Once counting, stop only for a difference beyond the margin: the pairs now mix seeds (a counted cold
             # start has no warm rerun of its own seed), and a test repeated after every trial at level alpha would
             # sooner or later call a negligible difference significant.
-            different = min(float(stats.ttest_1samp(d, margin, alternative="greater").pvalue),
-                            float(stats.ttest_1samp(d, -margin, alternative="less").pvalue)) < alpha
+            different = min(float(scipy_stats().ttest_1samp(d, margin, alternative="greater").pvalue),
+                            float(scipy_stats().ttest_1samp(d, -margin, alternative="less").pvalue)) < alpha
         else:
             different = p < alpha
     # Equivalence first: a difference can be significant and still smaller than one restart's noise (tight pairs
@@ -262,5 +273,5 @@ def warm_upper_bound(cold_value: float, pairs: Sequence[tuple[float, float]], co
     if d is None or cold_value <= 0:
         return None
     n = d.size
-    t = float(stats.t.ppf(confidence, n - 1))
+    t = float(scipy_stats().t.ppf(confidence, n - 1))
     return float(cold_value * math.exp(-float(d.mean()) + t * float(d.std(ddof=1)) * math.sqrt(1.0 + 1.0 / n)))

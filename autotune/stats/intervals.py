@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
+from autotune.stats import scipy_stats
 from autotune.core.records import EngineConfig, RestartResult, config_differences
 
 __all__ = [
@@ -53,7 +53,7 @@ class Verdict:
 @functools.lru_cache(maxsize=1024)
 def _t_quantile(q: float, df: float) -> float:
     # Degrees of freedom are whole numbers here and levels few, so each quantile is computed once per process.
-    return float(stats.t.ppf(q, df))
+    return float(scipy_stats().t.ppf(q, df))
 
 
 def _log_moments(x: np.ndarray) -> tuple[float, float]:
@@ -96,7 +96,7 @@ def interval(values: Sequence[float], confidence: float = 0.95, method: str = "t
         half = _t_quantile(0.5 + confidence / 2.0, x.size - 1) * math.sqrt(var)
         return _exp(centre - half), _exp(centre + half)
     if method == "bca":
-        res = stats.bootstrap((x,), np.mean, confidence_level=confidence, method="BCa",
+        res = scipy_stats().bootstrap((x,), np.mean, confidence_level=confidence, method="BCa",
                               n_resamples=2000, random_state=np.random.default_rng(0))
         return float(res.confidence_interval.low), float(res.confidence_interval.high)
     raise ValueError(f"unknown interval method {method!r}: use 't' or 'bca'")
@@ -138,7 +138,7 @@ def log_ratio_interval(
         return math.exp(diff), math.exp(diff), 0.0 if diff != 0.0 else 1.0
     df = max(1.0, math.floor((va + vb) ** 2 / (va * va / (a.size - 1) + vb * vb / (b.size - 1))))
     half = _t_quantile(0.5 + confidence / 2.0, df) * se
-    p = float(2.0 * stats.t.sf(abs(diff) / se, df))
+    p = float(2.0 * scipy_stats().t.sf(abs(diff) / se, df))
     return _exp(diff - half), _exp(diff + half), p
 
 

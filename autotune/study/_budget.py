@@ -3,24 +3,48 @@
 A cold first start (compiling) can cost several times a warm one (H200 MoE: 167 s against 27-34 s), so a
 forecast from the mean of the starts seen so far, dominated early on by cold ones, holds back far more for
 verification than it will cost, and a 26-minute budget bought no search. Each planned start is priced by its
-kind instead: a cold start at the study's mean cold start, a warm restart at that configuration's own warm mean
-where it has one, else at the study's warm mean.
+kind instead, and where the study's starts reported phases (``phase_*_s`` facts, :mod:`autotune.core.facts`) it is
+priced phase by phase, so what one configuration paid is not charged to another:
+
+* start-up phases that depend on the configuration's caches (:data:`~autotune.core.facts.CACHE_PHASES`: compile,
+  memory profiling with its kernel JIT, graph capture, kernel warm-up): the study's mean over cold starts for a
+  cold start; for a warm restart the configuration's own warm mean, else the study's warm mean;
+* the rest of start-up (launch, imports, set-up, weight load, other start-up) and what the wall clock holds beyond
+  the phases (shutdown, settling): the study's mean over every phased start, cold or warm;
+* warm-up: the seconds the configuration's own warm-up took (its starts of the same kind first, then any of its
+  starts), else the study's mean over starts of that kind. Warm-up passes are one round of the prompts each, so
+  their length follows the configuration's speed, and a cold start's warm-up carries the ramp a warm one does not;
+* timed passes: the study's timed passes per start times the configuration's own mean timed pass where one ran,
+  else the study's (timed passes are sized to ``workload.pass_seconds``, so a new configuration's is about the
+  study's).
+
+Empirical choices: the plain means (no trimming: a study's first start into empty caches, 2-3 minutes on an H200
+against 30-50 s for later cold starts, inflates the cold price until more cold starts dilute it, the safe side for a
+budget), and a new configuration's warm-up priced at the study's mean (the warm-up rule's stopping point varies per
+restart more than per configuration in the H200 series, ``tests/data/warmup_series.json``). Nothing is tuned to a
+landscape: every number is the study's.
+
+Without phases (the ``cmd`` engine, records from before them, a kind of start no phased start has shown yet) a
+start is priced at the whole-restart mean of its kind: a cold start at the study's mean cold start, a warm restart
+at that configuration's own warm mean where it has one, else at the study's warm mean.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from autotune.config.space import SearchSpace
+from autotune.core import facts as F
 from autotune.core.records import RestartResult
 from autotune.decisions.verification import Candidate
 from autotune.stats.coldstart import ColdVerdict
 from autotune.store.ledger import Ledger
 from autotune.study.options import StudyOptions
 
-__all__ = ["BudgetTooSmall", "Start", "StartCosts", "check_budget", "minimum_plan", "smallest_restart_budget"]
+__all__ = ["BudgetTooSmall", "PhasedStart", "Start", "StartCosts", "check_budget", "minimum_plan",
+           "smallest_restart_budget"]
 
 #: A planned engine start: the configuration's key (``None``: not known yet) and whether it starts cold.
 Start = tuple[str | None, bool]
@@ -31,24 +55,79 @@ class BudgetTooSmall(ValueError):
     the smallest budget that would."""
 
 
+#: Start-up phases priced from every phased start, cold or warm (the cache-dependent ones are priced by kind).
+_FIXED_PHASES = tuple(k for k in F.PHASES if k not in F.CACHE_PHASES and k not in F.PASS_PHASES)
+
+
+@dataclasses.dataclass(frozen=True)
+class PhasedStart:
+    """One successful start that reported its phases, in seconds.
+
+    Attributes:
+        key: The configuration's key (``None``: not known).
+        cold: Whether it started cold.
+        cache_s: Its cache-dependent start-up phases (:data:`~autotune.core.facts.CACHE_PHASES`) together.
+        fixed_s: The rest of its start-up, and its wall time beyond every phase (shutdown, settling).
+        warmup_s: Seconds of its warm-up passes.
+        timed_passes: Timed passes it ran.
+        pass_s: Its mean timed pass (``None``: no timed pass said how long).
+    """
+
+    key: str | None
+    cold: bool
+    cache_s: float
+    fixed_s: float
+    warmup_s: float
+    timed_passes: int
+    pass_s: float | None
+
+    @classmethod
+    def of(cls, key: str | None, r: RestartResult) -> PhasedStart | None:
+        """``None`` when ``r`` reported no phase (another engine, an older record) or no wall time."""
+        phases = {k: float(v) for k, v in r.facts.items() if k in F.PHASES and isinstance(v, int | float)
+                  and not isinstance(v, bool)}
+        if not phases or r.wall_s is None:
+            return None
+        timed = len(r.passes_s)
+        timed_s = phases.get(F.PHASE_TIMED_S, sum(r.passes_s))
+        beyond = float(r.wall_s) - sum(phases.values())  # shutdown and the like; never priced below nothing
+        return cls(key=key, cold=bool(r.cold), cache_s=sum(phases.get(k, 0.0) for k in F.CACHE_PHASES),
+                   fixed_s=sum(phases.get(k, 0.0) for k in _FIXED_PHASES) + max(0.0, beyond),
+                   warmup_s=phases.get(F.PHASE_WARMUP_S, 0.0), timed_passes=timed,
+                   pass_s=timed_s / timed if timed and timed_s > 0 else None)
+
+
+def _mean(values: Iterable[float]) -> float | None:
+    seen = list(values)
+    return sum(seen) / len(seen) if seen else None
+
+
 @dataclasses.dataclass(frozen=True)
 class StartCosts:
-    """Engine wall minutes of the study's successful starts so far, by kind."""
+    """Engine wall minutes of the study's successful starts so far, by kind, and the phases of those that said."""
 
     warm_by_key: dict[str, list[float]]
     warm: list[float]
     cold: list[float]
+    phased: tuple[PhasedStart, ...] = ()
 
     @classmethod
     def of(cls, ledger: Ledger) -> StartCosts:
-        by_key: dict[str, list[float]] = {}
-        warm: list[float] = []
-        cold: list[float] = []
         retried = ledger.retried()
         runs = [(ledger.config_key(t), r) for t in ledger.study.get_trials(deepcopy=False) if t.number not in retried
                 for r in ledger.restarts(t)]
         for stored in (ledger.verify_progress(), *ledger.verify_rounds().values()):
             runs += [(key, RestartResult.from_dict(d)) for key, ds in stored.items() for d in ds]
+        return cls.from_runs(runs)
+
+    @classmethod
+    def from_runs(cls, runs: Iterable[tuple[str | None, RestartResult]]) -> StartCosts:
+        """The costs of ``(configuration key, restart)`` pairs; failed starts and starts without a wall time are
+        left out (what a failure costs is not what a planned start will)."""
+        by_key: dict[str, list[float]] = {}
+        warm: list[float] = []
+        cold: list[float] = []
+        phased: list[PhasedStart] = []
         for key, r in runs:
             if r.wall_s is None or not r.ok:
                 continue
@@ -59,7 +138,9 @@ class StartCosts:
                 warm.append(minutes)
                 if key is not None:
                     by_key.setdefault(key, []).append(minutes)
-        return cls(by_key, warm, cold)
+            if (start := PhasedStart.of(key, r)) is not None:
+                phased.append(start)
+        return cls(by_key, warm, cold, tuple(phased))
 
     @property
     def known(self) -> bool:
@@ -68,18 +149,40 @@ class StartCosts:
     def price(self, start: Start) -> float:
         """Minutes one planned start should cost; 0 while nothing was measured (the first start is the measurement).
 
-        A cold start on an engine that never reported one costs what its warm starts cost; a warm start before any
-        warm start was measured is priced at the cold mean (an upper bound for one or two starts, no more).
+        Phase by phase where the study's starts of that kind reported phases (the module's docstring), else at the
+        whole-restart mean of its kind: a cold start on an engine that never reported one costs what its warm
+        starts cost; a warm start before any warm start was measured is priced at the cold mean (an upper bound for
+        one or two starts, no more).
         """
+        by_phase = self._phase_price(start)
+        if by_phase is not None:
+            return by_phase
         key, cold = start
-        warm_mean = sum(self.warm) / len(self.warm) if self.warm else None
-        cold_mean = sum(self.cold) / len(self.cold) if self.cold else None
+        warm_mean = _mean(self.warm)
+        cold_mean = _mean(self.cold)
         if cold:
             return cold_mean if cold_mean is not None else (warm_mean or 0.0)
         own = self.warm_by_key.get(key) if key is not None else None
         if own:
             return sum(own) / len(own)
         return warm_mean if warm_mean is not None else (cold_mean or 0.0)
+
+    def _phase_price(self, start: Start) -> float | None:
+        """Minutes by phases; ``None`` when no phased start of this kind ran (the whole-restart price stands)."""
+        key, cold = start
+        kind = [s for s in self.phased if s.cold == cold]
+        if not kind:
+            return None
+        own = [s for s in kind if key is not None and s.key == key] if not cold else []
+        cache_s = _mean(s.cache_s for s in (own or kind)) or 0.0
+        fixed_s = _mean(s.fixed_s for s in self.phased) or 0.0
+        mine = [s.pass_s for s in self.phased if s.pass_s is not None and key is not None and s.key == key]
+        pass_s = _mean(mine) or _mean(s.pass_s for s in self.phased if s.pass_s is not None) or 0.0
+        mine_all = [s for s in self.phased if key is not None and s.key == key]
+        warmups = next(ws for ws in ([s for s in mine_all if s.cold == cold], mine_all, kind) if ws)
+        warmup_s = _mean(s.warmup_s for s in warmups) or 0.0
+        timed_passes = _mean(s.timed_passes for s in self.phased) or 0.0
+        return (fixed_s + cache_s + warmup_s + timed_passes * pass_s) / 60.0
 
     def forecast(self, starts: Sequence[Start]) -> float:
         return sum(self.price(s) for s in starts)

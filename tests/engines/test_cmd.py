@@ -219,6 +219,30 @@ def test_latency_is_read_when_the_command_reports_it(tmp_path):
     assert result.status == "ok" and result.latency == {"tpot_p99_ms": 9.5, "ttft_p99_ms": 120.0}
 
 
+def test_phases_are_recorded_as_phase_facts_and_priced_by_the_minutes_budget(tmp_path):
+    from autotune.core import facts as F
+    from autotune.study._budget import StartCosts
+
+    phases = {"load": 12.0, "compile": 30.0, "import": 3.0, "warmup": 4.0, "timed": 10.0}
+    result = run(CmdEngine(command=printing(tmp_path, json.dumps({**GOOD_RESULT, "phases": phases}))))
+    assert result.ok
+    assert {k: v for k, v in result.facts.items() if k in F.PHASES} == {
+        F.PHASE_LOAD_S: 12.0, F.PHASE_COMPILE_S: 30.0, F.PHASE_IMPORT_S: 3.0, F.PHASE_WARMUP_S: 4.0,
+        F.PHASE_TIMED_S: 10.0}
+    assert StartCosts.from_runs([("k", result)]).phased  # the budget's forecast prices it by phases
+
+
+@pytest.mark.parametrize(("phases", "problem"), [
+    ({"loading": 1.0}, "'phases.loading' is not a phase; use launch, import, setup, load, compile"),
+    ({"load": -1.0}, "'phases.load' must be >= 0"),
+    ({"load": "slow"}, "'phases.load' must hold finite numbers"),
+    ([1.0], "'phases' must be an object of seconds"),
+])
+def test_bad_phases_are_a_failed_restart_naming_the_field(tmp_path, phases, problem):
+    result = run(CmdEngine(command=printing(tmp_path, json.dumps({**GOOD_RESULT, "phases": phases}))))
+    assert result.status == "failed" and result.error is not None and problem in result.error, result.error
+
+
 def test_ok_line_with_nonzero_exit_is_not_trusted(tmp_path):
     result = run(CmdEngine(command=printing(tmp_path, json.dumps(GOOD_RESULT), exit_code=3)))
     assert result.status == "failed" and "status 3" in (result.error or "")
@@ -256,6 +280,8 @@ def test_example_wrapper_reproduces_the_sim_engine(tmp_path):
         assert via_cmd.warmup_tok_s == expected.warmup_tok_s
         assert via_cmd.resolved == expected.resolved
         assert via_cmd.accept_len == expected.accept_len and via_cmd.startup_s == expected.startup_s
+        phases = {k: v for k, v in expected.facts.items() if k.startswith("phase_")}
+        assert phases and {k: via_cmd.facts[k] for k in phases} == phases  # where its time went, through JSON
 
 
 def test_load_levels_come_back_one_entry_per_level(tmp_path):
