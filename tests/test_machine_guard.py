@@ -279,6 +279,9 @@ def test_a_configuration_whose_real_restarts_hit_the_floor_twice_is_infeasible_a
     if available < 4 * GIB:
         pytest.skip("needs 4 GiB of MemAvailable to cross a floor 1 GiB under it safely")
     starts = tmp_path / "starts.txt"
+    # Allocations until the guard stops the start, up to all but 2 GiB of what is available (at most 8 GiB): another
+    # test's process may free memory meanwhile (see the test above).
+    chunks = max(24, int(min(available - 2 * GIB, 8 * GIB) // (128 << 20)))
     # The configuration with cudagraph_mode NONE and no speculation allocates (touching every page) until the guard kills it; every
     # other one reports a throughput at once. Each start appends its mode to a file, so the test counts starts.
     script = tmp_path / "engine.py"
