@@ -152,6 +152,8 @@ PHASES = (PHASE_LAUNCH_S, PHASE_IMPORT_S, PHASE_SETUP_S, PHASE_LOAD_S, PHASE_COM
 CACHE_PHASES = (PHASE_COMPILE_S, PHASE_PROFILE_S, PHASE_CAPTURE_S, PHASE_KERNEL_WARMUP_S)
 #: The passes: the budget prices them from pass lengths and pass counts, not from the start-ups they followed.
 PASS_PHASES = (PHASE_WARMUP_S, PHASE_TIMED_S)
+#: The phases' short names, without the ``phase_``/``_s`` wrapping: what :func:`phase_facts` and the cmd protocol take.
+PHASE_NAMES = tuple(k.removeprefix("phase_").removesuffix("_s") for k in PHASES)
 
 
 def phase_facts(**seconds: float | None) -> dict[str, float]:

@@ -240,8 +240,6 @@ class CmdEngine(EngineBackend):
 
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
-#: The ``phases`` object's keys: :data:`autotune.core.facts.PHASES` without the ``phase_``/``_s`` wrapping.
-PHASE_NAMES = tuple(k.removeprefix("phase_").removesuffix("_s") for k in F.PHASES)
 #: Durations, lengths and sizes: a negative latency would meet every slo limit and win.
 NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 Passes = Annotated[list[Finite], Field(min_length=1)]
@@ -332,9 +330,9 @@ def parse_result_line(stdout: str) -> dict[str, Any]:
     if ok.output_tokens is not None:
         out["output_tokens"] = {k: list(v) for k, v in ok.output_tokens.items()}
     if ok.phases is not None:
-        unknown = sorted(set(ok.phases) - set(PHASE_NAMES))
+        unknown = sorted(set(ok.phases) - set(F.PHASE_NAMES))
         if unknown:
-            raise ProtocolError(f"'phases.{unknown[0]}' is not a phase; use {', '.join(PHASE_NAMES)}")
+            raise ProtocolError(f"'phases.{unknown[0]}' is not a phase; use {', '.join(F.PHASE_NAMES)}")
         out["phases"] = {k: float(v) for k, v in ok.phases.items()}
     if ok.levels is not None:
         out["levels"] = tuple(LevelResult(lv.concurrency, tuple(lv.passes_tok_s),

@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from autotune.stats import scipy_stats
 from autotune.core.facts import WARMUP_RULE
 from autotune.core.records import RestartResult
+from autotune.stats import scipy_stats
 
 __all__ = [
     "ColdVerdict",
@@ -210,7 +210,8 @@ def judge_cold(pairs: Sequence[tuple[float, float]], noise_sd: float | None, alp
     spread = float(d.std(ddof=1)) if n >= 2 else 0.0
     if spread < 1e-9:
         spread = 0.0  # equal ratios up to rounding (an engine that replays a seed exactly): no t statistic
-    p = float(scipy_stats().ttest_rel(cold, warm).pvalue) if n >= 2 and spread > 0 else math.nan
+    stats = scipy_stats()
+    p = float(stats.ttest_rel(cold, warm).pvalue) if n >= 2 and spread > 0 else math.nan
     if previous == DIFFER:
         return ColdVerdict(DIFFER, n, ratio, p, margin)
     if n < min_pairs:
@@ -222,14 +223,14 @@ def judge_cold(pairs: Sequence[tuple[float, float]], noise_sd: float | None, alp
         p = 1.0 if mean == 0.0 else 0.0
         equivalent, different = known and abs(mean) <= margin, mean != 0.0
     else:
-        equivalent = known and max(float(scipy_stats().ttest_1samp(d, -margin, alternative="greater").pvalue),
-                                   float(scipy_stats().ttest_1samp(d, margin, alternative="less").pvalue)) < alpha
+        equivalent = known and max(float(stats.ttest_1samp(d, -margin, alternative="greater").pvalue),
+                                   float(stats.ttest_1samp(d, margin, alternative="less").pvalue)) < alpha
         if previous == SAME and known:
             # Once counting, stop only for a difference beyond the margin: the pairs now mix seeds (a counted cold
             # start has no warm rerun of its own seed), and a test repeated after every trial at level alpha would
             # sooner or later call a negligible difference significant.
-            different = min(float(scipy_stats().ttest_1samp(d, margin, alternative="greater").pvalue),
-                            float(scipy_stats().ttest_1samp(d, -margin, alternative="less").pvalue)) < alpha
+            different = min(float(stats.ttest_1samp(d, margin, alternative="greater").pvalue),
+                            float(stats.ttest_1samp(d, -margin, alternative="less").pvalue)) < alpha
         else:
             different = p < alpha
     # Equivalence first: a difference can be significant and still smaller than one restart's noise (tight pairs

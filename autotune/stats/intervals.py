@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from autotune.stats import scipy_stats
 from autotune.core.records import EngineConfig, RestartResult, config_differences
+from autotune.stats import scipy_stats
 
 __all__ = [
     "Comparison",
@@ -97,7 +97,7 @@ def interval(values: Sequence[float], confidence: float = 0.95, method: str = "t
         return _exp(centre - half), _exp(centre + half)
     if method == "bca":
         res = scipy_stats().bootstrap((x,), np.mean, confidence_level=confidence, method="BCa",
-                              n_resamples=2000, random_state=np.random.default_rng(0))
+                                      n_resamples=2000, random_state=np.random.default_rng(0))
         return float(res.confidence_interval.low), float(res.confidence_interval.high)
     raise ValueError(f"unknown interval method {method!r}: use 't' or 'bca'")
 

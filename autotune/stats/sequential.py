@@ -50,17 +50,19 @@ def obrien_fleming_spent(t: float, alpha: float) -> float:
         return 0.0
     if t >= 1.0:
         return alpha
-    z = scipy_stats().norm.isf(alpha / 2.0)
-    return float(2.0 * scipy_stats().norm.sf(z / math.sqrt(t)))
+    norm = scipy_stats().norm
+    z = norm.isf(alpha / 2.0)
+    return float(2.0 * norm.sf(z / math.sqrt(t)))
 
 
 @functools.lru_cache(maxsize=512)
 def _boundaries(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]:
     """The z boundaries of looks at ``fractions``; each look's depends only on the looks before it (cached)."""
+    stats = scipy_stats()
     k = len(fractions) - 1
     target = 1.0 - obrien_fleming_spent(fractions[k], alpha)  # P(no crossing at looks 1..k) with no difference
     if k == 0:
-        return (float(scipy_stats().norm.isf((1.0 - target) / 2.0)),)
+        return (float(stats.norm.isf((1.0 - target) / 2.0)),)
     bounds = _boundaries(fractions[:k], alpha)
     ts = np.asarray(fractions)
     cov = np.sqrt(np.minimum.outer(ts, ts) / np.maximum.outer(ts, ts))
@@ -70,12 +72,12 @@ def _boundaries(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]
         # The same quasi-random points at every c (a fresh generator, one seed) make this a smooth function of c
         # for the root finder, and the boundaries reproducible; its error is about 1e-5 in probability.
         upper = np.append(earlier, c)
-        return float(scipy_stats().multivariate_normal.cdf(upper, np.zeros(k + 1), cov, lower_limit=-upper,
+        return float(stats.multivariate_normal.cdf(upper, np.zeros(k + 1), cov, lower_limit=-upper,
                                                    maxpts=_POINTS * (k + 1), abseps=1e-7, releps=0.0,
                                                    rng=np.random.default_rng(0))) - target
 
     spend = obrien_fleming_spent(fractions[k], alpha) - obrien_fleming_spent(fractions[k - 1], alpha)
-    high = float(scipy_stats().norm.isf(max(1e-12, spend) / 2.0)) + 1.0  # crossing first here is rarer than crossing here
+    high = float(stats.norm.isf(max(1e-12, spend) / 2.0)) + 1.0  # crossing first here is rarer than crossing here
     if stay(high) < 0.0:
         return (*bounds, math.inf)  # the earlier looks spent all of alpha(t_k): this one spends nothing
     return (*bounds, float(scipy_optimize().brentq(stay, 0.5, high, xtol=1e-4)))

@@ -261,7 +261,7 @@ class _MemoryClaim:
             self.book.completed.add(self.rnd)
 
     def give_up(self) -> None:
-        pass  # nothing is held: every round of an in-memory book is free to take
+        """Nothing to give up: an in-memory book holds no claim, every round of it is free to take."""
 
 
 class MemoryRounds:
