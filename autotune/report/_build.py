@@ -577,7 +577,7 @@ def render_report(report: Report) -> str:
             lines.append(f"  ... and {len(report.failures) - _SHOWN_FAILURES} more (--json for all)")
     if report.interrupted:
         lines.append("")
-        lines.append(f"Interrupted trials ({len(report.interrupted)}, cut short; their configurations ran again):")
+        lines.append(f"Interrupted trials ({len(report.interrupted)}, cut short; each says what became of its configuration):")
         lines += [f"  ~ trial {f.trial} {f.label}: {f.reason}" for f in report.interrupted[:_SHOWN_FAILURES]]
         if len(report.interrupted) > _SHOWN_FAILURES:
             lines.append(f"  ... and {len(report.interrupted) - _SHOWN_FAILURES} more (--json for all)")
