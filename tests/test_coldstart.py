@@ -369,3 +369,17 @@ def test_the_restart_line_says_whether_a_cold_start_counted():
     assert "cold first start: counted" in line("provisional", converged)
     assert "recorded, not counted" in line("provisional", unsettled)
     assert "recorded, not counted" in line("same", converged, phase="verify"), "verification never counts one"
+
+
+def test_a_warm_restart_is_not_charged_the_first_starts_forkserver_boot():
+    # On the H200 dummy space the study's first start (cold) booted vLLM's forkserver host: 21.1 s of launch and
+    # 22.5 s of set-up that a forked restart does not pay. Averaged into every start, a warm restart was priced at
+    # 51 s against the 29.5 s it took, and a 16-minute budget the study fitted was refused as too small.
+    from autotune.study._budget import StartCosts
+
+    first = _start(True, 2.0, 4, cache_s=90.0, fixed_s=45.0)
+    warm = _start(False, 2.0, 4, cache_s=3.0, fixed_s=6.0)
+    costs = StartCosts.from_runs([("base", first), ("base", warm)])
+    assert costs.price(("base", False)) == pytest.approx(warm.wall_s / 60.0)
+    assert costs.price(("other", False)) == pytest.approx(warm.wall_s / 60.0)
+    assert costs.price((None, True)) == pytest.approx(first.wall_s / 60.0)

@@ -130,3 +130,30 @@ def test_a_stored_end_reads_back_and_an_older_record_keeps_its_defaults():
     end = SearchEnd(BUDGET, 3, 10, 20, 15.5, None, 16.0, 4, 2.0, 2, 1.2)
     assert SearchEnd.from_dict(end.to_dict()) == end
     assert SearchEnd.from_dict({"reason": TRIALS, "unknown_later_field": 1}).reason == TRIALS
+
+
+def _interrupted_lines(report) -> list[str]:
+    text = report.render().splitlines()
+    start = next(i for i, x in enumerate(text) if x.startswith("Interrupted trials ("))
+    return [x for x in text[start + 1:] if x.startswith("  ~ trial ")]
+
+
+def test_an_interrupted_trial_says_whether_its_configuration_ran_again(tmp_path):
+    # The H200 MoE study's report said "their configurations ran again" of a trial whose configuration never did:
+    # its resume found the search over and went to verification. Each interrupted trial now says which.
+    space = parse_space(SMALL_SPACE)
+    with pytest.raises(Interrupted):  # the third restart is cut short, in the third search trial
+        run_study(space, FakeEngine(TRUTH, interrupt_after=3), _options(tmp_path, trials=5))
+    # Resumed with a trial count the finished trials reach already: the search is over, nothing runs again.
+    ended = build_report(run_study(space, FakeEngine(TRUTH), _options(tmp_path, trials=2)))
+    assert ended.search_end.reason == TRIALS
+    [cut] = ended.interrupted
+    [line] = _interrupted_lines(ended)
+    assert line.startswith(f"  ~ trial {cut.trial} ") and line.endswith("; queued again, not run: the search ended first")
+    assert ended.trials.interrupted == 1 and "1 interrupted" in ended.render(), "the header counts the list"
+    resumed = build_report(run_study(space, FakeEngine(TRUTH), _options(tmp_path, trials=5)))
+    [line] = _interrupted_lines(resumed)
+    again = [t.record.number for t in resumed.search_trials
+             if t.record.number > cut.trial and t.record.config.label() == cut.label]
+    assert again and line.endswith(f"; ran again as trial {again[0]}"), line
+    assert "each says what became of its configuration" in resumed.render()

@@ -157,3 +157,31 @@ def test_bad_sequential_settings_are_one_line_errors_naming_the_flag(tmp_path, c
                        f"sqlite:///{tmp_path}/o.db", "--no-mlflow", flag, value], out=io.StringIO())
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert status == ExitStatus.BAD_INPUT and len(err) == 1 and flag in err[0]
+
+
+def test_an_open_verdict_whose_budget_paid_for_no_round_says_so(tmp_path):
+    # The H200 MoE study ended "no significant difference" at 31.0 of 30 engine-minutes and said nothing of the
+    # sequential rounds it was set to run; only --json's "sequential": null showed that none fitted.
+    from autotune.report._build import build_report, render_report
+    from autotune.study import run_study
+
+    space = parse_space(SMALL_SPACE)
+    options = StudyOptions(study_name="tight", storage=f"sqlite:///{tmp_path / 'o.db'}", workdir=str(tmp_path),
+                           trials=50, top_k=1, verify_restarts=3, seed=0, budget_minutes=14.0)
+    # Every speculative configuration 2% faster under 10% restart noise: three rounds cannot settle that.
+    engine = FakeEngine(lambda c: 1000.0 * (1.02 if c.num_speculative_tokens else 1.0), noise=0.10, wall_s=60.0)
+    ledger = run_study(space, engine, options)
+    plan = ledger.verify_sequential()
+    assert plan is not None and plan.extra_rounds == 0
+    report = build_report(ledger)
+    assert report.verdict == "no significant difference" and not report.winner_is_baseline
+    text = render_report(report)
+    line = next(x for x in text.splitlines() if x.startswith("No sequential round ran"))
+    used = report.budget.minutes_used
+    assert "the interval still straddles 1" in line and "up to 5 rounds" in line
+    assert f"{ledger.budget_used()[1]:.1f} of 14 engine-minutes used" in line and "~2.0 min" in line, line
+    assert report.to_json()["verification"]["no_sequential"] == line and used <= 14.0 + 2.0
+    # A study whose plan had rounds, or no sequential design at all, says nothing of the kind.
+    fixed = StudyOptions(study_name="fixed", storage=f"sqlite:///{tmp_path / 'o.db'}", workdir=str(tmp_path),
+                         trials=6, top_k=1, verify_restarts=3, seed=0, verify_sequential_rounds=0)
+    assert "No sequential round ran" not in render_report(build_report(run_study(space, engine, fixed)))

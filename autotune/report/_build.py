@@ -17,9 +17,10 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.report._simcheck import SimulatorCheck, simulator_check
+from autotune.study import StartCosts
 from autotune.report.phases import PhaseTotals, phase_totals, render_phases
 from autotune.store.ledger import Ledger, SearchEnd, StudyMeta, TrialRecord
-from autotune.stats.intervals import Comparison, TrialSummary, format_mean
+from autotune.stats.intervals import Comparison, TrialSummary, Verdict, format_mean
 from autotune.stats.latency import LatencyStat, SloCheck, meets_slo, summarize_latency
 from autotune.core.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, speculation_plan_change
 from autotune.report.latency import (Prompts, SloOutcome, TrialLatency, prompts_note, render_latency, search_latency,
@@ -30,7 +31,7 @@ from autotune.report.outputs import OutputChecks, output_checks, render_outputs
 from autotune.decisions.sequential import SequentialLook, sequential_lines
 from autotune.report._counts import (FAILED, INTERRUPTED, FailedTrial, TrialCounts, classify_trials, count_outcomes,
                                      listed)
-from autotune.decisions.verification import BASELINE, VerifiedConfig
+from autotune.decisions.verification import BASELINE, Verification, VerifiedConfig
 
 __all__ = [
     "Budget",
@@ -290,12 +291,15 @@ class VerificationTable:
     max_restarts: int | None = None
     #: The sequential design at the conclusion (autotune.decisions.sequential.SequentialLook); None: fixed design.
     sequential: SequentialLook | None = None
+    #: Why no sequential round ran although the verdict stayed open (:func:`_no_sequential_rounds`); None otherwise.
+    no_sequential: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"entries": [e.to_dict() for e in self.entries], "restarts_per_config": self.restarts_per_config,
                 "max_restarts": self.max_restarts,
                 "restarts_used": self.restarts_used, "minutes_used": self.minutes_used,
-                "sequential": None if self.sequential is None else self.sequential.to_dict()}
+                "sequential": None if self.sequential is None else self.sequential.to_dict(),
+                "no_sequential": self.no_sequential}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -424,7 +428,7 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
     if v is not None:
         rows = _flag_speculation_changes(ledger, tuple(VerifiedRow.from_verified(e) for e in v.entries))
         table = VerificationTable(rows, v.restarts_per_config, v.restarts_used, round(v.minutes_used, 3),
-                                  v.max_restarts, v.sequential)
+                                  v.max_restarts, v.sequential, _no_sequential_rounds(ledger, meta, v))
         winner = rows[v.winner_index]
         baseline = next(r for r in rows if r.is_baseline)
         verdict = v.verdict
@@ -482,6 +486,34 @@ def _flag_speculation_changes(ledger: Ledger, rows: tuple[VerifiedRow, ...]) -> 
                 row = dataclasses.replace(row, differences=(*row.differences, str(change)))
         out.append(row)
     return tuple(out)
+
+
+def _no_sequential_rounds(ledger: Ledger, meta: StudyMeta, v: Verification) -> str | None:
+    """Why verification ended with the verdict open and no sequential round, when the design allowed some.
+
+    The H200 MoE study ended "no significant difference" with its interval straddling 1 and said nothing of the
+    sequential rounds it was set to run: the budget left after the verification rounds paid for none, and only
+    ``--json``'s ``sequential: null`` showed it.
+    """
+    plan = ledger.verify_sequential()
+    if plan is None or plan.extra_rounds > 0 or not meta.verify_sequential_rounds:
+        return None
+    entry = v.entries[v.winner_index]
+    if entry.comparison is None or entry.comparison.verdict != Verdict.NOT_SIGNIFICANT:
+        return None
+    base = next(e for e in v.entries if e.candidate.role == BASELINE)
+    pair = [(entry.candidate.config.key(), False), (base.candidate.config.key(), False)]
+    _, minutes = ledger.budget_used()
+    spent = []
+    if meta.budget_minutes is not None:
+        round_min = StartCosts.of(ledger).forecast(pair)
+        spent.append(f"{minutes:.1f} of {meta.budget_minutes:g} engine-minutes used when the verification rounds "
+                     f"ended, a round of the winner and the baseline ~{round_min:.1f} min")
+    if meta.budget_restarts is not None:
+        spent.append(f"{ledger.budget_used()[0]} of {meta.budget_restarts} engine starts used, a round 2")
+    return (f"No sequential round ran: the interval still straddles 1, and the budget left paid for none of the up to "
+            f"{meta.verify_sequential_rounds} rounds that could have settled it"
+            + (f" ({'; '.join(spent)})" if spent else "") + ".")
 
 
 def no_result_reason(counts: TrialCounts, failures: Sequence[FailedTrial], winner: VerifiedRow | None,
@@ -577,7 +609,7 @@ def render_report(report: Report) -> str:
             lines.append(f"  ... and {len(report.failures) - _SHOWN_FAILURES} more (--json for all)")
     if report.interrupted:
         lines.append("")
-        lines.append(f"Interrupted trials ({len(report.interrupted)}, cut short; their configurations ran again):")
+        lines.append(f"Interrupted trials ({len(report.interrupted)}, cut short; each says what became of its configuration):")
         lines += [f"  ~ trial {f.trial} {f.label}: {f.reason}" for f in report.interrupted[:_SHOWN_FAILURES]]
         if len(report.interrupted) > _SHOWN_FAILURES:
             lines.append(f"  ... and {len(report.interrupted) - _SHOWN_FAILURES} more (--json for all)")
@@ -651,6 +683,8 @@ def _verification_lines(report: Report, winner: VerifiedRow, table: Verification
         lines.append(f"Verdict: {str(report.verdict).upper()} - winner is {speedup:.2f}x the baseline{ci}")
         if table.sequential is not None:
             lines += sequential_lines(table.sequential)
+        elif table.no_sequential is not None:
+            lines.append(table.no_sequential)
     if winner.differences:
         lines.append("WARNING: the winner itself did not run as configured: " + "; ".join(winner.differences)
                      + ". Its throughput is what the engine resolved to; export it knowing that.")

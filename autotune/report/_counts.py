@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from optuna.trial import TrialState
 
 from autotune.store.ledger import Ledger, trial_failed
+from autotune.store.search_end import INTERRUPTED as SEARCH_INTERRUPTED
 
 __all__ = ["FailedTrial", "TrialCounts", "TrialOutcome", "classify_trials", "count_outcomes"]
 
@@ -88,7 +89,34 @@ def classify_trials(ledger: Ledger) -> tuple[TrialOutcome, ...]:
         else:
             outcome, reason = (SCREENED if ledger.pruned_reason(t) else COMPLETE), ledger.pruned_reason(t)
         out.append(TrialOutcome(t.number, outcome, label, reason))
-    return tuple(out)
+    return tuple(_with_rerun(o, ledger) if o.outcome == INTERRUPTED else o for o in out)
+
+
+def _with_rerun(outcome: TrialOutcome, ledger: Ledger) -> TrialOutcome:
+    """An interrupted trial's reason with what became of its configuration, queued again with the same params.
+
+    The H200 MoE study's report said of three interrupted trials "their configurations ran again" while one never
+    did: the resume found the budget spent and went to verification. Each trial now says which.
+    """
+    reason = outcome.reason or "interrupted"
+    if "retried as trial" in reason:
+        return outcome  # a dead worker's trial: Optuna's retry is named already
+    trials = ledger.study.get_trials(deepcopy=False)
+    mine = next(t for t in trials if t.number == outcome.trial)
+    # A trial queued again has its params as Optuna's fixed params until a worker takes it.
+    later = [t for t in trials if t.number > mine.number
+             and (t.params or t.system_attrs.get("fixed_params")) == mine.params]
+    ran = next((t for t in later if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+                and not ledger.interrupted(t) and ledger.has_config(t)), None)
+    if ran is not None:
+        suffix = f"ran again as trial {ran.number}"
+    elif any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in later):
+        end = ledger.search_end()
+        suffix = ("queued again, not run: the search ended first" if end is not None and end.reason != SEARCH_INTERRUPTED
+                  else "queued again: it runs when the study resumes")
+    else:
+        suffix = "not run again"
+    return dataclasses.replace(outcome, reason=f"{reason}; {suffix}")
 
 
 def count_outcomes(outcomes: Sequence[TrialOutcome]) -> TrialCounts:

@@ -16,7 +16,7 @@ trial's restarts), ``_restart`` (one restart), ``_budget`` (engine starts), ``_s
 starts), ``_verification`` (the verification phase).
 """
 
-from autotune.study._budget import BudgetTooSmall, smallest_restart_budget
+from autotune.study._budget import BudgetTooSmall, StartCosts, smallest_restart_budget
 from autotune.study._open import prepare_study
 from autotune.study._run import Interrupted, run_study
 from autotune.study._verification import run_verification
@@ -25,6 +25,7 @@ from autotune.study.options import StudyOptions
 __all__ = [
     "BudgetTooSmall",
     "Interrupted",
+    "StartCosts",
     "StudyOptions",
     "prepare_study",
     "run_study",

@@ -10,7 +10,11 @@ priced phase by phase, so what one configuration paid is not charged to another:
   memory profiling with its kernel JIT, graph capture, kernel warm-up): the study's mean over cold starts for a
   cold start; for a warm restart the configuration's own warm mean, else the study's warm mean;
 * the rest of start-up (launch, imports, set-up, weight load, other start-up) and what the wall clock holds beyond
-  the phases (shutdown, settling): the study's mean over every phased start, cold or warm;
+  the phases (shutdown, settling): the study's mean over its phased starts of the same kind, cold or warm. Not
+  over every start: a process's first start boots vLLM's forkserver host (its launch holds the host's imports,
+  21.1 s on the H200 dummy space, and its set-up 22.5 s) and is cold; averaged into every start it priced a
+  forked warm restart at 51 s against the 29.5 s it took, and refused a budget the study fitted
+  (``docs/measurements/h200-dummy-new.md``);
 * warm-up: the seconds the configuration's own warm-up took (its starts of the same kind first, then any of its
   starts), else the study's mean over starts of that kind. Warm-up passes are one round of the prompts each, so
   their length follows the configuration's speed, and a cold start's warm-up carries the ramp a warm one does not;
@@ -55,7 +59,7 @@ class BudgetTooSmall(ValueError):
     the smallest budget that would."""
 
 
-#: Start-up phases priced from every phased start, cold or warm (the cache-dependent ones are priced by kind).
+#: Start-up phases that do not depend on the caches (priced from the starts of the same kind, as the others).
 _FIXED_PHASES = tuple(k for k in F.PHASES if k not in F.CACHE_PHASES and k not in F.PASS_PHASES)
 
 
@@ -175,7 +179,7 @@ class StartCosts:
             return None
         own = [s for s in kind if key is not None and s.key == key] if not cold else []
         cache_s = _mean(s.cache_s for s in (own or kind)) or 0.0
-        fixed_s = _mean(s.fixed_s for s in self.phased) or 0.0
+        fixed_s = _mean(s.fixed_s for s in kind) or 0.0  # of its kind: the first start boots the forkserver host
         mine = [s.pass_s for s in self.phased if s.pass_s is not None and key is not None and s.key == key]
         pass_s = _mean(mine) or _mean(s.pass_s for s in self.phased if s.pass_s is not None) or 0.0
         mine_all = [s for s in self.phased if key is not None and s.key == key]
