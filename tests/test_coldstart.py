@@ -383,3 +383,62 @@ def test_a_warm_restart_is_not_charged_the_first_starts_forkserver_boot():
     assert costs.price(("base", False)) == pytest.approx(warm.wall_s / 60.0)
     assert costs.price(("other", False)) == pytest.approx(warm.wall_s / 60.0)
     assert costs.price((None, True)) == pytest.approx(first.wall_s / 60.0)
+
+
+class _JitEngine(FakeEngine):
+    """A new configuration starts cold (60 s); the first start into the empty caches compiles what every
+    configuration shares (240 s); a warm restart takes 30 s. With ``says=False`` the engine does not report it."""
+
+    def __init__(self, says: bool = True) -> None:
+        super().__init__(by_params(TRUTH), cold_first=True, cold_wall_s=60.0, wall_s=30.0)
+        self.says, self.filled = says, False
+
+    def caches_empty(self):
+        return (not self.filled) if self.says else None
+
+    def run_restart(self, config, workload, *, restart, seed):
+        empty = not self.filled
+        result = super().run_restart(config, workload, restart=restart, seed=seed)
+        self.filled = True
+        if empty:
+            result = dataclasses.replace(result, wall_s=240.0)
+        return dataclasses.replace(result, facts={**result.facts, "caches_empty": empty} if self.says else result.facts)
+
+
+def test_a_start_into_empty_caches_is_priced_apart_from_later_cold_starts():
+    # On the H200 the first start into empty caches took 170-190 s, later configurations' cold starts 38-90 s.
+    # Resumed on a fresh machine, a study whose only cold starts were such first starts priced every planned cold
+    # start at ~185 s and ended its search with 12.2 of 20 engine-minutes left.
+    from autotune.core import facts as F
+    from autotune.study._budget import StartCosts
+
+    def start(cold, wall, empty=None):
+        facts = {} if empty is None else {F.CACHES_EMPTY: empty}
+        return RestartResult("ok", passes_tok_s=(1.0,) * 3, passes_s=(1.0,) * 3, cold=cold, wall_s=wall, facts=facts)
+
+    only_empty = StartCosts.from_runs([("a", start(True, 180.0, True)), ("a", start(False, 30.0, False))])
+    assert only_empty.price((None, True)) == pytest.approx(3.0)  # nothing else ran cold: the safe side
+    later = StartCosts.from_runs([("a", start(True, 180.0, True)), ("a", start(False, 30.0, False)),
+                                  ("b", start(True, 60.0, False))])
+    assert later.price((None, True)) == pytest.approx(1.0)
+    # Where the engine says its caches are empty now, the forecast's first cold start is priced as such a start.
+    plan = [(None, False), (None, True), (None, True)]
+    assert later.forecast(plan, empty=True) == pytest.approx(0.5 + 3.0 + 1.0)
+    assert later.forecast(plan) == pytest.approx(0.5 + 1.0 + 1.0)
+    # Records that do not say (older ones, other engines) are priced as before: every cold start together.
+    silent = StartCosts.from_runs([("a", start(True, 180.0)), ("a", start(False, 30.0)), ("b", start(True, 60.0))])
+    assert silent.price((None, True)) == pytest.approx(2.0) and silent.forecast(plan, empty=True) == pytest.approx(4.5)
+
+
+def test_a_minutes_budget_buys_more_search_once_starts_into_empty_caches_are_priced_apart(tmp_path):
+    # The same study, once with an engine that says which start went into empty caches and once with one that
+    # does not: the 240 s first start no longer prices every new configuration's cold start (60 s).
+    space = parse_space(SMALL_SPACE)
+    done = {}
+    for says in (True, False):
+        options = _options(tmp_path / str(says), trials=50, verify=True, top_k=1, verify_restarts=2,
+                           budget_minutes=16.0)
+        ledger = run_study(space, _JitEngine(says), options)
+        done[says] = ledger.finished_search_trials()
+        assert ledger.budget_used()[1] <= 16.0 and ledger.verification() is not None
+    assert done[True] > done[False], done

@@ -321,3 +321,40 @@ def test_the_report_says_what_ended_the_warm_ups() -> None:
     assert totals.to_dict()["warmup_rules"] == {"prior": 2, "cap": 1}
     line = render_phases(totals)[-1]
     assert "3.3 passes" in line and "the rule with the study's noise prior 2, the cap 1" in line
+
+
+def test_the_rules_replayed_on_a_studys_restarts_reproduce_what_it_did() -> None:
+    # The side-by-side of issue 21's H200 record: each rule replayed on the passes the study ran. A study run under
+    # the old rule replays to its own stops under "old 3%"; one run under the prior replays to its own under "prior".
+    from autotune.bench.warmup import old_rule, replay_study
+    from autotune.core import facts as F
+    from autotune.core.records import RestartResult
+
+    def restart(warm, timed, rule=None):
+        facts = {F.PASS_ROUNDS: 3, **({F.WARMUP_RULE: rule} if rule else {})}
+        return RestartResult("ok", passes_tok_s=tuple(timed), warmup_tok_s=tuple(warm), facts=facts)
+
+    series = [([900.0, 1000.0, 1020.0], [1010.0, 1005.0, 1012.0]),      # the old rule stops at 3 (2% apart)
+              ([700.0, 1500.0, 2100.0, 3800.0], [3900.0, 3850.0, 3870.0]),  # a ramp: the cap
+              ([1000.0, 1100.0, 1000.0, 950.0], [1020.0, 990.0, 1001.0])]   # noise: the cap
+    old = [restart(w, t) for w, t in series]
+    rows = {r["rule"]: r for r in replay_study(old)}
+    assert rows["as run"]["passes"] == pytest.approx(11 / 3) and rows["as run"]["by_rule"] is None  # not recorded
+    expected = []
+    for w, t in series:
+        n = next(n for n in range(len(w) + len(t) + 1) if old_rule([*w, *t][:n]) is not None)
+        expected.append(n)
+    assert expected == [3, 4, 4] and rows["old 3%"]["passes"] == pytest.approx(11 / 3)
+    assert rows["old 3%"]["by_rule"] == pytest.approx(1 / 3) and rows["old 3%"]["ran_out"] == 0
+    assert rows["MSER+trend"]["passes"] == 4.0  # without a prior the rule needs three judged passes: the cap
+    # A restart that failed, or one without warm-up values, is left out; the recorded rule is read when present.
+    said = replay_study([*old, RestartResult("failed", error="boom"), restart([1.0, 1.0], [1.0, 1.0], "prior")])
+    assert said[0]["restarts"] == 4 and said[0]["by_rule"] == 1.0
+
+
+def test_the_replay_is_one_line_errors_without_its_pair_of_flags(capsys) -> None:
+    from autotune.bench.warmup import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--study", "x"])
+    assert exit_.value.code == 2 and "--study and --storage go together" in capsys.readouterr().err

@@ -38,9 +38,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from autotune.core import facts as F
 from autotune.stats.warmup import NoisePool, warmup_stop
 
-__all__ = ["DATA", "RULES", "main", "old_rule", "recorded", "synthetic"]
+__all__ = ["DATA", "RULES", "main", "old_rule", "recorded", "replay_study", "synthetic"]
 
 #: The recorded pass series (a copy of what the benchmark needs, so that it runs without the shared references).
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "warmup_series.json"
@@ -108,6 +109,41 @@ def recorded(data: dict[str, Any]) -> list[dict[str, Any]]:
                          "by_rule": by_rule / len(restarts),
                          "leak": sum(leaks) / len(leaks) if leaks else None,
                          "leak_min": min(leaks) if leaks else None})
+    return rows
+
+
+def replay_study(restarts: Sequence[Any]) -> list[dict[str, Any]]:
+    """The rules replayed on a study's own restarts (``Ledger.restarts_spent()``, in the order they ran), next to
+    what the study did: per rule, mean warm-up passes, the share the rule (not the cap) ended, and how many
+    restarts' series ran out before the rule stopped.
+
+    A restart's series is its warm-up passes, then its timed passes: a rule that wants more passes than the study
+    ran reads the timed passes, which run several rounds each (``pass_rounds``) and so are less noisy than the
+    one-round warm-up passes it would have had. The prior is pooled from the restarts before each, as the study
+    pools it. Restarts without warm-up values (a failed start, an engine that does not say) are left out.
+    """
+    kept = [r for r in restarts if getattr(r, "ok", False) and r.warmup_tok_s]
+    said = [r.facts[F.WARMUP_RULE] for r in kept if F.WARMUP_RULE in r.facts]  # older records do not say
+    rows = [{"rule": "as run", "passes": sum(len(r.warmup_tok_s) for r in kept) / len(kept) if kept else 0.0,
+             "by_rule": sum(w in ("rule", "prior") for w in said) / len(said) if said else None,
+             "ran_out": 0, "restarts": len(kept)}]
+    for name, rule in RULES.items():
+        pool = NoisePool()
+        spent, by_rule, ran_out = [], 0, 0
+        for r in kept:
+            series = [*r.warmup_tok_s, *r.passes_tok_s]
+            prior = pool.prior()
+            n, why = 0, rule([], prior)
+            while why is None and n < len(series):
+                n += 1
+                why = rule(series[:n], prior)
+            ran_out += why is None
+            spent.append(n)
+            by_rule += why not in (None, "cap")
+            rounds = r.facts.get(F.PASS_ROUNDS, 1)
+            pool.add(r.passes_tok_s if len(r.passes_tok_s) >= 2 else r.warmup_tok_s[1:], rounds)
+        rows.append({"rule": name, "passes": sum(spent) / len(spent) if spent else 0.0,
+                     "by_rule": by_rule / len(kept) if kept else 0.0, "ran_out": ran_out, "restarts": len(kept)})
     return rows
 
 
@@ -180,7 +216,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=4000, help="synthetic processes per scenario and rule")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=Path, default=DATA, help="the recorded series (JSON)")
+    parser.add_argument("--study", help="replay the rules on this study's restarts instead (with --storage)")
+    parser.add_argument("--storage", help="the study's Optuna storage URL, e.g. sqlite:///path/optuna.db")
     args = parser.parse_args(argv)
+    if args.study is not None or args.storage is not None:
+        if args.study is None or args.storage is None:
+            parser.error("--study and --storage go together: name the study and its storage URL")
+        from autotune.store.ledger import load
+
+        rows = replay_study(load(args.study, args.storage).restarts_spent())
+        print(f"Warm-up rules replayed on study {args.study}'s restarts ({rows[0]['restarts']} with warm-up "
+              "values; a rule that wants more passes than ran reads the timed passes):\n")
+        print(_table(["rule", "warm-up passes", "ended by the rule", "series ran out"],
+                     [[r["rule"], f"{r['passes']:.2f}", "not recorded" if r["by_rule"] is None else _pct(r["by_rule"]),
+                       "-" if r["rule"] == "as run" else str(r["ran_out"])] for r in rows]))
+        return 0
     data = json.loads(args.data.read_text())
     print("Recorded series (cap 4; the prior pooled from the restarts before each):\n")
     print(_table(["series", "rule", "warm-up passes", "ended by the rule", "leak (mean)", "leak (worst)"],

@@ -150,6 +150,11 @@ PHASES = (PHASE_LAUNCH_S, PHASE_IMPORT_S, PHASE_SETUP_S, PHASE_LOAD_S, PHASE_COM
 #: start of a configuration that started before in this cache pays them short, so the budget prices them from cold
 #: starts for a cold start and from warm ones otherwise.
 CACHE_PHASES = (PHASE_COMPILE_S, PHASE_PROFILE_S, PHASE_CAPTURE_S, PHASE_KERNEL_WARMUP_S)
+#: Whether the start found the study's JIT caches empty (vLLM's compile cache, Triton's and FlashInfer's), a bool:
+#: the first start into empty caches compiles the kernels every later configuration shares (on the H200, 170-190 s
+#: against 38-90 s for a later configuration's cold start), so the budget prices it apart (owner:
+#: autotune.engines.vllm; absent: the engine does not say).
+CACHES_EMPTY = "caches_empty"
 #: The passes: the budget prices them from pass lengths and pass counts, not from the start-ups they followed.
 PASS_PHASES = (PHASE_WARMUP_S, PHASE_TIMED_S)
 #: The phases' short names, without the ``phase_``/``_s`` wrapping: what :func:`phase_facts` and the cmd protocol take.

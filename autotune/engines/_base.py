@@ -72,6 +72,13 @@ class EngineBackend(abc.ABC):
             EngineError: the engine itself is unusable.
         """
 
+    def caches_empty(self) -> bool | None:
+        """Whether the next start would find the engine's JIT caches empty (``None``: the engine does not know).
+
+        The budget prices a start into empty caches apart from other cold starts (:mod:`autotune.study._budget`).
+        """
+        return None
+
     def describe(self) -> EngineFacts:
         """Facts for tracking: engine name and version, GPU name, driver, CUDA version, when known."""
         return EngineFacts(name=self.name)

@@ -22,6 +22,14 @@ priced phase by phase, so what one configuration paid is not charged to another:
   else the study's (timed passes are sized to ``workload.pass_seconds``, so a new configuration's is about the
   study's).
 
+**Starts into empty caches.** The first start into a cache compiles what every configuration shares: on the
+H200, 170-190 s against 38-90 s for a later configuration's cold start (``docs/measurements/h200-dummy-new.md``:
+after a resume on a fresh machine two such starts were the only cold ones, so every planned cold start was priced
+at ~185 s and the search ended with 12.2 of 20 engine-minutes left). An engine that says so
+(:data:`~autotune.core.facts.CACHES_EMPTY`) has those starts left out of the cold price once a cold start into
+filled caches has run, and a planned start is priced as one into empty caches only where the engine says its
+caches are empty now (:meth:`autotune.engines.EngineBackend.caches_empty`): the first cold start of a forecast.
+
 Empirical choices: the plain means (no trimming: a study's first start into empty caches, 2-3 minutes on an H200
 against 30-50 s for later cold starts, inflates the cold price until more cold starts dilute it, the safe side for a
 budget), and a new configuration's warm-up priced at the study's mean (the warm-up rule's stopping point varies per
@@ -75,6 +83,7 @@ class PhasedStart:
         warmup_s: Seconds of its warm-up passes.
         timed_passes: Timed passes it ran.
         pass_s: Its mean timed pass (``None``: no timed pass said how long).
+        empty: It started into empty caches (:data:`~autotune.core.facts.CACHES_EMPTY`).
     """
 
     key: str | None
@@ -84,6 +93,7 @@ class PhasedStart:
     warmup_s: float
     timed_passes: int
     pass_s: float | None
+    empty: bool = False
 
     @classmethod
     def of(cls, key: str | None, r: RestartResult) -> PhasedStart | None:
@@ -98,7 +108,8 @@ class PhasedStart:
         return cls(key=key, cold=bool(r.cold), cache_s=sum(phases.get(k, 0.0) for k in F.CACHE_PHASES),
                    fixed_s=sum(phases.get(k, 0.0) for k in _FIXED_PHASES) + max(0.0, beyond),
                    warmup_s=phases.get(F.PHASE_WARMUP_S, 0.0), timed_passes=timed,
-                   pass_s=timed_s / timed if timed and timed_s > 0 else None)
+                   pass_s=timed_s / timed if timed and timed_s > 0 else None,
+                   empty=r.facts.get(F.CACHES_EMPTY) is True)
 
 
 def _mean(values: Iterable[float]) -> float | None:
@@ -114,6 +125,10 @@ class StartCosts:
     warm: list[float]
     cold: list[float]
     phased: tuple[PhasedStart, ...] = ()
+    #: Starts into empty caches: the price of a start the engine says will be one.
+    empty: list[float] = dataclasses.field(default_factory=list)
+    #: Cold starts into caches something had filled (not in ``empty``): the cold price once there is one.
+    cold_filled: list[float] = dataclasses.field(default_factory=list)
 
     @classmethod
     def of(cls, ledger: Ledger) -> StartCosts:
@@ -132,25 +147,32 @@ class StartCosts:
         warm: list[float] = []
         cold: list[float] = []
         phased: list[PhasedStart] = []
+        empty: list[float] = []
+        cold_filled: list[float] = []
         for key, r in runs:
             if r.wall_s is None or not r.ok:
                 continue
             minutes = float(r.wall_s) / 60.0
+            into_empty = r.facts.get(F.CACHES_EMPTY) is True
+            if into_empty:
+                empty.append(minutes)
             if r.cold:
                 cold.append(minutes)
+                if not into_empty:
+                    cold_filled.append(minutes)
             else:
                 warm.append(minutes)
                 if key is not None:
                     by_key.setdefault(key, []).append(minutes)
             if (start := PhasedStart.of(key, r)) is not None:
                 phased.append(start)
-        return cls(by_key, warm, cold, tuple(phased))
+        return cls(by_key, warm, cold, tuple(phased), empty, cold_filled)
 
     @property
     def known(self) -> bool:
         return bool(self.warm or self.cold)
 
-    def price(self, start: Start) -> float:
+    def price(self, start: Start, empty: bool = False) -> float:
         """Minutes one planned start should cost; 0 while nothing was measured (the first start is the measurement).
 
         Phase by phase where the study's starts of that kind reported phases (the module's docstring), else at the
@@ -158,12 +180,15 @@ class StartCosts:
         starts cost; a warm start before any warm start was measured is priced at the cold mean (an upper bound for
         one or two starts, no more).
         """
+        if empty and start[1] and self.empty:
+            # A start the engine says goes into empty caches: what such starts cost, whole (they are few).
+            return sum(self.empty) / len(self.empty)
         by_phase = self._phase_price(start)
         if by_phase is not None:
             return by_phase
         key, cold = start
         warm_mean = _mean(self.warm)
-        cold_mean = _mean(self.cold)
+        cold_mean = _mean(self.cold_filled or self.cold)
         if cold:
             return cold_mean if cold_mean is not None else (warm_mean or 0.0)
         own = self.warm_by_key.get(key) if key is not None else None
@@ -177,6 +202,8 @@ class StartCosts:
         kind = [s for s in self.phased if s.cold == cold]
         if not kind:
             return None
+        # A cold start into caches something else filled: starts into empty caches only while nothing else ran cold.
+        kind = [s for s in kind if not s.empty] or kind
         own = [s for s in kind if key is not None and s.key == key] if not cold else []
         cache_s = _mean(s.cache_s for s in (own or kind)) or 0.0
         fixed_s = _mean(s.fixed_s for s in kind) or 0.0  # of its kind: the first start boots the forkserver host
@@ -188,8 +215,11 @@ class StartCosts:
         timed_passes = _mean(s.timed_passes for s in self.phased) or 0.0
         return (fixed_s + cache_s + warmup_s + timed_passes * pass_s) / 60.0
 
-    def forecast(self, starts: Sequence[Start]) -> float:
-        return sum(self.price(s) for s in starts)
+    def forecast(self, starts: Sequence[Start], empty: bool = False) -> float:
+        """Minutes ``starts`` should cost; with ``empty`` (the engine's caches are empty now) the first cold one is
+        priced as a start into empty caches."""
+        first = next((i for i, s in enumerate(starts) if s[1]), None) if empty else None
+        return sum(self.price(s, empty=i == first) for i, s in enumerate(starts))
 
 
 def _top_k_follows_minutes(options: StudyOptions) -> bool:
@@ -306,9 +336,10 @@ def check_budget(ledger: Ledger, space: SearchSpace, options: StudyOptions) -> N
 
 
 def _search_may_start(ledger: Ledger, options: StudyOptions, extra: Sequence[Start],
-                      space: SearchSpace | None = None) -> bool:
+                      space: SearchSpace | None = None, empty: bool = False) -> bool:
     """Whether the ``extra`` search starts fit the budget, with verification's share and every running trial's
-    announced starts (this worker's included) held back."""
+    announced starts (this worker's included) held back; ``empty``: the engine's caches are empty now (its next
+    cold start compiles what every configuration shares)."""
     used, minutes = ledger.budget_used()
     in_flight = ledger.starts_in_flight(unplanned=options.policy.min_restarts)
     if options.budget_restarts is not None:
@@ -327,7 +358,7 @@ def _search_may_start(ledger: Ledger, options: StudyOptions, extra: Sequence[Sta
         # Running trials' announced starts are mostly warm restarts; their cold starts have landed already. Until
         # a warm start has been measured the reserve cannot be priced (at the cold price it would hold back several
         # times what it costs): the first warm start is the measurement, and only what is asked for is priced.
-        need = costs.forecast([*extra, *reserve, *[(None, False)] * in_flight] if costs.warm else [*extra])
+        need = costs.forecast([*extra, *reserve, *[(None, False)] * in_flight] if costs.warm else [*extra], empty)
         if minutes + need > options.budget_minutes:
             return False
     return True

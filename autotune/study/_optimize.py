@@ -67,7 +67,8 @@ def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
         verdict = ledger.cold_verdict()
         if (not stopped and finished + running + len(retries) < options.trials
                 # A queued trial's starts are held already; a new suggestion's are not.
-                and _search_may_start(ledger, options, [] if queued else _entry_starts(options, verdict), ctx.space)):
+                and _search_may_start(ledger, options, [] if queued else _entry_starts(options, verdict), ctx.space,
+                                      bool(ctx.engine.caches_empty()))):
             if not queued and options.sampler != "random" and finished + running < START_DESIGN_TRIALS:
                 _queue_spread(ctx, len(study.trials))  # the start design (the random control keeps its own draws)
             with warnings.catch_warnings():
@@ -83,7 +84,7 @@ def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
             # the last starts, at least one sees the other's announcement and gives its trial back. The same for a
             # worker that closed the search meanwhile (below).
             closed = ledger.search_closed()
-            if not closed and _search_may_start(ledger, options, [], ctx.space):
+            if not closed and _search_may_start(ledger, options, [], ctx.space, bool(ctx.engine.caches_empty())):
                 return trial
             _give_back(ctx, trial, "not started: another worker closed the search" if closed else
                        "not started: the engine-start budget went to trials other workers started")

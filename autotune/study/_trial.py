@@ -84,7 +84,8 @@ class TrialMeasurement:
         self.state, self.reason = state, reason
 
     def _may_start(self, extra: Sequence[Start]) -> bool:
-        return _search_may_start(self.ctx.ledger, self.ctx.options, extra, self.ctx.space)
+        return _search_may_start(self.ctx.ledger, self.ctx.options, extra, self.ctx.space,
+                                 bool(self.ctx.engine.caches_empty()))
 
     def _race(self) -> None:
         """The restarts; every way out that ends the trial other than complete says so through :meth:`_end`."""

@@ -126,3 +126,19 @@ def test_a_marker_from_before_markers_listed_caches_is_warm_only_with_a_compile_
     (root / "torch_compile_cache").mkdir(parents=True)
     assert caches_present(marker, tmp_path, root)
     assert not caches_present(tmp_path / "started" / "other.started", tmp_path, root)
+
+
+def test_each_start_says_whether_it_found_the_caches_empty_and_a_copied_workdir_is_not(tmp_path, runner):
+    # The first start into empty caches compiles what every configuration shares (H200: 170-190 s against 38-90 s
+    # for a later configuration's cold start): the budget prices it apart, from this fact and caches_empty().
+    work = tmp_path / "study"
+    engine = _engine(runner, work)
+    assert engine.caches_empty() is True
+    first = engine.run_restart(CONFIG, WORKLOAD, restart=0, seed=1)
+    assert first.facts["caches_empty"] is True and engine.caches_empty() is False
+    other = EngineConfig(engine_args={"model": "org/m"}, compilation_config={"cudagraph_mode": "PIECEWISE"})
+    later = engine.run_restart(other, WORKLOAD, restart=0, seed=1)
+    assert later.cold and later.facts["caches_empty"] is False  # cold, into caches another configuration filled
+    shutil.copytree(work, tmp_path / "elsewhere" / "study")
+    assert _engine(runner, tmp_path / "elsewhere" / "study").caches_empty() is False
+    assert _engine(runner, tmp_path / "fresh").caches_empty() is True

@@ -49,6 +49,8 @@ from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._output_check import check_request, output_facts, skip_reason
 from autotune.engines.process import _LIVE, TAG_ENV
 from autotune.engines.vllm import _container
+from autotune.core import facts as F
+from autotune.engines.vllm._caches import caches_empty as jit_caches_empty
 from autotune.engines.vllm._caches import caches_present, jit_cache_env, left_to_user, record_caches
 from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
@@ -335,6 +337,7 @@ class VllmEngine(EngineBackend):
         marker = self.cold_marker(config)
         # Cold unless everything this configuration's first start left in the caches is still there (_caches).
         cold = not caches_present(marker, self.work_dir(), Path(self.cache_root()))
+        empty = self.caches_empty()
         request = self.request(config, workload, seed)
         method = self.settings.resolved_start_method()
         self._say_start_method(method)
@@ -368,11 +371,15 @@ class VllmEngine(EngineBackend):
                                 launched_at=launched_at)
         # Memory, machine state and the KV facts of vLLM's log, kept on failed restarts too (a guard trip's most).
         result = dataclasses.replace(result, facts={**result.facts, **self.safety.restart_facts(),
-                                                    **log_facts(outcome.log_path)})
+                                                    **log_facts(outcome.log_path), F.CACHES_EMPTY: empty})
         if guard.trip is not None:
             return dataclasses.replace(result, status=RestartStatus.FAILED, error=guard.trip.reason(),
                                        passes_tok_s=(), log_tail=outcome.tail)
         return result
+
+    def caches_empty(self) -> bool:
+        """Whether the study's JIT caches hold nothing yet: the next start compiles what every configuration shares."""
+        return jit_caches_empty(Path(self.cache_root()), self.process_env())
 
     def _launch(self, config: EngineConfig, request: dict[str, Any], restart: int, seed: int,
                 method: str) -> LaunchResult:
