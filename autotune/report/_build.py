@@ -17,9 +17,9 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.report._simcheck import SimulatorCheck, simulator_check
-from autotune.study import StartCosts
 from autotune.report.phases import PhaseTotals, phase_totals, render_phases
 from autotune.store.ledger import Ledger, SearchEnd, StudyMeta, TrialRecord
+from autotune.study import StartCosts
 from autotune.stats.intervals import Comparison, TrialSummary, Verdict, format_mean
 from autotune.stats.latency import LatencyStat, SloCheck, meets_slo, summarize_latency
 from autotune.core.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, speculation_plan_change
@@ -609,7 +609,8 @@ def render_report(report: Report) -> str:
             lines.append(f"  ... and {len(report.failures) - _SHOWN_FAILURES} more (--json for all)")
     if report.interrupted:
         lines.append("")
-        lines.append(f"Interrupted trials ({len(report.interrupted)}, cut short; each says what became of its configuration):")
+        lines.append(f"Interrupted trials ({len(report.interrupted)}, cut short; each says what became of its "
+                     "configuration):")
         lines += [f"  ~ trial {f.trial} {f.label}: {f.reason}" for f in report.interrupted[:_SHOWN_FAILURES]]
         if len(report.interrupted) > _SHOWN_FAILURES:
             lines.append(f"  ... and {len(report.interrupted) - _SHOWN_FAILURES} more (--json for all)")

@@ -112,7 +112,8 @@ def _with_rerun(outcome: TrialOutcome, ledger: Ledger) -> TrialOutcome:
         suffix = f"ran again as trial {ran.number}"
     elif any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in later):
         end = ledger.search_end()
-        suffix = ("queued again, not run: the search ended first" if end is not None and end.reason != SEARCH_INTERRUPTED
+        over = end is not None and end.reason != SEARCH_INTERRUPTED
+        suffix = ("queued again, not run: the search ended first" if over
                   else "queued again: it runs when the study resumes")
     else:
         suffix = "not run again"

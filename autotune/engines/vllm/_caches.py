@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["STUDY_CACHES", "caches_empty", "caches_present", "jit_cache_env", "left_to_user", "record_caches", "triton_cache_dir"]
+__all__ = ["STUDY_CACHES", "caches_empty", "caches_present", "jit_cache_env", "left_to_user", "record_caches",
+           "triton_cache_dir"]
 
 #: Each JIT cache autotune places under the workdir: its variable, and the workdir subdirectory.
 STUDY_CACHES = {"TRITON_CACHE_DIR": "triton-cache", "FLASHINFER_WORKSPACE_BASE": "flashinfer"}
