@@ -112,7 +112,9 @@ def test_header_counts_match_the_lists_with_failures_retries_interruptions_and_p
     # What is in neither list is said apart: the trial given back before it started, the infeasible suggestion.
     assert data["trials"]["not_started"] == 1 and data["trials"]["infeasible"] == 1
     reasons = {f.trial: f.reason for f in report.interrupted}
-    assert any("no heartbeat" in r for r in reasons.values()) and "interrupted by user (Ctrl-C)" in reasons.values()
+    assert any("no heartbeat" in r for r in reasons.values())
+    # A Ctrl-C'd trial says what became of its configuration (here it was never queued again: not run again).
+    assert any(r.startswith("interrupted by user (Ctrl-C); ") for r in reasons.values())
     assert any("no reason recorded" in f.reason for f in report.failures)
 
 
