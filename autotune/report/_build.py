@@ -503,14 +503,14 @@ def _no_sequential_rounds(ledger: Ledger, meta: StudyMeta, v: Verification) -> s
         return None
     base = next(e for e in v.entries if e.candidate.role == BASELINE)
     pair = [(entry.candidate.config.key(), False), (base.candidate.config.key(), False)]
-    _, minutes = ledger.budget_used()
+    starts, minutes = ledger.budget_used()
     spent = []
     if meta.budget_minutes is not None:
         round_min = StartCosts.of(ledger).forecast(pair)
         spent.append(f"{minutes:.1f} of {meta.budget_minutes:g} engine-minutes used when the verification rounds "
                      f"ended, a round of the winner and the baseline ~{round_min:.1f} min")
     if meta.budget_restarts is not None:
-        spent.append(f"{ledger.budget_used()[0]} of {meta.budget_restarts} engine starts used, a round 2")
+        spent.append(f"{starts} of {meta.budget_restarts} engine starts used, a round 2")
     return (f"No sequential round ran: the interval still straddles 1, and the budget left paid for none of the up to "
             f"{meta.verify_sequential_rounds} rounds that could have settled it"
             + (f" ({'; '.join(spent)})" if spent else "") + ".")
