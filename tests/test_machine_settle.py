@@ -222,3 +222,18 @@ def test_no_start_begins_under_the_guard_floor_even_where_host_memory_is_otherwi
     with pytest.raises(MemoryNotSettled, match="under the memory guard's floor"):
         settle(MemoryLevel(100 * GIB), reader=MeminfoReader(fake.path), clock=fake.clock,
                sleep=lambda s: setattr(fake, "now", fake.now + s), check_host=False, floor=40 * GIB, timeout_s=10)
+
+
+def test_a_trips_lowest_memory_reads_under_its_floor_in_the_record_however_close_it_came(tmp_path):
+    # CI once saw a real trip whose recorded lowest MemAvailable was not under the floor: rounded to nearest, a lowest
+    # 0.1 MiB under a 5.1236 GiB floor reads 5.124. The record rounds the lowest down.
+    floor_gib = 5.1236
+    fake = SlowRelease(tmp_path / "meminfo", full=100 * GIB)
+    safety = StartSafety(floor_gib, reader=MeminfoReader(fake.path), gpu_reader=None, kernel_log=None,
+                         clock=fake.clock, sleep=fake.sleep, unified=False)
+    fake.hold(int(floor_gib * GIB) - 100 * 1024)
+    with safety.guard():
+        pass
+    facts = safety.restart_facts()
+    assert facts["memory_guard"] == "floor"
+    assert facts["mem_available_min_gib"] < floor_gib and facts["mem_available_min_gib"] == 5.123

@@ -7,6 +7,7 @@ policy when the engine is made, and gives each restart the policy, a settle and 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -153,7 +154,9 @@ class StartSafety:
             out[facts.MEMORY_SAMPLES] = seen.samples
             out[facts.MEMORY_GUARD_CPU_S] = round(seen.cpu_s, 6)
             if seen.lowest_available is not None:
-                out[facts.MEM_AVAILABLE_MIN_GIB] = round(seen.lowest_available / GIB, 3)
+                # Rounded down, never to nearest: a trip's lowest is under its floor, and the record must not show it
+                # at or over the floor (a lowest 0.4 MiB under a 5.1236 GiB floor would round to 5.124).
+                out[facts.MEM_AVAILABLE_MIN_GIB] = math.floor(seen.lowest_available / GIB * 1000) / 1000
             if seen.cached is not None:
                 out[facts.CACHED_GIB] = round(seen.cached / GIB, 3)
             if seen.trip is not None:
