@@ -34,6 +34,7 @@ import random
 from collections.abc import Mapping
 
 from autotune.engines import _sim_model as model
+from autotune.engines import _sim_speed as speed
 from autotune.core.records import EngineConfig, Workload
 
 __all__ = ["Landscape", "draw_landscape"]
@@ -104,7 +105,7 @@ class Landscape:
 
     def throughput(self, plan: model.Plan, workload: Workload) -> float:
         """True steady-state tok/s of ``plan``: a function of the resolved plan only."""
-        b = model.batch_size(plan, workload)
+        b = speed.batch_size(plan, workload)
         n = b * (1 + plan.k)
         covering = [s for s in plan.sizes if s >= n]
         eager = plan.mode == model.NONE or not covering

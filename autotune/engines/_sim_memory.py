@@ -45,7 +45,7 @@ from typing import Any
 from autotune.core import facts as fact
 from autotune.engines import _sim_model as model
 from autotune.engines._base import EngineError
-from autotune.machine import GIB, MachineState, MemInfo, MemoryGuard, StartSafety
+from autotune.machine import GIB, MachineState, MemInfo, StartSafety
 
 __all__ = ["HostWedged", "MemoryPlan", "SimulatedHost", "StartOutcome", "UnifiedMemory", "memory_plan", "plan_memory",
            "start_phases"]
@@ -362,7 +362,7 @@ def restart_rng(*parts: Any) -> random.Random:
 
 def _captures(plan: model.Plan, profile: model.ModelProfile) -> tuple[int, int, bool]:
     """Graphs per captured size for the target and for the drafter, and whether a drafter model is loaded (the
-    same counts :func:`autotune.engines._sim_model.startup_seconds` charges capture time for)."""
+    same counts :func:`autotune.engines._sim_speed.startup_seconds` charges capture time for)."""
     per_size = {model.NONE: 0, model.PIECEWISE: 1, model.FULL: 1, model.FULL_DECODE_ONLY: 1,
                 model.FULL_AND_PIECEWISE: 2}[plan.mode]
     drafter = profile.drafters.get(plan.method) if plan.method is not None else None
@@ -380,7 +380,7 @@ def plan_memory(spec: UnifiedMemory, plan: model.Plan, profile: model.ModelProfi
 def start_phases(startup_s: float, plan: model.Plan, hw: model.HardwareProfile, profile: model.ModelProfile,
                  cold: bool) -> tuple[float, float, float]:
     """The start-up's seconds split into loading, compile (with the profile run) and capture, in proportion to
-    the model's own pieces of :func:`autotune.engines._sim_model.startup_seconds`."""
+    the model's own pieces of :func:`autotune.engines._sim_speed.startup_seconds`."""
     per_size, drafter_graphs, loads = _captures(plan, profile)
     load = hw.init_s * profile.startup_scale + (model.DRAFT_LOAD_S if loads else 0.0)
     compile_s = (hw.compile_cold_s if cold else hw.compile_warm_s) * profile.startup_scale

@@ -5,7 +5,7 @@ The simulator answers two questions about an :class:`~autotune.core.records.Engi
 1. *What would vLLM actually run?* (:func:`plan_config`) - the configured CUDA-graph mode and capture sizes after
    the engine-version rules that silently change them, the model runner, async scheduling, and whether graph
    capture would run out of memory.
-2. *How fast would that decode?* (:func:`steady_throughput`) - output tokens/s in steady state, without noise,
+2. *How fast would that decode?* (:func:`autotune.engines._sim_speed.steady_throughput`) - output tokens/s in steady state, without noise,
    coldness or warm-up (the engine in :mod:`autotune.engines.sim` adds those).
 
 Decode step time (milliseconds), for ``B`` sequences verifying ``K`` draft tokens (``n = B*(1+K)`` tokens)::
@@ -99,19 +99,32 @@ Engine-version rules (applied by :func:`plan_config`, in this order):
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.core.records import Detail, EngineConfig, Resolved, Workload
+from autotune.core.records import Detail, EngineConfig, Resolved
 
 __all__ = [
     "ACCEPTANCE",
+    "DRAFT_LOAD_S",
+    "EAGER",
+    "FULL",
+    "FULL_AND_PIECEWISE",
+    "FULL_DECODE_ONLY",
+    "FULL_MODES",
+    "GRAPH_FULL",
+    "GRAPH_PIECEWISE",
     "HARDWARE",
+    "LOOKUP_METHODS",
     "MODELS",
+    "NGRAM_RANDOM_PROMPTS",
+    "NONE",
+    "PAD_COST_FRACTION",
+    "PIECEWISE",
+    "PIECEWISE_MODES",
     "AcceptanceProfile",
     "DrafterCost",
     "ForwardCost",
@@ -119,17 +132,11 @@ __all__ = [
     "ModelProfile",
     "Plan",
     "Rejected",
-    "accept_len",
-    "batch_size",
-    "decode_step_ms",
     "default_capture_sizes",
+    "drafter_cost",
     "parse_version",
     "plan_config",
-    "prefill_step_ms",
-    "request_latency_ms",
     "round_sizes_for_spec",
-    "startup_seconds",
-    "steady_throughput",
 ]
 
 # -- vLLM facts ------------------------------------------------------------------------------------------
@@ -412,7 +419,7 @@ ACCEPTANCE: dict[str, AcceptanceProfile] = {
 }
 #: Prompt lookup on non-repetitive prompts rarely finds a match.
 NGRAM_RANDOM_PROMPTS = AcceptanceProfile(a=0.15, d=0.50)
-_LOOKUP_METHODS = ("ngram", "suffix")
+LOOKUP_METHODS = ("ngram", "suffix")
 
 
 # -- what vLLM runs --------------------------------------------------------------------------------------
@@ -493,7 +500,8 @@ def round_sizes_for_spec(sizes: Sequence[int], k: int) -> list[int]:
     return sorted({step * math.ceil(s / step) for s in sizes})
 
 
-def _drafter(model: ModelProfile, method: str | None) -> DrafterCost | None:
+def drafter_cost(model: ModelProfile, method: str | None) -> DrafterCost | None:
+    """The model profile's drafter for a speculative method (``None`` without speculation)."""
     if method is None:
         return None
     return model.drafters[method]
@@ -595,188 +603,3 @@ def plan_config(config: EngineConfig, hw: HardwareProfile, model: ModelProfile, 
         max_num_batched_tokens=(None if config.engine_args.get("max_num_batched_tokens") is None
                                 else int(config.engine_args["max_num_batched_tokens"])),
     )
-
-
-# -- how fast it runs ------------------------------------------------------------------------------------
-
-
-def _captured_size(n: int, sizes: Sequence[int]) -> int | None:
-    """The smallest captured size that holds ``n`` tokens, ``None`` if none does (the step runs eagerly)."""
-    i = bisect.bisect_left(sizes, n)
-    return sizes[i] if i < len(sizes) else None
-
-
-def _decode_graph(plan: Plan, hw: HardwareProfile, n: int) -> tuple[str, int]:
-    size = _captured_size(n, plan.sizes)
-    if plan.mode == NONE or size is None:
-        return EAGER, n
-    if plan.mode == PIECEWISE:
-        return GRAPH_PIECEWISE, size
-    full_ok = plan.k == 0 or hw.uniform_batch_full_graphs
-    if full_ok:
-        return GRAPH_FULL, size
-    return (GRAPH_PIECEWISE, size) if plan.mode == FULL_AND_PIECEWISE else (EAGER, n)
-
-
-def _prefill_graph(plan: Plan, n: int) -> tuple[str, int]:
-    # Mixed/prefill batches: piecewise graphs in PIECEWISE and FULL_AND_PIECEWISE, full graphs in FULL,
-    # nothing in FULL_DECODE_ONLY; prompts usually exceed every captured size and run eagerly anyway.
-    size = _captured_size(n, plan.sizes)
-    if size is None or plan.mode in (NONE, FULL_DECODE_ONLY):
-        return EAGER, n
-    return (GRAPH_FULL if plan.mode == FULL else GRAPH_PIECEWISE), size
-
-
-def _drafter_graph(plan: Plan, n: int) -> tuple[str, int]:
-    size = _captured_size(n, plan.sizes)
-    if size is None:
-        return EAGER, n
-    if plan.drafter_full_graphs and plan.mode in FULL_MODES:
-        return GRAPH_FULL, size
-    if plan.mode in PIECEWISE_MODES:
-        return GRAPH_PIECEWISE, size
-    return EAGER, n
-
-
-def _gpu_ms(cost: ForwardCost, n: int, hw: HardwareProfile, token_ms: float | None = None) -> float:
-    per_token = cost.token_ms if token_ms is None else token_ms
-    experts = cost.expert_ms * (1.0 - (1.0 - cost.expert_touch_p) ** n)
-    return hw.weight_scale * (cost.weight_ms + experts) + hw.token_scale * per_token * n
-
-
-def _launch_ms(cost: ForwardCost, graph: str, hw: HardwareProfile) -> float:
-    if graph == EAGER:
-        ms = cost.launch_ms
-    elif graph == GRAPH_PIECEWISE:
-        ms = cost.launch_ms * cost.attn_launch_frac + cost.piecewise_replay_ms
-    else:
-        ms = cost.full_replay_ms
-    return hw.launch_scale * ms
-
-
-def _forward_ms(cost: ForwardCost, n: int, graph: tuple[str, int], hw: HardwareProfile,
-                token_ms: float | None = None) -> float:
-    kind, padded = graph
-    gpu = _gpu_ms(cost, n, hw, token_ms)
-    if padded > n:
-        gpu += hw.pad_scale * PAD_COST_FRACTION * (_gpu_ms(cost, padded, hw, token_ms) - gpu)
-    return gpu + _launch_ms(cost, kind, hw)
-
-
-def _cpu_ms(plan: Plan, hw: HardwareProfile, model: ModelProfile) -> float:
-    sched = model.sched_ms * ((1.0 - model.async_hidden_frac) if plan.async_scheduling else 1.0)
-    spec = (model.spec_fixed_ms + model.spec_per_token_ms * plan.k) if plan.k else 0.0
-    return hw.cpu_scale * (sched + spec)
-
-
-def _draft_ms(plan: Plan, hw: HardwareProfile, model: ModelProfile, b: int) -> float:
-    drafter = _drafter(model, plan.method)
-    if drafter is None or not plan.k:
-        return 0.0
-    total = hw.cpu_scale * (drafter.lookup_ms + drafter.lookup_per_seq_ms * b)
-    if drafter.forward is not None:
-        steps = plan.k if drafter.steps_per_k else 1
-        step = _forward_ms(drafter.forward, b, _drafter_graph(plan, b), hw) + hw.cpu_scale * drafter.fixed_ms
-        total += steps * step
-    return total
-
-
-def decode_step_ms(plan: Plan, hw: HardwareProfile, model: ModelProfile, b: int) -> float:
-    """One decode (or verification) step for ``b`` sequences, in milliseconds."""
-    n = b * (1 + plan.k)
-    target = _forward_ms(model.target, n, _decode_graph(plan, hw, n), hw)
-    return target + _cpu_ms(plan, hw, model) + _draft_ms(plan, hw, model, b)
-
-
-def prefill_step_ms(plan: Plan, hw: HardwareProfile, model: ModelProfile, b: int, input_len: int) -> float:
-    """Prefilling a wave of ``b`` prompts, in milliseconds: one step, or one per ``max_num_batched_tokens`` chunk."""
-    total = b * input_len
-    chunk = min(total, plan.max_num_batched_tokens or total)
-    steps = math.ceil(total / chunk)
-    forward = _forward_ms(model.target, chunk, _prefill_graph(plan, chunk), hw, token_ms=model.prefill_token_ms)
-    return steps * (forward + hw.cpu_scale * model.sched_ms)
-
-
-def accept_len(config: EngineConfig, workload: Workload) -> float:
-    """Expected acceptance length: 1 + expected accepted draft tokens per step (1.0 without speculation).
-
-    ``speculative_config.synthetic_acceptance_rates`` (vLLM's synthetic rejection sampler, used by the reference
-    probe) overrides the method's profile: entry j is the probability that drafts 1..j are all accepted.
-    """
-    k = config.num_speculative_tokens
-    if k <= 0:
-        return 1.0
-    spec = config.speculative_config or {}
-    rates = spec.get("synthetic_acceptance_rates")
-    if rates:
-        cumulative = [float(r) for r in list(rates)[:k]]
-    else:
-        method = str(spec.get("method"))
-        profile = ACCEPTANCE.get(method, ACCEPTANCE["draft_model"])
-        if method in _LOOKUP_METHODS and not workload.repetitive_prompts:
-            profile = NGRAM_RANDOM_PROMPTS
-        cumulative = profile.cumulative(k)
-    return 1.0 + sum(cumulative)
-
-
-def batch_size(plan: Plan, workload: Workload) -> int:
-    """Sequences decoding together: the workload's concurrency within the engine's limits.
-
-    A step verifies ``1+K`` tokens per sequence, so a ``max_num_batched_tokens`` budget admits at most
-    ``budget // (1+K)`` sequences (a 32-token budget with K=2 runs 10).
-    """
-    b = min(workload.concurrency, plan.max_num_seqs, workload.num_prompts)
-    if plan.max_num_batched_tokens is not None:
-        b = min(b, plan.max_num_batched_tokens // (1 + plan.k))
-    return max(1, b)
-
-
-def steady_throughput(plan: Plan, config: EngineConfig, workload: Workload, hw: HardwareProfile,
-                      model: ModelProfile) -> float:
-    """True steady-state output tokens/s of a warm engine (no noise, no cold start, no warm-up)."""
-    b = batch_size(plan, workload)
-    length = accept_len(config, workload)
-    waves = math.ceil(workload.num_prompts / b)
-    wave_ms = (prefill_step_ms(plan, hw, model, b, workload.input_len)
-               + workload.output_len / length * decode_step_ms(plan, hw, model, b))
-    return workload.num_prompts * workload.output_len / (waves * wave_ms / 1000.0)
-
-
-def request_latency_ms(plan: Plan, config: EngineConfig, workload: Workload, hw: HardwareProfile,
-                       model: ModelProfile) -> dict[str, list[float]]:
-    """Noiseless per-request latencies of one pass (ms): every request arrives when the pass starts.
-
-    Requests run in waves of :func:`batch_size`: request ``i`` waits for ``i // B`` earlier waves, then its own
-    prefill (TTFT); each decode step then delivers ``accept_len`` tokens (ITL = one step, TPOT = step / accept_len);
-    end-to-end = TTFT + (output_len - 1) x TPOT. This is what the ``vllm`` engine's offline mode measures.
-    """
-    b = batch_size(plan, workload)
-    length = accept_len(config, workload)
-    step = decode_step_ms(plan, hw, model, b)
-    prefill = prefill_step_ms(plan, hw, model, b, workload.input_len)
-    wave = prefill + workload.output_len / length * step
-    tpot = step / length
-    out: dict[str, list[float]] = {"ttft": [], "tpot": [], "itl": [], "e2el": []}
-    for i in range(workload.num_prompts):
-        ttft = (i // b) * wave + prefill
-        out["ttft"].append(ttft)
-        out["tpot"].append(tpot)
-        out["itl"].append(step)
-        out["e2el"].append(ttft + max(0, workload.output_len - 1) * tpot)
-    return out
-
-
-def startup_seconds(plan: Plan, hw: HardwareProfile, model: ModelProfile, cold: bool) -> float:
-    """Engine start-up: init and weight load, compile (longer when cold), one capture per graph and size."""
-    return sum(startup_phases(plan, hw, model, cold).values())
-
-
-def startup_phases(plan: Plan, hw: HardwareProfile, model: ModelProfile, cold: bool) -> dict[str, float]:
-    """Start-up seconds by phase: ``load`` (init and weights, a draft model's too), ``compile``, ``capture``."""
-    graphs_per_size = {NONE: 0, PIECEWISE: 1, FULL: 1, FULL_DECODE_ONLY: 1, FULL_AND_PIECEWISE: 2}[plan.mode]
-    drafter = _drafter(model, plan.method)
-    drafter_graphs = 1 if drafter is not None and drafter.forward is not None and plan.mode != NONE else 0
-    compile_s = hw.compile_cold_s if cold else hw.compile_warm_s
-    load = hw.init_s * model.startup_scale + (DRAFT_LOAD_S if drafter is not None and drafter.loads_model else 0.0)
-    return {"load": load, "compile": compile_s * model.startup_scale,
-            "capture": hw.capture_s * len(plan.sizes) * (graphs_per_size + drafter_graphs)}

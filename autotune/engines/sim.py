@@ -23,6 +23,7 @@ from typing import Any
 from autotune.engines import _sim_landscape as landscapes
 from autotune.engines import _sim_memory as memory
 from autotune.engines import _sim_model as model
+from autotune.engines import _sim_speed as speed
 from autotune.engines._sim_passes import simulate_passes
 from autotune.core import facts as F
 from autotune.engines._base import EngineBackend, EngineError
@@ -206,7 +207,7 @@ class SimEngine(EngineBackend):
         machine = _rng("machine", seed, self.hardware.name, self.model.name, self.engine_version)
         cold = self._start_is_cold(config)
         jitter = _jitter(rng)
-        startup = {k: v * jitter for k, v in model.startup_phases(plan, self.hardware, self.model, cold).items()}
+        startup = {k: v * jitter for k, v in speed.startup_phases(plan, self.hardware, self.model, cold).items()}
         startup_s = sum(startup.values())
         resolved = plan.resolved(self.hardware)
         if plan.oom_error:
@@ -297,7 +298,7 @@ class SimEngine(EngineBackend):
             if self.landscape is not None:
                 value = self.landscape.throughput(plan, workload)
             else:
-                value = model.steady_throughput(plan, config, workload, self.hardware, self.model)
+                value = speed.steady_throughput(plan, config, workload, self.hardware, self.model)
             self._steady[key] = value
         return value
 
@@ -338,14 +339,14 @@ class SimEngine(EngineBackend):
         key = (id(plan), workload)  # plans are cached per configuration for the engine's lifetime
         cached = self._latency_base.get(key)
         if cached is None:
-            raw = model.request_latency_ms(plan, config, workload, self.hardware, self.model)
+            raw = speed.request_latency_ms(plan, config, workload, self.hardware, self.model)
             timings = [request_timing(t / 1000.0, e / 1000.0, workload.output_len, [i / 1000.0])
                        for t, e, i in zip(raw["ttft"], raw["e2el"], raw["itl"])]
             figures = {k: v for k, v in latency_summary(timings, 1.0, {}).items() if k.endswith("_ms")}
             # A random landscape keeps the wave model's shape but its own speed: stretch the waves to match.
             scale = 1.0
             if self.landscape is not None:
-                scale = model.steady_throughput(plan, config, workload, self.hardware, self.model) / steady
+                scale = speed.steady_throughput(plan, config, workload, self.hardware, self.model) / steady
             cached = self._latency_base[key] = (figures, timings, scale)
         figures, timings, scale = cached
         tokens = workload.num_prompts * workload.output_len
@@ -368,7 +369,7 @@ class SimEngine(EngineBackend):
         k = config.num_speculative_tokens
         if k <= 0:
             return None
-        measured = model.accept_len(config, workload) * math.exp(rng.gauss(0.0, model.ACCEPT_NOISE_SD))
+        measured = speed.accept_len(config, workload) * math.exp(rng.gauss(0.0, model.ACCEPT_NOISE_SD))
         return min(measured, 1.0 + k)
 
 
