@@ -155,7 +155,7 @@ class StartSafety:
             out[facts.MEMORY_GUARD_CPU_S] = round(seen.cpu_s, 6)
             if seen.lowest_available is not None:
                 # Rounded down, never to nearest: a trip's lowest is under its floor, and the record must not show it
-                # at or over the floor (a lowest 0.4 MiB under a 5.1236 GiB floor would round to 5.124).
+                # at or over the floor (a lowest 0.1 MiB under a 5.1236 GiB floor would round to 5.124).
                 out[facts.MEM_AVAILABLE_MIN_GIB] = math.floor(seen.lowest_available / GIB * 1000) / 1000
             if seen.cached is not None:
                 out[facts.CACHED_GIB] = round(seen.cached / GIB, 3)
