@@ -44,6 +44,7 @@ from typing import Any
 
 from autotune.core import facts as fact
 from autotune.engines import _sim_model as model
+from autotune.engines import _sim_speed as speed
 from autotune.engines._base import EngineError
 from autotune.machine import GIB, MachineState, MemInfo, StartSafety
 
@@ -360,19 +361,9 @@ def restart_rng(*parts: Any) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def _captures(plan: model.Plan, profile: model.ModelProfile) -> tuple[int, int, bool]:
-    """Graphs per captured size for the target and for the drafter, and whether a drafter model is loaded (the
-    same counts :func:`autotune.engines._sim_speed.startup_seconds` charges capture time for)."""
-    per_size = {model.NONE: 0, model.PIECEWISE: 1, model.FULL: 1, model.FULL_DECODE_ONLY: 1,
-                model.FULL_AND_PIECEWISE: 2}[plan.mode]
-    drafter = profile.drafters.get(plan.method) if plan.method is not None else None
-    drafter_graphs = 1 if drafter is not None and drafter.forward is not None and plan.mode != model.NONE else 0
-    return per_size, drafter_graphs, bool(drafter is not None and drafter.loads_model)
-
-
 def plan_memory(spec: UnifiedMemory, plan: model.Plan, profile: model.ModelProfile, utilization: float) -> MemoryPlan:
     """:func:`memory_plan` for a simulated engine's resolved plan."""
-    per_size, drafter_graphs, loads = _captures(plan, profile)
+    per_size, drafter_graphs, loads = speed.graph_counts(plan, profile)
     return memory_plan(spec, utilization=utilization, model_profile=profile.name, sizes=plan.sizes,
                        graphs_per_size=per_size, drafter_graphs=drafter_graphs, loads_drafter=loads)
 
@@ -380,11 +371,9 @@ def plan_memory(spec: UnifiedMemory, plan: model.Plan, profile: model.ModelProfi
 def start_phases(startup_s: float, plan: model.Plan, hw: model.HardwareProfile, profile: model.ModelProfile,
                  cold: bool) -> tuple[float, float, float]:
     """The start-up's seconds split into loading, compile (with the profile run) and capture, in proportion to
-    the model's own pieces of :func:`autotune.engines._sim_speed.startup_seconds`."""
-    per_size, drafter_graphs, loads = _captures(plan, profile)
-    load = hw.init_s * profile.startup_scale + (model.DRAFT_LOAD_S if loads else 0.0)
-    compile_s = (hw.compile_cold_s if cold else hw.compile_warm_s) * profile.startup_scale
-    capture = hw.capture_s * len(plan.sizes) * (per_size + drafter_graphs)
+    the model's own pieces (:func:`autotune.engines._sim_speed.startup_phases`)."""
+    pieces = speed.startup_phases(plan, hw, profile, cold)
+    load, compile_s, capture = pieces["load"], pieces["compile"], pieces["capture"]
     whole = load + compile_s + capture or 1.0
     return startup_s * load / whole, startup_s * compile_s / whole, startup_s * capture / whole
 

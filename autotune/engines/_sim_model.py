@@ -5,8 +5,8 @@ The simulator answers two questions about an :class:`~autotune.core.records.Engi
 1. *What would vLLM actually run?* (:func:`plan_config`) - the configured CUDA-graph mode and capture sizes after
    the engine-version rules that silently change them, the model runner, async scheduling, and whether graph
    capture would run out of memory.
-2. *How fast would that decode?* (:func:`autotune.engines._sim_speed.steady_throughput`) - output tokens/s in steady state, without noise,
-   coldness or warm-up (the engine in :mod:`autotune.engines.sim` adds those).
+2. *How fast would that decode?* (:func:`autotune.engines._sim_speed.steady_throughput`, the formulas below) -
+   output tokens/s in steady state, without noise, coldness or warm-up (:mod:`autotune.engines.sim` adds those).
 
 Decode step time (milliseconds), for ``B`` sequences verifying ``K`` draft tokens (``n = B*(1+K)`` tokens)::
 

@@ -41,6 +41,7 @@ __all__ = [
     "accept_len",
     "batch_size",
     "decode_step_ms",
+    "graph_counts",
     "prefill_step_ms",
     "request_latency_ms",
     "startup_phases",
@@ -220,12 +221,19 @@ def startup_seconds(plan: Plan, hw: HardwareProfile, model: ModelProfile, cold: 
     return sum(startup_phases(plan, hw, model, cold).values())
 
 
-def startup_phases(plan: Plan, hw: HardwareProfile, model: ModelProfile, cold: bool) -> dict[str, float]:
-    """Start-up seconds by phase: ``load`` (init and weights, a draft model's too), ``compile``, ``capture``."""
-    graphs_per_size = {NONE: 0, PIECEWISE: 1, FULL: 1, FULL_DECODE_ONLY: 1, FULL_AND_PIECEWISE: 2}[plan.mode]
+def graph_counts(plan: Plan, model: ModelProfile) -> tuple[int, int, bool]:
+    """Graphs per captured size for the target and for the drafter, and whether a drafter model is loaded: what
+    start-up charges capture time for (:func:`startup_phases`) and the unified-memory model capture memory for."""
+    per_size = {NONE: 0, PIECEWISE: 1, FULL: 1, FULL_DECODE_ONLY: 1, FULL_AND_PIECEWISE: 2}[plan.mode]
     drafter = drafter_cost(model, plan.method)
     drafter_graphs = 1 if drafter is not None and drafter.forward is not None and plan.mode != NONE else 0
+    return per_size, drafter_graphs, bool(drafter is not None and drafter.loads_model)
+
+
+def startup_phases(plan: Plan, hw: HardwareProfile, model: ModelProfile, cold: bool) -> dict[str, float]:
+    """Start-up seconds by phase: ``load`` (init and weights, a draft model's too), ``compile``, ``capture``."""
+    graphs_per_size, drafter_graphs, loads_drafter = graph_counts(plan, model)
     compile_s = hw.compile_cold_s if cold else hw.compile_warm_s
-    load = hw.init_s * model.startup_scale + (DRAFT_LOAD_S if drafter is not None and drafter.loads_model else 0.0)
+    load = hw.init_s * model.startup_scale + (DRAFT_LOAD_S if loads_drafter else 0.0)
     return {"load": load, "compile": compile_s * model.startup_scale,
             "capture": hw.capture_s * len(plan.sizes) * (graphs_per_size + drafter_graphs)}
