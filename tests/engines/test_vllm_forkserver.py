@@ -27,9 +27,11 @@ from tests.engines.test_vllm_launcher import _wait_gone
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="process checks read /proc")
 
 FAKE_VLLM = Path(__file__).resolve().parents[1] / "data" / "fake-vllm"
-# Token-id prompts: the fake vLLM has no tokenizer (a real checkpoint would get autotune's text prompts).
+# Token-id prompts: the fake vLLM has no tokenizer (a real checkpoint would get autotune's text prompts). One round
+# of the prompts per timed pass (pass_seconds 0): these tests are about processes, and the default's 5 s passes
+# (sized for a GPU) only made each restart wait 10 s; sizing passes is test_vllm_launcher's and test_warmup's.
 WORKLOAD = Workload(num_prompts=2, input_len=8, output_len=4, concurrency=2, timed_passes=2,
-                    dataset=Dataset("synthetic"))
+                    dataset=Dataset("synthetic"), pass_seconds=0.0)
 
 
 def _config(behaviour: str) -> EngineConfig:
