@@ -32,7 +32,9 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
+import multiprocessing.util
 import os
+import shutil
 import signal
 import sys
 import time
@@ -64,6 +66,7 @@ class Host:
         self.ctx.set_forkserver_preload(PRELOAD)
         self.children: dict[int, Any] = {}  # request id -> Process
         self.buffer = b""
+        self.temp_dir: str | None = None
 
     def send(self, payload: dict[str, Any]) -> None:
         self.events.write(json.dumps(payload) + "\n")
@@ -73,6 +76,9 @@ class Host:
         # Start it now, so the preload runs while autotune prepares the first restart; a restart that arrives
         # earlier waits for it inside Process.start().
         multiprocessing.forkserver.ensure_running()
+        # The forkserver's socket lies in a directory multiprocessing made for this process (pymp-*, under
+        # TMPDIR). Its exit hook would remove it, but the host ends with os._exit, so the host removes it itself.
+        self.temp_dir = multiprocessing.util.get_temp_dir()
         self.send({"event": "ready", "pid": os.getpid(), "python": sys.version.split()[0], "preload": PRELOAD})
 
     def serve(self) -> None:
@@ -140,6 +146,12 @@ class Host:
             proc.join(5.0)
         self.children.clear()
 
+    def remove_temp_dir(self) -> None:
+        """Remove the forkserver's socket directory (the forkserver, already forked, no longer needs its path)."""
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            self.temp_dir = None
+
 
 def _wait_for_own_session(proc: Any) -> None:
     """Wait until the restart is its own session leader, so that killing its group by pid reaches it."""
@@ -183,6 +195,7 @@ def main() -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)
         host.stop_children()
+        host.remove_temp_dir()
     sys.stderr.flush()
     # os._exit: multiprocessing's exit hooks would join children the host already stopped.
     os._exit(code)
