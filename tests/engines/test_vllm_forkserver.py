@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -113,19 +115,27 @@ def test_forked_restarts_import_vllm_once_and_each_run_in_a_session_of_their_own
     assert _wait_gone([host.pid, forkserver, *(r["pid"] for r in runs)]) == [], "close() stops host and forkserver"
 
 
-def test_a_stopped_host_leaves_nothing_in_the_temporary_directory(engines, files, tmp_path: Path) -> None:
+@pytest.fixture
+def short_tmp():
+    """An empty directory with a short path: the forkserver's socket path under it must fit AF_UNIX's 107 bytes,
+    which a TMPDIR under pytest's tmp_path on CI's /dev/shm does not ("OSError: AF_UNIX path too long")."""
+    path = Path(tempfile.mkdtemp(prefix="fs-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_stopped_host_leaves_nothing_in_the_temporary_directory(engines, files, short_tmp: Path) -> None:
     # multiprocessing puts the forkserver's socket in a pymp-* directory under TMPDIR and removes it in an exit
     # hook, which the host's os._exit skips: every study on vLLM left one behind.
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    engine = engines(env={"TMPDIR": str(tmp)})
-    assert engine.run_restart(_config("ok"), WORKLOAD, restart=0, seed=0).status == RestartStatus.OK
-    assert list(tmp.glob("pymp-*")), "the forkserver's socket directory is under the engine's TMPDIR"
+    engine = engines(env={"TMPDIR": str(short_tmp)})
+    result = engine.run_restart(_config("ok"), WORKLOAD, restart=0, seed=0)
+    assert result.status == RestartStatus.OK, f"{result.error}\n{result.log_tail}"
+    assert list(short_tmp.glob("pymp-*")), "the forkserver's socket directory is under the engine's TMPDIR"
     host = engine._host
     assert host is not None
     engine.close()
     assert _wait_gone([host.pid, *_importers(files["imports"])]) == []
-    assert sorted(p.name for p in tmp.iterdir()) == []
+    assert sorted(p.name for p in short_tmp.iterdir()) == []
 
 
 def test_an_engine_dropped_without_close_stops_its_host(tmp_path: Path, files) -> None:
