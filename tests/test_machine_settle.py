@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -90,8 +91,13 @@ def test_gpu_free_memory_is_waited_for_where_nvml_reports_it(tmp_path):
 def test_a_leftover_engine_process_is_found_by_its_tag_and_holds_the_start(tmp_path):
     with EngineProcess(["sleep", "30"]) as proc:
         prefix = proc.tag.split("-")[0] + "-"
-        found = engine_leftovers(TAG_ENV, prefix)
-        assert f"{proc.pid} (sleep)" in found
+        # Popen returns once the child's exec closed its close-on-exec pipe, which the kernel does before it sets
+        # up the new environment: on a loaded machine /proc/PID/environ can read empty for a moment (53 of 16,051
+        # starts beside two busy loops). settle() asks again each interval, so this asks for a few seconds too.
+        deadline = time.monotonic() + 5.0
+        while f"{proc.pid} (sleep)" not in engine_leftovers(TAG_ENV, prefix) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert f"{proc.pid} (sleep)" in engine_leftovers(TAG_ENV, prefix)
         assert f"{proc.pid} (sleep)" not in engine_leftovers(TAG_ENV, prefix, exclude_sessions=(proc.pid,))
         fake = SlowRelease(tmp_path / "meminfo", full=100 * GIB)
         with pytest.raises(MemoryNotSettled, match=rf"earlier restart still run: {proc.pid} \(sleep\)"):
