@@ -114,3 +114,27 @@ def test_the_gb10_recipe_passes_the_admission_check_on_every_reported_spark(monk
     # The simulator's value (0.85) would not have: vLLM refuses to start.
     assert {f.topic: f for f in findings(gb10(memory=MemInfo(int(121.7 * GIB), 91 * GIB, 2 * GIB)))}[
         "admission"].level == "FIX"
+
+
+def test_the_import_check_through_the_recipes_container_leaves_nothing_in_tmpdir(monkeypatch, tmp_path):
+    # The recipe's launcher mounts {workdir}; before a study has one, the import check ran with a scratch
+    # directory made for it and left behind empty in TMPDIR at every `autotune doctor`.
+    import sys
+    import tempfile
+
+    from autotune.cli.doctor import gather
+    from autotune.config.space import load_space
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text(f"#!{sys.executable}\nimport sys\nif sys.argv[1] != 'run':\n    sys.exit(2)\nprint('0.31.0')\n")
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    facts = gather(load_space(str(REPO / "search_spaces" / "gb10.yaml")))
+    assert facts.vllm_version == "0.31.0", facts.vllm_error
+    assert any(str(scratch) in part for part in facts.interpreter), "the mount named the throw-away directory"
+    assert sorted(p.name for p in scratch.iterdir()) == []

@@ -10,6 +10,7 @@ its numbers may be off) or ``FIX`` (a study would fail or endanger the host, wit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import glob
 import os
@@ -124,8 +125,9 @@ def gather(space: Any = None) -> Facts:
     if engine == "vllm":
         # What vLLM is given: engine.vllm.extra_args over engine_args (the GB10 recipe sets its memory there).
         engine_args.update(options.get("extra_args") if isinstance(options.get("extra_args"), dict) else {})
-        interpreter = _interpreter(options)
-        version, error = vllm_version(interpreter)
+        with contextlib.ExitStack() as scratch:
+            interpreter = _interpreter(options, scratch)
+            version, error = vllm_version(interpreter)
     return Facts(
         memory=read_meminfo(), machine=platform.machine(), root=os.geteuid() == 0, governors=_governors(),
         cpu_mhz=freqs[0], cpu_max_mhz=freqs[1], gpus=None if states is None else tuple(states),
@@ -134,18 +136,22 @@ def gather(space: Any = None) -> Facts:
         vllm_version=version, vllm_error=error)
 
 
-def _interpreter(options: Mapping[str, Any]) -> tuple[str, ...]:
+def _interpreter(options: Mapping[str, Any], scratch: contextlib.ExitStack) -> tuple[str, ...]:
     launcher = options.get("launcher")
     if launcher and "{" in str(launcher):
-        # Placeholders ({image}, {workdir}, ...) are the engine's to fill in (a scratch directory stands for the
-        # study's); options it refuses are left as written, and the import check says what fails.
+        # Placeholders ({image}, {workdir}, ...) are the engine's to fill in (a throw-away directory, which
+        # ``scratch`` removes after the import check, stands for the study's); options it refuses are left as
+        # written, and the import check says what fails.
         from autotune.engines import EngineError
         from autotune.engines.vllm import VllmEngine
 
         try:
-            return tuple(VllmEngine(**options).interpreter())
+            engine = VllmEngine(**options)
         except (EngineError, TypeError):
             pass
+        else:
+            scratch.enter_context(engine.throwaway_workdir())
+            return tuple(engine.interpreter())
     if launcher:
         import shlex
 

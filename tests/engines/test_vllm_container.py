@@ -7,6 +7,7 @@ import io
 import os
 import shlex
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -150,3 +151,21 @@ def test_bad_placeholders_are_refused_when_the_engine_is_made(options, needle):
         VllmEngine(**options)
     assert needle in str(info.value) and "\n" not in str(info.value)
 
+
+
+def test_checking_the_recipe_before_the_study_has_its_directory_leaves_nothing_in_tmpdir(tmp_path, monkeypatch):
+    # `autotune tune` checks the engine (it probes vLLM in the container) before the study has chosen its
+    # directory; the launcher's {workdir} then named a scratch directory made for it, left empty in TMPDIR.
+    _fake_docker(tmp_path / "bin", "sha256:" + "a" * 64)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    space = load_space(str(RECIPE))
+    engine = make_engine("vllm", **space.engine["vllm"])  # as `autotune tune` makes it: no cache_dir yet
+    engine.check(type("S", (), {"check_model_paths": lambda self: None})())
+    assert engine.describe().version == "0.31.0", "the probe ran"
+    assert sorted(p.name for p in scratch.iterdir()) == []
+    engine.cache_dir = str(tmp_path / "runs" / "s")  # what opening the study does
+    assert engine.work_dir() == tmp_path / "runs" / "s"
+    assert sorted(p.name for p in scratch.iterdir()) == []

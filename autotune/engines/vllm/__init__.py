@@ -32,6 +32,7 @@ Engine options (the space's ``engine:`` section or ``--engine-opt KEY=VALUE``):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -41,7 +42,7 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -472,10 +473,10 @@ class VllmEngine(EngineBackend):
         Raises:
             EngineError: vLLM cannot be imported there (the message names the interpreter and the fix).
         """
-        argv = [*self.interpreter(), "-c", _PROBE_SOURCE]
-        # A throw-away log: check() runs before the study has chosen its cache directory.
-        with tempfile.TemporaryDirectory(prefix="autotune-probe-") as tmp:
-            outcome = launch(argv, log_path=Path(tmp) / "probe.log", startup_timeout_s=_PROBE_TIMEOUT_S,
+        # A throw-away directory: check() runs before the study has chosen its cache directory.
+        with self.throwaway_workdir() as tmp:
+            argv = [*self.interpreter(), "-c", _PROBE_SOURCE]
+            outcome = launch(argv, log_path=tmp / "probe.log", startup_timeout_s=_PROBE_TIMEOUT_S,
                              measure_timeout_s=_PROBE_TIMEOUT_S, env=self.process_env(with_cache=False))
             text = Path(outcome.log_path).read_text(errors="replace") if Path(outcome.log_path).exists() else ""
         if outcome.result is not None and outcome.returncode == 0:
@@ -561,6 +562,26 @@ class VllmEngine(EngineBackend):
         env.update(self.runner_env(with_cache))
         env["PYTHONUNBUFFERED"] = "1"
         return env
+
+    @contextlib.contextmanager
+    def throwaway_workdir(self) -> Iterator[Path]:
+        """A directory removed on leaving, which stands for the study's until the study gives the engine one.
+
+        What runs before a study has its directory (the probe in :meth:`check`, ``autotune doctor``'s import
+        check) renders the launcher's placeholders (``{workdir}``) with this one, not with a scratch directory
+        that :meth:`work_dir` would make and that would be left behind empty in TMPDIR once the study gives the
+        engine its own. A container may leave files here that this user cannot remove (root's, without
+        ``--user``); those stay.
+        """
+        with tempfile.TemporaryDirectory(prefix="autotune-probe-", ignore_cleanup_errors=True) as tmp:
+            borrowed = not self.cache_dir and self._scratch is None
+            if borrowed:
+                self._scratch = tmp
+            try:
+                yield Path(tmp)
+            finally:
+                if borrowed:
+                    self._scratch = None
 
     def work_dir(self) -> Path:
         """The study-local directory (``cache_dir``), or a temporary one when none was given."""
