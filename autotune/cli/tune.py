@@ -45,7 +45,14 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-racing", action="store_true", help="give every trial exactly --restarts restarts")
     p.add_argument("--top-k", type=int, default=None,
                    help="configurations verified at the end (default: 3; with --budget-restarts, 1 per 30 starts)")
-    p.add_argument("--verify-restarts", type=int, default=3, help="restarts per verified configuration")
+    p.add_argument("--verify-restarts", type=int, default=None,
+                   help="fixed restarts per verified configuration (default: planned from the noise the search "
+                        "measured, to resolve --min-effect at --power within the budget)")
+    p.add_argument("--min-effect", type=float, default=None,
+                   help="smallest speedup worth detecting, which verification's restarts are planned for "
+                        "(default: 1.05)")
+    p.add_argument("--power", type=float, default=None,
+                   help="chance the plan aims to give a real --min-effect speedup of being found (default: 0.8)")
     p.add_argument("--verify-rounds", type=int, default=5,
                    help="most extra rounds of the winner and the baseline while its speedup interval straddles 1 "
                         "and the budget pays (a group-sequential design; 0: fixed verification; default: %(default)s)")
@@ -97,6 +104,10 @@ def _check_flags(args: argparse.Namespace, options: Any) -> None:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if options.verify_sequential_rounds < 0:
         raise UsageError(f"--verify-rounds must be >= 0 (0: fixed verification), got {options.verify_sequential_rounds}")
+    if not (1.0 < options.min_effect <= 10.0):
+        raise UsageError(f"--min-effect must be a speedup above 1 and at most 10 (1.05 is 5%), got {options.min_effect:g}")
+    if not (0.5 <= options.power < 1.0):
+        raise UsageError(f"--power must be at least 0.5 and below 1 (0.8 is 80%), got {options.power:g}")
     if not 0.0 < options.verify_margin < 1.0:
         raise UsageError(f"--verify-margin must be a fraction between 0 and 1 (0.03 is 3%), got {options.verify_margin:g}")
     restarts = options.policy.min_restarts

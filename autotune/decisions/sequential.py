@@ -50,6 +50,13 @@ class SequentialPlan:
         alpha: Error rate of the winner's comparison (the family's, Bonferroni over ``comparisons``).
         comparisons: Challengers compared with the baseline.
         margin: Equivalence margin.
+        first_alpha: The first look's own error rate, when the design splits it off (a planned verification,
+            :mod:`autotune.decisions.planning`): the first look is the planned fixed-size test at ``first_alpha``,
+            and ``alpha`` is what is kept for the rounds after it, spent over their looks alone. Whatever made the
+            rounds run (a budget that paid for them at once, or a resume with a larger budget after an open
+            verdict), a false claim at the first look or at any later one has chance at most
+            ``first_alpha + alpha``, since the later looks' design (its rounds and sizes) was fixed before the first
+            look was read. 0: the first look is the design's first (the Lan-DeMets design over every look).
     """
 
     winner: str
@@ -60,6 +67,12 @@ class SequentialPlan:
     alpha: float
     comparisons: int = 1
     margin: float = DEFAULT_MARGIN
+    first_alpha: float = 0.0
+
+    @property
+    def total_alpha(self) -> float:
+        """The error rate the design holds over every look."""
+        return self.alpha + self.first_alpha
 
     @property
     def looks(self) -> int:
@@ -108,9 +121,17 @@ class SequentialLook:
     equivalent: bool
     stopped: str
     spending: str = SPENDING
+    #: The first look's own share of ``alpha`` (0: none split off, see :class:`SequentialPlan`).
+    first_alpha: float = 0.0
 
     def describe(self) -> str:
         """``sequential: look 3 of 6, alpha spent 0.021 of 0.05 (...); stopped: ...``."""
+        if self.first_alpha > 0.0:
+            kept = self.alpha - self.first_alpha
+            return (f"sequential: look {self.look} of {self.looks}, alpha spent {self.alpha_spent:.3g} of "
+                    f"{self.alpha:.3g} (the planned restarts' look at {self.first_alpha:.3g}, {kept:.3g} kept for "
+                    f"{self.looks - 1} more rounds, {self.spending} spending; this look's interval at "
+                    f"{100 * self.nominal_confidence:.2f}% nominal); stopped: {self.stopped}")
         return (f"sequential: look {self.look} of {self.looks}, alpha spent {self.alpha_spent:.3g} of "
                 f"{self.alpha:.3g} ({self.spending} spending; this look's interval at "
                 f"{100 * self.nominal_confidence:.2f}% nominal); stopped: {self.stopped}")
@@ -135,11 +156,15 @@ def _inside_margin(c: Comparison, margin: float) -> bool:
 def _look(plan: SequentialPlan, winner: Sequence[float], baseline: Sequence[float]) -> tuple[Comparison, int, float]:
     """The comparison at the last look these values reach, its look number and its nominal level."""
     extra = max(0, min(len(winner) - plan.n_winner, len(baseline) - plan.n_baseline, plan.extra_rounds))
-    levels = look_levels([plan.fraction(k) for k in range(extra + 1)], plan.alpha)
-    nominal = levels[-1]
+    if plan.first_alpha > 0.0:
+        # The first look at its own share; the rounds after it spend what was kept, over their own looks.
+        nominal = (plan.first_alpha if extra == 0
+                   else look_levels([plan.fraction(k) for k in range(1, extra + 1)], plan.alpha)[-1])
+    else:
+        nominal = look_levels([plan.fraction(k) for k in range(extra + 1)], plan.alpha)[-1]
     c = compare(winner[: plan.n_winner + extra], baseline[: plan.n_baseline + extra], alpha=nominal)
     # The interval is the repeated confidence interval: its stated level is the design's, not the nominal one.
-    stated = dataclasses.replace(c, confidence=1.0 - plan.alpha, comparisons=plan.comparisons)
+    stated = dataclasses.replace(c, confidence=1.0 - plan.total_alpha, comparisons=plan.comparisons)
     return stated, extra + 1, nominal
 
 
@@ -160,8 +185,10 @@ def read_look(plan: SequentialPlan, winner: Sequence[RestartResult],
     else:
         stopped = BUDGET
     spent = obrien_fleming_spent(plan.fraction(look - 1), plan.alpha)
-    return comparison, SequentialLook(look, plan.looks, spent, plan.alpha, 1.0 - nominal, plan.margin,
-                                      equivalent, stopped)
+    if plan.first_alpha > 0.0:
+        spent = plan.first_alpha + (obrien_fleming_spent(plan.fraction(look - 1), plan.alpha) if look > 1 else 0.0)
+    return comparison, SequentialLook(look, plan.looks, spent, plan.total_alpha, 1.0 - nominal, plan.margin,
+                                      equivalent, stopped, first_alpha=plan.first_alpha)
 
 
 def continues(plan: SequentialPlan, winner: Sequence[RestartResult], baseline: Sequence[RestartResult],

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.decisions.planning import RestartPlan
 from autotune.decisions.sequential import SequentialLook, SequentialPlan, read_look
 from autotune.stats.intervals import Comparison, TrialSummary, Verdict, compare, shrunk_means, summarize
 from autotune.stats.latency import SloCheck, check_slo, meets_slo, summarize_latency
@@ -39,6 +40,7 @@ __all__ = [
     "Progress",
     "Rounds",
     "round_participants",
+    "scheduled",
     "select_candidates",
 ]
 
@@ -235,6 +237,12 @@ class Verification:
             when there were none to give.
         sequential: Where the sequential design stood at the conclusion (:mod:`autotune.decisions.sequential`);
             ``None`` for a fixed design (no rounds planned after the first look, or a study from before it).
+        plan: The restarts each side was planned from the search's noise (:mod:`autotune.decisions.planning`);
+            ``None`` for the fixed design.
+        baseline_restarts: Counted restarts the baseline was given in the common rounds (``restarts_per_config``
+            when the sides were given the same).
+        extension: Which extension of the verification concluded this (0: the first conclusion; each resume with a
+            larger budget that ran more rounds adds one).
     """
 
     entries: tuple[VerifiedConfig, ...]
@@ -244,6 +252,9 @@ class Verification:
     minutes_used: float
     max_restarts: int | None = None
     sequential: SequentialLook | None = None
+    plan: RestartPlan | None = None
+    baseline_restarts: int | None = None
+    extension: int = 0
 
     @property
     def winner(self) -> VerifiedConfig:
@@ -270,6 +281,9 @@ class Verification:
             "max_restarts": self.max_restarts,
             "verdict": self.verdict,
             "sequential": None if self.sequential is None else self.sequential.to_dict(),
+            "plan": None if self.plan is None else self.plan.to_dict(),
+            "baseline_restarts": self.baseline_restarts,
+            "extension": self.extension,
         }
 
     @classmethod
@@ -282,6 +296,9 @@ class Verification:
             float(data["minutes_used"]),
             None if data.get("max_restarts") is None else int(data["max_restarts"]),
             None if data.get("sequential") is None else SequentialLook.from_dict(data["sequential"]),
+            None if data.get("plan") is None else RestartPlan.from_dict(data["plan"]),
+            None if data.get("baseline_restarts") is None else int(data["baseline_restarts"]),
+            int(data.get("extension") or 0),
         )
 
 
@@ -353,20 +370,39 @@ class Rounds:
                 if any(not r.ok for r in results)}
 
 
+def scheduled(count: int, rounds: int, rnd: int) -> bool:
+    """Whether a side with ``count`` counted restarts in ``rounds`` common rounds runs round ``rnd``.
+
+    Its restarts are spread evenly over the rounds (round ``floor(i * rounds / count)`` for its ``i``-th), the
+    first round always among them: with 3 challenger restarts against 8 of the baseline, the challengers run rounds
+    0, 2 and 5, so drift over the phase reaches both sides alike, and every round keeps the seed it has for all.
+    """
+    if count >= rounds:
+        return rnd < rounds
+    return any(i * rounds // count == rnd for i in range(count))
+
+
 def round_participants(candidates: Sequence[Candidate], progress: Progress, rnd: int,
-                       restarts: int, confidence: float) -> list[Candidate] | None:
+                       restarts: int, confidence: float, baseline_restarts: int | None = None) -> list[Candidate] | None:
     """Who runs round ``rnd``: everyone in the first round; the challengers :func:`first_round_cut` keeps in the
-    other common rounds; after them the challengers still tied with the leader; the baseline in every round.
-    ``None``: no more rounds (the leading challenger is settled). ``progress`` holds the rounds before ``rnd``, in
-    round order."""
+    other common rounds they are scheduled for; after them the challengers still tied with the leader; the baseline
+    in every round it is scheduled for, and beside the tied challengers after them. ``None``: no more rounds (the
+    leading challenger is settled). ``progress`` holds the rounds before ``rnd``, in round order.
+
+    ``restarts`` counted restarts per challenger, ``baseline_restarts`` for the baseline (default the same): the
+    common rounds are as many as the larger, each side's spread over them (:func:`scheduled`).
+    """
+    base_n = restarts if baseline_restarts is None else baseline_restarts
+    common = max(restarts, base_n)
     if rnd == 0:
         return list(candidates)
     contenders = first_round_cut(candidates, progress)
-    if rnd < restarts:
-        keep = {c.config.key() for c in contenders}
-        return [c for c in candidates if c.config.key() in keep or c.role == BASELINE]
-    for r in range(restarts, rnd + 1):
-        contenders = _contenders(contenders, progress, r, confidence)
+    if rnd < common:
+        keep = {c.config.key() for c in contenders} if scheduled(restarts, common, rnd) else set()
+        return [c for c in candidates if c.config.key() in keep
+                or (c.role == BASELINE and scheduled(base_n, common, rnd))]
+    for r in range(common, rnd + 1):
+        contenders = _contenders(contenders, progress, restarts + r - common, confidence)
         if len(contenders) < 2:
             return None
     keep = {c.config.key() for c in contenders}
@@ -407,7 +443,8 @@ def first_round_cut(candidates: Sequence[Candidate], progress: Progress) -> list
 
 def _contenders(current: Sequence[Candidate], progress: Progress, rnd: int,
                 confidence: float) -> list[Candidate]:
-    """The challengers of ``current`` that could still be the best challenger, judged on rounds before ``rnd``.
+    """The challengers of ``current`` that could still be the best challenger, judged on their first ``rnd``
+    counted restarts (what the rounds before this one gave each).
 
     The leader is the challenger with the highest mean; a challenger stays while its interval for the ratio to
     the leader (:func:`compare` at ``confidence``) reaches 1. The set only shrinks, so who ran which round is

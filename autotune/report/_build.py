@@ -28,7 +28,9 @@ from autotune.report.latency import (Prompts, SloOutcome, TrialLatency, prompts_
 from autotune.report.levels import LevelBest, level_bests, render_levels
 from autotune.report._machine import MachineNotes, machine_notes, render_machine
 from autotune.report.outputs import OutputChecks, output_checks, render_outputs
+from autotune.decisions.planning import RestartPlan
 from autotune.decisions.sequential import SequentialLook, sequential_lines
+from autotune.report._verdict import open_verdict_note
 from autotune.report._counts import (FAILED, INTERRUPTED, FailedTrial, TrialCounts, classify_trials, count_outcomes,
                                      listed)
 from autotune.decisions.verification import BASELINE, Verification, VerifiedConfig
@@ -291,15 +293,24 @@ class VerificationTable:
     max_restarts: int | None = None
     #: The sequential design at the conclusion (autotune.decisions.sequential.SequentialLook); None: fixed design.
     sequential: SequentialLook | None = None
-    #: Why no sequential round ran although the verdict stayed open (:func:`_no_sequential_rounds`); None otherwise.
+    #: Why the verdict is open and what would close it (:func:`~autotune.report._verdict.open_verdict_note`);
+    #: None when it is settled.
     no_sequential: str | None = None
+    #: The restarts each side was planned from the search's noise (None: the fixed design).
+    plan: RestartPlan | None = None
+    #: Counted restarts of the baseline in the common rounds (None: as every configuration's).
+    baseline_restarts: int | None = None
+    #: Which extension concluded this verification (0: the first conclusion).
+    extension: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"entries": [e.to_dict() for e in self.entries], "restarts_per_config": self.restarts_per_config,
                 "max_restarts": self.max_restarts,
                 "restarts_used": self.restarts_used, "minutes_used": self.minutes_used,
                 "sequential": None if self.sequential is None else self.sequential.to_dict(),
-                "no_sequential": self.no_sequential}
+                "no_sequential": self.no_sequential,
+                "plan": None if self.plan is None else self.plan.to_dict(),
+                "baseline_restarts": self.baseline_restarts, "extension": self.extension}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -428,7 +439,8 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
     if v is not None:
         rows = _flag_speculation_changes(ledger, tuple(VerifiedRow.from_verified(e) for e in v.entries))
         table = VerificationTable(rows, v.restarts_per_config, v.restarts_used, round(v.minutes_used, 3),
-                                  v.max_restarts, v.sequential, _no_sequential_rounds(ledger, meta, v))
+                                  v.max_restarts, v.sequential, open_verdict_note(ledger, meta, v), v.plan,
+                                  v.baseline_restarts, v.extension)
         winner = rows[v.winner_index]
         baseline = next(r for r in rows if r.is_baseline)
         verdict = v.verdict
@@ -486,34 +498,6 @@ def _flag_speculation_changes(ledger: Ledger, rows: tuple[VerifiedRow, ...]) -> 
                 row = dataclasses.replace(row, differences=(*row.differences, str(change)))
         out.append(row)
     return tuple(out)
-
-
-def _no_sequential_rounds(ledger: Ledger, meta: StudyMeta, v: Verification) -> str | None:
-    """Why verification ended with the verdict open and no sequential round, when the design allowed some.
-
-    The H200 MoE study ended "no significant difference" with its interval straddling 1 and said nothing of the
-    sequential rounds it was set to run: the budget left after the verification rounds paid for none, and only
-    ``--json``'s ``sequential: null`` showed it.
-    """
-    plan = ledger.verify_sequential()
-    if plan is None or plan.extra_rounds > 0 or not meta.verify_sequential_rounds:
-        return None
-    entry = v.entries[v.winner_index]
-    if entry.comparison is None or entry.comparison.verdict != Verdict.NOT_SIGNIFICANT:
-        return None
-    base = next(e for e in v.entries if e.candidate.role == BASELINE)
-    pair = [(entry.candidate.config.key(), False), (base.candidate.config.key(), False)]
-    starts, minutes = ledger.budget_used()
-    spent = []
-    if meta.budget_minutes is not None:
-        round_min = StartCosts.of(ledger).forecast(pair)
-        spent.append(f"{minutes:.1f} of {meta.budget_minutes:g} engine-minutes used when the verification rounds "
-                     f"ended, a round of the winner and the baseline ~{round_min:.1f} min")
-    if meta.budget_restarts is not None:
-        spent.append(f"{starts} of {meta.budget_restarts} engine starts used, a round 2")
-    return (f"No sequential round ran: the interval still straddles 1, and the budget left paid for none of the up to "
-            f"{meta.verify_sequential_rounds} rounds that could have settled it"
-            + (f" ({'; '.join(spent)})" if spent else "") + ".")
 
 
 def no_result_reason(counts: TrialCounts, failures: Sequence[FailedTrial], winner: VerifiedRow | None,
@@ -684,8 +668,12 @@ def _verification_lines(report: Report, winner: VerifiedRow, table: Verification
         lines.append(f"Verdict: {str(report.verdict).upper()} - winner is {speedup:.2f}x the baseline{ci}")
         if table.sequential is not None:
             lines += sequential_lines(table.sequential)
-        elif table.no_sequential is not None:
+        if table.no_sequential is not None:
             lines.append(table.no_sequential)
+    if table.plan is not None:
+        lines.append(table.plan.describe()
+                     + (f"; extended {table.extension} time{'s' if table.extension != 1 else ''} by a resume with a "
+                        "larger budget" if table.extension else ""))
     if winner.differences:
         lines.append("WARNING: the winner itself did not run as configured: " + "; ".join(winner.differences)
                      + ". Its throughput is what the engine resolved to; export it knowing that.")

@@ -32,6 +32,11 @@ _SEARCH_CLOSED_KEY = "autotune:search_closed"
 _VERIFY_CANDIDATES_KEY = "autotune:verify_candidates"
 #: The sequential verification design, fixed at its first look (:class:`~autotune.decisions.sequential.SequentialPlan`).
 _VERIFY_SEQUENTIAL_KEY = "autotune:verify_sequential"
+#: Verification's restarts per side, planned from the search's noise when verification started
+#: (:class:`~autotune.decisions.planning.RestartPlan`).
+_VERIFY_PLAN_KEY = "autotune:verify_plan"
+#: How many times a resume with a larger budget extended a concluded, open verification.
+_VERIFY_EXTENSION_KEY = "autotune:verify_extension"
 #: Verification restarts run so far: config key -> list of restart dicts, saved after every restart.
 _VERIFY_PROGRESS_KEY = "autotune:verify_progress"
 #: The finished verification (:class:`~autotune.decisions.verification.Verification`).

@@ -14,7 +14,7 @@ class StudyMeta:
     """What a study records once about itself: space, engine, model, workload, search settings, command.
 
     The search settings (``sampler``, ``racing``, ``top_k``, ``verify_restarts``, ``verify_max_restarts``,
-    ``verify_sequential_rounds``, ``verify_margin``, the budgets, ``trials``, ``seed``, ``command``, ``confidence``, ``interval_method``, ``verify``, ``enqueue``) are
+    ``verify_sequential_rounds``, ``verify_margin``, ``verify_planned``, ``min_effect``, ``power``, the budgets, ``trials``, ``seed``, ``command``, ``confidence``, ``interval_method``, ``verify``, ``enqueue``) are
     :meth:`autotune.study.StudyOptions.stored_settings`, kept flat because every stored study has them so;
     :meth:`~autotune.study.StudyOptions.from_meta` reads them back. ``None`` is a setting the autotune that wrote
     the study did not store: the reader takes the default, which has one home, :class:`~autotune.study.StudyOptions`.
@@ -33,6 +33,9 @@ class StudyMeta:
     verify_max_restarts: int | None = None
     verify_sequential_rounds: int | None = None
     verify_margin: float | None = None
+    verify_planned: bool | None = None
+    min_effect: float | None = None
+    power: float | None = None
     budget_restarts: int | None = None
     budget_minutes: float | None = None
     trials: int | None = None

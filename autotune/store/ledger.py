@@ -44,8 +44,6 @@ from autotune.core.records import EngineConfig, RestartResult
 from autotune.core.redact import redact
 from autotune.decisions.outputs import CONSTRAINT as _OUTPUT_CONSTRAINT
 from autotune.decisions.outputs import OutputCheck, constraint_value
-from autotune.decisions.sequential import SequentialPlan
-from autotune.decisions.verification import Candidate, Verification
 from autotune.machine import FLOOR_CONSTRAINT
 from autotune.stats.coldstart import ColdVerdict
 from autotune.stats.intervals import TrialSummary
@@ -60,6 +58,7 @@ from autotune.store._keys import (  # noqa: F401 - the key constants are importa
     MLFLOW_PARENT_JOB, SCHEMA_VERSION, VERIFY_CONCLUDE_JOB, bare as _bare,
 )
 from autotune.store._meta import StudyMeta
+from autotune.store._verification_records import VerificationRecords
 from autotune.store.search_end import SearchEnd
 from autotune.store._owners import owner_id
 from autotune.store._owners import pid_dead as _pid_dead
@@ -167,7 +166,7 @@ def load(study_name: str, storage: str = DEFAULT_STORAGE) -> Ledger:
 
 
 
-class Ledger:
+class Ledger(VerificationRecords):
     """One study's record: typed writers and readers over its Optuna user attributes.
 
     Args:
@@ -224,6 +223,9 @@ class Ledger:
 
     def _study_attr(self, key: str, default: Any = None) -> Any:
         return self._get(self.study.user_attrs, key, default)
+
+    def _has_study(self, key: str) -> bool:
+        return self._has(self.study.user_attrs, key)
 
     # -- trial writers (on the live optuna.Trial) --------------------------------------------------------
 
@@ -628,35 +630,6 @@ class Ledger:
 
     def record_search_closed(self) -> None:
         self._set_study(_SEARCH_CLOSED_KEY, True)
-
-    def verify_candidates(self) -> list[Candidate] | None:
-        stored = self._study_attr(_VERIFY_CANDIDATES_KEY)
-        return None if stored is None else [Candidate.from_dict(c) for c in stored]
-
-    def record_verify_candidates(self, candidates: Sequence[Candidate]) -> None:
-        self._set_study(_VERIFY_CANDIDATES_KEY, [c.to_dict() for c in candidates])
-
-    def verify_sequential(self) -> SequentialPlan | None:
-        stored = self._study_attr(_VERIFY_SEQUENTIAL_KEY)
-        return None if stored is None else SequentialPlan.from_dict(stored)
-
-    def record_verify_sequential(self, plan: SequentialPlan) -> None:
-        self._set_study(_VERIFY_SEQUENTIAL_KEY, plan.to_dict())
-
-    def verify_progress(self) -> dict[str, list[dict[str, Any]]]:
-        """Verification restarts a single-process autotune of an earlier version stored, by config key (this one
-        stores them on the rounds' claims: :meth:`verify_rounds`)."""
-        return {k: list(v) for k, v in (self._study_attr(_VERIFY_PROGRESS_KEY) or {}).items()}
-
-    def verification(self) -> Verification | None:
-        raw = self._study_attr(_VERIFICATION_KEY)
-        return None if raw is None else Verification.from_dict(raw)
-
-    def has_verification(self) -> bool:
-        return self._has(self.study.user_attrs, _VERIFICATION_KEY)
-
-    def record_verification(self, verification: Verification) -> None:
-        self._set_study(_VERIFICATION_KEY, verification.to_dict())
 
     def cold_verdict(self) -> ColdVerdict:
         """The study's stored cold-start verdict (undecided when none is stored yet)."""

@@ -50,9 +50,11 @@ from collections.abc import Iterable, Sequence
 from autotune.config.space import SearchSpace
 from autotune.core import facts as F
 from autotune.core.records import RestartResult
-from autotune.decisions.verification import Candidate
+from autotune.decisions.planning import RestartPlan
+from autotune.decisions.verification import BASELINE, Candidate
 from autotune.stats.coldstart import ColdVerdict
 from autotune.store.ledger import Ledger
+from autotune.study._planning import plan_for
 from autotune.study.options import StudyOptions
 
 __all__ = ["BudgetTooSmall", "PhasedStart", "Start", "StartCosts", "check_budget", "minimum_plan",
@@ -238,16 +240,42 @@ def _verify_top_k(ledger: Ledger, options: StudyOptions) -> int:
     return options.top_k_for(options.budget_minutes / warm if warm > 0 else 0)
 
 
+def restart_plan(ledger: Ledger, space: SearchSpace, options: StudyOptions,
+                 candidates: Sequence[Candidate] | None = None, reserved: float = 0.0) -> RestartPlan | None:
+    """Verification's restarts as the study would plan them now (:func:`autotune.study._planning.plan_for`), at the
+    study's measured prices, within what the budget has left (less ``reserved`` minutes for starts that must come
+    first); ``None`` for the fixed design. With ``candidates`` (verification starts now) the plan may take all that
+    is left; during the search at most its share."""
+    if not options.verify or not options.verify_planned:
+        return None
+    costs = StartCosts.of(ledger)
+    base_key = space.baseline().key()
+    lead = next((c.config.key() for c in candidates or () if c.role != BASELINE), None)
+    price = (costs.price((lead, False)), costs.price((base_key, False))) if costs.warm else None
+    used, minutes = ledger.budget_used()
+    left_minutes = None if options.budget_minutes is None else options.budget_minutes - minutes - reserved
+    left_starts = None if options.budget_restarts is None else options.budget_restarts - used
+    top_k = len([c for c in candidates or () if c.role != BASELINE and not c.runner_up]) or _verify_top_k(ledger,
+                                                                                                        options)
+    return plan_for(ledger, space, options, top_k, candidates, left_minutes, left_starts, price,
+                    final=candidates is not None)
+
+
 def _verify_plan(ledger: Ledger, space: SearchSpace, options: StudyOptions) -> list[Start]:
-    """Verification's share: the baseline and ``top_k`` configurations, ``verify_restarts`` warm restarts each, and
-    with several compile caches one cold start per verified configuration and other cache. The runner-up
-    (:func:`_candidates`) gets no share: it runs on a start the search left over."""
+    """Verification's share: the baseline and ``top_k`` configurations, the restarts the noise plan gives each side
+    (``verify_restarts`` each in the fixed design), and with several compile caches one cold start per verified
+    configuration and other cache. The runner-up (:func:`_candidates`) gets no share: it runs on a start the search
+    left over."""
     if not options.verify:
         return []
-    keys: list[str | None] = [space.baseline().key(), *([None] * _verify_top_k(ledger, options))]
-    plan: list[Start] = [(key, False) for key in keys for _ in range(options.verify_restarts)]
+    top_k = _verify_top_k(ledger, options)
+    plan = restart_plan(ledger, space, options)
+    n_c, n_b = (options.verify_restarts, options.verify_restarts) if plan is None else (plan.challenger, plan.baseline)
+    base = space.baseline().key()
+    starts: list[Start] = [(base, False)] * n_b + [(None, False)] * (n_c * top_k)
     others = min(options.verify_restarts, max(0, ledger.compile_caches() - 1))
-    return plan + [(key, True) for key in keys for _ in range(others)]
+    keys: list[str | None] = [base, *([None] * top_k)]
+    return starts + [(key, True) for key in keys for _ in range(others)]
 
 
 def _runner_up_starts(ledger: Ledger) -> list[Start]:
@@ -343,7 +371,8 @@ def _search_may_start(ledger: Ledger, options: StudyOptions, extra: Sequence[Sta
     used, minutes = ledger.budget_used()
     in_flight = ledger.starts_in_flight(unplanned=options.policy.min_restarts)
     if options.budget_restarts is not None:
-        held = in_flight + options.verify_reserve
+        plan = restart_plan(ledger, space, options) if space is not None else None
+        held = in_flight + (options.verify_reserve if plan is None else plan.starts)
         if options.verify:
             # A verification round in a compile cache that never ran a configuration starts it cold first: with
             # several caches (machines, workdirs) hold one such start per verified configuration and other cache.

@@ -16,7 +16,7 @@ from autotune.store.search_end import INTERRUPTED
 from autotune.study._open import DEFAULT_POLL_S, _open
 from autotune.study._optimize import _interruption, _search
 from autotune.study._stopping import search_end
-from autotune.study._verification import _verify
+from autotune.study._verification import _verify, extension_due
 from autotune.study.events import StudyContext, StudyObserver, notify
 from autotune.study.options import StudyOptions
 
@@ -66,7 +66,7 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
         try:
             _search(ctx, observers)
             searching = False
-            if options.verify and not ledger.has_verification():
+            if options.verify and (not ledger.has_verification() or extension_due(ctx)):
                 _verify(ctx, observers)
             elif not ledger.has_verification():
                 # No verification: the study is over once the search is; one worker closes it.

@@ -36,7 +36,7 @@ def plan(loop: VerificationLoop) -> SequentialPlan | None:
     stored = loop.book.sequential_plan()
     if stored is not None:
         return stored
-    fixed = _before(loop.book.rounds(), loop.cap).progress()
+    fixed = _before(loop.book.rounds(), loop.tie_end).progress()
     first = conclude(loop.candidates, fixed, loop.common, loop.confidence, loop.interval_method, loop.alpha,
                      max_restarts=loop.cap, slo=loop.slo or {}, unit=loop.unit)
     winner, comparison = first.winner, first.winner.comparison
@@ -44,10 +44,19 @@ def plan(loop: VerificationLoop) -> SequentialPlan | None:
         return None
     pair = [winner.candidate, first.baseline.candidate]
     most = loop.sequential_rounds
+    alpha = round(1.0 - comparison.confidence, 12)
+    if loop.extension_share > 0.0:
+        # A planned verification: the rounds after the first look are fixed now, whatever the budget pays for
+        # today, so that a resume with a larger budget runs rounds of this same design (their alpha was kept).
+        made = SequentialPlan(winner.candidate.config.key(), most, loop.tie_end, winner.summary.n,
+                              first.baseline.summary.n, round(alpha * loop.extension_share, 12),
+                              comparison.comparisons, loop.margin,
+                              first_alpha=round(alpha * (1.0 - loop.extension_share), 12))
+        loop.book.record_sequential_plan(made)
+        return made
     extra = most if loop.rounds_fit is None else max(0, min(most, loop.rounds_fit(pair, most)))
-    made = SequentialPlan(winner.candidate.config.key(), extra, loop.cap, winner.summary.n,
-                          first.baseline.summary.n, round(1.0 - comparison.confidence, 12), comparison.comparisons,
-                          loop.margin)
+    made = SequentialPlan(winner.candidate.config.key(), extra, loop.tie_end, winner.summary.n,
+                          first.baseline.summary.n, alpha, comparison.comparisons, loop.margin)
     loop.book.record_sequential_plan(made)
     return made
 
@@ -68,13 +77,17 @@ def sequential_rounds(loop: VerificationLoop) -> None:
         earlier = _before(loop.book.rounds(), rnd).progress()
         if not continues(design, earlier.get(winner.config.key(), ()), earlier.get(base.config.key(), ()), rnd):
             return
+        todo = loop._todo(pair, rnd)
+        if todo and loop.may_start is not None and not loop.may_start(todo):
+            # The budget ends the rounds here, unclaimed: a resume with a larger budget runs this round and goes
+            # on with the same design (the conclusion states the look it stopped at, and why).
+            return
         claim = loop.book.wait_round(rnd)
         if claim is None:
             continue  # another worker ran this round
         todo = loop._todo(pair, rnd)
-        if todo and (loop.may_start is None or loop.may_start(todo)):
+        if todo:
             loop._run_round(todo, rnd, claim)
-        # A round the budget leaves out stays empty: the next one sees it and stops (the budget ended).
         claim.complete()
 
 

@@ -19,6 +19,8 @@ from optuna.trial import FrozenTrial
 
 from autotune.config.space import SearchSpace
 from autotune.core.records import RestartResult, Workload
+from autotune.decisions.planning import RestartPlan
+from autotune.decisions.sequential import BUDGET as BUDGET_STOP
 from autotune.decisions.sequential import DEFAULT_MARGIN, SequentialPlan
 from autotune.decisions.verification import (
     BASELINE,
@@ -31,7 +33,10 @@ from autotune.decisions.verification import (
 )
 from autotune.decisions.verification import select_candidates as select_verified
 from autotune.store.ledger import VERIFY_CONCLUDE_JOB, Ledger
-from autotune.study._budget import _runner_up_starts, _starts_fit, _verify_may_start, _verify_plan, _verify_top_k
+from autotune.study._budget import (
+    StartCosts, _runner_up_starts, _starts_fit, _verify_may_start, _verify_plan, _verify_top_k, restart_plan,
+)
+from autotune.study._planning import verification_counts
 from autotune.study._floor import infeasible_keys
 from autotune.study._outputs import baseline_reference, judge_outputs
 from autotune.study import _sequential
@@ -129,6 +134,15 @@ class VerificationLoop:
         margin: Equivalence margin that ends the sequential rounds.
         rounds_fit: ``rounds_fit(pair, most)``: how many such rounds the budget pays for at the first look
             (default: ``most``).
+        baseline_restarts: Counted restarts of the baseline in the common rounds (default: ``common``, as every
+            challenger); the common rounds are as many as the larger count, each side spread over them
+            (:func:`autotune.decisions.verification.scheduled`).
+        extension_share: The share of ``alpha`` kept for the sequential rounds after the first look, which then
+            runs at the rest (a planned verification: the first look is the planned test, and a later resume with a
+            larger budget may extend an open verdict, :class:`~autotune.decisions.sequential.SequentialPlan`); 0:
+            the Lan-DeMets design over every look, its rounds sized by the budget at the first look.
+        plan: The restart plan the counts came from (stored with the conclusion, for the report).
+        extension: Which extension of the verification this run concludes (0: the first conclusion).
     """
 
     candidates: Sequence[Candidate]
@@ -146,6 +160,20 @@ class VerificationLoop:
     sequential_rounds: int = 0
     margin: float = DEFAULT_MARGIN
     rounds_fit: Callable[[Sequence[Candidate], int], int] | None = None
+    baseline_restarts: int | None = None
+    extension_share: float = 0.0
+    plan: RestartPlan | None = None
+    extension: int = 0
+
+    @property
+    def common_rounds(self) -> int:
+        """The common rounds: as many as the side with more counted restarts."""
+        return max(self.common, self.baseline_restarts or self.common)
+
+    @property
+    def tie_end(self) -> int:
+        """The first round after the near-tie rounds (where the sequential rounds begin)."""
+        return self.common_rounds + max(0, self.cap - self.common)
 
     def run(self) -> Verification | None:
         """Run this process's share of the phase. Returns the verification if this process concluded it."""
@@ -155,14 +183,15 @@ class VerificationLoop:
         return self._conclude()
 
     def _participants(self, rnd: int) -> list[Candidate] | None:
-        return round_participants(self.candidates, self.book.rounds().progress(), rnd, self.common, self.confidence)
+        return round_participants(self.candidates, self.book.rounds().progress(), rnd, self.common, self.confidence,
+                                  self.baseline_restarts)
 
     def _common_rounds(self) -> None:
         book = self.book
         cut_waits = any(c.runner_up for c in self.candidates)
         while not book.concluded():
             book.refresh()
-            pending = [r for r in range(self.common) if not book.round_done(r)]
+            pending = [r for r in range(self.common_rounds) if not book.round_done(r)]
             if not pending:
                 return
             ready = [r for r in pending if r == 0 or not cut_waits or book.round_done(0)]
@@ -179,7 +208,7 @@ class VerificationLoop:
                 book.idle()  # every pending round is held by a live worker
 
     def _near_tie_rounds(self) -> None:
-        for rnd in range(self.common, self.cap):
+        for rnd in range(self.common_rounds, self.tie_end):
             if self.book.concluded():
                 return
             participants = self._participants(rnd)
@@ -225,6 +254,8 @@ class VerificationLoop:
         verification = conclude(self.candidates, self.book.rounds().progress(), self.common, self.confidence,
                                 self.interval_method, self.alpha, max_restarts=self.cap, slo=self.slo or {},
                                 unit=self.unit, sequential=self.book.sequential_plan())
+        verification = dataclasses.replace(verification, plan=self.plan, baseline_restarts=self.baseline_restarts,
+                                           extension=self.extension)
         self.book.record_verification(verification)
         claim.complete()
         return verification
@@ -336,6 +367,8 @@ def run_verification(
     slo: Mapping[str, float] | None = None,
     sequential_rounds: int = 0,
     margin: float = DEFAULT_MARGIN,
+    baseline_restarts: int | None = None,
+    extension_share: float = 0.0,
 ) -> Verification:
     """The verification phase in one process, in memory: :class:`VerificationLoop` on a :class:`MemoryRounds`.
 
@@ -354,6 +387,8 @@ def run_verification(
         may_start: ``may_start(n)``: whether ``n`` more engine starts fit the budget (default: always).
         sequential_rounds: Most rounds of the winner and the baseline while its verdict is open (0: fixed design).
         margin: Equivalence margin that ends them.
+        baseline_restarts: Counted restarts of the baseline (default: ``restarts``; see :class:`VerificationLoop`).
+        extension_share: Share of ``alpha`` kept for the sequential rounds (see :class:`VerificationLoop`).
     """
     earlier = Rounds.from_progress({k: [RestartResult.from_dict(d) for d in v] for k, v in (done or {}).items()})
 
@@ -366,7 +401,8 @@ def run_verification(
                             max(restarts, max_restarts or restarts), confidence, interval_method, alpha, slo,
                             workload.unit, None if may_start is None else (lambda todo: may_start(len(todo))),
                             on_result, sequential_rounds, margin,
-                            None if may_start is None else (lambda pair, most: _fit(may_start, len(pair), most)))
+                            None if may_start is None else (lambda pair, most: _fit(may_start, len(pair), most)),
+                            baseline_restarts, extension_share)
     verification = loop.run()
     assert verification is not None  # one process concludes what it runs
     return verification
@@ -386,9 +422,11 @@ class _StudyRounds:
     """The study's round book: each round and the conclusion a claim, restarts stored on the round's claim as they
     land, so several workers share the rounds and a resume runs nothing twice."""
 
-    def __init__(self, ctx: StudyContext, observers: Sequence[StudyObserver]) -> None:
+    def __init__(self, ctx: StudyContext, observers: Sequence[StudyObserver], extension: int = 0) -> None:
         self.ctx, self.observers = ctx, observers
         self.ledger, self.claims = ctx.ledger, ctx.claims
+        #: Each extension concludes under a claim of its own (the first conclusion's is done).
+        self.conclude_job = VERIFY_CONCLUDE_JOB if extension == 0 else f"{VERIFY_CONCLUDE_JOB}-{extension}"
 
     def concluded(self) -> bool:
         return self.ledger.has_verification()
@@ -406,7 +444,7 @@ class _StudyRounds:
         return self.claims.wait_for(self.ledger.verify_round_job(rnd), self.ctx.poll_s, self.ctx.sleep)
 
     def wait_conclusion(self) -> RoundClaim | None:
-        return self.claims.wait_for(VERIFY_CONCLUDE_JOB, self.ctx.poll_s, self.ctx.sleep)
+        return self.claims.wait_for(self.conclude_job, self.ctx.poll_s, self.ctx.sleep)
 
     def idle(self) -> None:
         self.ctx.sleep(self.ctx.poll_s)
@@ -429,22 +467,92 @@ class _StudyRounds:
         notify(self.observers, "on_verification_end", self.ctx, verification)
 
 
+#: The share of a planned verification's error rate kept for the rounds after its first look (empirical: a fifth
+#: keeps the planned look's interval within about 3% of the width it would have at the full rate, and leaves an
+#: open verdict something to extend with).
+EXTENSION_SHARE = 0.2
+
+
 def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verification | None:
     """The study's verification rounds, spread over its workers (one claim per round); the conclusion by exactly one
-    worker. Returns the verification if this worker concluded it, else ``None``."""
+    worker. Returns the verification if this worker concluded it, else ``None``.
+
+    A planned study (:attr:`StudyOptions.verify_planned`) gives each side the restarts its plan says, fixed when
+    verification starts (:func:`_restart_plan`); a concluded, open verdict that stopped for the budget is extended
+    when the study is resumed with a budget that pays for more of its rounds (:func:`extension_due`)."""
     options, ledger = ctx.options, ctx.ledger
-    common = options.verify_restarts
+    candidates = _candidates(ctx)
+    plan = _restart_plan(ctx, candidates)
+    common, base_n = verification_counts(plan, options)
+    extension = ledger.verify_extension()
+    if ledger.has_verification() and extension_due(ctx):
+        extension += 1
+        ledger.record_verify_extension(extension)
     loop = VerificationLoop(
-        _candidates(ctx), _StudyRounds(ctx, observers),
-        restart_runner(ctx.engine, ctx.space.workload, options.verify_seed), common,
+        candidates, _StudyRounds(ctx, observers, extension),
+        _budgeted_runner(ctx, restart_runner(ctx.engine, ctx.space.workload, options.verify_seed)), common,
         max(common, options.verify_max_restarts or common), options.confidence, options.interval_method,
         slo=ctx.space.slo_constraints, unit=ctx.space.workload.unit,
         may_start=lambda todo: _verify_may_start(ledger, options, todo),
         on_restart=lambda cand, result: notify(observers, "on_restart", ctx, "verify",
                                                f"verify {cand.config.label()}", result),
         sequential_rounds=options.verify_sequential_rounds, margin=options.verify_margin,
-        rounds_fit=lambda pair, most: _sequential.rounds_fit(ledger, options, pair, most))
+        rounds_fit=lambda pair, most: _sequential.rounds_fit(ledger, options, pair, most),
+        baseline_restarts=base_n if plan is not None else None,
+        extension_share=EXTENSION_SHARE if plan is not None else 0.0, plan=plan,
+        extension=extension)
     return loop.run()
+
+
+def _restart_plan(ctx: StudyContext, candidates: Sequence[Candidate]) -> RestartPlan | None:
+    """The stored plan, or the one made now from the chosen candidates' search restarts and stored for every worker
+    and resume. What the budget has left is priced first for the starts that must come before any counted one: a
+    cold start per configuration when the engine's caches are empty (a fresh machine), the first of them at what the
+    study's own starts into empty caches cost."""
+    ledger, options = ctx.ledger, ctx.options
+    stored = ledger.verify_plan()
+    if stored is not None or not options.verify or not options.verify_planned:
+        return stored
+    empty = bool(ctx.engine.caches_empty())
+    cold = [(c.config.key(), True) for c in candidates if not c.runner_up] if empty else []
+    plan = restart_plan(ledger, ctx.space, options, candidates, reserved=StartCosts.of(ledger).forecast(cold, empty))
+    if plan is not None:
+        ledger.record_verify_plan(plan)
+    return plan
+
+
+def _budgeted_runner(ctx: StudyContext, run: RunRestart) -> RunRestart:
+    """``run``, but no engine starts once the study's budget cannot pay for one more warm restart: a study overruns
+    its budget by at most the one restart it started within it (a round the budget cut short counts what ran)."""
+    ledger, options = ctx.ledger, ctx.options
+
+    def fits(candidate: Candidate) -> bool:
+        return _starts_fit(ledger, options, [(candidate.config.key(), False)])
+
+    def budgeted(candidate: Candidate, rnd: int, on_result: Callable[[RestartResult], None]) -> object:
+        if options.budget_minutes is None and options.budget_restarts is None:
+            return run(candidate, rnd, on_result)
+        if not fits(candidate):
+            return None
+        return run(candidate, rnd, on_result)
+
+    return budgeted
+
+
+def extension_due(ctx: StudyContext) -> bool:
+    """Whether a concluded verification is open and stopped for the budget, and the budget now pays for another of
+    its sequential rounds (a resume with a larger ``--budget-minutes``)."""
+    ledger, options = ctx.ledger, ctx.options
+    verification = ledger.verification()
+    design = ledger.verify_sequential()
+    if verification is None or design is None or design.first_alpha <= 0.0 or verification.sequential is None:
+        return False
+    look = verification.sequential
+    if look.stopped != BUDGET_STOP or look.look >= look.looks:
+        return False
+    pair = [e.candidate for e in verification.entries
+            if e.candidate.config.key() == design.winner or e.candidate.role == BASELINE]
+    return _starts_fit(ledger, options, [(c.config.key(), False) for c in pair])
 
 
 # -- choosing the candidates -----------------------------------------------------------------------------------

@@ -44,7 +44,14 @@ class StudyOptions:
         policy: Restarts per trial and racing.
         top_k: Configurations verified against the baseline at the end; ``None`` (default) scales it to
             ``budget_restarts`` (see :attr:`verify_top_k`).
-        verify_restarts: Counted restarts per verified configuration.
+        verify_restarts: Counted restarts per verified configuration in the fixed design (``verify_planned``
+            off), and the fewest a plan gives a side.
+        verify_planned: Plan verification's restarts from the noise the search measured
+            (:mod:`autotune.decisions.planning`): each side gets what resolving ``min_effect`` at ``power`` needs,
+            within the budget's share. Off: ``verify_restarts`` each (the default here, for studies from before the
+            plan and for callers that set counts; ``autotune tune`` plans unless ``--verify-restarts N`` is given).
+        min_effect: The smallest speedup worth detecting (1.05: 5%).
+        power: The chance a plan aims to give a real ``min_effect`` of being found.
         verify_max_restarts: Cap on counted restarts for challengers still tied with the leading one (extra
             verification rounds, the baseline alongside); ``verify_restarts`` turns extra rounds off.
         verify_sequential_rounds: Most rounds of the winner and the baseline after those, while the winner's
@@ -72,6 +79,9 @@ class StudyOptions:
     policy: RacingPolicy = RacingPolicy()
     top_k: int | None = None
     verify_restarts: int = 3
+    verify_planned: bool = False
+    min_effect: float = 1.05
+    power: float = 0.8
     verify_max_restarts: int = 5
     verify_sequential_rounds: int = 5
     verify_margin: float = 0.03
@@ -106,7 +116,10 @@ class StudyOptions:
             study_name=study_name, storage=args.storage, workdir=args.workdir, trials=trials,
             policy=RacingPolicy(min_restarts=restarts, max_restarts=max(restarts, args.max_restarts),
                                 racing=not args.no_racing),
-            top_k=args.top_k, verify_restarts=args.verify_restarts, budget_restarts=args.budget_restarts,
+            top_k=args.top_k, verify_restarts=args.verify_restarts or default.verify_restarts,
+            verify_planned=args.verify_restarts is None,
+            min_effect=getattr(args, "min_effect", None) or default.min_effect,
+            power=getattr(args, "power", None) or default.power, budget_restarts=args.budget_restarts,
             verify_sequential_rounds=getattr(args, "verify_rounds", default.verify_sequential_rounds),
             verify_margin=getattr(args, "verify_margin", default.verify_margin),
             budget_minutes=args.budget_minutes, sampler=args.sampler, seed=args.seed,
@@ -128,6 +141,7 @@ class StudyOptions:
             "top_k": self.top_k if self.top_k_follows_minutes else self.verify_top_k,
             "verify_restarts": self.verify_restarts, "verify_max_restarts": self.verify_max_restarts,
             "verify_sequential_rounds": self.verify_sequential_rounds, "verify_margin": self.verify_margin,
+            "verify_planned": self.verify_planned, "min_effect": self.min_effect, "power": self.power,
             "budget_restarts": self.budget_restarts, "budget_minutes": self.budget_minutes, "trials": self.trials,
             "seed": self.seed, "command": tuple(self.command), "confidence": self.confidence,
             "interval_method": self.interval_method, "verify": self.verify,
@@ -157,6 +171,8 @@ class StudyOptions:
             verify_restarts=verify_restarts,
             verify_max_restarts=(verify_restarts if meta.verify_max_restarts is None else meta.verify_max_restarts),
             verify_sequential_rounds=stored("verify_sequential_rounds"), verify_margin=stored("verify_margin"),
+            # A study from before the plan ran the fixed design: it resumes as it began.
+            verify_planned=bool(meta.verify_planned), min_effect=stored("min_effect"), power=stored("power"),
             budget_restarts=meta.budget_restarts, budget_minutes=meta.budget_minutes, sampler=stored("sampler"),
             seed=stored("seed"), confidence=stored("confidence"), interval_method=stored("interval_method"),
             verify=stored("verify"), enqueue=tuple(dict(p) for p in meta.enqueue), heartbeat_s=heartbeat_s,

@@ -1,0 +1,358 @@
+"""Verification sized to the noise: how many restarts each side needs, before the restarts are run.
+
+Three restarts a side cannot resolve a 1.23x win when the baseline varies 12% between restarts (the H200 MoE
+study, ``docs/measurements/h200-moe30.md``: ``[0.92, 1.63]``); six a side could, and so could three of a steady
+winner against eight of the noisy baseline. So the restarts are planned the way a trial is sized for a stated power
+and a smallest effect (and pyperf calibrates its runs to the noise):
+
+* **Noise.** Each side's between-restart variance of log throughput, from its counted search restarts, pulled
+  toward the study's pooled variance (a scaled inverse chi-square prior worth :data:`PRIOR_DF` degrees of
+  freedom), so one restart, or two that happened to agree, does not plan a verification on no noise.
+* **Effect.** The smallest effect worth detecting (``--min-effect``, default 1.05x) when the budget pays for it;
+  otherwise the effect the search saw, halved on the log scale (the search's best is the luckiest of many noisy
+  means: on the H200 it read 1.60x where verification measured 1.23x), and never below the smallest effect.
+* **Restarts.** The fewest restarts (challengers' and baseline's together, each challenger counting its own) whose
+  Welch test on log throughput, at the family's level (Bonferroni over the challengers), has the stated power,
+  computed with the noncentral t at the Welch-Satterthwaite degrees of freedom, rounded down as the analysis rounds
+  them (:func:`autotune.stats.intervals.log_ratio_interval`). The noisier side gets more (Neyman's allocation,
+  found by search over whole numbers rather than by the square-root rule, which ignores the degrees of freedom).
+* **Budget.** At most :data:`MAX_SHARE` of the budget; when that cannot pay for the effect, the plan takes what it
+  pays for, allocated the same way, and says which effect it resolves.
+
+The restart counts depend only on the search's restarts, never on verification's own, so the verification
+interval keeps its level whatever the plan (its restarts are fresh and the count is fixed before they run).
+
+Empirical choices (none tuned to a simulator profile): :data:`PRIOR_DF` (two degrees of freedom: a prior worth
+one configuration measured three times), :data:`DEFAULT_CV` (the prior before any configuration has two restarts:
+10%, pyperf's "unstable" line, inside the 2-15% measured on the H200), halving the search's effect, and
+:data:`MAX_SHARE`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from autotune.stats import scipy_stats
+
+__all__ = ["DEFAULT_CV", "DEFAULT_MIN_EFFECT", "DEFAULT_POWER", "MAX_SHARE", "NoiseEstimate", "RestartPlan",
+           "closing_restarts", "estimate_noise", "plan_restarts", "pooled_log_variance", "power"]
+
+#: The smallest effect worth detecting, by default (a setting: ``--min-effect``).
+DEFAULT_MIN_EFFECT = 1.05
+#: The power a plan aims for, by default (``--power``).
+DEFAULT_POWER = 0.8
+#: The prior's weight, in degrees of freedom (empirical; see the module's docstring).
+PRIOR_DF = 2.0
+#: The prior CV before any configuration of the study has two counted restarts (empirical).
+DEFAULT_CV = 0.10
+#: The most of a budget a plan may take (the search needs the rest to find something worth verifying).
+MAX_SHARE = 0.5
+#: Fewest counted restarts of a side (a variance needs two; the analysis's t quantile at one degree of freedom is
+#: 12.7, so three is the least that resolves anything but a huge effect).
+MIN_RESTARTS = 3
+#: Most counted restarts a side is planned (beyond this the budget, not the plan, is the limit).
+MAX_RESTARTS = 40
+#: Without a budget, the most restarts a side is planned (empirical: about what a study without a budget spent on
+#: verification before, three configurations and the baseline at three restarts).
+UNBUDGETED = 10
+
+
+def _log_var(values: Sequence[float]) -> tuple[float, int]:
+    """Sample variance of log values and its degrees of freedom (``(0, 0)`` with fewer than two)."""
+    logs = [math.log(v) for v in values if v > 0 and math.isfinite(v)]
+    if len(logs) < 2:
+        return 0.0, 0
+    m = sum(logs) / len(logs)
+    return sum((x - m) ** 2 for x in logs) / (len(logs) - 1), len(logs) - 1
+
+
+def pooled_log_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """The study's restart noise: variance of log throughput pooled over every configuration with two or more
+    counted restarts, and its degrees of freedom (``(DEFAULT_CV**2, 0)`` when none has two)."""
+    total, df = 0.0, 0
+    for g in groups:
+        var, d = _log_var(g)
+        total += var * d
+        df += d
+    if df == 0:
+        return math.log1p(DEFAULT_CV ** 2), 0
+    return total / df, df
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseEstimate:
+    """One side's between-restart noise as the plan uses it: the posterior variance of log throughput."""
+
+    variance: float
+    restarts: int
+
+    @property
+    def cv(self) -> float:
+        """The CV a lognormal with this log variance has."""
+        return math.sqrt(math.expm1(self.variance))
+
+
+def estimate_noise(values: Sequence[float], prior_variance: float, prior_df: float = PRIOR_DF) -> NoiseEstimate:
+    """``values``' log variance pulled toward ``prior_variance`` by ``prior_df`` degrees of freedom."""
+    var, df = _log_var(values)
+    post = (prior_df * prior_variance + df * var) / (prior_df + df) if prior_df + df > 0 else prior_variance
+    return NoiseEstimate(post, len(values))
+
+
+def _power_grid(n_c: np.ndarray, n_b: np.ndarray, var_c: float, var_b: float, log_effect: float,
+                alpha: float) -> np.ndarray:
+    """Power of the analysis's two-sided Welch test on log throughput (Cox's variance, degrees of freedom floored
+    as :func:`autotune.stats.intervals.log_ratio_interval` floors them) to find ``exp(log_effect)`` at level
+    ``alpha``, for arrays of restart counts (broadcast; one call of the noncentral t for the whole grid)."""
+    stats = scipy_stats()
+    n_c = np.asarray(n_c, dtype=float)
+    n_b = np.asarray(n_b, dtype=float)
+    w = var_c / n_c + var_c * var_c / (2.0 * (n_c - 1)) + var_b / n_b + var_b * var_b / (2.0 * (n_b - 1))
+    se = np.sqrt(w)
+    a, b = var_c / n_c, var_b / n_b
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = np.floor((a + b) ** 2 / (a * a / (n_c - 1) + b * b / (n_b - 1)))
+        df = np.where(np.isfinite(df), np.maximum(1.0, df), 1.0)
+        ncp = np.where(se > 0, abs(log_effect) / np.where(se > 0, se, 1.0), np.inf)
+    crit = stats.t.isf(alpha / 2.0, df)
+    out = np.where(np.isinf(ncp), 1.0 if log_effect != 0.0 else 0.0, 0.0)
+    finite = ~np.isinf(ncp)
+    if finite.any():
+        ncp_f, df_f, crit_f = np.broadcast_arrays(ncp, df, crit)
+        out = np.array(np.broadcast_to(out, ncp_f.shape), dtype=float)
+        out[finite] = stats.nct.sf(crit_f[finite], df_f[finite], ncp_f[finite])
+    return out
+
+
+def power(n_challenger: int, n_baseline: int, challenger: NoiseEstimate | float, baseline: NoiseEstimate | float,
+          effect: float, alpha: float) -> float:
+    """The chance that ``n_challenger`` against ``n_baseline`` restarts give an interval excluding 1 when the true
+    speedup is ``effect``, at level ``alpha`` (per comparison). Noise as :class:`NoiseEstimate` or log variance."""
+    var_c = challenger.variance if isinstance(challenger, NoiseEstimate) else float(challenger)
+    var_b = baseline.variance if isinstance(baseline, NoiseEstimate) else float(baseline)
+    if n_challenger < 2 or n_baseline < 2:
+        return 0.0
+    return float(_power_grid(np.array(n_challenger), np.array(n_baseline), var_c, var_b, math.log(effect), alpha))
+
+
+_COUNTS = np.arange(MIN_RESTARTS, MAX_RESTARTS + 1)
+
+
+def _grid(var_c: float, var_b: float, effect: float, alpha: float) -> np.ndarray:
+    """Power for every ``(n_c, n_b)`` in ``[MIN_RESTARTS, MAX_RESTARTS]``, rows by challenger restarts."""
+    return _power_grid(_COUNTS[:, None], _COUNTS[None, :], var_c, var_b, math.log(effect), alpha)
+
+
+def _costs(challengers: int, cost_c: float, cost_b: float) -> np.ndarray:
+    return challengers * _COUNTS[:, None] * cost_c + _COUNTS[None, :] * cost_b
+
+
+def _cheapest(var_c: float, var_b: float, effect: float, target: float, alpha: float, challengers: int,
+              max_cost: float | None, cost_c: float, cost_b: float) -> tuple[int, int, float] | None:
+    """The cheapest ``(n_c, n_b, cost)`` reaching ``target`` power within ``max_cost`` (``None``: none does); ties go
+    to fewer challenger restarts."""
+    costs = _costs(challengers, cost_c, cost_b)
+    ok = _grid(var_c, var_b, effect, alpha) >= target
+    if max_cost is not None:
+        ok &= costs <= max_cost + 1e-9
+    if not ok.any():
+        return None
+    masked = np.where(ok, costs, np.inf)
+    i, j = np.unravel_index(int(np.argmin(masked)), masked.shape)
+    return int(_COUNTS[i]), int(_COUNTS[j]), float(costs[i, j])
+
+
+def _best_within(var_c: float, var_b: float, effect: float, alpha: float, challengers: int, max_cost: float,
+                 cost_c: float, cost_b: float) -> tuple[int, int]:
+    """The allocation with the most power for ``effect`` that ``max_cost`` pays for (at least the minimum)."""
+    costs = _costs(challengers, cost_c, cost_b)
+    fits = costs <= max_cost + 1e-9
+    if not fits.any():
+        return MIN_RESTARTS, MIN_RESTARTS
+    powers = np.where(fits, _grid(var_c, var_b, effect, alpha), -1.0)
+    # The most power; among equal power (to 1e-9) the cheapest.
+    top = powers.max()
+    masked = np.where(powers >= top - 1e-9, costs, np.inf)
+    i, j = np.unravel_index(int(np.argmin(masked)), masked.shape)
+    return int(_COUNTS[i]), int(_COUNTS[j])
+
+
+def _resolvable(n_c: int, n_b: int, var_c: float, var_b: float, target: float, alpha: float) -> float:
+    """The smallest speedup that ``n_c`` against ``n_b`` restarts find with ``target`` power (to 0.1% in ratio;
+    ``inf`` beyond 20x)."""
+    logs = np.linspace(0.001, 3.0, 3000)
+    powers = np.array([float(_power_grid(np.array(n_c), np.array(n_b), var_c, var_b, x, alpha)) for x in logs[::100]])
+    # Coarse first (every 100th point), then the fine points inside the first coarse step that reaches the target.
+    hit = np.nonzero(powers >= target)[0]
+    if hit.size == 0:
+        return math.inf
+    k = int(hit[0])
+    if k == 0:
+        return math.exp(float(logs[0]))
+    fine = logs[(k - 1) * 100: k * 100 + 1]
+    stats = scipy_stats()
+    se = math.sqrt(var_c / n_c + var_c * var_c / (2.0 * (n_c - 1)) + var_b / n_b + var_b * var_b / (2.0 * (n_b - 1)))
+    a, b = var_c / n_c, var_b / n_b
+    df = max(1.0, math.floor((a + b) ** 2 / (a * a / (n_c - 1) + b * b / (n_b - 1)))) if a + b > 0 else 1.0
+    fine_power = stats.nct.sf(float(stats.t.isf(alpha / 2.0, df)), df, fine / se) if se > 0 else np.ones_like(fine)
+    return math.exp(float(fine[int(np.argmax(fine_power >= target))]))
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartPlan:
+    """How many counted restarts verification gives each side, and why (what the report and ``--json`` state).
+
+    Attributes:
+        challenger, baseline: Counted restarts of each challenger and of the baseline.
+        challengers: Challengers the plan pays for.
+        challenger_cv, baseline_cv: The noise planned for (posterior CVs).
+        effect: The speedup planned to be resolved at ``power``.
+        min_effect: The smallest effect worth detecting (the setting).
+        power: The power aimed for.
+        alpha: Level of each comparison (the family's, Bonferroni over the challengers).
+        resolvable: The smallest speedup this plan resolves at ``power``.
+        basis: ``min-effect`` (the setting paid for), ``search`` (the search's effect, halved), ``budget`` (what
+            the budget's share paid for).
+        search_effect: The speedup the search saw (shrunk estimates), if any.
+        min_effect_needs: ``(challenger, baseline)`` restarts the smallest effect would need (``None``: more than
+            :data:`MAX_RESTARTS` a side), when the plan is for something else.
+        minutes: What the plan's starts cost at the study's prices (``None``: not priced).
+    """
+
+    challenger: int
+    baseline: int
+    challengers: int
+    challenger_cv: float
+    baseline_cv: float
+    effect: float
+    min_effect: float
+    power: float
+    alpha: float
+    resolvable: float
+    basis: str
+    search_effect: float | None = None
+    min_effect_needs: tuple[int, int] | None = None
+    minutes: float | None = None
+
+    @property
+    def starts(self) -> int:
+        return self.challengers * self.challenger + self.baseline
+
+    def describe(self) -> str:
+        """``verification: 3 winner + 8 baseline restarts planned, baseline CV 12%, winner CV 2%, to resolve ...``."""
+        who = "winner" if self.challengers == 1 else f"per challenger (x{self.challengers})"
+        text = (f"verification: {self.challenger} {who} + {self.baseline} baseline restarts planned, baseline CV "
+                f"{100 * self.baseline_cv:.0f}%, challenger CV {100 * self.challenger_cv:.0f}%, to resolve "
+                f"{self.effect:.2f}x at {100 * self.power:.0f}% power")
+        if self.basis == "search" and self.search_effect is not None:
+            text += (f" (the search saw {self.search_effect:.2f}x, halved on the log scale for its selection bias; "
+                     f"{self.min_effect:.2f}x would need {_needs(self.min_effect_needs)})")
+        elif self.basis == "budget":
+            text += (f" (what the budget's share pays for; {self.min_effect:.2f}x would need "
+                     f"{_needs(self.min_effect_needs)})")
+        if self.minutes is not None:
+            text += f", ~{self.minutes:.1f} min"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["min_effect_needs"] = None if self.min_effect_needs is None else list(self.min_effect_needs)
+        data["resolvable"] = None if math.isinf(self.resolvable) else self.resolvable
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RestartPlan:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in data.items() if k in names}
+        needs = kw.get("min_effect_needs")
+        kw["min_effect_needs"] = None if needs is None else (int(needs[0]), int(needs[1]))
+        kw["resolvable"] = math.inf if kw.get("resolvable") is None else float(kw["resolvable"])
+        return cls(**kw)
+
+
+def _needs(needs: tuple[int, int] | None) -> str:
+    if needs is None:
+        return f"more than {MAX_RESTARTS} restarts a side"
+    return f"{needs[0]} + {needs[1]} restarts"
+
+
+def plan_restarts(challenger: NoiseEstimate, baseline: NoiseEstimate, *, challengers: int = 1,
+                  min_effect: float = DEFAULT_MIN_EFFECT, target_power: float = DEFAULT_POWER, alpha: float = 0.05,
+                  search_effect: float | None = None, max_minutes: float | None = None,
+                  challenger_minutes: float = 1.0, baseline_minutes: float = 1.0) -> RestartPlan:
+    """The restarts each side needs (the module's docstring has the rules).
+
+    Args:
+        challenger: Noise of the challengers (the leading one's, or the pooled prior before there is one).
+        baseline: Noise of the baseline.
+        challengers: Challengers verified against the baseline (each gets ``challenger`` restarts; the level is
+            Bonferroni over them).
+        alpha: The family's error rate.
+        search_effect: The speedup the search's shrunk estimates saw, best challenger over baseline.
+        max_minutes: The most the plan may cost (``None``: no budget).
+        challenger_minutes, baseline_minutes: What one counted restart of each costs.
+    """
+    k = max(1, int(challengers))
+    level = alpha / k
+    var_c, var_b = challenger.variance, baseline.variance
+    budgeted = max_minutes is not None
+    if max_minutes is None:  # no budget: no more than UNBUDGETED restarts a side
+        max_minutes = UNBUDGETED * (k * challenger_minutes + baseline_minutes)
+
+    def cheapest(effect: float) -> tuple[int, int, float] | None:
+        return _cheapest(var_c, var_b, effect, target_power, level, k, max_minutes, challenger_minutes,
+                         baseline_minutes)
+
+    uncapped = _cheapest(var_c, var_b, min_effect, target_power, level, k, None, challenger_minutes,
+                         baseline_minutes)
+    needs = None if uncapped is None else (uncapped[0], uncapped[1])
+    found = cheapest(min_effect)
+    basis, effect = "min-effect", min_effect
+    if found is None and search_effect is not None and search_effect > min_effect:
+        effect = max(min_effect, math.sqrt(search_effect))
+        found = cheapest(effect)
+        basis = "search"
+    if found is None:
+        basis = "budget"
+        n_c, n_b = _best_within(var_c, var_b, effect, level, k, max_minutes, challenger_minutes, baseline_minutes)
+    else:
+        n_c, n_b = found[0], found[1]
+    resolvable = _resolvable(n_c, n_b, var_c, var_b, target_power, level)
+    if basis == "budget":
+        effect = resolvable
+    return RestartPlan(n_c, n_b, k, challenger.cv, baseline.cv, effect, min_effect, target_power, level,
+                       resolvable, basis, search_effect, needs if basis != "min-effect" else None,
+                       k * n_c * challenger_minutes + n_b * baseline_minutes if budgeted else None)
+
+
+def closing_restarts(challenger: Sequence[float], baseline: Sequence[float], alpha: float,
+                     target_power: float = DEFAULT_POWER, prior_variance: float | None = None
+                     ) -> tuple[int, int] | None:
+    """More restarts ``(challenger, baseline)`` that would likely close an open comparison: the fewest extra that
+    give ``target_power`` at the speedup it shows now, with the noise it showed (``None``: none within
+    :data:`MAX_RESTARTS` a side, e.g. a speedup of about 1). An estimate for the user, not a decision: the verdict
+    never reads it."""
+    n_c0, n_b0 = len(challenger), len(baseline)
+    if n_c0 < 2 or n_b0 < 2:
+        return None
+    prior = prior_variance if prior_variance is not None else pooled_log_variance([challenger, baseline])[0]
+    var_c = estimate_noise(challenger, prior, 0.0).variance or prior
+    var_b = estimate_noise(baseline, prior, 0.0).variance or prior
+    ratio = (sum(challenger) / n_c0) / (sum(baseline) / n_b0)
+    if not math.isfinite(ratio) or abs(math.log(ratio)) < 1e-3:
+        return None
+    best: tuple[int, int] | None = None
+    for total in range(1, 2 * MAX_RESTARTS + 1):
+        for extra_c in range(0, total + 1):
+            extra_b = total - extra_c
+            if power(n_c0 + extra_c, n_b0 + extra_b, var_c, var_b, ratio, alpha) >= target_power:
+                best = (extra_c, extra_b)
+                break
+        if best is not None:
+            return best
+    return None

@@ -1,0 +1,142 @@
+"""What the report says under an open verdict: why the interval still straddles 1, and what would close it.
+
+An open verdict ("no significant difference") is not an answer a user can act on unless it says whether more
+restarts would settle it and what they cost. Two studies on the H200 ended open on a real 1.2-1.3x win with only
+``--json``'s ``sequential: null`` to show for it. The note names the cause (the budget's share could not pay for the
+effect, the noise was larger than planned, the effect smaller than planned, the budget ended the rounds kept for an
+extension) and, where more rounds of the same design would likely close it, how many, their minutes, and the
+budget to give the same command. The estimate reads the verification's own restarts (it is advice for the user;
+the verdict never reads it).
+"""
+
+from __future__ import annotations
+
+import math
+
+from autotune.decisions.planning import RestartPlan, estimate_noise, pooled_log_variance, power
+from autotune.decisions.sequential import SequentialPlan
+from autotune.decisions.verification import BASELINE, Verification
+from autotune.stats.intervals import Verdict
+from autotune.stats.sequential import look_levels
+from autotune.store.ledger import Ledger, StudyMeta
+from autotune.study import StartCosts
+
+__all__ = ["open_verdict_note"]
+
+#: Measured noise this much above the planned noise counts as "larger than planned" (between-restart CVs from three
+#: restarts vary by about this much between draws at the H200's noise: an empirical line, not a test).
+_NOISIER = 1.25
+
+
+def _counted(entry) -> list[float]:  # noqa: ANN001 - a VerifiedConfig
+    return [float(r.value) for r in entry.restarts if r.ok and not r.cold and r.value]
+
+
+def _cv(values: list[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    return estimate_noise(values, 0.0, 0.0).cv
+
+
+def open_verdict_note(ledger: Ledger, meta: StudyMeta, v: Verification) -> str | None:
+    """The note under an open verdict (``None`` when the verdict is settled, or nothing could be compared)."""
+    entry = v.entries[v.winner_index]
+    comparison = entry.comparison
+    if entry.candidate.role == BASELINE or comparison is None or comparison.verdict != Verdict.NOT_SIGNIFICANT:
+        return None
+    if v.sequential is not None and v.sequential.equivalent:
+        return None
+    design = ledger.verify_sequential()
+    plan = v.plan
+    if plan is None:
+        return _legacy_note(ledger, meta, v, design)
+    base = next(e for e in v.entries if e.candidate.role == BASELINE)
+    w, b = _counted(entry), _counted(base)
+    why = _why_open(plan, w, b, comparison.speedup)
+    close = _what_closes(ledger, meta, design, entry.candidate.config.key(), base.candidate.config.key(), w, b,
+                         comparison.speedup, plan)
+    return f"Open: {why}. {close}"
+
+
+def _why_open(plan: RestartPlan, w: list[float], b: list[float], speedup: float) -> str:
+    reasons = []
+    if plan.basis == "budget":
+        reasons.append(f"the budget's share paid for restarts that resolve {plan.resolvable:.2f}x at "
+                       f"{100 * plan.power:.0f}% power, not the {plan.min_effect:.2f}x asked for")
+    cv_w, cv_b = _cv(w), _cv(b)
+    noisier = [f"the {who}'s restarts varied {100 * seen:.0f}% where {100 * planned:.0f}% was planned"
+               for who, seen, planned in (("baseline", cv_b, plan.baseline_cv), ("winner", cv_w, plan.challenger_cv))
+               if seen is not None and seen > _NOISIER * planned]
+    if noisier:
+        reasons.append("noise larger than planned (" + "; ".join(noisier) + ")")
+    if math.isfinite(speedup) and speedup < plan.effect and abs(math.log(speedup)) < abs(math.log(plan.effect)):
+        reasons.append(f"a smaller effect than planned for ({speedup:.2f}x seen, {plan.effect:.2f}x planned)")
+    if len(w) < plan.challenger or len(b) < plan.baseline:
+        reasons.append(f"the budget cut the planned restarts short ({len(w)} of {plan.challenger} winner, "
+                       f"{len(b)} of {plan.baseline} baseline ran)")
+    if not reasons:
+        reasons.append("chance: the plan gives a real effect of its size a "
+                       f"{100 * (1 - plan.power):.0f}% chance of staying open")
+    return "; ".join(reasons)
+
+
+def _what_closes(ledger: Ledger, meta: StudyMeta, design: SequentialPlan | None, winner_key: str, base_key: str,
+                 w: list[float], b: list[float], speedup: float, plan: RestartPlan) -> str:
+    """How many more rounds of the design's winner-and-baseline pairs would likely close it, and the budget."""
+    if design is None or design.first_alpha <= 0.0 or design.extra_rounds == 0:
+        return "No rounds were kept for an extension of this verification."
+    done = max(0, min(len(w) - design.n_winner, len(b) - design.n_baseline))
+    left = design.extra_rounds - done
+    if left <= 0:
+        return (f"All {design.extra_rounds} rounds kept for an extension have run: the difference, if any, is below "
+                "what this study can resolve.")
+    prior = pooled_log_variance([w, b])[0]
+    var_w, var_b = estimate_noise(w, prior).variance, estimate_noise(b, prior).variance
+    need = None
+    if math.isfinite(speedup) and abs(math.log(speedup)) > 1e-3:
+        for k in range(done + 1, design.extra_rounds + 1):
+            level = look_levels([design.fraction(j) for j in range(1, k + 1)], design.alpha)[-1]
+            if power(len(w) + k - done, len(b) + k - done, var_w, var_b, speedup, level) >= plan.power:
+                need = k - done
+                break
+    pair_min = StartCosts.of(ledger).forecast([(winner_key, False), (base_key, False)])
+    if need is None:
+        return (f"Even the {left} rounds kept for an extension would likely not close it at the {speedup:.2f}x seen: "
+                "treat it as no difference this study can resolve.")
+    minutes = need * pair_min
+    text = (f"About {need} more round{'s' if need != 1 else ''} of the winner and the baseline "
+            f"({2 * need} restarts, ~{minutes:.0f} min) would likely close it")
+    if meta.budget_minutes is not None:
+        _, used = ledger.budget_used()
+        text += f": run the same command with --budget-minutes {math.ceil(used + minutes + 0.5)}"
+    elif meta.budget_restarts is not None:
+        starts, _ = ledger.budget_used()
+        text += f": run the same command with --budget-restarts {starts + 2 * need}"
+    else:
+        text += ": run the same command again"
+    return text + "."
+
+
+def _legacy_note(ledger: Ledger, meta: StudyMeta, v: Verification, design: SequentialPlan | None) -> str | None:
+    """A fixed-design study's note: why no sequential round ran although the design allowed some.
+
+    The H200 MoE study ended "no significant difference" with its interval straddling 1 and said nothing of the
+    sequential rounds it was set to run: the budget left after the verification rounds paid for none, and only
+    ``--json``'s ``sequential: null`` showed it.
+    """
+    if design is None or design.extra_rounds > 0 or not meta.verify_sequential_rounds:
+        return None
+    entry = v.entries[v.winner_index]
+    base = next(e for e in v.entries if e.candidate.role == BASELINE)
+    pair = [(entry.candidate.config.key(), False), (base.candidate.config.key(), False)]
+    starts, minutes = ledger.budget_used()
+    spent = []
+    if meta.budget_minutes is not None:
+        round_min = StartCosts.of(ledger).forecast(pair)
+        spent.append(f"{minutes:.1f} of {meta.budget_minutes:g} engine-minutes used when the verification rounds "
+                     f"ended, a round of the winner and the baseline ~{round_min:.1f} min")
+    if meta.budget_restarts is not None:
+        spent.append(f"{starts} of {meta.budget_restarts} engine starts used, a round 2")
+    return (f"No sequential round ran: the interval still straddles 1, and the budget left paid for none of the up to "
+            f"{meta.verify_sequential_rounds} rounds that could have settled it"
+            + (f" ({'; '.join(spent)})" if spent else "") + ".")

@@ -1,0 +1,97 @@
+"""Verification's restarts, planned from the noise the study measured (:mod:`autotune.decisions.planning`).
+
+The plan is made again whenever the search asks what to hold back for verification, from the search's restarts so
+far, so the search stops when the budget left is what verification will need; once verification starts, the plan
+is made a last time from the chosen candidates and stored, so every worker and every resume runs the same rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from autotune.config.space import SearchSpace
+from autotune.decisions.planning import MAX_SHARE, RestartPlan, estimate_noise, plan_restarts, pooled_log_variance
+from autotune.decisions.verification import BASELINE, Candidate
+from autotune.stats.intervals import shrunk_means
+from autotune.store.ledger import Ledger
+from autotune.study.options import StudyOptions
+
+__all__ = ["plan_for", "verification_counts"]
+
+
+def verification_counts(plan: RestartPlan | None, options: StudyOptions) -> tuple[int, int]:
+    """Counted restarts ``(per challenger, baseline)``: the plan's, or ``verify_restarts`` each without one."""
+    if plan is None:
+        return options.verify_restarts, options.verify_restarts
+    return plan.challenger, plan.baseline
+
+
+def _search_values(ledger: Ledger) -> dict[str, list[float]]:
+    """Counted search restarts by configuration key (complete trials; a configuration's trials pooled)."""
+    values: dict[str, list[float]] = {}
+    for t in ledger.measured_complete():
+        key, summary = ledger.config_key(t), ledger.summary(t)
+        if key is not None and summary is not None and summary.values:
+            values.setdefault(key, []).extend(float(v) for v in summary.values if v and v > 0)
+    return {k: v for k, v in values.items() if v}
+
+
+def plan_for(ledger: Ledger, space: SearchSpace, options: StudyOptions, challengers: int,
+             candidates: Sequence[Candidate] | None = None, left_minutes: float | None = None,
+             left_starts: int | None = None, price: tuple[float, float] | None = None,
+             final: bool = False) -> RestartPlan | None:
+    """The plan for ``challengers`` configurations against the baseline, from the search's restarts.
+
+    Args:
+        candidates: The configurations chosen for verification (their search restarts are the challengers'
+            noise); ``None`` during the search: the search's best by shrunk estimate stands in for them.
+        left_minutes, left_starts: What the budget has left for verification (``None``: its share only).
+        price: Minutes of one warm restart of a challenger and of the baseline (``None``: one each, for a restart
+            budget).
+        final: Verification starts now: the plan may take all the budget has left (the search is over), not
+            only its share.
+
+    Returns:
+        ``None`` when the study plans nothing (the fixed design, or no verification).
+    """
+    if not options.verify or not options.verify_planned:
+        return None
+    values = _search_values(ledger)
+    prior, _ = pooled_log_variance(list(values.values()))
+    base_key = space.baseline().key()
+    base_values = values.get(base_key, [])
+    if candidates is not None:
+        chosen = [c for c in candidates if c.role != BASELINE and not c.runner_up]
+        lead = list(chosen[0].search_values) if chosen else []
+        lead_mean = chosen[0].estimate if chosen and chosen[0].estimate else None
+    else:
+        keys = [k for k in values if k != base_key]
+        lead, lead_mean = [], None
+        if keys:
+            estimates = shrunk_means([values[k] for k in keys] + ([base_values] if base_values else []))
+            best = max(range(len(keys)), key=lambda i: estimates[i])
+            lead, lead_mean = values[keys[best]], estimates[best]
+    base_mean = None
+    if base_values:
+        base_mean = math.exp(sum(math.log(v) for v in base_values) / len(base_values))
+    effect = lead_mean / base_mean if lead_mean and base_mean else None
+    cost_c, cost_b = price if price is not None else (1.0, 1.0)
+    if options.budget_minutes is not None:
+        share = MAX_SHARE * options.budget_minutes
+        left = share if left_minutes is None else max(0.0, left_minutes)
+        cap = left if final else min(share, left)
+    elif options.budget_restarts is not None:
+        cost_c, cost_b = 1.0, 1.0
+        share = float(int(MAX_SHARE * options.budget_restarts))
+        left = share if left_starts is None else float(max(0, left_starts))
+        cap = left if final else min(share, left)
+    else:
+        cap = None
+    plan = plan_restarts(estimate_noise(lead, prior), estimate_noise(base_values, prior), challengers=challengers,
+                         min_effect=options.min_effect, target_power=options.power, alpha=1.0 - options.confidence,
+                         search_effect=effect, max_minutes=cap, challenger_minutes=max(cost_c, 1e-6),
+                         baseline_minutes=max(cost_b, 1e-6))
+    # Under a restart budget the plan's cost is in starts, not minutes.
+    return plan if options.budget_minutes is not None else dataclasses.replace(plan, minutes=None)
