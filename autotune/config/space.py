@@ -34,12 +34,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
 from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
 from autotune.config._models import SpaceFile, first_problem, space_json_schema
+from autotune.config._yaml import load_yaml, read_text
 from autotune.config.workload import parse_slo, parse_workload, read_dataset
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "SizeOption",
     "SpaceError",
     "load_space",
+    "load_space_text",
     "space_json_schema",
 ]
 
@@ -406,52 +407,24 @@ def _check_model_ref(source: str, field: str, ref: Any) -> None:
 # -- loading ---------------------------------------------------------------------------------------------
 
 
-class _DuplicateKey(yaml.YAMLError):
-    def __init__(self, key: Any, line: int, first_line: int) -> None:
-        super().__init__(f"key {key!r} appears twice (lines {first_line} and {line})")
-        self.key, self.line, self.first_line = key, line, first_line
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key repeated in one mapping is an error rather than a silent overwrite."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                first = seen.get(key)
-            except TypeError:
-                continue  # an unhashable key: PyYAML reports it itself below
-            if first is not None:
-                raise _DuplicateKey(key, key_node.start_mark.line + 1, first)
-            seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
-
-
 def load_space(path: str | os.PathLike[str]) -> SearchSpace:
     """Load and validate a search space file.
 
     Raises:
-        SpaceError: the file is missing, not YAML, or invalid; the message names the field and the fix.
+        SpaceError: the file is missing, a directory, unreadable, not UTF-8, not YAML (or an alias bomb), or
+            invalid; the message names the file, the field and the fix.
     """
     source = str(path)
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise SpaceError(source, "file", "does not exist",
-                         "pass an existing file, e.g. search_spaces/default.yaml") from None
-    try:
-        raw = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except _DuplicateKey as exc:
-        raise SpaceError(source, f"line {exc.line}", f"duplicate key {exc.key!r} (first at line {exc.first_line}; "
-                         "YAML would silently keep only the last one)", "merge the two blocks into one") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "file"
-        problem = getattr(exc, "problem", None) or "is not valid YAML"
-        raise SpaceError(source, where, f"invalid YAML ({problem})", "fix the YAML syntax at that line") from None
-    return parse_space(raw, source=source, base_dir=Path(path).resolve().parent)
+    return load_space_text(read_text(path, _failing(source)), source, Path(path).resolve().parent)
+
+
+def load_space_text(text: str, source: str = "<space>", base_dir: Path | None = None) -> SearchSpace:
+    """Validate a space file's text (a stored study's space too): the same checks as :func:`load_space`."""
+    return parse_space(load_yaml(text, _failing(source)), source=source, base_dir=base_dir)
+
+
+def _failing(source: str) -> Any:
+    return lambda field, problem, fix: SpaceError(source, field, problem, fix)
 
 
 def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None) -> SearchSpace:
