@@ -16,12 +16,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from autotune.core.records import AGGREGATES, LATENCY_METRICS, LATENCY_PERCENTILES, latency_key
 
-__all__ = ["SpaceFile", "first_problem", "space_json_schema"]
+__all__ = ["EngineArgs", "SpaceFile", "engine_arg_problem", "first_problem", "space_json_schema"]
 
 SLO_KEYS = tuple(latency_key(m, p) for m in LATENCY_METRICS for p in LATENCY_PERCENTILES)
 _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
@@ -108,6 +108,79 @@ class EngineArgRange(_Model):
     baseline: float | None = None
 
 
+#: Largest size, length or count a space may give vLLM (tokens, sequences, bytes): far above any machine, far below
+#: the overflow a typo (``10**30``) would bring.
+MAX_SIZE = 10**15
+Size = Annotated[int, Field(ge=1, le=MAX_SIZE)]
+Parallel = Annotated[int, Field(ge=1, le=4096)]
+
+
+class EngineArgs(BaseModel):
+    """``engine_args``: vLLM's own arguments. The ones autotune reads or sizes are typed (a boolean is not an
+    integer: YAML's ``true`` is not 1); the rest go to vLLM as written. ``-`` and ``_`` spell one name."""
+
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+    model: str | None = None
+    max_num_seqs: Size | None = None
+    max_model_len: Size | None = None
+    max_num_batched_tokens: Size | None = None
+    block_size: Size | None = None
+    kv_cache_memory_bytes: Size | None = None
+    tensor_parallel_size: Parallel | None = None
+    pipeline_parallel_size: Parallel | None = None
+    data_parallel_size: Parallel | None = None
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    enforce_eager: bool | None = None
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    trust_remote_code: bool | None = None
+    skip_tokenizer_init: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: Any) -> Any:
+        """``max-num-seqs`` is checked as ``max_num_seqs`` (a name given both ways is the loader's to refuse)."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for key in data:
+            norm = str(key).replace("-", "_")
+            if norm != key and norm in cls.model_fields and norm not in data:
+                out[norm] = out.pop(key)
+        return out
+
+
+def engine_arg_problem(name: str, value: Any) -> tuple[str, str] | None:
+    """Why ``value`` cannot be vLLM's argument ``name`` (a searched choice or bound), as ``(problem, fix)``."""
+    try:
+        EngineArgs.model_validate({name: value})
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        annotation = EngineArgs.model_fields[name.replace("-", "_")].annotation
+        kinds = {type(None)} ^ set(_members(annotation))
+        if bool in kinds:
+            return f"must be true or false, got {value!r}", "write true or false"
+        if int in kinds:
+            low, high = _bounds(annotation)
+            return f"must be a whole number from {low} to {high}, got {value!r}", "write whole numbers (true is not 1)"
+        return f"{error['msg'].lower()}, got {value!r}", "see `autotune schema` for the shape"
+    return None
+
+
+def _bounds(annotation: Any) -> tuple[Any, Any]:
+    low = high = None
+    stack = [annotation]
+    while stack:
+        item = stack.pop()
+        for meta in getattr(item, "__metadata__", ()):
+            for m in getattr(meta, "metadata", [meta]):
+                low = getattr(m, "ge", None) if getattr(m, "ge", None) is not None else low
+                high = getattr(m, "le", None) if getattr(m, "le", None) is not None else high
+        stack.extend(getattr(item, "__args__", ()))
+    return low, high
+
+
 class SearchSpec(_Model):
     """``search:``: the dimensions the study explores."""
 
@@ -134,7 +207,7 @@ class SpaceFile(_Model):
     name: str | int | float | None = None
     description: str | int | float | None = None
     engine: dict[str, Any] | None = Field(None, description="name: sim|cmd|vllm, and options per engine")
-    engine_args: dict[str, Any] = Field(description="fixed vLLM engine arguments (model, max_model_len, ...)")
+    engine_args: EngineArgs = Field(description="fixed vLLM engine arguments (model, max_model_len, ...)")
     workload: WorkloadSpec
     search: SearchSpec
     objective: Literal["throughput", "goodput"] = "throughput"

@@ -38,7 +38,7 @@ from pydantic import ValidationError
 
 from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
 from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
-from autotune.config._models import SpaceFile, first_problem, space_json_schema
+from autotune.config._models import SpaceFile, engine_arg_problem, first_problem, space_json_schema
 from autotune.config._yaml import load_yaml, read_text
 from autotune.config.workload import parse_slo, parse_workload, read_dataset
 
@@ -576,6 +576,7 @@ class _Validator:
                     raise self.fail(field, "is an empty list", "list at least two values to choose from")
                 if len(set(map(repr, spec))) != len(spec):
                     raise self.fail(field, "lists a value twice", "list each value once")
+                self.typed_choices(name, spec, field)
                 out.append(EngineArgDim(name, choices=tuple(spec), baseline=spec[0]))
                 continue
             low, high = spec["low"], spec["high"]
@@ -584,6 +585,7 @@ class _Validator:
             log = spec.get("log", False)
             if log and low <= 0:
                 raise self.fail(f"{field}.low", "must be above 0 on a log scale", "raise low or drop log")
+            self.typed_choices(name, [low, high], field)
             integer = isinstance(low, int) and isinstance(high, int)
             base = spec.get("baseline", low)
             if not low <= base <= high:
@@ -594,6 +596,18 @@ class _Validator:
                                 "give a whole number (low and high are whole numbers)")
             out.append(EngineArgDim(name, low=low, high=high, log=log, integer=integer, baseline=base))
         return tuple(out)
+
+    def typed_choices(self, name: str, values: list[Any], field: str) -> None:
+        """Searched values of one argument: each one the argument's type (:class:`EngineArgs`), and no list that
+        mixes true/false with numbers (YAML's ``true`` is not 1)."""
+        if any(isinstance(v, bool) for v in values) and any(isinstance(v, int | float) and not isinstance(v, bool)
+                                                            for v in values):
+            raise self.fail(field, f"mixes true/false with numbers ({values!r})",
+                            "list values of one kind: numbers, or true and false")
+        for value in values:
+            problem = engine_arg_problem(name, value)
+            if problem is not None:
+                raise self.fail(field, *problem)
 
     def modes(self, value: list[str]) -> tuple[str, ...]:
         if not value:
