@@ -151,3 +151,127 @@ def test_booleans_where_booleans_belong_still_load(tmp_path):
                                                    d["search"].update(engine_args={"enable_prefix_caching":
                                                                                    [True, False]}))))
     assert space.engine_args["enforce_eager"] is True
+
+
+# -- principle 2: every number field of the space, given inf, nan and 1e300 --------------------------------------
+
+import math  # noqa: E402
+import typing  # noqa: E402
+
+from pydantic import BaseModel  # noqa: E402
+
+from autotune.config import _models  # noqa: E402
+
+#: Where each model of the space lives, with the least a valid instance holds there.
+_MODEL_AT: dict[type[BaseModel], tuple[str, dict]] = {
+    _models.SpaceFile: ("", {}),
+    _models.WorkloadSpec: ("workload", {}),
+    _models.SearchSpec: ("search", {}),
+    _models.EngineArgs: ("engine_args", {}),
+    _models.SizePattern: ("search.capture_sizes.gen", {"pattern": "pow2", "max": 8}),
+    _models.KRange: ("search.num_speculative_tokens", {}),
+    _models.Draft: ("search.drafts.d", {"method": "ngram"}),
+    _models.EngineArgRange: ("search.engine_args.some_arg", {"low": 1, "high": 8}),
+    _models.OutputCheckSpec: ("output_check", {}),
+    _models.DatasetSpec: ("workload.dataset", {"vllm": "random"}),
+}
+#: The free-form sections (what belongs to vLLM or an engine): any number there is checked too.
+_FREE_FORM = ["engine_args.some_arg", "search.drafts.d.some_option", "workload.dataset.args.some_option",
+              "engine.sim.noise", "engine.vllm.some_option"]
+_BAD = [float("inf"), float("nan"), 1e300, 10**300]
+
+
+def _models_of_space() -> list[type[BaseModel]]:
+    seen: list[type[BaseModel]] = []
+    stack: list[typing.Any] = [_models.SpaceFile]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            if item in seen:
+                continue
+            seen.append(item)
+            stack.extend(f.annotation for f in item.model_fields.values())
+        else:
+            stack.extend(typing.get_args(item))
+    return seen
+
+
+def _sample(annotation: typing.Any, bad: typing.Any) -> typing.Any:
+    """A value of ``annotation``'s shape with ``bad`` where a number goes (``None``: no number in it)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _sample(typing.get_args(annotation)[0], bad)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType")):
+        members = typing.get_args(annotation)
+        if any(m in (int, float) or typing.get_origin(m) is typing.Annotated and typing.get_args(m)[0] in (int, float)
+               for m in members):
+            return bad
+        for m in members:
+            sample = _sample(m, bad)
+            if sample is not None:
+                return sample
+        return None
+    if annotation in (int, float):
+        return bad
+    if origin is list:
+        inner = _sample(typing.get_args(annotation)[0], bad)
+        return None if inner is None else [inner]
+    if origin is dict:
+        key_type, value_type = typing.get_args(annotation)
+        keys = typing.get_args(key_type) if typing.get_origin(key_type) is typing.Literal else ("x",)
+        inner = _sample(value_type, bad)
+        return None if inner is None else {keys[0]: inner}
+    return None
+
+
+def _number_fields() -> list[tuple[str, dict, typing.Any]]:
+    """``(dotted field, model's base, sample)`` for every field of every space model that holds a number."""
+    out = []
+    for model in _models_of_space():
+        assert model in _MODEL_AT, f"{model.__name__}: say where it lives in _MODEL_AT"
+        at, base = _MODEL_AT[model]
+        for name, field in model.model_fields.items():
+            if _sample(field.annotation, 1.5) is not None:
+                out.append((f"{at}.{name}".lstrip("."), base, field.annotation))
+    return out
+
+
+def _set(raw: dict, dotted: str, value: typing.Any, bases: dict[str, dict]) -> None:
+    parts = dotted.split(".")
+    node = raw
+    for i, part in enumerate(parts[:-1]):
+        prefix = ".".join(parts[:i + 1])
+        if not isinstance(node.get(part), dict):
+            node[part] = copy.deepcopy(bases.get(prefix, {}))
+        node = node[part]
+    node[parts[-1]] = value
+
+
+_BASES = {at: base for at, base in _MODEL_AT.values()}
+_CASES = [(field, bad) for field, _, _ in _number_fields() for bad in _BAD] + \
+         [(field, bad) for field in _FREE_FORM for bad in _BAD]
+
+
+@pytest.mark.parametrize(("field", "bad"), _CASES, ids=[f"{f}={b!r:.8}" for f, b in _CASES])
+def test_every_number_field_of_the_space_refuses_inf_nan_and_absurd_values(tmp_path, field, bad):
+    annotation = next((a for f, _, a in _number_fields() if f == field), None)
+    value = bad if annotation is None else _sample(annotation, bad)
+    raw = copy.deepcopy(SPACE)
+    raw.setdefault("search", {})
+    _set(raw, field, value, _BASES)
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    label_only = annotation is not None and str in typing.get_args(annotation)  # name: a label, not a number
+    if label_only and isinstance(bad, (int, float)) and math.isfinite(bad):
+        return
+    with pytest.raises(SpaceError) as info:
+        load_space(path)
+    message = str(info.value)
+    shown = field.replace("-", "_")
+    assert "\n" not in message and f"{path}: {shown}" in message and "; fix: " in message, message
+
+
+def test_the_fuzz_covers_every_model_and_number_field():
+    fields = [f for f, _, _ in _number_fields()]
+    assert {"workload.num_prompts", "workload.weights", "slo", "engine_args.max_num_seqs",
+            "search.engine_args.some_arg.low", "search.capture_sizes.gen.max", "search.drafts.d.max_k"} <= set(fields)

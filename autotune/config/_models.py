@@ -26,9 +26,26 @@ __all__ = ["EngineArgs", "SpaceFile", "engine_arg_problem", "first_problem", "sp
 SLO_KEYS = tuple(latency_key(m, p) for m in LATENCY_METRICS for p in LATENCY_PERCENTILES)
 _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
+#: Numbers a space holds are finite and physically plausible (issue 32): sizes are bounded where they are read, so
+#: a typo (``num_prompts: 1000000000000``) is one line at load, not a study that never ends or a number printed with
+#: 301 digits. Each bound is far above any real use.
+MAX_NUMBER = 1e15  # any number in a free-form section (vLLM's arguments, engine options, dataset options)
+MAX_PROMPTS = 10**7
+MAX_TOKENS = 10**8  # a prompt's or an output's length
+MAX_CONCURRENCY = 10**6
+MAX_PASSES = 10**4
+MAX_SECONDS = 86_400.0  # a timed pass
+MAX_MS = 86_400_000.0  # a latency limit: a day
+MAX_SEED = 2**32 - 1  # numpy's seeds
+
 Scalar = Union[str, int, float, bool]
 WholeNumber = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
+Prompts = Annotated[int, Field(ge=1, le=MAX_PROMPTS)]
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Level = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
+Passes = Annotated[int, Field(ge=0, le=MAX_PASSES)]
+Bounded = Annotated[float, Field(ge=-MAX_NUMBER, le=MAX_NUMBER)]
 
 
 #: Names ``search.engine_args`` cannot search: the graph and speculation dimensions have their own keys, and the
@@ -59,21 +76,22 @@ class DatasetSpec(_Model):
 class WorkloadSpec(_Model):
     """``workload:``: what one timed pass runs."""
 
-    num_prompts: Positive | None = None
-    input_len: Positive | None = None
-    output_len: Positive | None = None
-    concurrency: Positive | list[Positive] | None = Field(None, description="one number, or load levels [1, 8, 32]")
-    seed: WholeNumber | None = None
-    warmup_passes: WholeNumber | None = None
-    max_warmup_passes: Positive | None = None
-    timed_passes: Positive | None = None
-    pass_seconds: Annotated[float, Field(ge=0.0, description="seconds a timed pass lasts (0: one round)")] | None = None
+    num_prompts: Prompts | None = None
+    input_len: Tokens | None = None
+    output_len: Tokens | None = None
+    concurrency: Level | list[Level] | None = Field(None, description="one number, or load levels [1, 8, 32]")
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
+    warmup_passes: Passes | None = None
+    max_warmup_passes: Annotated[int, Field(ge=1, le=MAX_PASSES)] | None = None
+    timed_passes: Annotated[int, Field(ge=1, le=MAX_PASSES)] | None = None
+    pass_seconds: Annotated[float, Field(ge=0.0, le=MAX_SECONDS,
+                                         description="seconds a timed pass lasts (0: one round)")] | None = None
     repetitive_prompts: bool | None = None
     dataset: str | DatasetSpec | None = Field(None, description="a path, 'synthetic', or a mapping")
-    temperature: Annotated[float, Field(ge=0.0)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=100.0)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     aggregate: Literal[AGGREGATES] | None = None  # type: ignore[valid-type]
-    weights: list[Annotated[float, Field(gt=0.0)]] | None = None
+    weights: list[Annotated[float, Field(gt=0.0, le=MAX_NUMBER)]] | None = None
 
 
 class SizePattern(_Model):
@@ -102,10 +120,10 @@ class Draft(BaseModel):
 class EngineArgRange(_Model):
     """A numeric range for a searched engine argument; ``baseline`` defaults to ``low``."""
 
-    low: float
-    high: float
+    low: Bounded
+    high: Bounded
     log: bool = False
-    baseline: float | None = None
+    baseline: Bounded | None = None
 
 
 #: Largest size, length or count a space may give vLLM (tokens, sequences, bytes): far above any machine, far below
@@ -211,7 +229,7 @@ class SpaceFile(_Model):
     workload: WorkloadSpec
     search: SearchSpec
     objective: Literal["throughput", "goodput"] = "throughput"
-    slo: dict[Literal[SLO_KEYS], Annotated[float, Field(gt=0.0)]] | None = Field(  # type: ignore[valid-type]
+    slo: dict[Literal[SLO_KEYS], Annotated[float, Field(gt=0.0, le=MAX_MS)]] | None = Field(  # type: ignore[valid-type]
         None, description="latency limits in milliseconds, e.g. {tpot_p99_ms: 50}")
     output_check: OutputCheckSpec | None = None
 
