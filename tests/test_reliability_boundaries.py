@@ -275,3 +275,63 @@ def test_the_fuzz_covers_every_model_and_number_field():
     fields = [f for f, _, _ in _number_fields()]
     assert {"workload.num_prompts", "workload.weights", "slo", "engine_args.max_num_seqs",
             "search.engine_args.some_arg.low", "search.capture_sizes.gen.max", "search.drafts.d.max_k"} <= set(fields)
+
+
+def test_an_unbounded_workload_size_is_refused_at_load(tmp_path):
+    for key in ("num_prompts", "input_len", "concurrency"):
+        with pytest.raises(SpaceError, match=rf": workload.{key}: must be <= "):
+            load_space(_space(tmp_path, lambda d, k=key: d["workload"].update({k: 10**12})))
+
+
+# -- principle 2: what the engine says is checked before it is believed ------------------------------------------
+
+import json  # noqa: E402
+
+from autotune.core import facts as F  # noqa: E402
+from autotune.core.records import RestartResult  # noqa: E402
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    *[(f"facts.{key}", bad) for key in F.PHASES for bad in (1e300, float("inf"), -1e300)],
+    ("startup_s", 1e300), ("peak_memory_gib", 1e300), ("accept_len", 1e300), ("latency.tpot_p99_ms", 1e300),
+])
+def test_an_absurd_number_from_the_engine_is_a_failed_restart_naming_it(field, value):
+    kwargs: dict = {"status": "ok", "passes_tok_s": (100.0,), "wall_s": 60.0,
+                    "facts": {F.PHASE_TIMED_S: 10.0}}
+    head, _, key = field.partition(".")
+    if head == "facts":
+        kwargs["facts"] = {**kwargs["facts"], key: value}
+    elif head == "latency":
+        kwargs["latency"] = {key: value}
+    else:
+        kwargs[head] = value
+    result = RestartResult(**kwargs)
+    assert result.status == "failed" and result.error is not None, result
+    assert (key or head) in result.error and "\n" not in result.error, result.error
+    assert all(abs(v) < 1e15 for v in result.facts.values() if isinstance(v, float)), result.facts
+    assert RestartResult.from_dict(result.to_dict()).status == "failed"
+
+
+def test_plausible_engine_numbers_are_believed():
+    result = RestartResult(status="ok", passes_tok_s=(100.0,), startup_s=600.0, peak_memory_gib=120.0,
+                           accept_len=3.5, latency={"tpot_p99_ms": 40.0},
+                           facts={F.PHASE_LOAD_S: 3600.0, F.PHASE_COMPILE_S: 0.0})
+    assert result.ok and result.facts[F.PHASE_LOAD_S] == 3600.0
+
+
+def test_a_cmd_engine_phase_of_1e300_seconds_is_a_failed_restart_and_prices_nothing(tmp_path):
+    from autotune.core.records import EngineConfig, Workload
+    from autotune.engines.cmd import CmdEngine
+    from autotune.study._budget import PhasedStart
+
+    script = tmp_path / "engine.py"
+    line = {"status": "ok", "passes_tok_s": [100.0], "phases": {"load": 1e300},
+            "resolved": {"cudagraph_mode": "NONE", "cudagraph_capture_sizes": []}}
+    script.write_text(f"import sys; sys.stdin.read(); print({json.dumps(json.dumps(line))})\n")
+    import sys
+    engine = CmdEngine(command=[sys.executable, str(script)])
+    result = engine.run_restart(EngineConfig(engine_args={"model": "m"}), Workload(num_prompts=1), restart=0, seed=0)
+    assert result.status == "failed" and "phase_load_s" in (result.error or ""), result
+    assert F.PHASE_LOAD_S not in result.facts
+    start = PhasedStart.of("k", result)
+    assert start is None or start.fixed_s < 1e6
