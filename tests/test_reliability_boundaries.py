@@ -335,3 +335,35 @@ def test_a_cmd_engine_phase_of_1e300_seconds_is_a_failed_restart_and_prices_noth
     assert F.PHASE_LOAD_S not in result.facts
     start = PhasedStart.of("k", result)
     assert start is None or start.fixed_s < 1e6
+
+
+# -- principle 1: every command refuses the same bad space with the same line -----------------------------------
+
+_VLLM = {"name": "vllm"}
+_BAD_SPACES = {
+    "floor-lots": lambda d: d.update(engine={**_VLLM, "memory_floor_gib": "lots"}),
+    "floor-negative": lambda d: d.update(engine={**_VLLM, "memory_floor_gib": -5}),
+    "floor-typo": lambda d: d.update(engine={**_VLLM, "memory_floor_gb": 8}),
+    "floor-nested": lambda d: d.update(engine={"name": "sim", "vllm": {"memory_floor_gib": "lots"}}),
+    "floor-no-engine-name": lambda d: d.update(engine={"memory_floor_gib": -5}),
+    "launcher-placeholder": lambda d: d.update(engine={**_VLLM, "launcher": ["docker", "run", "-v", "{workdri}:/w",
+                                                                          "img", "python3"]}),
+    "sim-option": lambda d: d["engine"]["sim"].update(profile="nope"),
+    "bool-for-int": lambda d: d["engine_args"].update(max_num_seqs=True),
+    "huge-size": lambda d: d["workload"].update(num_prompts=10**12),
+    "unknown-key": lambda d: d["workload"].update(num_prompt=8),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BAD_SPACES))
+def test_every_command_refuses_a_bad_space_with_the_same_line(tmp_path, capsys, case):
+    path = _space(tmp_path, _BAD_SPACES[case])
+    lines = {}
+    for name, argv in _commands(tmp_path).items():
+        status, out, err = _run(argv(path), capsys)
+        lines[name] = _one_line(err)
+        assert status == ExitStatus.BAD_INPUT, (name, lines[name], out)
+        assert "nothing to fix" not in out and "cannot import vllm" not in out, (name, out)
+        assert lines[name].startswith(f"autotune: error: {path}: "), (name, lines[name])
+    assert len(set(lines.values())) == 1, lines
+    assert not (tmp_path / "optuna.db").exists(), "tune opened a store for a space it refuses"

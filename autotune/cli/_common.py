@@ -33,6 +33,8 @@ __all__ = [
     "command_line",
     "default_study_name",
     "load_space_for",
+    "engine_sections",
+    "check_engine_sections",
     "open_named_study",
     "parse_kv",
     "parse_params",
@@ -131,31 +133,61 @@ class StudyOutput:
 
 
 def load_space_for(args: argparse.Namespace) -> Any:
+    """The space ``--space`` names, as every command that takes one loads it (``tune``, ``audit``, ``doctor``):
+    the file validated (:func:`autotune.config.space.load_space`), then every engine section it holds checked
+    by its engine (:func:`check_engine_sections`), so a bad space is the same line in every command."""
     from autotune.config.space import load_space
 
     space = load_space(args.space)
+    check_engine_sections(space)
     if getattr(args, "model", None):
         space = space.with_model(args.model)
     return space
 
 
+def engine_sections(space: Any) -> dict[str, dict[str, Any]]:
+    """Each engine's options in the space's ``engine:`` section: ``engine.<name>: {...}`` per engine, and flat keys
+    for the space's own engine (``engine.name``, else ``vllm``). Only engines the section names are listed."""
+    from autotune.engines import ENGINES
+
+    section = dict(space.engine)
+    own = str(section.pop("name", None) or "vllm")
+    out = {k: dict(section.pop(k)) for k in list(section) if k in ENGINES and isinstance(section[k], dict)}
+    if section:
+        out[own] = {**section, **out.get(own, {})}  # flat options belong to the space's own engine
+    return out
+
+
+def check_engine_sections(space: Any) -> None:
+    """Every engine section of the space is valid for its engine, whichever engine this command runs: a bad
+    ``engine.vllm.memory_floor_gib`` is refused by ``tune --engine sim`` and ``doctor`` alike, in one line naming the
+    file. Engines are only constructed (options parsed), never started."""
+    from autotune.engines import ENGINES, EngineError, make_engine
+
+    for name, options in engine_sections(space).items():
+        if name not in ENGINES:
+            raise UsageError(f"{space.source}: engine.name {name!r} is not an engine; use one of "
+                             f"{', '.join(sorted(ENGINES))}")
+        try:
+            engine = make_engine(name, **options)
+        except EngineError as exc:
+            raise UsageError(f"{space.source}: {exc}") from None
+        engine.close()
+
+
 def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_dir: str | None = None) -> Any:
     """The engine named on the command line, else the space's ``engine.name``, else ``vllm``.
 
-    Engine options come from the space's ``engine:`` section: ``engine.<name>: {...}`` per engine, or flat
-    keys for the space's own engine; ``--engine-opt`` overrides both.
+    Engine options come from the space's ``engine:`` section (:func:`engine_sections`); ``--engine-opt``
+    overrides them.
     """
     from autotune.engines import ENGINES, make_engine
 
-    section = dict(space.engine)
-    space_engine = section.pop("name", None)
-    per_engine = {k: section.pop(k) for k in list(section) if k in ENGINES and isinstance(section[k], dict)}
+    space_engine = space.engine.get("name")
     chosen = name or space_engine or "vllm"
     if chosen not in ENGINES:
         raise UsageError(f"--engine {chosen!r} is not an engine: choose one of {', '.join(sorted(ENGINES))}")
-    engine_opts = dict(per_engine.get(chosen, {}))
-    if chosen == space_engine:
-        engine_opts = {**section, **engine_opts}  # flat options belong to the space's own engine
+    engine_opts = dict(engine_sections(space).get(chosen, {}))
     engine_opts.update(options)
     engine = make_engine(chosen, cache_dir=cache_dir, **engine_opts)
     engine.check(space)

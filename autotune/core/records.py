@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
