@@ -367,3 +367,81 @@ def test_every_command_refuses_a_bad_space_with_the_same_line(tmp_path, capsys, 
         assert lines[name].startswith(f"autotune: error: {path}: "), (name, lines[name])
     assert len(set(lines.values())) == 1, lines
     assert not (tmp_path / "optuna.db").exists(), "tune opened a store for a space it refuses"
+
+
+# -- principle 6: the store tells the truth -------------------------------------------------------------------------
+
+import shutil  # noqa: E402
+
+from autotune.store import _keys  # noqa: E402
+
+_STORED_KEYS = sorted({v for k, v in vars(_keys).items() if k.endswith("_KEY") and isinstance(v, str)
+                       and v.startswith("autotune:")})
+
+
+@pytest.fixture(scope="module")
+def _stored_study(tmp_path_factory) -> Path:
+    """A finished two-trial sim study with verification, once for the module."""
+    root = tmp_path_factory.mktemp("stored")
+    argv = [a for a in _tune(root, _space(root)) if a != "--no-verify"] + ["--verify-restarts", "2", "--top-k", "1"]
+    assert raw_main(argv, out=io.StringIO()) == ExitStatus.SUCCESS
+    return root
+
+
+def _tampered(src: Path, dst: Path, key: str, value: object, on: str = "both") -> str:
+    """A copy of the stored study with ``key`` set to ``value`` on the study and/or its first trial (in SQL: Optuna
+    refuses to touch a finished trial)."""
+    import json
+    import sqlite3
+
+    shutil.copy(src / "optuna.db", dst / "optuna.db")
+    con = sqlite3.connect(dst / "optuna.db")
+    with con:
+        study_id = con.execute("SELECT study_id FROM studies WHERE study_name = 'one'").fetchone()[0]
+        if on in ("both", "study"):
+            con.execute("DELETE FROM study_user_attributes WHERE study_id = ? AND key = ?", (study_id, key))
+            con.execute("INSERT INTO study_user_attributes (study_id, key, value_json) VALUES (?, ?, ?)",
+                        (study_id, key, json.dumps(value)))
+        if on in ("both", "trial"):
+            trial_id = con.execute("SELECT trial_id FROM trials WHERE study_id = ? AND number = 0",
+                                   (study_id,)).fetchone()[0]
+            con.execute("DELETE FROM trial_user_attributes WHERE trial_id = ? AND key = ?", (trial_id, key))
+            con.execute("INSERT INTO trial_user_attributes (trial_id, key, value_json) VALUES (?, ?, ?)",
+                        (trial_id, key, json.dumps(value)))
+    con.close()
+    return f"sqlite:///{dst}/optuna.db"
+
+
+@pytest.mark.parametrize("value", ["garbage", [1, "two"]], ids=["text", "list"])
+@pytest.mark.parametrize("key", _STORED_KEYS)
+def test_every_stored_key_of_the_wrong_type_is_one_line_or_harmless_in_report(tmp_path, capsys, _stored_study, key,
+                                                                              value):
+    url = _tampered(_stored_study, tmp_path, key, value)
+    status, _, err = _run(["report", "--storage", url, "--study", "one"], capsys)
+    if status != ExitStatus.SUCCESS:
+        line = _one_line(err)
+        assert key in line, line
+    else:
+        assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("key", "value"), [("autotune:restarts", "lots"), ("autotune:config", [1, 2])])
+def test_a_stored_value_of_the_wrong_type_is_one_line_naming_the_key_and_the_trial(tmp_path, capsys, _stored_study,
+                                                                                   key, value):
+    url = _tampered(_stored_study, tmp_path, key, value, on="trial")
+    for argv in (["report", "--storage", url, "--study", "one"], ["export", "--storage", url, "--study", "one"],
+                 [*_tune(tmp_path, _space(tmp_path))[:-2], "--study", "one", "--storage", url, "--trials", "3"]):
+        status, _, err = _run(argv, capsys)
+        lines = [text for text in err.splitlines() if "autotune: error:" in text]  # after tune's progress bar
+        assert len(lines) == 1 and "Traceback" not in err, err
+        line = lines[0][lines[0].index("autotune: error:"):]
+        assert status != ExitStatus.SUCCESS, (argv[0], line)
+        assert key in line and "trial 0" in line, (argv[0], line)
+
+
+def test_an_unknown_schema_version_is_one_line(tmp_path, capsys, _stored_study):
+    for value in (99, "two"):
+        url = _tampered(_stored_study, tmp_path, "autotune:schema_version", value, on="study")
+        status, _, err = _run(["report", "--storage", url, "--study", "one"], capsys)
+        line = _one_line(err)
+        assert status == ExitStatus.BAD_INPUT and "schema" in line, line
