@@ -445,3 +445,32 @@ def test_an_unknown_schema_version_is_one_line(tmp_path, capsys, _stored_study):
         status, _, err = _run(["report", "--storage", url, "--study", "one"], capsys)
         line = _one_line(err)
         assert status == ExitStatus.BAD_INPUT and "schema" in line, line
+
+
+def test_a_locked_store_is_called_locked_not_corrupt(tmp_path, capsys, monkeypatch, _stored_study):
+    import subprocess
+    import sys
+
+    from autotune.cli import preflight
+
+    shutil.copy(_stored_study / "optuna.db", tmp_path / "optuna.db")
+    monkeypatch.setattr(preflight, "LOCK_WAIT_S", 0.5, raising=False)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+         "c.execute('BEGIN EXCLUSIVE'); print('held', flush=True); time.sleep(60)", str(tmp_path / "optuna.db")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        url = f"sqlite:///{tmp_path}/optuna.db"
+        for argv in (_tune(tmp_path, _space(tmp_path))[:-2] + ["--study", "one", "--storage", url],
+                     ["report", "--storage", url, "--study", "one"]):
+            status, _, err = _run(argv, capsys)
+            line = _one_line(err)
+            assert status != ExitStatus.SUCCESS, line
+            assert "locked" in line and "restore" not in line and "not a usable" not in line, line
+            assert f"pid {holder.pid}" in line, line
+    finally:
+        holder.kill()
+        holder.wait()
+    import sqlite3
+    assert sqlite3.connect(tmp_path / "optuna.db").execute("PRAGMA quick_check").fetchone()[0] == "ok"

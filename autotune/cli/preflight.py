@@ -231,10 +231,39 @@ def check_fresh(storage: str, study_name: str) -> None:
                              f"would pull it from under that run: {stop}, or start this one under another --study")
 
 
+#: How long a check waits for another process's lock on an SQLite store before saying it is locked.
+LOCK_WAIT_S = 30.0
+
+
+def _lock_holders(db: Path) -> list[str]:
+    """``pid N (name)`` of each process of this user that has ``db`` (or its journal or WAL) open."""
+    import psutil
+
+    wanted = {os.path.realpath(db), *(os.path.realpath(f"{db}{suffix}") for suffix in _SQLITE_SIDECARS)}
+    found = []
+    for proc in psutil.process_iter(["pid", "name"]):
+        if proc.pid == os.getpid():
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            if any(os.path.realpath(f.path) in wanted for f in proc.open_files()):
+                found.append(f"pid {proc.pid} ({proc.info['name']})")
+    return found
+
+
+def _locked(db: Path, what: str) -> PreflightError:
+    holders = _lock_holders(db)
+    who = (f"by {', '.join(holders[:3])}" if holders else "by another process (a running autotune tune or worker, "
+           "or an open sqlite3 shell)")
+    return PreflightError(f"{what}: {db} is locked {who}, still after {LOCK_WAIT_S:g} s; the database is not "
+                          "damaged: wait for that process to finish (or stop it), then run the same command again")
+
+
 def check_sqlite_file(db: Path, what: str, write: bool) -> None:
-    """An existing SQLite file is an intact database (SQLite's ``quick_check``) and, with ``write``, writable."""
+    """An existing SQLite file is an intact database (SQLite's ``quick_check``) and, with ``write``, writable. A
+    database another process keeps locked is said to be locked, naming the process where it can be seen: locked
+    is not corrupt, and the advice for a damaged one (restore it from a copy) would overwrite a healthy store."""
     try:
-        con = sqlite3.connect(f"file:{db}?mode={'rw' if write else 'ro'}", uri=True, timeout=30)
+        con = sqlite3.connect(f"file:{db}?mode={'rw' if write else 'ro'}", uri=True, timeout=LOCK_WAIT_S)
         try:
             ok = con.execute("PRAGMA quick_check").fetchone()
             if ok is None or ok[0] != "ok":
@@ -245,6 +274,8 @@ def check_sqlite_file(db: Path, what: str, write: bool) -> None:
         finally:
             con.close()
     except sqlite3.Error as exc:
+        if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+            raise _locked(db, what) from None
         raise PreflightError(f"{what}: {db} is not a usable SQLite database ({exc}); restore it from a copy, or "
                              "point the flag at a new file") from None
 
