@@ -474,3 +474,45 @@ def test_a_locked_store_is_called_locked_not_corrupt(tmp_path, capsys, monkeypat
         holder.wait()
     import sqlite3
     assert sqlite3.connect(tmp_path / "optuna.db").execute("PRAGMA quick_check").fetchone()[0] == "ok"
+
+
+# -- principle 7: output paths are checked before the work; a closed pipe is not an error -----------------------
+
+
+def test_a_dangling_symlink_output_is_refused_before_the_study_runs(tmp_path, capsys):
+    link = tmp_path / "report.json"
+    link.symlink_to(tmp_path / "gone" / "elsewhere.json")
+    status, _, err = _run(_tune(tmp_path, _space(tmp_path), "--json", str(link)), capsys)
+    line = _one_line(err)
+    assert status == ExitStatus.BAD_INPUT and "--json" in line and "symbolic link" in line, line
+    assert not (tmp_path / "optuna.db").exists(), "the study ran before the output path was checked"
+
+
+def test_no_output_flag_writes_through_a_symbolic_link(tmp_path, capsys, _stored_study):
+    url = f"sqlite:///{_stored_study}/optuna.db"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    for argv in (["report", "--storage", url, "--study", "one", "--json"],
+                 ["export", "--storage", url, "--study", "one", "--out"]):
+        link = tmp_path / f"{argv[0]}.yaml"
+        link.symlink_to(victim)
+        status, _, err = _run([*argv, str(link)], capsys)
+        line = _one_line(err)
+        assert status == ExitStatus.BAD_INPUT and "symbolic link" in line, line
+        assert victim.read_text() == "keep me\n"
+
+
+def test_report_into_a_closed_pipe_is_not_an_error(tmp_path, _stored_study):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "report", "--storage",
+                             f"sqlite:///{_stored_study}/optuna.db", "--study", "one"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # `autotune report | head -0`: the reader is gone before the first line
+    err = proc.stderr.read()
+    status = proc.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipe" not in err and err.strip() == "", err
+    assert status in (0, 141), status

@@ -13,7 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import IO, Any
 
 from autotune.cli.gpu_workers import STORAGE_ENV
 from autotune.cli.preflight import check_storage
@@ -33,6 +33,7 @@ __all__ = [
     "command_line",
     "default_study_name",
     "load_space_for",
+    "open_output",
     "engine_sections",
     "check_engine_sections",
     "open_named_study",
@@ -86,8 +87,20 @@ def command_line() -> tuple[str, ...]:
 
 def write_json(path: str, data: Any) -> None:
     """``data``, redacted, as indented JSON at ``path`` (``--json`` of every subcommand that has one)."""
-    with open(path, "w") as fh:
+    with open_output(path, "--json") as fh:
         json.dump(redact(data), fh, indent=2, default=str)
+
+
+def open_output(path: str, flag: str) -> IO[str]:
+    """``path`` opened for writing, never through a symbolic link (one put there after the preflight check too)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise UsageError(f"{flag} {path}: is a symbolic link; autotune does not write through links: give the "
+                             "real path, or remove the link") from None
+        raise
+    return os.fdopen(fd, "w")
 
 
 def default_study_name(space: Any, engine: str) -> str:

@@ -169,9 +169,11 @@ def _clash(path: str, protected: Iterable[Protected]) -> Protected | None:
     return None
 
 
-def check_output_path(path: str, flag: str, protected: Iterable[Protected] = ()) -> None:
+def check_output_path(path: str, flag: str, protected: Iterable[Protected] = (), *, links: bool = True) -> None:
     """``path`` can be written at the end of the run: its directory exists and takes files, it is not a directory,
-    and it is none of the ``protected`` paths (:func:`protected_paths`), through a symbolic or a hard link or not."""
+    and it is none of the ``protected`` paths (:func:`protected_paths`), through a symbolic or a hard link or not;
+    with ``links``, it is no symbolic link at all (a first check before the protected paths are known leaves
+    links to the second, which names what a link reaches)."""
     clash = _clash(path, protected)
     if clash is not None:
         shown = path if os.path.realpath(path) == os.path.realpath(clash.path) else \
@@ -181,6 +183,11 @@ def check_output_path(path: str, flag: str, protected: Iterable[Protected] = ())
         raise PreflightError(f"{flag} {shown}: {where} {clash.what} ({clash.path}), which autotune will not "
                              f"overwrite; write elsewhere, e.g. {flag} {name}")
     target = Path(path)
+    if links and os.path.islink(path):
+        # A link may point anywhere (or nowhere yet): autotune writes only where it was told, never through a link
+        # to a file it did not create - and a dangling one would be found only after the whole study ran.
+        raise PreflightError(f"{flag} {path}: is a symbolic link (to {os.readlink(path)}); autotune does not write "
+                             f"through links: give the real path, or remove the link")
     if target.is_dir():
         raise PreflightError(f"{flag} {path}: is a directory; give a file name, e.g. {flag} {target / 'report.json'}")
     parent = target.parent
