@@ -516,3 +516,51 @@ def test_report_into_a_closed_pipe_is_not_an_error(tmp_path, _stored_study):
     status = proc.wait(timeout=120)
     assert "Traceback" not in err and "BrokenPipe" not in err and err.strip() == "", err
     assert status in (0, 141), status
+
+
+# -- principle 1: datasets in every format load or are refused at load ------------------------------------------
+
+_SHAREGPT_ROW = {"conversations": [{"from": "human", "value": "Write a haiku."}, {"from": "gpt", "value": "Snow."}]}
+
+
+@pytest.mark.parametrize(("name", "body", "spec"), [
+    ("prompts.csv", "prompt,output_len\nhello,16\n", None),
+    ("prompts.tsv", "prompt\toutput_len\nhello\t16\n", None),
+    ("prompts.json", json.dumps([{"prompt": "hello"}, {"prompt": "world"}]), None),
+    ("sg.json", json.dumps([{"text": "no conversations"}, {"conversations": [{"from": "human", "value": "x"}]}]),
+     {"format": "sharegpt"}),
+    ("sg.json", json.dumps({"conversations": []}), {"format": "sharegpt"}),
+    ("sg.json", b"[{\"conversations\": [{\"from\": \"human\", \"value\": \"caf\xe9\"}]}]", {"format": "sharegpt"}),
+    ("dir", None, None),
+])
+def test_a_dataset_in_a_format_autotune_does_not_read_is_refused_at_load(tmp_path, capsys, name, body, spec):
+    path = tmp_path / name
+    if body is None:
+        path.mkdir()
+    elif isinstance(body, bytes):
+        path.write_bytes(body)
+    else:
+        path.write_text(body)
+    dataset = str(path) if spec is None else {**spec, "path": str(path)}
+    space = _space(tmp_path, lambda d: d["workload"].update(dataset=dataset))
+    with pytest.raises(SpaceError) as info:
+        load_space(space)
+    message = str(info.value)
+    assert "\n" not in message and ": workload.dataset" in message and name in message, message
+    assert "; fix: " in message and ("jsonl" in message if body is not None else "is a directory" in message), message
+    status, _, err = _run(_tune(tmp_path, space), capsys)
+    assert status == ExitStatus.BAD_INPUT and _one_line(err) == f"autotune: error: {message}"
+
+
+@pytest.mark.parametrize(("name", "body", "spec"), [
+    ("prompts.jsonl", '{"prompt": "hello"}\n{"messages": [{"role": "user", "content": "hi"}]}\n', None),
+    ("prompts.txt", '{"prompt": "hello"}\n', None),
+    ("sg.json", json.dumps([_SHAREGPT_ROW, {"junk": 1}]), None),
+    ("sg.json", json.dumps([_SHAREGPT_ROW]), {"format": "sharegpt"}),
+])
+def test_a_dataset_in_a_supported_format_loads(tmp_path, name, body, spec):
+    path = tmp_path / name
+    path.write_text(body)
+    dataset = str(path) if spec is None else {**spec, "path": str(path)}
+    space = load_space(_space(tmp_path, lambda d: d["workload"].update(dataset=dataset)))
+    assert space.prompts_digest is not None
