@@ -565,3 +565,12 @@ def test_a_dataset_in_a_supported_format_loads(tmp_path, name, body, spec):
     dataset = str(path) if spec is None else {**spec, "path": str(path)}
     space = load_space(_space(tmp_path, lambda d: d["workload"].update(dataset=dataset)))
     assert space.prompts_digest is not None
+
+
+@pytest.mark.parametrize("item", ["noise=.nan", "memory_floor_gib=.inf", "noise=1.0e+300", "noise=[1, -.inf]",
+                                  "noise=[1,", "noise=&a [*a]"])
+def test_a_command_line_value_is_read_like_the_space_file(tmp_path, capsys, item):
+    """--engine-opt and --params values are YAML: the same reading (aliases bounded) and the same number rule."""
+    status, _, err = _run(_tune(tmp_path, _space(tmp_path), "--engine-opt", item), capsys)
+    line = _one_line(err)
+    assert status == ExitStatus.BAD_INPUT and f"--engine-opt {item!r}" in line, line

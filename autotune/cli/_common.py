@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
@@ -53,15 +54,31 @@ class UsageError(Exception):
 
 def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
     """``["k=v", ...]`` -> dict, values parsed as YAML scalars/lists (``sizes=[1,2,4]``, ``K=3``)."""
-    import yaml
+    from autotune.config._models import MAX_NUMBER
+    from autotune.config._yaml import load_yaml
 
     out: dict[str, Any] = {}
     for item in items or ():
         if "=" not in item:
             raise UsageError(f"{flag} {item!r}: expected KEY=VALUE, e.g. {flag} num_speculative_tokens=3")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        # The space file's YAML reading (aliases bounded) and its rule for numbers: finite and plausible.
+        parsed = load_yaml(value, lambda _where, problem, fix: UsageError(f"{flag} {item!r}: {problem}; {fix}"))
+        for number in _numbers(parsed):
+            if not math.isfinite(number) or abs(number) > MAX_NUMBER:
+                raise UsageError(f"{flag} {item!r}: {number!r} is not a finite, plausible number; give a number "
+                                 f"within ±{MAX_NUMBER:.0e}")
+        out[key.strip()] = parsed
     return out
+
+
+def _numbers(value: Any) -> list[float]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [float(value)] if not isinstance(value, int) or abs(value) < 10**300 else [math.inf]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return [n for item in items for n in _numbers(item)]
 
 
 def canonical_params(params: Mapping[str, Any]) -> dict[str, Any]:
