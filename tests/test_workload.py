@@ -47,7 +47,8 @@ def test_dataset_forms(tmp_path: Path) -> None:
     jsonl = tmp_path / "p.jsonl"
     jsonl.write_text('{"prompt": "hi"}\n')
     share = tmp_path / "sg.json"
-    share.write_text("[]")
+    # One conversation: an empty list has no prompt and is refused at load (issue 32), as the engine would mid-study.
+    share.write_text('[{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]}]')
     assert space(workload={"dataset": str(jsonl)}).workload.dataset == Dataset("jsonl", path=str(jsonl))
     assert space(workload={"dataset": str(share)}).workload.dataset.source == "sharegpt"
     assert space(workload={"dataset": "synthetic"}).workload.dataset == Dataset("synthetic")

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import IO, Any
 
 from autotune.cli.gpu_workers import STORAGE_ENV
 from autotune.cli.preflight import check_storage
@@ -33,6 +34,9 @@ __all__ = [
     "command_line",
     "default_study_name",
     "load_space_for",
+    "open_output",
+    "engine_sections",
+    "check_engine_sections",
     "open_named_study",
     "parse_kv",
     "parse_params",
@@ -50,15 +54,31 @@ class UsageError(Exception):
 
 def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
     """``["k=v", ...]`` -> dict, values parsed as YAML scalars/lists (``sizes=[1,2,4]``, ``K=3``)."""
-    import yaml
+    from autotune.config._models import MAX_NUMBER
+    from autotune.config._yaml import load_yaml
 
     out: dict[str, Any] = {}
     for item in items or ():
         if "=" not in item:
             raise UsageError(f"{flag} {item!r}: expected KEY=VALUE, e.g. {flag} num_speculative_tokens=3")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        # The space file's YAML reading (aliases bounded) and its rule for numbers: finite and plausible.
+        parsed = load_yaml(value, lambda _where, problem, fix: UsageError(f"{flag} {item!r}: {problem}; {fix}"))
+        for number in _numbers(parsed):
+            if not math.isfinite(number) or abs(number) > MAX_NUMBER:
+                raise UsageError(f"{flag} {item!r}: {number!r} is not a finite, plausible number; give a number "
+                                 f"within ±{MAX_NUMBER:.0e}")
+        out[key.strip()] = parsed
     return out
+
+
+def _numbers(value: Any) -> list[float]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [float(value)] if not isinstance(value, int) or abs(value) < 10**300 else [math.inf]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return [n for item in items for n in _numbers(item)]
 
 
 def canonical_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -84,8 +104,20 @@ def command_line() -> tuple[str, ...]:
 
 def write_json(path: str, data: Any) -> None:
     """``data``, redacted, as indented JSON at ``path`` (``--json`` of every subcommand that has one)."""
-    with open(path, "w") as fh:
+    with open_output(path, "--json") as fh:
         json.dump(redact(data), fh, indent=2, default=str)
+
+
+def open_output(path: str, flag: str) -> IO[str]:
+    """``path`` opened for writing, never through a symbolic link (one put there after the preflight check too)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise UsageError(f"{flag} {path}: is a symbolic link; autotune does not write through links: give the "
+                             "real path, or remove the link") from None
+        raise
+    return os.fdopen(fd, "w")
 
 
 def default_study_name(space: Any, engine: str) -> str:
@@ -131,31 +163,61 @@ class StudyOutput:
 
 
 def load_space_for(args: argparse.Namespace) -> Any:
+    """The space ``--space`` names, as every command that takes one loads it (``tune``, ``audit``, ``doctor``):
+    the file validated (:func:`autotune.config.space.load_space`), then every engine section it holds checked
+    by its engine (:func:`check_engine_sections`), so a bad space is the same line in every command."""
     from autotune.config.space import load_space
 
     space = load_space(args.space)
+    check_engine_sections(space)
     if getattr(args, "model", None):
         space = space.with_model(args.model)
     return space
 
 
+def engine_sections(space: Any) -> dict[str, dict[str, Any]]:
+    """Each engine's options in the space's ``engine:`` section: ``engine.<name>: {...}`` per engine, and flat keys
+    for the space's own engine (``engine.name``, else ``vllm``). Only engines the section names are listed."""
+    from autotune.engines import ENGINES
+
+    section = dict(space.engine)
+    own = str(section.pop("name", None) or "vllm")
+    out = {k: dict(section.pop(k)) for k in list(section) if k in ENGINES and isinstance(section[k], dict)}
+    if section:
+        out[own] = {**section, **out.get(own, {})}  # flat options belong to the space's own engine
+    return out
+
+
+def check_engine_sections(space: Any) -> None:
+    """Every engine section of the space is valid for its engine, whichever engine this command runs: a bad
+    ``engine.vllm.memory_floor_gib`` is refused by ``tune --engine sim`` and ``doctor`` alike, in one line naming the
+    file. Engines are only constructed (options parsed), never started."""
+    from autotune.engines import ENGINES, EngineError, make_engine
+
+    for name, options in engine_sections(space).items():
+        if name not in ENGINES:
+            raise UsageError(f"{space.source}: engine.name {name!r} is not an engine; use one of "
+                             f"{', '.join(sorted(ENGINES))}")
+        try:
+            engine = make_engine(name, **options)
+        except EngineError as exc:
+            raise UsageError(f"{space.source}: {exc}") from None
+        engine.close()
+
+
 def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_dir: str | None = None) -> Any:
     """The engine named on the command line, else the space's ``engine.name``, else ``vllm``.
 
-    Engine options come from the space's ``engine:`` section: ``engine.<name>: {...}`` per engine, or flat
-    keys for the space's own engine; ``--engine-opt`` overrides both.
+    Engine options come from the space's ``engine:`` section (:func:`engine_sections`); ``--engine-opt``
+    overrides them.
     """
     from autotune.engines import ENGINES, make_engine
 
-    section = dict(space.engine)
-    space_engine = section.pop("name", None)
-    per_engine = {k: section.pop(k) for k in list(section) if k in ENGINES and isinstance(section[k], dict)}
+    space_engine = space.engine.get("name")
     chosen = name or space_engine or "vllm"
     if chosen not in ENGINES:
         raise UsageError(f"--engine {chosen!r} is not an engine: choose one of {', '.join(sorted(ENGINES))}")
-    engine_opts = dict(per_engine.get(chosen, {}))
-    if chosen == space_engine:
-        engine_opts = {**section, **engine_opts}  # flat options belong to the space's own engine
+    engine_opts = dict(engine_sections(space).get(chosen, {}))
     engine_opts.update(options)
     engine = make_engine(chosen, cache_dir=cache_dir, **engine_opts)
     engine.check(space)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import IO
@@ -137,5 +138,16 @@ def raw_main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> E
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console-script entry point."""
-    return int(raw_main(argv))
+    """Console-script entry point.
+
+    A reader that closes the pipe early (``autotune report | head -1``) took what it wanted: no traceback, and
+    nothing more is written (stdout goes to ``/dev/null``, so the interpreter's last flush cannot fail either).
+    """
+    try:
+        status = int(raw_main(argv))
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return int(ExitStatus.SUCCESS)

@@ -91,9 +91,9 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
     """Gather the facts, print one line a check, return the exit status."""
     space = None
     if getattr(args, "space", None):
-        from autotune.config.space import load_space
+        from autotune.cli._common import load_space_for
 
-        space = load_space(args.space)  # a SpaceError is bad input: one line, status 2
+        space = load_space_for(args)  # as tune loads it: a bad space is the same line, status 2
     found = findings(gather(space))
     for finding in found:
         print(finding, file=out)
@@ -110,13 +110,11 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
 
 def gather(space: Any = None) -> Facts:
     """Read the machine (and, with a space, its engine's interpreter and model)."""
-    section = dict(getattr(space, "engine", None) or {})
-    engine = str(section.pop("name", None) or "vllm")
-    from autotune.engines import ENGINES
+    from autotune.cli._common import engine_sections
 
-    # As the study reads them: flat keys belong to the space's own engine, ``engine.<name>: {...}`` to that one.
-    options = {**{k: v for k, v in section.items() if not (k in ENGINES and isinstance(v, dict))},
-               **(section.get(engine) if isinstance(section.get(engine), dict) else {})}
+    engine = str((getattr(space, "engine", None) or {}).get("name") or "vllm")
+    # As the study reads them (tune's build_engine): flat keys belong to the space's own engine.
+    options = engine_sections(space).get(engine, {}) if space is not None else {}
     engine_args = dict(getattr(space, "engine_args", None) or {})
     freqs = _cpu_freqs()
     states = gpu_states()

@@ -10,7 +10,7 @@ import shlex
 import sys
 from typing import IO
 
-from autotune.cli._common import UsageError, add_store_args, open_named_study
+from autotune.cli._common import UsageError, add_store_args, open_named_study, open_output
 from autotune.cli.preflight import check_output_path, dataset_path, protected_paths
 from autotune.core.redact import REDACTED, redact, redacted_fields
 from autotune.report import build_report
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
         raise UsageError(f"--out {args.out}: vllm serve --config only reads .yaml/.yml files; "
                          "name it e.g. winner.yaml")
     if args.out:
-        check_output_path(args.out, "--out")
+        check_output_path(args.out, "--out", links=False)
     study = open_named_study(args)
     if args.out:
         meta = study.meta()
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
     if args.format == "json":
         sys.stderr.write(comment(header_lines(report)))
     if args.out:
-        with open(args.out, "w") as fh:
+        with open_output(args.out, "--out") as fh:
             fh.write(text)
         hint = {"vllm-yaml": f"vllm serve --config {shlex.quote(args.out)}", "cli": f"sh {shlex.quote(args.out)}",
                 "json": f"vllm.LLM(**json.load(open({args.out!r})))"}[args.format]

@@ -169,9 +169,11 @@ def _clash(path: str, protected: Iterable[Protected]) -> Protected | None:
     return None
 
 
-def check_output_path(path: str, flag: str, protected: Iterable[Protected] = ()) -> None:
+def check_output_path(path: str, flag: str, protected: Iterable[Protected] = (), *, links: bool = True) -> None:
     """``path`` can be written at the end of the run: its directory exists and takes files, it is not a directory,
-    and it is none of the ``protected`` paths (:func:`protected_paths`), through a symbolic or a hard link or not."""
+    and it is none of the ``protected`` paths (:func:`protected_paths`), through a symbolic or a hard link or not;
+    with ``links``, it is no symbolic link at all (a first check before the protected paths are known leaves
+    links to the second, which names what a link reaches)."""
     clash = _clash(path, protected)
     if clash is not None:
         shown = path if os.path.realpath(path) == os.path.realpath(clash.path) else \
@@ -181,6 +183,11 @@ def check_output_path(path: str, flag: str, protected: Iterable[Protected] = ())
         raise PreflightError(f"{flag} {shown}: {where} {clash.what} ({clash.path}), which autotune will not "
                              f"overwrite; write elsewhere, e.g. {flag} {name}")
     target = Path(path)
+    if links and os.path.islink(path):
+        # A link may point anywhere (or nowhere yet): autotune writes only where it was told, never through a link
+        # to a file it did not create - and a dangling one would be found only after the whole study ran.
+        raise PreflightError(f"{flag} {path}: is a symbolic link (to {os.readlink(path)}); autotune does not write "
+                             f"through links: give the real path, or remove the link")
     if target.is_dir():
         raise PreflightError(f"{flag} {path}: is a directory; give a file name, e.g. {flag} {target / 'report.json'}")
     parent = target.parent
@@ -231,10 +238,39 @@ def check_fresh(storage: str, study_name: str) -> None:
                              f"would pull it from under that run: {stop}, or start this one under another --study")
 
 
+#: How long a check waits for another process's lock on an SQLite store before saying it is locked.
+LOCK_WAIT_S = 30.0
+
+
+def _lock_holders(db: Path) -> list[str]:
+    """``pid N (name)`` of each process of this user that has ``db`` (or its journal or WAL) open."""
+    import psutil
+
+    wanted = {os.path.realpath(db), *(os.path.realpath(f"{db}{suffix}") for suffix in _SQLITE_SIDECARS)}
+    found = []
+    for proc in psutil.process_iter(["pid", "name"]):
+        if proc.pid == os.getpid():
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            if any(os.path.realpath(f.path) in wanted for f in proc.open_files()):
+                found.append(f"pid {proc.pid} ({proc.info['name']})")
+    return found
+
+
+def _locked(db: Path, what: str) -> PreflightError:
+    holders = _lock_holders(db)
+    who = (f"by {', '.join(holders[:3])}" if holders else "by another process (a running autotune tune or worker, "
+           "or an open sqlite3 shell)")
+    return PreflightError(f"{what}: {db} is locked {who}, still after {LOCK_WAIT_S:g} s; the database is not "
+                          "damaged: wait for that process to finish (or stop it), then run the same command again")
+
+
 def check_sqlite_file(db: Path, what: str, write: bool) -> None:
-    """An existing SQLite file is an intact database (SQLite's ``quick_check``) and, with ``write``, writable."""
+    """An existing SQLite file is an intact database (SQLite's ``quick_check``) and, with ``write``, writable. A
+    database another process keeps locked is said to be locked, naming the process where it can be seen: locked
+    is not corrupt, and the advice for a damaged one (restore it from a copy) would overwrite a healthy store."""
     try:
-        con = sqlite3.connect(f"file:{db}?mode={'rw' if write else 'ro'}", uri=True, timeout=30)
+        con = sqlite3.connect(f"file:{db}?mode={'rw' if write else 'ro'}", uri=True, timeout=LOCK_WAIT_S)
         try:
             ok = con.execute("PRAGMA quick_check").fetchone()
             if ok is None or ok[0] != "ok":
@@ -245,6 +281,8 @@ def check_sqlite_file(db: Path, what: str, write: bool) -> None:
         finally:
             con.close()
     except sqlite3.Error as exc:
+        if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+            raise _locked(db, what) from None
         raise PreflightError(f"{what}: {db} is not a usable SQLite database ({exc}); restore it from a copy, or "
                              "point the flag at a new file") from None
 

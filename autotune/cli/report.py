@@ -27,7 +27,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.report import build_report
 
     if args.json not in (None, "-"):
-        check_output_path(args.json, "--json")
+        check_output_path(args.json, "--json", links=False)
     study = open_named_study(args)
     if args.json not in (None, "-"):
         # Now that the study is open: never over its storage, the MLflow store, its space file or its dataset.

@@ -173,10 +173,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """Join the study: its space, engine and settings come from the study, so any machine can join."""
-    import yaml
-
     from autotune.cli.gpu_workers import WORKER_ENV
-    from autotune.config.space import parse_space
+    from autotune.config.space import load_space_text
     from autotune.engines import make_engine
     from autotune.store import ledger
     from autotune.study import StudyOptions
@@ -192,7 +190,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     if text is None or meta.engine.name is None:
         raise UsageError(f"study {args.study!r} has no recorded space or engine (an older autotune started it): "
                          "resume it with autotune tune --space FILE instead")
-    space = parse_space(yaml.safe_load(text))
+    space = load_space_text(text)
     if meta.model and space.engine_args.get("model") != meta.model:
         space = space.with_model(meta.model)
     if args.json:

@@ -16,19 +16,36 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from autotune.core.records import AGGREGATES, LATENCY_METRICS, LATENCY_PERCENTILES, latency_key
 
-__all__ = ["SpaceFile", "first_problem", "space_json_schema"]
+__all__ = ["EngineArgs", "SpaceFile", "engine_arg_problem", "first_problem", "space_json_schema"]
 
 SLO_KEYS = tuple(latency_key(m, p) for m in LATENCY_METRICS for p in LATENCY_PERCENTILES)
 _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
+#: Numbers a space holds are finite and physically plausible (issue 32): sizes are bounded where they are read, so
+#: a typo (``num_prompts: 1000000000000``) is one line at load, not a study that never ends or a number printed with
+#: 301 digits. Each bound is far above any real use.
+MAX_NUMBER = 1e15  # any number in a free-form section (vLLM's arguments, engine options, dataset options)
+MAX_PROMPTS = 10**7
+MAX_TOKENS = 10**8  # a prompt's or an output's length
+MAX_CONCURRENCY = 10**6
+MAX_PASSES = 10**4
+MAX_SECONDS = 86_400.0  # a timed pass
+MAX_MS = 86_400_000.0  # a latency limit: a day
+MAX_SEED = 2**32 - 1  # numpy's seeds
+
 Scalar = Union[str, int, float, bool]
 WholeNumber = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
+Prompts = Annotated[int, Field(ge=1, le=MAX_PROMPTS)]
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Level = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
+Passes = Annotated[int, Field(ge=0, le=MAX_PASSES)]
+Bounded = Annotated[float, Field(ge=-MAX_NUMBER, le=MAX_NUMBER)]
 
 
 #: Names ``search.engine_args`` cannot search: the graph and speculation dimensions have their own keys, and the
@@ -59,21 +76,22 @@ class DatasetSpec(_Model):
 class WorkloadSpec(_Model):
     """``workload:``: what one timed pass runs."""
 
-    num_prompts: Positive | None = None
-    input_len: Positive | None = None
-    output_len: Positive | None = None
-    concurrency: Positive | list[Positive] | None = Field(None, description="one number, or load levels [1, 8, 32]")
-    seed: WholeNumber | None = None
-    warmup_passes: WholeNumber | None = None
-    max_warmup_passes: Positive | None = None
-    timed_passes: Positive | None = None
-    pass_seconds: Annotated[float, Field(ge=0.0, description="seconds a timed pass lasts (0: one round)")] | None = None
+    num_prompts: Prompts | None = None
+    input_len: Tokens | None = None
+    output_len: Tokens | None = None
+    concurrency: Level | list[Level] | None = Field(None, description="one number, or load levels [1, 8, 32]")
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
+    warmup_passes: Passes | None = None
+    max_warmup_passes: Annotated[int, Field(ge=1, le=MAX_PASSES)] | None = None
+    timed_passes: Annotated[int, Field(ge=1, le=MAX_PASSES)] | None = None
+    pass_seconds: Annotated[float, Field(ge=0.0, le=MAX_SECONDS,
+                                         description="seconds a timed pass lasts (0: one round)")] | None = None
     repetitive_prompts: bool | None = None
     dataset: str | DatasetSpec | None = Field(None, description="a path, 'synthetic', or a mapping")
-    temperature: Annotated[float, Field(ge=0.0)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=100.0)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     aggregate: Literal[AGGREGATES] | None = None  # type: ignore[valid-type]
-    weights: list[Annotated[float, Field(gt=0.0)]] | None = None
+    weights: list[Annotated[float, Field(gt=0.0, le=MAX_NUMBER)]] | None = None
 
 
 class SizePattern(_Model):
@@ -102,10 +120,83 @@ class Draft(BaseModel):
 class EngineArgRange(_Model):
     """A numeric range for a searched engine argument; ``baseline`` defaults to ``low``."""
 
-    low: float
-    high: float
+    low: Bounded
+    high: Bounded
     log: bool = False
-    baseline: float | None = None
+    baseline: Bounded | None = None
+
+
+#: Largest size, length or count a space may give vLLM (tokens, sequences, bytes): far above any machine, far below
+#: the overflow a typo (``10**30``) would bring.
+MAX_SIZE = 10**15
+Size = Annotated[int, Field(ge=1, le=MAX_SIZE)]
+Parallel = Annotated[int, Field(ge=1, le=4096)]
+
+
+class EngineArgs(BaseModel):
+    """``engine_args``: vLLM's own arguments. The ones autotune reads or sizes are typed (a boolean is not an
+    integer: YAML's ``true`` is not 1); the rest go to vLLM as written. ``-`` and ``_`` spell one name."""
+
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+    model: str | None = None
+    max_num_seqs: Size | None = None
+    max_model_len: Size | None = None
+    max_num_batched_tokens: Size | None = None
+    block_size: Size | None = None
+    kv_cache_memory_bytes: Size | None = None
+    tensor_parallel_size: Parallel | None = None
+    pipeline_parallel_size: Parallel | None = None
+    data_parallel_size: Parallel | None = None
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    enforce_eager: bool | None = None
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    trust_remote_code: bool | None = None
+    skip_tokenizer_init: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: Any) -> Any:
+        """``max-num-seqs`` is checked as ``max_num_seqs`` (a name given both ways is the loader's to refuse)."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for key in data:
+            norm = str(key).replace("-", "_")
+            if norm != key and norm in cls.model_fields and norm not in data:
+                out[norm] = out.pop(key)
+        return out
+
+
+def engine_arg_problem(name: str, value: Any) -> tuple[str, str] | None:
+    """Why ``value`` cannot be vLLM's argument ``name`` (a searched choice or bound), as ``(problem, fix)``."""
+    try:
+        EngineArgs.model_validate({name: value})
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        annotation = EngineArgs.model_fields[name.replace("-", "_")].annotation
+        kinds = {type(None)} ^ set(_members(annotation))
+        if bool in kinds:
+            return f"must be true or false, got {value!r}", "write true or false"
+        if int in kinds:
+            low, high = _bounds(annotation)
+            return f"must be a whole number from {low} to {high}, got {value!r}", "write whole numbers (true is not 1)"
+        return f"{error['msg'].lower()}, got {value!r}", "see `autotune schema` for the shape"
+    return None
+
+
+def _bounds(annotation: Any) -> tuple[Any, Any]:
+    low = high = None
+    stack = [annotation]
+    while stack:
+        item = stack.pop()
+        for meta in getattr(item, "__metadata__", ()):
+            for m in getattr(meta, "metadata", [meta]):
+                low = getattr(m, "ge", None) if getattr(m, "ge", None) is not None else low
+                high = getattr(m, "le", None) if getattr(m, "le", None) is not None else high
+        stack.extend(getattr(item, "__args__", ()))
+    return low, high
 
 
 class SearchSpec(_Model):
@@ -134,11 +225,11 @@ class SpaceFile(_Model):
     name: str | int | float | None = None
     description: str | int | float | None = None
     engine: dict[str, Any] | None = Field(None, description="name: sim|cmd|vllm, and options per engine")
-    engine_args: dict[str, Any] = Field(description="fixed vLLM engine arguments (model, max_model_len, ...)")
+    engine_args: EngineArgs = Field(description="fixed vLLM engine arguments (model, max_model_len, ...)")
     workload: WorkloadSpec
     search: SearchSpec
     objective: Literal["throughput", "goodput"] = "throughput"
-    slo: dict[Literal[SLO_KEYS], Annotated[float, Field(gt=0.0)]] | None = Field(  # type: ignore[valid-type]
+    slo: dict[Literal[SLO_KEYS], Annotated[float, Field(gt=0.0, le=MAX_MS)]] | None = Field(  # type: ignore[valid-type]
         None, description="latency limits in milliseconds, e.g. {tpot_p99_ms: 50}")
     output_check: OutputCheckSpec | None = None
 

@@ -26,11 +26,11 @@ def min_agreement(space: Any) -> float:
 
 def min_agreement_from_yaml(text: str | None) -> float:
     """The threshold as a stored space file sets it (``autotune report`` reads it without the file)."""
-    import yaml
+    from autotune.config._yaml import load_yaml
 
-    try:
-        raw = yaml.safe_load(text) if text else None
-    except yaml.YAMLError:
+    try:  # the space loader's YAML reading (aliases bounded), on the stored text
+        raw = load_yaml(text, lambda *problem: ValueError(*problem)) if text else None
+    except ValueError:
         raw = None
     section = raw.get("output_check") if isinstance(raw, dict) else None
     value = section.get("min_agreement") if isinstance(section, dict) else None

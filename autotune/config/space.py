@@ -34,12 +34,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
 from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
-from autotune.config._models import SpaceFile, first_problem, space_json_schema
+from autotune.config._engine_args import EngineArgDim, search_dims, spelled
+from autotune.config._models import MAX_NUMBER, SpaceFile, first_problem, space_json_schema
+from autotune.config._yaml import load_yaml, read_text
 from autotune.config.workload import parse_slo, parse_workload, read_dataset
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "SizeOption",
     "SpaceError",
     "load_space",
+    "load_space_text",
     "space_json_schema",
 ]
 
@@ -65,8 +67,6 @@ DEFAULT = "default"
 OBJECTIVES = RECORD_OBJECTIVES
 #: Optuna parameter names the graph/speculation search uses; an engine argument cannot take one of them.
 _CORE_PARAMS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft")
-#: Points a numeric engine-argument range contributes to :meth:`SearchSpace.all_params` (grids, ground truth).
-_GRID_POINTS = 5
 _RESERVED_ENGINE_ARGS = ("compilation_config", "speculative_config", "num_speculative_tokens")
 K_HARD_MAX = 16
 #: Largest capture size a space may declare or generate. vLLM's own default stops at 512 and it never captures a
@@ -130,66 +130,6 @@ class DraftOption:
     @property
     def method(self) -> str:
         return str(self.fragment["method"])
-
-
-@dataclasses.dataclass(frozen=True)
-class EngineArgDim:
-    """A searched engine argument (``search.engine_args``): a list of choices or a numeric range.
-
-    Attributes:
-        name: vLLM's argument name with underscores (``max_num_seqs``); also the Optuna parameter name.
-        choices: The values to choose from, or ``None`` for a range.
-        low, high: The range's bounds (inclusive).
-        log: Sample the range on a log scale.
-        integer: The range holds whole numbers.
-        baseline: What the baselines run: the first choice, or the range's ``baseline:`` (default ``low``).
-    """
-
-    name: str
-    choices: tuple[Any, ...] | None = None
-    low: float | None = None
-    high: float | None = None
-    log: bool = False
-    integer: bool = True
-    baseline: Any = None
-
-    def problem(self, value: Any) -> str | None:
-        """Why ``value`` (e.g. from ``--enqueue``) is not one this dimension can take, or ``None``.
-
-        A value outside the declared choices or range would be measured (and could win) although the search could
-        never have suggested it, and Optuna refuses to store it against the declared distribution.
-        """
-        if self.choices is not None:
-            if any(value == c and isinstance(value, bool) == isinstance(c, bool) for c in self.choices):
-                return None
-            return f"{self.name} {value!r} is not in the space; use one of {', '.join(map(repr, self.choices))}"
-        kind = "a whole number" if self.integer else "a number"
-        number = isinstance(value, int) if self.integer else isinstance(value, (int, float))
-        assert self.low is not None and self.high is not None
-        if (isinstance(value, bool) or not number or not math.isfinite(value)
-                or not self.low <= value <= self.high):
-            return f"{self.name} {value!r} is outside the space; use {kind} from {self.low:g} to {self.high:g}"
-        return None
-
-    def suggest(self, trial: Any) -> Any:
-        if self.choices is not None:
-            return trial.suggest_categorical(self.name, list(self.choices))
-        if self.integer:
-            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)  # type: ignore[arg-type]
-        return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)  # type: ignore[arg-type]
-
-    def grid(self) -> list[Any]:
-        """The values a grid over the space uses: every choice, or a few points spread over the range."""
-        if self.choices is not None:
-            return list(self.choices)
-        low, high = float(self.low), float(self.high)  # type: ignore[arg-type]
-        if self.integer and high - low + 1 <= _GRID_POINTS:
-            return list(range(int(low), int(high) + 1))
-        if self.log:
-            points = [low * (high / low) ** (i / (_GRID_POINTS - 1)) for i in range(_GRID_POINTS)]
-        else:
-            points = [low + (high - low) * i / (_GRID_POINTS - 1) for i in range(_GRID_POINTS)]
-        return sorted({int(round(p)) for p in points}) if self.integer else points
 
 
 @dataclasses.dataclass(frozen=True)
@@ -406,52 +346,24 @@ def _check_model_ref(source: str, field: str, ref: Any) -> None:
 # -- loading ---------------------------------------------------------------------------------------------
 
 
-class _DuplicateKey(yaml.YAMLError):
-    def __init__(self, key: Any, line: int, first_line: int) -> None:
-        super().__init__(f"key {key!r} appears twice (lines {first_line} and {line})")
-        self.key, self.line, self.first_line = key, line, first_line
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key repeated in one mapping is an error rather than a silent overwrite."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                first = seen.get(key)
-            except TypeError:
-                continue  # an unhashable key: PyYAML reports it itself below
-            if first is not None:
-                raise _DuplicateKey(key, key_node.start_mark.line + 1, first)
-            seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
-
-
 def load_space(path: str | os.PathLike[str]) -> SearchSpace:
     """Load and validate a search space file.
 
     Raises:
-        SpaceError: the file is missing, not YAML, or invalid; the message names the field and the fix.
+        SpaceError: the file is missing, a directory, unreadable, not UTF-8, not YAML (or an alias bomb), or
+            invalid; the message names the file, the field and the fix.
     """
     source = str(path)
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise SpaceError(source, "file", "does not exist",
-                         "pass an existing file, e.g. search_spaces/default.yaml") from None
-    try:
-        raw = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except _DuplicateKey as exc:
-        raise SpaceError(source, f"line {exc.line}", f"duplicate key {exc.key!r} (first at line {exc.first_line}; "
-                         "YAML would silently keep only the last one)", "merge the two blocks into one") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "file"
-        problem = getattr(exc, "problem", None) or "is not valid YAML"
-        raise SpaceError(source, where, f"invalid YAML ({problem})", "fix the YAML syntax at that line") from None
-    return parse_space(raw, source=source, base_dir=Path(path).resolve().parent)
+    return load_space_text(read_text(path, _failing(source)), source, Path(path).resolve().parent)
+
+
+def load_space_text(text: str, source: str = "<space>", base_dir: Path | None = None) -> SearchSpace:
+    """Validate a space file's text (a stored study's space too): the same checks as :func:`load_space`."""
+    return parse_space(load_yaml(text, _failing(source)), source=source, base_dir=base_dir)
+
+
+def _failing(source: str) -> Any:
+    return lambda field, problem, fix: SpaceError(source, field, problem, fix)
 
 
 def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None) -> SearchSpace:
@@ -461,6 +373,9 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     check_shape(top, source)
     name = str(top.get("name") or Path(source).stem)
     engine = dict(top.get("engine") or {})
+    v.finite(engine, "engine")
+    v.finite(top["workload"].get("dataset"), "workload.dataset")
+    v.finite(top["search"].get("engine_args"), "search.engine_args")
     engine_args = v.engine_args(top["engine_args"])
     slo = parse_slo(top.get("slo"), v.fail)
     workload = parse_workload(top["workload"], v.fail, v.base_dir, slo)
@@ -483,7 +398,7 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     if k_high > 0 and not drafts:
         raise SpaceError(source, "search.drafts", "is empty but num_speculative_tokens allows K > 0",
                          "declare at least one draft (e.g. ngram) or set num_speculative_tokens.high: 0")
-    engine_dims = v.engine_dims(search.get("engine_args"), engine_args)
+    engine_dims = search_dims(search.get("engine_args"), engine_args, v.fail)
     if "max_num_seqs" not in engine_args and not any(d.name == "max_num_seqs" for d in engine_dims):
         engine_args["max_num_seqs"] = workload.max_concurrency
     if k_low > 0 and drafts and all(d.max_k is not None and d.max_k < k_low for d in drafts):
@@ -507,11 +422,6 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
         raise SpaceError(source, "search", "no configuration is feasible (every combination is rejected)",
                          "widen num_speculative_tokens or the drafts' max_k")
     return space
-
-
-def _spelled(data: Mapping[Any, Any], name: str, other: Any) -> str:
-    """How ``data`` spells the first key that normalises to ``name`` (other than ``other``)."""
-    return next(str(k) for k in data if str(k).replace("-", "_") == name and k != other)
 
 
 def check_shape(top: Mapping[str, Any], source: str) -> None:
@@ -560,10 +470,12 @@ class _Validator:
         return size
 
     def finite(self, value: Any, field: str) -> None:
-        """Free-form sections (vLLM's own arguments and draft options) hold no NaN or infinity: vLLM would take
-        them as written, and a study would measure something nobody chose."""
+        """Free-form sections (vLLM's own arguments, draft, dataset and engine options) hold no NaN, infinity or
+        absurd number: vLLM would take them as written, and a study would measure something nobody chose."""
         if isinstance(value, float) and not math.isfinite(value):
             raise self.fail(field, f"must be a finite number, got {value!r}", "write a finite number")
+        if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) > MAX_NUMBER:
+            raise self.fail(field, f"{value:.3g} is not a plausible value", f"use a number within ±{MAX_NUMBER:.0e}")
         if isinstance(value, dict):
             for key, item in value.items():
                 self.finite(item, f"{field}.{key}")
@@ -580,47 +492,10 @@ class _Validator:
                 raise self.fail(f"engine_args.{key}", "is set by the search",
                                 "declare it under 'search:' (cudagraph_mode, capture_sizes, drafts) instead")
             if norm in out:
-                raise self.fail(f"engine_args.{key}", f"names the same engine argument as {_spelled(args, norm, key)} "
+                raise self.fail(f"engine_args.{key}", f"names the same engine argument as {spelled(args, norm, key)} "
                                 "(dashes and underscores are one name)", "keep one of the two")
             out[norm] = val
         return out
-
-    def engine_dims(self, data: dict[str, Any] | None, fixed: Mapping[str, Any]) -> tuple[EngineArgDim, ...]:
-        """``search.engine_args``: ``name: [choices]`` or ``name: {low, high, log, baseline}``."""
-        out: list[EngineArgDim] = []
-        for key, spec in (data or {}).items():
-            name = str(key).replace("-", "_")
-            field = f"search.engine_args.{key}"
-            if name in fixed:
-                raise self.fail(field, f"is also fixed in engine_args ({fixed[name]!r})",
-                                f"remove engine_args.{name} or stop searching it")
-            if any(d.name == name for d in out):
-                raise self.fail(field, f"searches the same engine argument as search.engine_args."
-                                f"{_spelled(data or {}, name, key)} (dashes and underscores are one name)",
-                                "keep one of the two")
-            if isinstance(spec, list):
-                if not spec:
-                    raise self.fail(field, "is an empty list", "list at least two values to choose from")
-                if len(set(map(repr, spec))) != len(spec):
-                    raise self.fail(field, "lists a value twice", "list each value once")
-                out.append(EngineArgDim(name, choices=tuple(spec), baseline=spec[0]))
-                continue
-            low, high = spec["low"], spec["high"]
-            if high <= low:
-                raise self.fail(f"{field}.high", f"must be above low ({high} <= {low})", "make high > low")
-            log = spec.get("log", False)
-            if log and low <= 0:
-                raise self.fail(f"{field}.low", "must be above 0 on a log scale", "raise low or drop log")
-            integer = isinstance(low, int) and isinstance(high, int)
-            base = spec.get("baseline", low)
-            if not low <= base <= high:
-                raise self.fail(f"{field}.baseline", f"must be a number in [{low}, {high}], got {base!r}",
-                                "give the value you run today, within the range")
-            if integer and not isinstance(base, int):
-                raise self.fail(f"{field}.baseline", f"must be a whole number, got {base!r}",
-                                "give a whole number (low and high are whole numbers)")
-            out.append(EngineArgDim(name, low=low, high=high, log=log, integer=integer, baseline=base))
-        return tuple(out)
 
     def modes(self, value: list[str]) -> tuple[str, ...]:
         if not value:
@@ -663,6 +538,8 @@ class _Validator:
     def k_range(self, data: dict[str, int]) -> tuple[int, int]:
         field = "search.num_speculative_tokens"
         low, high = data.get("low", 0), data.get("high", 0)
+        if low > K_HARD_MAX:
+            raise self.fail(f"{field}.low", f"K={low} is out of range", f"use at most {K_HARD_MAX} draft tokens")
         if high < low:
             raise self.fail(f"{field}.high", f"is below low ({high} < {low})", "make high >= low")
         if high > K_HARD_MAX:
@@ -690,6 +567,8 @@ class _Validator:
                     raise self.fail(f"{field}.prompt_lookup_max", "is below prompt_lookup_min",
                                     "make prompt_lookup_max >= prompt_lookup_min")
             max_k = frag.pop("max_k", None)
+            if max_k is not None and max_k > K_HARD_MAX:
+                raise self.fail(f"{field}.max_k", f"{max_k} is out of range", f"use at most {K_HARD_MAX}")
             model = frag.get("model")
             if isinstance(model, str) and model.startswith("."):
                 frag["model"] = str((self.base_dir / model).resolve())

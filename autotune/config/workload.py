@@ -54,6 +54,9 @@ VLLM_DATASETS = ("sharegpt", "burstgpt", "random", "hf", "custom", "prefix_repet
 SLO_KEYS = tuple(latency_key(m, p) for m in LATENCY_METRICS for p in LATENCY_PERCENTILES)
 
 Fail = Callable[[str, str, str], Exception]
+#: What a dataset file can be, for the fix of every refused one.
+SUPPORTED = ("use a format autotune reads: jsonl (one {\"prompt\": ...} or {\"messages\": [...]} object a line), "
+             "sharegpt (a .json list of {conversations: [...]}), or a vLLM dataset (dataset: {vllm: NAME, path: FILE})")
 
 
 def parse_workload(value: Any, fail: Fail, base_dir: Path, slo: tuple[tuple[str, float], ...] = ()) -> Workload:
@@ -167,9 +170,22 @@ def read_dataset(dataset: Dataset | None, fail: Fail, max_model_len: Any = None)
             raise fail(field, f"{dataset.path}: not a ShareGPT JSON file ({exc})",
                        "give a JSON list of {conversations: [...]} objects, or a .jsonl file of prompts") from None
         if not isinstance(data, list):
-            raise fail(field, f"{dataset.path}: a ShareGPT file is a JSON list, got {type(data).__name__}",
-                       "give a JSON list of {conversations: [...]} objects")
+            raise fail(field, f"{dataset.path}: a ShareGPT file is a JSON list, got {type(data).__name__}", SUPPORTED)
+        if not any(_conversation(row) for row in data):
+            # The engine skips rows without a human turn and a reply: with none, it would fail mid-study.
+            kind = " (its rows are prompts: the jsonl format, one a line)" if any(
+                isinstance(row, dict) and ("prompt" in row or "messages" in row) for row in data) else ""
+            raise fail(field, f"{dataset.path}: has no ShareGPT conversation (a human turn, then a reply){kind}",
+                       SUPPORTED)
     return hashlib.sha256(body).hexdigest()[:16]
+
+
+def _conversation(row: Any) -> bool:
+    """A ShareGPT row the engine reads (``engines/vllm/_dataset.py``): a human turn with text, then a reply."""
+    turns = row.get("conversations") if isinstance(row, dict) else None
+    if not isinstance(turns, list) or len(turns) < 2 or not all(isinstance(t, dict) for t in turns[:2]):
+        return False
+    return turns[0].get("from") in ("human", "user") and bool(turns[0].get("value")) and bool(turns[1].get("value"))
 
 
 def _jsonl_rows(path: str, field: str, fail: Fail, max_model_len: int | None) -> list[Any]:
@@ -189,6 +205,9 @@ def _jsonl_rows(path: str, field: str, fail: Fail, max_model_len: int | None) ->
                 try:
                     row = json.loads(line)
                 except ValueError as exc:
+                    if not rows and not path.endswith(".jsonl"):  # a CSV, TSV or text file: not a bad row
+                        raise fail(field, f"{path}: is not a dataset format autotune reads (line {number} is not "
+                                   "JSON)", SUPPORTED) from None
                     raise fail(field, f"{path}:{number}: not JSON ({getattr(exc, 'msg', exc)})", fix) from None
                 if not isinstance(row, dict):
                     raise fail(field, f"{path}:{number}: must be a JSON object like {{\"prompt\": \"...\"}}", fix)
@@ -288,6 +307,8 @@ def _existing(path: Any, field: str, fail: Fail, base_dir: Path) -> str:
     for candidate in candidates:
         if candidate.is_file():
             return str(candidate.resolve())
+        if candidate.is_dir():
+            raise fail(field, f"{path!r} is a directory", f"give a dataset file inside it; {SUPPORTED}")
     raise fail(field, f"file {path!r} does not exist",
                "give an existing file (relative paths: to the working directory or the space file)")
 

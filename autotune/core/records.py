@@ -17,11 +17,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.core.facts import FactValue, clean_facts
+from autotune.core.plausible import MAX_TOK_S, implausible, plausible_facts, throughput_problem
 from autotune.core.redact import redact
 from autotune.core.resolved import Detail, Difference, Resolved
 
@@ -57,29 +57,6 @@ class RestartStatus:
     FAILED = "failed"
     TIMEOUT = "timeout"
     ALL = (OK, FAILED, TIMEOUT)
-
-
-#: Output tokens per second above this are a units bug or an overflow, not a measurement: it is orders of
-#: magnitude above any single engine, and a value near float's limit turns every mean and ratio into inf.
-MAX_TOK_S = 1e8
-
-
-def throughput_problem(passes: Sequence[Any]) -> str | None:
-    """Why per-pass throughputs cannot be a measurement (none, non-numeric, <= 0, non-finite, absurd), or ``None``."""
-    if not passes:
-        return "status ok without any timed pass"
-    for i, raw in enumerate(passes):
-        try:
-            value = float(raw)
-        except (TypeError, ValueError):
-            return f"a non-numeric throughput for timed pass {i}: {raw!r}"
-        if not math.isfinite(value):
-            return f"a non-finite throughput for timed pass {i}: {value!r} tok/s"
-        if value <= 0:
-            return f"a non-positive throughput for timed pass {i}: {value!r} tok/s (throughput must be > 0)"
-        if value > MAX_TOK_S:
-            return f"an impossible throughput for timed pass {i}: {value:.3g} tok/s (above {MAX_TOK_S:.0e})"
-    return None
 
 
 def _canonical_json(obj: Any) -> str:
@@ -620,13 +597,17 @@ class RestartResult:
     facts: Mapping[str, FactValue] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "facts", clean_facts(self.facts))
+        # A phase, start-up, latency or memory no restart can have (core/plausible.py) is a failure too; the
+        # absurd phase is dropped whatever the status, so no budget prices it.
+        odd = implausible(startup_s=self.startup_s, peak_memory_gib=self.peak_memory_gib, accept_len=self.accept_len,
+                          latency=self.latency, facts=dict(self.facts or {}))
+        object.__setattr__(self, "facts", clean_facts(plausible_facts(dict(self.facts or {}))))
         if self.status not in RestartStatus.ALL:
             raise ValueError(f"status must be one of {RestartStatus.ALL}, got {self.status!r}")
         if self.status == RestartStatus.OK:
             # The engine boundary: whatever an engine (or an old study record) says, an impossible throughput is a
             # failed restart with the reason, never a number that reaches a mean, a ratio or a verdict.
-            problem = throughput_problem(self.passes_tok_s)
+            problem = throughput_problem(self.passes_tok_s) or odd
             if problem is not None:
                 object.__setattr__(self, "status", RestartStatus.FAILED)
                 object.__setattr__(self, "error", f"engine reported {problem}")

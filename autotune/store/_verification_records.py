@@ -12,6 +12,7 @@ from typing import Any
 from autotune.decisions.planning import RestartPlan
 from autotune.decisions.sequential import SequentialPlan
 from autotune.decisions.verification import Candidate, Verification
+from autotune.store._stored import list_of, mapping, mapping_of, whole
 from autotune.store._keys import (
     _VERIFICATION_KEY, _VERIFY_CANDIDATES_KEY, _VERIFY_EXTENSION_KEY, _VERIFY_PLAN_KEY, _VERIFY_PROGRESS_KEY,
     _VERIFY_SEQUENTIAL_KEY,
@@ -32,31 +33,31 @@ class VerificationRecords:
     def _has_study(self, key: str) -> bool:  # pragma: no cover - the ledger's
         raise NotImplementedError
 
+    def _read(self, trial: Any, key: str, parse: Any, default: Any = None) -> Any:  # pragma: no cover - the ledger's
+        raise NotImplementedError
+
     def verify_candidates(self) -> list[Candidate] | None:
-        stored = self._study_attr(_VERIFY_CANDIDATES_KEY)
-        return None if stored is None else [Candidate.from_dict(c) for c in stored]
+        return self._read(None, _VERIFY_CANDIDATES_KEY, list_of(Candidate.from_dict))
 
     def record_verify_candidates(self, candidates: Sequence[Candidate]) -> None:
         self._set_study(_VERIFY_CANDIDATES_KEY, [c.to_dict() for c in candidates])
 
     def verify_plan(self) -> RestartPlan | None:
         """The restart plan fixed when verification started (``None``: the fixed design, or a study before it)."""
-        stored = self._study_attr(_VERIFY_PLAN_KEY)
-        return None if stored is None else RestartPlan.from_dict(stored)
+        return self._read(None, _VERIFY_PLAN_KEY, RestartPlan.from_dict)
 
     def record_verify_plan(self, plan: RestartPlan) -> None:
         self._set_study(_VERIFY_PLAN_KEY, plan.to_dict())
 
     def verify_extension(self) -> int:
         """How many times a resume with a larger budget extended a concluded verification (0: never)."""
-        return int(self._study_attr(_VERIFY_EXTENSION_KEY) or 0)
+        return self._read(None, _VERIFY_EXTENSION_KEY, whole, 0)
 
     def record_verify_extension(self, extension: int) -> None:
         self._set_study(_VERIFY_EXTENSION_KEY, int(extension))
 
     def verify_sequential(self) -> SequentialPlan | None:
-        stored = self._study_attr(_VERIFY_SEQUENTIAL_KEY)
-        return None if stored is None else SequentialPlan.from_dict(stored)
+        return self._read(None, _VERIFY_SEQUENTIAL_KEY, SequentialPlan.from_dict)
 
     def record_verify_sequential(self, plan: SequentialPlan) -> None:
         self._set_study(_VERIFY_SEQUENTIAL_KEY, plan.to_dict())
@@ -64,11 +65,10 @@ class VerificationRecords:
     def verify_progress(self) -> dict[str, list[dict[str, Any]]]:
         """Verification restarts a single-process autotune of an earlier version stored, by config key (this one
         stores them on the rounds' claims: ``Ledger.verify_rounds``)."""
-        return {k: list(v) for k, v in (self._study_attr(_VERIFY_PROGRESS_KEY) or {}).items()}
+        return self._read(None, _VERIFY_PROGRESS_KEY, mapping_of(list_of(mapping)), {})
 
     def verification(self) -> Verification | None:
-        raw = self._study_attr(_VERIFICATION_KEY)
-        return None if raw is None else Verification.from_dict(raw)
+        return self._read(None, _VERIFICATION_KEY, Verification.from_dict)
 
     def has_verification(self) -> bool:
         """A verification is stored and no extension of it is under way (:meth:`verification_concluded`)."""
@@ -76,8 +76,8 @@ class VerificationRecords:
 
     def verification_concluded(self) -> bool:
         """The stored verification is the latest extension's (an extension under way has not concluded yet)."""
-        raw = self._study_attr(_VERIFICATION_KEY)
-        return raw is not None and int(raw.get("extension") or 0) >= self.verify_extension()
+        verification = self.verification()
+        return verification is not None and verification.extension >= self.verify_extension()
 
     def record_verification(self, verification: Verification) -> None:
         self._set_study(_VERIFICATION_KEY, verification.to_dict())

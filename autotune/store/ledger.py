@@ -58,6 +58,7 @@ from autotune.store._keys import (  # noqa: F401 - the key constants are importa
     MLFLOW_PARENT_JOB, SCHEMA_VERSION, VERIFY_CONCLUDE_JOB, bare as _bare,
 )
 from autotune.store._meta import StudyMeta
+from autotune.store._stored import decoded, list_of, mapping, mapping_of, text, whole
 from autotune.store._verification_records import VerificationRecords
 from autotune.store.search_end import SearchEnd
 from autotune.store._owners import owner_id
@@ -190,7 +191,7 @@ class Ledger(VerificationRecords):
         attrs = self.study.user_attrs
         stored = attrs.get(_SCHEMA_KEY)
         if stored is not None:
-            version = int(stored)
+            version = decoded(stored, whole, _SCHEMA_KEY, self.name, None)
             if version > SCHEMA_VERSION:
                 raise LedgerError(f"study {self.name!r} was written with ledger schema version {version}; this "
                                   f"autotune reads versions 0 to {SCHEMA_VERSION}: upgrade autotune to open it")
@@ -226,6 +227,12 @@ class Ledger(VerificationRecords):
 
     def _has_study(self, key: str) -> bool:
         return self._has(self.study.user_attrs, key)
+
+    def _read(self, trial: FrozenTrial | None, key: str, parse: Any, default: Any = None) -> Any:
+        """A stored value through ``parse`` (``trial`` None: the study's); one autotune never writes is one line."""
+        value = self._get(self.study.user_attrs if trial is None else trial.user_attrs, key)
+        return default if value is None else decoded(value, parse, self._key(key), self.name,
+                                                     None if trial is None else trial.number)
 
     # -- trial writers (on the live optuna.Trial) --------------------------------------------------------
 
@@ -303,36 +310,34 @@ class Ledger(VerificationRecords):
         return self._has(trial.user_attrs, _CONFIG_KEY)
 
     def config(self, trial: FrozenTrial) -> EngineConfig | None:
-        data = self._get(trial.user_attrs, _CONFIG_KEY)
-        return None if data is None else EngineConfig.from_dict(data)
+        return self._read(trial, _CONFIG_KEY, EngineConfig.from_dict)
 
     def config_key(self, trial: FrozenTrial) -> str | None:
-        return self._get(trial.user_attrs, _CONFIG_ID_KEY)
+        return self._read(trial, _CONFIG_ID_KEY, text)
 
     def label(self, trial: FrozenTrial) -> str | None:
-        return self._get(trial.user_attrs, _LABEL_KEY)
+        return self._read(trial, _LABEL_KEY, text)
 
     def restarts(self, trial: FrozenTrial) -> tuple[RestartResult, ...]:
-        return tuple(RestartResult.from_dict(r) for r in self._get(trial.user_attrs, _RESTARTS_KEY, []))
+        return tuple(self._read(trial, _RESTARTS_KEY, list_of(RestartResult.from_dict), ()))
 
     def summary(self, trial: FrozenTrial) -> TrialSummary | None:
-        data = self._get(trial.user_attrs, _SUMMARY_KEY)
-        return None if data is None else TrialSummary.from_dict(data)
+        return self._read(trial, _SUMMARY_KEY, TrialSummary.from_dict)
 
     def failure(self, trial: FrozenTrial) -> str | None:
-        return self._get(trial.user_attrs, _FAILURE_KEY)
+        return self._read(trial, _FAILURE_KEY, text)
 
     def pruned_reason(self, trial: FrozenTrial) -> str | None:
-        return self._get(trial.user_attrs, _PRUNED_REASON_KEY)
+        return self._read(trial, _PRUNED_REASON_KEY, text)
 
     def infeasible(self, trial: FrozenTrial) -> str | None:
-        return self._get(trial.user_attrs, _INFEASIBLE_KEY)
+        return self._read(trial, _INFEASIBLE_KEY, text)
 
     def is_infeasible(self, trial: FrozenTrial) -> bool:
         return self._has(trial.user_attrs, _INFEASIBLE_KEY)
 
     def duplicate_of(self, trial: FrozenTrial) -> int | None:
-        return self._get(trial.user_attrs, _DUPLICATE_OF_KEY)
+        return self._read(trial, _DUPLICATE_OF_KEY, whole)
 
     def is_duplicate(self, trial: FrozenTrial) -> bool:
         return self._has(trial.user_attrs, _DUPLICATE_OF_KEY)
@@ -346,10 +351,10 @@ class Ledger(VerificationRecords):
         return trial.number in (self.retried() if retried is None else retried)
 
     def latency(self, trial: FrozenTrial) -> dict[str, LatencyStat]:
-        return {k: LatencyStat.from_dict(v) for k, v in (self._get(trial.user_attrs, _LATENCY_KEY) or {}).items()}
+        return self._read(trial, _LATENCY_KEY, mapping_of(LatencyStat.from_dict), {})
 
     def slo_checks(self, trial: FrozenTrial) -> list[SloCheck]:
-        return [SloCheck.from_dict(c) for c in self._get(trial.user_attrs, _SLO_CHECKS_KEY) or ()]
+        return self._read(trial, _SLO_CHECKS_KEY, list_of(SloCheck.from_dict), [])
 
 
     def retried(self) -> dict[int, int]:
@@ -443,13 +448,13 @@ class Ledger(VerificationRecords):
         trial.set_user_attr(self._key(_OWNER_KEY), dict(owner))
 
     def owner(self, trial: FrozenTrial) -> dict[str, Any] | None:
-        return self._get(trial.user_attrs, _OWNER_KEY)
+        return self._read(trial, _OWNER_KEY, mapping)
 
     def record_planned_starts(self, trial: optuna.Trial, starts: int) -> None:
         trial.set_user_attr(self._key(_PLANNED_STARTS_KEY), int(starts))
 
     def planned_starts(self, trial: FrozenTrial) -> int | None:
-        return self._get(trial.user_attrs, _PLANNED_STARTS_KEY)
+        return self._read(trial, _PLANNED_STARTS_KEY, whole)
 
     def _heartbeat_grace_s(self) -> float | None:
         storage = self.study._storage
@@ -579,7 +584,7 @@ class Ledger(VerificationRecords):
 
     def study_uid(self) -> str | None:
         """The id the creating process gave the study (``None`` for studies older than it)."""
-        return self._study_attr(_STUDY_UID_KEY)
+        return self._read(None, _STUDY_UID_KEY, text)
 
     def measured_complete(self) -> list[FrozenTrial]:
         """Complete trials that measured their own configuration (no repeats), with a value."""
@@ -590,7 +595,7 @@ class Ledger(VerificationRecords):
     # -- study writers and readers -----------------------------------------------------------------------
 
     def meta(self) -> StudyMeta:
-        return StudyMeta.from_dict(self._study_attr(_META_KEY))
+        return self._read(None, _META_KEY, StudyMeta.from_dict) or StudyMeta.from_dict(None)
 
     def has_meta(self) -> bool:
         return self._has(self.study.user_attrs, _META_KEY)
@@ -601,7 +606,7 @@ class Ledger(VerificationRecords):
             self._set_study(_META_KEY, meta.to_dict())
 
     def space_yaml(self) -> str | None:
-        return self._study_attr(_SPACE_YAML_KEY)
+        return self._read(None, _SPACE_YAML_KEY, text)
 
     def record_space_yaml(self, text: str) -> None:
         self._set_study(_SPACE_YAML_KEY, text)
@@ -613,14 +618,13 @@ class Ledger(VerificationRecords):
         self._set_study(_BASELINES_ENQUEUED_KEY, True)
 
     def search_stopped(self) -> str | None:
-        return self._study_attr(_SEARCH_STOPPED_KEY)
+        return self._read(None, _SEARCH_STOPPED_KEY, text)
 
     def record_search_stopped(self, reason: str) -> None:
         self._set_study(_SEARCH_STOPPED_KEY, reason)
 
     def search_end(self) -> SearchEnd | None:
-        data = self._study_attr(_SEARCH_END_KEY)
-        return None if data is None else SearchEnd.from_dict(data)
+        return self._read(None, _SEARCH_END_KEY, SearchEnd.from_dict)
 
     def record_search_end(self, end: SearchEnd) -> None:
         self._set_study(_SEARCH_END_KEY, end.to_dict())
@@ -633,20 +637,19 @@ class Ledger(VerificationRecords):
 
     def cold_verdict(self) -> ColdVerdict:
         """The study's stored cold-start verdict (undecided when none is stored yet)."""
-        return ColdVerdict.from_dict(self._study_attr(_COLD_STARTS_KEY))
+        return self._read(None, _COLD_STARTS_KEY, ColdVerdict.from_dict) or ColdVerdict.from_dict(None)
 
     def record_cold_verdict(self, verdict: ColdVerdict) -> None:
         self._set_study(_COLD_STARTS_KEY, verdict.to_dict())
 
     def fingerprint(self) -> Fingerprint | None:
-        data = self._study_attr(_FINGERPRINT_KEY)
-        return None if data is None else Fingerprint.from_dict(data)
+        return self._read(None, _FINGERPRINT_KEY, Fingerprint.from_dict)
 
     def record_fingerprint(self, fingerprint: Fingerprint) -> None:
         self._set_study(_FINGERPRINT_KEY, fingerprint.to_dict())
 
     def mlflow_parent_run_id(self) -> str | None:
-        return self._study_attr(_MLFLOW_PARENT_RUN_KEY)
+        return self._read(None, _MLFLOW_PARENT_RUN_KEY, text)
 
     def record_mlflow_parent_run_id(self, run_id: str) -> None:
         self._set_study(_MLFLOW_PARENT_RUN_KEY, run_id)
@@ -665,7 +668,7 @@ class Ledger(VerificationRecords):
     def _spent_runs(self) -> list[dict[str, Any]]:
         retried = self.retried()  # a retry carries its predecessors' restarts: count them once, there
         search = [r for t in self.study.get_trials(deepcopy=False) if t.number not in retried
-                  for r in self._get(t.user_attrs, _RESTARTS_KEY, [])]
+                  for r in self._read(t, _RESTARTS_KEY, list_of(mapping), [])]
         verify = [r for rs in self.verify_progress().values() for r in rs]
         verify += [r for by_key in self.verify_rounds().values() for rs in by_key.values() for r in rs]
         return search + verify

@@ -66,6 +66,8 @@ def _rows_sharegpt(path: str, tokenizer: Any) -> list[dict[str, Any]]:
         if not isinstance(turns, list) or len(turns) < 2:
             continue
         first, reply = turns[0], turns[1]
+        if not isinstance(first, dict) or not isinstance(reply, dict):
+            continue  # as config/workload.py's load check reads a row: not a conversation
         if first.get("from") not in ("human", "user") or not first.get("value") or not reply.get("value"):
             continue
         reply_len = len(tokenizer(str(reply["value"])).input_ids)
