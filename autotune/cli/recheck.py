@@ -74,6 +74,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.engines import make_engine
     from autotune.report.lineage import render_recheck
     from autotune.store.ledger import load
+    from autotune.store.studydir import prepare_study_dir
     from autotune.study import RecheckError, RecheckOptions, recheck
 
     if args.restarts is not None and args.restarts < 2:
@@ -89,8 +90,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     meta = ledger.meta()
     if meta.engine.name is None:
         raise UsageError(f"study {args.study!r} recorded no engine (an older autotune ran it): it cannot be rechecked")
-    cache_dir = os.path.join(args.workdir, args.study)
-    os.makedirs(cache_dir, exist_ok=True)
+    # The study's own engine caches and logs (its compile caches are today's too): the directory the study owns.
+    cache_dir = str(prepare_study_dir(args.workdir, args.study))
     if args.space:
         space = load_space(args.space)
         engine = build_engine(space, meta.engine.name, {}, cache_dir=cache_dir)

@@ -1,0 +1,218 @@
+"""``autotune recheck`` and ``tune --warm-start`` on a stored simulated study (tests/data/study-recheck-h200-sim.db).
+
+The stored study ran the simulator's h200/dense profile on vLLM 0.26.0; its winner is ngram K=3 at 1.52x the
+baseline. The simulated 0.29.0 runs speculation with full graphs PIECEWISE on sizes rounded to 8s
+(engines/_sim_model.py), which takes the winner's lead away: the recheck must say "no longer faster" and name the
+changed resolved configuration.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.cli._main import raw_main
+from autotune.core.exit_status import ExitStatus
+from autotune.decisions import recheck as rules
+from autotune.decisions.recheck import RecheckRecord, recheck_verdict
+from autotune.stats.intervals import Verdict
+from autotune.store.ledger import load
+
+FIXTURE = Path(__file__).parent / "data" / "study-recheck-h200-sim.db"
+STUDY = "h200-sim"
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> str:
+    db = tmp_path / "study.db"
+    shutil.copyfile(FIXTURE, db)  # the fixture itself is never written
+    return f"sqlite:///{db}"
+
+
+def _space_at(tmp_path: Path, storage: str, version: str) -> str:
+    """The study's stored space with the simulator at ``version``: today's space file after an upgrade."""
+    raw = yaml.safe_load(load(STUDY, storage).space_yaml())
+    raw["engine"]["sim"]["engine_version"] = version
+    path = tmp_path / f"space-{version}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[ExitStatus, str, str]:
+    out = io.StringIO()
+    status = raw_main(argv, out=out)
+    return status, out.getvalue(), capsys.readouterr().err
+
+
+def _recheck(storage: str, tmp_path: Path, *extra: str) -> list[str]:
+    return ["recheck", "--study", STUDY, "--storage", storage, "--workdir", str(tmp_path / "work"), "--no-mlflow",
+            *extra]
+
+
+def test_an_unchanged_engine_keeps_the_verdict_and_the_stored_verification(
+        storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = load(STUDY, storage).verification()
+    status, out, err = _run(_recheck(storage, tmp_path), capsys)
+    assert status == ExitStatus.SUCCESS, err
+    assert "Verdict: STILL FASTER" in out and "WARNING" not in out
+    assert "then" in out and "now" in out and "x1.52 [1.35, 1.71]" in out  # the stored speedup beside today's
+    ledger = load(STUDY, storage)
+    assert ledger.verification() == before  # the study's own verdict is never touched
+    (stored,) = [RecheckRecord.from_dict(r) for r in ledger.rechecks()]
+    assert stored.verdict == rules.STILL_FASTER and stored.kind == rules.BASELINE_KIND
+    assert stored.now["verdict"] == Verdict.FASTER and stored.restarts_per_config >= 3
+    assert not stored.resolved_changes and not stored.differences
+
+
+def test_a_shifted_engine_is_no_longer_faster_and_the_changed_configuration_is_named(
+        storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = _run(_recheck(storage, tmp_path, "--space", _space_at(tmp_path, storage, "0.29.0")), capsys)
+    assert status == ExitStatus.NO_LONGER_FASTER, err
+    assert "Verdict: NO LONGER FASTER" in out
+    assert "WARNING: engine changed the configuration" in out
+    assert "cudagraph_mode FULL_AND_PIECEWISE -> PIECEWISE" in out
+    assert "cudagraph_capture_sizes [4, 8, 16, 24, 32] -> [8, 16, 24, 32]" in out
+    assert "engine_version: 0.26.0 -> 0.29.0" in out
+    (stored,) = load(STUDY, storage).rechecks()
+    assert stored["verdict"] == rules.NO_LONGER_FASTER and stored["resolved_changes"]
+
+
+def test_two_engines_in_the_same_rounds_give_one_answer_with_an_interval(
+        storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = _run(_recheck(storage, tmp_path, "--engine-opt", "engine_version=0.29.0", "--restarts", "3"),
+                            capsys)
+    assert status == ExitStatus.NOW_SLOWER, err
+    assert "(new engine)" in out and "(study's engine)" in out and "speedup of the new engine: x0." in out
+    assert "WARNING: engine changed the configuration" in out
+    record = RecheckRecord.from_dict(load(STUDY, storage).rechecks()[-1])
+    assert record.kind == rules.ENGINES and record.restarts_per_config == 3
+    # Both sides ran in the same rounds, on the same seeds.
+    seeds = [sorted(r.seed for r in e.restarts if r.ok and not r.cold) for e in record.verification.entries]
+    assert seeds[0] == seeds[1] and len(seeds[0]) == 3
+
+
+def test_an_unchanged_second_engine_holds(storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = _run(_recheck(storage, tmp_path, "--engine-opt", "noise=0.035", "--restarts", "3"), capsys)
+    assert status == ExitStatus.SUCCESS, err
+    assert rules.NEW_SAME.upper() in out or rules.NEW_FASTER.upper() in out
+
+
+def test_each_verdict_has_its_exit_status() -> None:
+    from autotune.cli.recheck import EXIT_FOR_VERDICT
+
+    F, N, S = Verdict.FASTER, Verdict.NOT_SIGNIFICANT, Verdict.SLOWER
+    assert recheck_verdict(F, F, False) == rules.STILL_FASTER
+    assert recheck_verdict(F, N, False) == rules.NO_LONGER_FASTER
+    assert recheck_verdict(F, N, True) == rules.NO_LONGER_FASTER  # the speed first; the change is a warning
+    assert recheck_verdict(F, S, True) == rules.NOW_SLOWER
+    assert recheck_verdict(F, F, True) == rules.CONFIG_CHANGED
+    assert recheck_verdict(N, N, False) == rules.STILL_NOT_FASTER
+    assert recheck_verdict(N, F, False) == rules.NOW_FASTER
+    assert {v: int(s) for v, s in EXIT_FOR_VERDICT.items()} == {
+        rules.STILL_FASTER: 0, rules.STILL_NOT_FASTER: 0, rules.NEW_FASTER: 0, rules.NEW_SAME: 0,
+        rules.CONFIG_CHANGED: 3, rules.NO_LONGER_FASTER: 5, rules.NOW_SLOWER: 6, rules.NOW_FASTER: 7}
+
+
+def test_a_study_without_verification_has_nothing_to_recheck(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    storage = f"sqlite:///{tmp_path}/nv.db"
+    status, _, err = _run(["tune", "--space", "search_spaces/h200.yaml", "--engine", "sim", "--study", "nv",
+                           "--trials", "3", "--no-verify", "--storage", storage, "--workdir", str(tmp_path / "w"),
+                           "--no-mlflow", "--quiet"], capsys)
+    assert status == ExitStatus.SUCCESS, err
+    status, _, err = _run(["recheck", "--study", "nv", "--storage", storage, "--workdir", str(tmp_path / "w"),
+                           "--no-mlflow"], capsys)
+    assert status == ExitStatus.NO_RESULT and len(err.strip().splitlines()) == 1 and "no verification" in err
+
+
+def test_recheck_records_survive_a_resume_and_report_shows_the_history(
+        storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(_recheck(storage, tmp_path, "--restarts", "3"), capsys)[0] == ExitStatus.SUCCESS
+    space = _space_at(tmp_path, storage, "0.29.0")
+    assert _run(_recheck(storage, tmp_path, "--restarts", "3", "--space", space), capsys)[0] != ExitStatus.SUCCESS
+    # Resume the study (more trials): its rechecks stay, and its verification is its own.
+    status, out, err = _run(["tune", "--space", "search_spaces/h200.yaml", "--engine", "sim", "--study", STUDY,
+                             "--trials", "9", "--top-k", "1", "--verify-rounds", "0", "--storage", storage,
+                             "--workdir", str(tmp_path / "work"), "--no-mlflow", "--quiet"], capsys)
+    assert status == ExitStatus.SUCCESS, err
+    assert len(load(STUDY, storage).rechecks()) == 2
+    status, out, err = _run(["report", "--study", STUDY, "--storage", storage], capsys)
+    assert status == ExitStatus.SUCCESS, err
+    assert "Rechecks (2; the verdict above is the study's own, never changed):" in out
+    assert rules.STILL_FASTER in out and rules.NO_LONGER_FASTER.upper() in out
+    status, _, err = _run(["report", "--study", STUDY, "--storage", storage, "--json", str(tmp_path / "r.json")],
+                          capsys)
+    import json
+
+    assert len(json.loads((tmp_path / "r.json").read_text())["lineage"]["rechecks"]) == 2
+
+
+def test_recheck_is_a_nested_run_of_the_study_parent(storage: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    mlflow = pytest.importorskip("mlflow")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    status, _, err = _run(["track", "--study", STUDY, "--storage", storage, "--tracking-uri", uri], capsys)
+    assert status == ExitStatus.SUCCESS, err
+    argv = [a for a in _recheck(storage, tmp_path, "--restarts", "3") if a != "--no-mlflow"]
+    status, _, err = _run([*argv, "--tracking-uri", uri], capsys)
+    assert status == ExitStatus.SUCCESS, err
+    parent = load(STUDY, storage).mlflow_parent_run_id()
+    client = mlflow.MlflowClient(uri)
+    runs = client.search_runs([client.get_run(parent).info.experiment_id],
+                              filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and tags.`autotune.kind` = 'recheck'")
+    assert len(runs) == 1 and runs[0].data.tags["verdict"] == rules.STILL_FASTER
+    assert runs[0].data.metrics["now.speedup"] > 1.3 and runs[0].data.metrics["holds"] == 1.0
+
+
+# -- warm start ---------------------------------------------------------------------------------------------
+
+
+def _tune(storage: str, tmp_path: Path, study: str, *extra: str) -> list[str]:
+    return ["tune", "--space", "search_spaces/h200.yaml", "--engine", "sim", "--study", study, "--trials", "6",
+            "--top-k", "1", "--storage", storage, "--workdir", str(tmp_path / "work"), "--no-mlflow", "--quiet",
+            *extra]
+
+
+def test_a_warm_start_queues_the_earlier_top_configurations_and_names_its_source(
+        storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = load(STUDY, storage)
+    winner = source.verification().winner.candidate.config.label()
+    status, out, err = _run(_tune(storage, tmp_path, "warm", "--warm-start", STUDY), capsys)
+    assert status == ExitStatus.SUCCESS, err
+    ledger = load("warm", storage)
+    warm = ledger.meta().warm_start
+    (src,) = warm["sources"]
+    assert src["study"] == STUDY and src["configs"] and warm["queued"] == len(src["configs"])
+    assert src["noise"] == "carried" and src["noise_restarts"] > 0 and src["differs"] == []
+    # Queued right after the baselines, each measured again here (its own restarts, not copied).
+    trials = sorted(ledger.study.get_trials(deepcopy=False), key=lambda t: t.number)
+    baselines = 2
+    queued = [ledger.label(t) for t in trials[baselines:baselines + len(src["configs"])]]
+    assert queued == src["configs"] and all(ledger.restarts(t) for t in trials[baselines:baselines + len(queued)])
+    # The source's winner (ngram K=3, defaults) is the space's second baseline: queued once, as a baseline.
+    assert winner == ledger.label(trials[1]) and winner not in queued
+    assert f"from {STUDY}:" in out and "Warm start: " in out
+
+
+def test_a_warm_start_across_engine_versions_is_allowed_and_named(
+        storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = _run(["tune", "--space", _space_at(tmp_path, storage, "0.29.0"), "--engine", "sim",
+                             "--study", "warm29", "--trials", "5", "--top-k", "1", "--storage", storage,
+                             "--workdir", str(tmp_path / "work"), "--no-mlflow", "--quiet", "--warm-start", STUDY],
+                            capsys)
+    assert status == ExitStatus.SUCCESS, err
+    (src,) = load("warm29", storage).meta().warm_start["sources"]
+    assert "engine_version: 0.26.0 -> 0.29.0" in src["differs"] and src["noise"].startswith("not carried")
+    assert "differs: engine_version: 0.26.0 -> 0.29.0" in out
+
+
+def test_a_warm_start_from_a_missing_study_is_one_line(storage: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = _run(_tune(storage, tmp_path, "warm", "--warm-start", f"{STUDY},nosuch"), capsys)
+    assert status == ExitStatus.BAD_INPUT
+    assert err.strip().count("\n") == 0 and "--warm-start" in err and "'nosuch'" in err
+    assert "warm" not in [s for s in __import__("optuna").get_all_study_names(storage)]
