@@ -216,3 +216,44 @@ def test_a_warm_start_from_a_missing_study_is_one_line(storage: str, tmp_path: P
     assert status == ExitStatus.BAD_INPUT
     assert err.strip().count("\n") == 0 and "--warm-start" in err and "'nosuch'" in err
     assert "warm" not in [s for s in __import__("optuna").get_all_study_names(storage)]
+
+
+# -- the benchmarks ----------------------------------------------------------------------------------------------
+
+
+def test_the_recheck_benchmark_scores_draws_on_ground_truth() -> None:
+    from autotune.bench.recheck import draw_rechecks
+
+    same = draw_rechecks("h200", 6, seed=0, restarts=3)
+    assert same["draws"] == 6 and same["level"] == pytest.approx(0.95) and same["coverage_true"] >= 0.5
+    assert same["verdicts"] == {rules.STILL_FASTER: 6} and same["changed_resolved"] == 0
+    shifted = draw_rechecks("h200", 6, seed=0, version="0.29.0", restarts=3)
+    assert shifted["true_speedup"] < 1.0 and shifted["changed_resolved"] == 1.0
+    assert set(shifted["verdicts"]) <= {rules.NO_LONGER_FASTER, rules.NOW_SLOWER}
+
+
+def test_the_warm_start_benchmark_runs_cold_and_warm_on_both_targets() -> None:
+    from autotune.bench.warmstart import paired, run_seed, summarize
+
+    rows = run_seed(0, budgets=(20,))
+    assert {(r["target"], r["start"]) for r in rows} == {(t, s) for t in ("related", "unrelated")
+                                                        for s in ("cold", "warm")}
+    assert all(r["queued"] == 2 for r in rows if r["start"] == "warm")  # one per 10 starts of the budget
+    assert all(r["queued"] == 0 and r["starts"] <= 20 for r in rows if r["start"] == "cold")
+    assert len(summarize(rows)) == 4 and [p["n"] for p in paired(rows)] == [1, 1]
+
+
+def test_a_shifted_landscape_is_related_and_named_in_the_engine_facts() -> None:
+    from autotune.engines import EngineError
+    from autotune.engines.sim import SimEngine
+    from autotune.study import warm_start_top
+
+    base, same = SimEngine(profile="random", landscape_seed=3), SimEngine(profile="random", landscape_seed=3,
+                                                                         landscape_shift=0.0)
+    moved = SimEngine(profile="random", landscape_seed=3, landscape_shift=0.1)
+    assert base.landscape == same.landscape and moved.landscape != base.landscape
+    assert moved.landscape.mode_effect.keys() == base.landscape.mode_effect.keys()
+    assert "landscape_shift" in moved.describe().extra and "landscape_shift" not in base.describe().extra
+    with pytest.raises(EngineError, match="landscape_shift"):
+        SimEngine(profile="random", landscape_shift="big")
+    assert [warm_start_top(b) for b in (None, 5, 20, 30, 120)] == [3, 1, 2, 3, 3]

@@ -181,8 +181,8 @@ def _warm_started(options: Any, sources: list[Any], space: Any, engine: Any) -> 
     import dataclasses
 
     from autotune.core.records import EngineFacts
-    from autotune.study import carry_noise, plan_warm_start
+    from autotune.study import carry_noise, plan_warm_start, warm_start_top
 
-    warm = plan_warm_start(sources, space, EngineFacts.of(engine.describe()))
+    warm = plan_warm_start(sources, space, EngineFacts.of(engine.describe()), warm_start_top(options.budget_restarts))
     carry_noise(engine, warm)
     return dataclasses.replace(options, enqueue=(*warm.enqueue, *options.enqueue), warm_start=dict(warm.record))

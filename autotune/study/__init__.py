@@ -22,7 +22,7 @@ from autotune.study._open import prepare_study
 from autotune.study._recheck import RecheckError, RecheckOptions, recheck
 from autotune.study._run import Interrupted, run_study
 from autotune.study._verification import run_verification
-from autotune.study._warm_start import WarmStart, carry_noise, plan_warm_start
+from autotune.study._warm_start import WarmStart, carry_noise, plan_warm_start, warm_start_top
 from autotune.study.options import StudyOptions
 
 __all__ = [
@@ -40,4 +40,5 @@ __all__ = [
     "run_study",
     "run_verification",
     "smallest_restart_budget",
+    "warm_start_top",
 ]

@@ -51,11 +51,14 @@ class RecheckOptions:
         restarts: Counted restarts per configuration (``None``: :func:`~autotune.decisions.recheck.plan_recheck_restarts`).
         budget_minutes: Engine minutes the recheck may take (caps the planned restarts).
         runner_ups: Measure the study's other verified challengers too.
+        index: Which recheck of the study this is, for its seeds (default: the number stored before it; the
+            benchmark's repeated draws, which store nothing, count their own).
     """
 
     restarts: int | None = None
     budget_minutes: float | None = None
     runner_ups: bool = False
+    index: int | None = None
 
 
 class _TwoEngines:
@@ -116,7 +119,8 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOpt
         runner = _TwoEngines(engine, new_engine)
     n, why = rules.plan_recheck_restarts(stored, len(candidates), restarts=options.restarts,
                                          budget_minutes=options.budget_minutes)
-    seed_base = int(meta.seed or 0) * SEED_STRIDE + RECHECK_SEED_OFFSET + 1000 * len(ledger.rechecks())
+    seed_base = int(meta.seed or 0) * SEED_STRIDE + RECHECK_SEED_OFFSET + 1000 * (
+        len(ledger.rechecks()) if options.index is None else options.index)
     now = run_verification(runner, space.workload, candidates, n, lambda r: seed_base + r, on_result=on_restart,
                            confidence=meta.confidence or 0.95, interval_method=meta.interval_method or "t",
                            slo=space.slo_constraints)

@@ -24,7 +24,7 @@ from autotune.decisions.recheck import fact_differences
 from autotune.decisions.verification import BASELINE
 from autotune.store.ledger import Ledger
 
-__all__ = ["WARM_START_TOP", "WarmStart", "carry_noise", "plan_warm_start"]
+__all__ = ["WARM_START_TOP", "WarmStart", "carry_noise", "plan_warm_start", "warm_start_top"]
 
 #: Configurations each source study contributes.
 WARM_START_TOP = 3
@@ -43,6 +43,12 @@ class WarmStart:
     enqueue: tuple[Mapping[str, Any], ...]
     record: Mapping[str, Any]
     noise: tuple[RestartResult, ...] = ()
+
+
+def warm_start_top(budget_restarts: int | None) -> int:
+    """Configurations each source contributes: :data:`WARM_START_TOP`, one per 10 engine starts of a restart budget
+    (each queued configuration takes a cold and a warm start a search trial would have had)."""
+    return WARM_START_TOP if budget_restarts is None else max(1, min(WARM_START_TOP, budget_restarts // 10))
 
 
 def _full_params(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
