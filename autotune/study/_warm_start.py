@@ -46,9 +46,11 @@ class WarmStart:
 
 
 def warm_start_top(budget_restarts: int | None) -> int:
-    """Configurations each source contributes: :data:`WARM_START_TOP`, one per 10 engine starts of a restart budget
-    (each queued configuration takes a cold and a warm start a search trial would have had)."""
-    return WARM_START_TOP if budget_restarts is None else max(1, min(WARM_START_TOP, budget_restarts // 10))
+    """Configurations each source contributes: :data:`WARM_START_TOP`, one per 15 engine starts of a restart budget
+    (each queued configuration takes a cold and a warm start a search trial would have had). One per 10 cost an
+    unrelated landscape's study at 20 starts 0.04 of regret against a cold one (2.6 standard errors), one per 15
+    half that, within noise, and kept the related landscape's gain (seeds 0-39, ``make bench-warmstart``)."""
+    return WARM_START_TOP if budget_restarts is None else max(1, min(WARM_START_TOP, budget_restarts // 15))
 
 
 def _full_params(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
