@@ -188,6 +188,8 @@ def test_a_warm_start_queues_the_earlier_top_configurations_and_names_its_source
     (src,) = warm["sources"]
     assert src["study"] == STUDY and src["configs"] and warm["queued"] == len(src["configs"])
     assert src["noise"] == "carried" and src["noise_restarts"] > 0 and src["differs"] == []
+    # Its start costs stand in for kinds of start the new study has not measured (same engine and machine).
+    assert src["start_costs"] == "carried" and warm["start_costs"]["warm"] and warm["start_costs"]["cold"]
     # Queued right after the baselines, each measured again here (its own restarts, not copied).
     trials = sorted(ledger.study.get_trials(deepcopy=False), key=lambda t: t.number)
     baselines = 2
@@ -207,6 +209,7 @@ def test_a_warm_start_across_engine_versions_is_allowed_and_named(
     assert status == ExitStatus.SUCCESS, err
     (src,) = load("warm29", storage).meta().warm_start["sources"]
     assert "engine_version: 0.26.0 -> 0.29.0" in src["differs"] and src["noise"].startswith("not carried")
+    assert src["start_costs"] == "not carried" and "start_costs" not in load("warm29", storage).meta().warm_start
     assert "differs: engine_version: 0.26.0 -> 0.29.0" in out
 
 
@@ -257,3 +260,16 @@ def test_a_shifted_landscape_is_related_and_named_in_the_engine_facts() -> None:
     with pytest.raises(EngineError, match="landscape_shift"):
         SimEngine(profile="random", landscape_shift="big")
     assert [warm_start_top(b) for b in (None, 5, 20, 30, 45, 120)] == [3, 1, 1, 2, 3, 3]
+
+
+def test_carried_start_costs_stand_in_only_until_the_study_measures_its_own() -> None:
+    from autotune.core.records import RestartResult
+    from autotune.study import StartCosts
+
+    prior = {"warm": [0.5], "cold": [2.0]}
+    empty = StartCosts.from_runs([]).with_prior(prior)
+    assert empty.price((None, False)) == 0.5 and empty.price((None, True)) == 2.0 and empty.known
+    own = StartCosts.from_runs([("k", RestartResult(status="ok", restart=0, seed=0, passes_tok_s=(1.0,),
+                                                    wall_s=60.0))]).with_prior(prior)
+    assert own.price(("k", False)) == 1.0 and own.price((None, True)) == 2.0  # its own warm start; no cold yet
+    assert StartCosts.from_runs([]).with_prior(None) == StartCosts.from_runs([])

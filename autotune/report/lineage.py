@@ -90,7 +90,8 @@ def render_lineage(lineage: Lineage | None, unit: str = "tok/s") -> list[str]:
         for s in sources:
             configs = ", ".join(s.get("configs", ())) or "none"
             lines.append(f"  from {s.get('study')}: {configs}; warm-up noise prior {s.get('noise')}"
-                         + (f" ({s.get('noise_restarts')} restarts)" if s.get("noise_restarts") else ""))
+                         + (f" ({s.get('noise_restarts')} restarts)" if s.get("noise_restarts") else "")
+                         + (f"; start costs {s['start_costs']}" if s.get("start_costs") else ""))
             if s.get("differs"):
                 lines.append("    differs: " + "; ".join(s["differs"]))
             for skipped in s.get("skipped", ()):

@@ -5,8 +5,10 @@ What is carried, per source study:
 * its top configurations (the verified ones by verified mean, the winner first, then the best search trials by
   value), queued right after the baselines: each is **measured again** in the new study, never copied; one the new
   space cannot build is left out and named;
-* its warm-up noise prior (the timed passes of every restart it paid for), only where engine and machine match
-  (engine, version, GPU, driver and the engine's own facts): on another engine or machine its noise says nothing.
+* its warm-up noise prior (the timed passes of every restart it paid for) and its start costs (whole-start minutes,
+  cold and warm: what a minutes budget prices starts at until this study has measured its own), only where engine
+  and machine match (engine, version, GPU, driver and the engine's own facts, and the model): on another engine or
+  machine they say nothing.
 
 A different engine version, machine or model is allowed: what differs is named in the record the study stores (its
 metadata's ``warm_start``), which the report prints.
@@ -23,6 +25,7 @@ from autotune.core.records import EngineFacts, RestartResult
 from autotune.decisions.recheck import fact_differences
 from autotune.decisions.verification import BASELINE
 from autotune.store.ledger import Ledger
+from autotune.study._budget import StartCosts
 
 __all__ = ["WARM_START_TOP", "WarmStart", "carry_noise", "plan_warm_start", "warm_start_top"]
 
@@ -87,6 +90,7 @@ def plan_warm_start(sources: Sequence[Ledger], space: SearchSpace, facts: Engine
     seen = {space.config_from_params(p).key() for p in space.baseline_params()}  # queued anyway
     enqueue: list[dict[str, Any]] = []
     noise: list[RestartResult] = []
+    costs: dict[str, list[float]] = {}
     records = []
     model = space.engine_args.get("model")
     for ledger in sources:
@@ -114,11 +118,17 @@ def plan_warm_start(sources: Sequence[Ledger], space: SearchSpace, facts: Engine
         same_machine = _matches(source_facts, facts) and meta.model == model
         carried = ledger.restarts_spent() if same_machine else []
         noise += carried
+        if carried:
+            for kind, minutes in StartCosts.of(ledger).carried().items():
+                costs.setdefault(kind, []).extend(minutes)
         records.append({"study": ledger.name, "configs": taken, "skipped": skipped[:5], "differs": differs,
-                        "noise_restarts": len(carried),
+                        "noise_restarts": len(carried), "start_costs": "carried" if carried else "not carried",
                         "noise": ("carried" if carried else "not carried: " + (
                             "engine, machine or model differ" if not same_machine else "no restarts"))})
-    return WarmStart(tuple(enqueue), {"sources": records, "queued": len(enqueue)}, tuple(noise))
+    record: dict[str, Any] = {"sources": records, "queued": len(enqueue)}
+    if costs:
+        record["start_costs"] = costs
+    return WarmStart(tuple(enqueue), record, tuple(noise))
 
 
 def carry_noise(engine: Any, warm: WarmStart) -> int:
