@@ -273,3 +273,22 @@ def test_carried_start_costs_stand_in_only_until_the_study_measures_its_own() ->
                                                     wall_s=60.0))]).with_prior(prior)
     assert own.price(("k", False)) == 1.0 and own.price((None, True)) == 2.0  # its own warm start; no cold yet
     assert StartCosts.from_runs([]).with_prior(None) == StartCosts.from_runs([])
+
+
+def test_a_configuration_that_fails_today_is_named(storage: str) -> None:
+    from autotune.config.space import parse_space
+    from autotune.core.records import RestartResult, RestartStatus
+    from autotune.engines.sim import SimEngine
+    from autotune.study import RecheckOptions, recheck
+
+    class NoDrafter(SimEngine):
+        def run_restart(self, config, workload, *, restart, seed):  # type: ignore[no-untyped-def]
+            if config.num_speculative_tokens:
+                return RestartResult.failure(RestartStatus.FAILED, "ngram drafter missing", restart=restart, seed=seed)
+            return super().run_restart(config, workload, restart=restart, seed=seed)
+
+    ledger = load(STUDY, storage)
+    space = parse_space(yaml.safe_load(ledger.space_yaml()))
+    record = recheck(ledger, space, NoDrafter(profile="h200", model_profile="dense"), RecheckOptions(restarts=3))
+    assert record.verdict == rules.NO_LONGER_FASTER
+    assert any("fails now: " in c and "ngram drafter missing" in c for c in record.resolved_changes)

@@ -155,6 +155,12 @@ def _entry(v: Verification, key: str) -> Any:
     return next(e for e in v.entries if e.candidate.config.key() == key)
 
 
+def _failures(v: Verification, names: dict[str, str] | None = None) -> list[str]:
+    """``label: fails now: reason`` for each configuration whose restarts failed today (it cannot hold anything)."""
+    return [f"{(names or {}).get(e.candidate.config.key(), e.candidate.config.label())}: fails now: "
+            f"{e.summary.failure or 'no restart succeeded'}" for e in v.entries if e.summary.status != "ok"]
+
+
 def _stamp() -> str:
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
 
@@ -168,6 +174,7 @@ def _baseline_record(stored: Verification, index: int, now: Verification, engine
     changes = [*rules.resolved_changes(label, checked.restarts, _entry(now, key).restarts),
                *rules.resolved_changes(f"baseline {stored.baseline.candidate.config.label()}",
                                        stored.baseline.restarts, _entry(now, base_key).restarts)]
+    changes += _failures(now)
     then_runs = [r for e in stored.entries for r in e.restarts]
     now_runs = [r for e in now.entries for r in e.restarts]
     verdict = rules.recheck_verdict(stored.verdict, now_fig["verdict"], bool(changes))
@@ -187,7 +194,7 @@ def _engines_record(stored: Verification, index: int, now: Verification, old: En
     now_fig = _figures(now, new_key, names)
     then_fig = _figures(stored, key, {})
     new_runs, old_runs = _entry(now, new_key).restarts, _entry(now, key).restarts
-    changes = rules.resolved_changes(f"{label} on the new engine", old_runs, new_runs)
+    changes = rules.resolved_changes(f"{label} on the new engine", old_runs, new_runs) + _failures(now, names)
     verdict = rules.engines_verdict(now_fig["verdict"], bool(changes))
     return rules.RecheckRecord(_stamp(), rules.ENGINES, verdict, stored.verdict, label, then_fig, now_fig, now,
                                old.to_dict(), new.to_dict(),
