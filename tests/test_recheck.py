@@ -292,3 +292,18 @@ def test_a_configuration_that_fails_today_is_named(storage: str) -> None:
     record = recheck(ledger, space, NoDrafter(profile="h200", model_profile="dense"), RecheckOptions(restarts=3))
     assert record.verdict == rules.NO_LONGER_FASTER
     assert any("fails now: " in c and "ngram drafter missing" in c for c in record.resolved_changes)
+
+
+def test_runner_ups_and_a_minutes_budget(storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from autotune.decisions.recheck import plan_recheck_restarts
+
+    stored = load(STUDY, storage).verification()
+    assert plan_recheck_restarts(stored, 2) == (3, "the stored verification's 3 restarts per configuration")
+    assert plan_recheck_restarts(stored, 2, restarts=4) == (4, "--restarts 4")
+    per_start = stored.minutes_used / stored.restarts_used
+    n, why = plan_recheck_restarts(stored, 2, budget_minutes=per_start * 6.5)
+    assert n == 2 and why.startswith("--budget-minutes")
+    status, out, err = _run(_recheck(storage, tmp_path, "--runner-ups", "--restarts", "2"), capsys)
+    assert status in (ExitStatus.SUCCESS, ExitStatus.NO_LONGER_FASTER), err
+    record = RecheckRecord.from_dict(load(STUDY, storage).rechecks()[-1])
+    assert len(record.now["means"]) == len(stored.entries) == 3  # the dropped runner-up measured again too
