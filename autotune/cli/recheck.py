@@ -47,7 +47,13 @@ def _exit_for_verdict() -> dict[str, ExitStatus]:
 EXIT_FOR_VERDICT = _exit_for_verdict()
 
 
+EPILOG = ("exit status: 0 the verdict holds (still faster; still not faster; two engines: as fast or faster), "
+          "3 engine changed the configuration, 4 no verification yet, 5 no longer faster, 6 now slower, 7 now faster "
+          "(the study's best challenger was not faster then), 2 bad input")
+
+
 def configure_parser(p: argparse.ArgumentParser) -> None:
+    p.epilog = EPILOG
     p.add_argument("--study", required=True, help="the study whose verdict to recheck")
     add_store_args(p)
     add_workdir_arg(p)
