@@ -104,6 +104,21 @@ SCALING_ARGS ?=
 bench-scaling: install
 	$(PY) -m autotune bench-scaling $(SCALING_ARGS)
 
+.PHONY: bench-warmstart bench-recheck
+
+# tune --warm-start on the simulator's random landscapes: cold against warm-started studies at 20 and 30 starts, on a
+# related (shifted) and an unrelated landscape (docs/benchmarks.md, "Warm start"). WARMSTART_ARGS="--seeds 5" for a
+# quick look.
+WARMSTART_ARGS ?=
+bench-warmstart: install
+	$(PY) -m autotune.bench.warmstart $(WARMSTART_ARGS)
+
+# autotune recheck in repeated draws: interval coverage of the true and the stored speedup on an unchanged engine,
+# and the verdicts on the simulated 0.29.0 (docs/benchmarks.md, "Rechecking a winner").
+RECHECK_ARGS ?=
+bench-recheck: install
+	$(PY) -m autotune.bench.recheck $(RECHECK_ARGS)
+
 .PHONY: bench-warmup
 
 # The warm-up rules side by side (old 3%, MSER+trend, with the study's noise prior) on the H200's recorded pass

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import IO
 
 from autotune import __version__
-from autotune.cli import audit, bench, bench_scaling, doctor, export, report, schema, track, tune, ui, worker
+from autotune.cli import audit, bench, bench_scaling, doctor, export, recheck, report, schema, track, tune, ui, worker
 from autotune.cli._common import UsageError
 from autotune.core.exit_status import ExitStatus
 from autotune.engines.process import interrupt_on_sigterm, stop_live
@@ -50,6 +50,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                export.configure_parser, export.run),
     Subcommand("ui", ui.HELP, ui.configure_parser, ui.run),
     Subcommand("audit", audit.HELP, audit.configure_parser, audit.run),
+    Subcommand("recheck", recheck.HELP, recheck.configure_parser, recheck.run),
     Subcommand("bench", bench.HELP, bench.configure_parser, bench.run),
     Subcommand("bench-scaling", bench_scaling.HELP, bench_scaling.configure_parser, bench_scaling.run),
     Subcommand("schema", "Print the JSON Schema of a space file, for editors.", schema.configure_parser, schema.run),

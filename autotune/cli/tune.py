@@ -69,6 +69,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enqueue", action="append", metavar="K=V,K=V",
                    help="a configuration to try early, e.g. num_speculative_tokens=3,draft=ngram (short names as "
                         "for audit --params: K, sizes, mode; repeatable)")
+    p.add_argument("--warm-start", metavar="STUDY[,STUDY]",
+                   help="start from earlier studies (in --storage): their top configurations are queued first, each "
+                        "measured again, and their warm-up noise prior is carried where engine and machine match")
     add_output_args(p)
     worker.add_worker_args(p)
 
@@ -129,6 +132,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     preflight.check_seed(args.seed)
     preflight.check_budget(args.budget_restarts, args.budget_minutes)
     check_owned(args.workdir, study_name)
+    sources = _warm_start_sources(args, study_name)
     options = StudyOptions.from_cli_args(args, study_name=study_name, command=command_line(),
                                          enqueue=[enqueue_params(space, item) for item in args.enqueue or ()])
     _check_flags(args, options)
@@ -147,6 +151,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         preflight.check_tracking_store(resolve_tracking_uri(output.tracking_uri))
     engine_opts = args.engine_opt or []
     engine = build_engine(space, args.engine, parse_kv(engine_opts, "--engine-opt"))
+    if sources:
+        options = _warm_started(options, sources, space, engine)
     preflight.check_page_cache(engine, out)
     if args.gpus is None:
         return worker.run_here(space, engine, options, output, out)
@@ -159,3 +165,35 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     finally:
         engine.close()
     return worker.run_local_workers_for(options, output, engine_opts, groups, out, engine, space)
+
+
+def _warm_start_sources(args: argparse.Namespace, study_name: str) -> list[Any]:
+    """The studies ``--warm-start`` names, opened from ``--storage``: a missing one is one line, before anything
+    runs."""
+    from autotune.store.ledger import LedgerError, load
+
+    names = [n.strip() for n in (args.warm_start or "").split(",") if n.strip()]
+    if args.warm_start is not None and not names:
+        raise UsageError("--warm-start: name at least one earlier study, e.g. --warm-start h200-sim-llama")
+    if study_name in names:
+        raise UsageError(f"--warm-start {study_name}: a study cannot start from itself")
+    sources = []
+    for name in dict.fromkeys(names):
+        try:
+            sources.append(load(name, args.storage))
+        except LedgerError as exc:
+            raise UsageError(f"--warm-start: {exc}") from None
+    return sources
+
+
+def _warm_started(options: Any, sources: list[Any], space: Any, engine: Any) -> Any:
+    """``options`` with the sources' top configurations queued first and the warm start's record; the engine's
+    warm-up noise prior seeded where engine and machine match (``study._warm_start``)."""
+    import dataclasses
+
+    from autotune.core.records import EngineFacts
+    from autotune.study import carry_noise, plan_warm_start, warm_start_top
+
+    warm = plan_warm_start(sources, space, EngineFacts.of(engine.describe()), warm_start_top(options.budget_restarts))
+    carry_noise(engine, warm)
+    return dataclasses.replace(options, enqueue=(*warm.enqueue, *options.enqueue), warm_start=dict(warm.record))

@@ -15,10 +15,18 @@ class ExitStatus(enum.IntEnum):
     ERROR = 1
     #: Bad input: a bad search space, an unknown study, a bad flag. The message names the field and the fix.
     BAD_INPUT = 2
-    #: ``audit --strict`` found a configuration the engine changed silently.
+    #: ``audit --strict`` found a configuration the engine changed silently; ``recheck``: the engine now resolves the
+    #: stored winner (or baseline) to another configuration ("engine changed the configuration").
     CHANGED = 3
-    #: Nothing to act on yet, e.g. ``export`` of a study whose verification has not finished.
+    #: Nothing to act on yet, e.g. ``export`` or ``recheck`` of a study whose verification has not finished.
     NO_RESULT = 4
+    #: ``recheck``: the stored winner was faster than the baseline and is no longer significantly so.
+    NO_LONGER_FASTER = 5
+    #: ``recheck``: the stored winner is now significantly slower than the baseline (or than the study's engine,
+    #: when two engines are compared).
+    NOW_SLOWER = 6
+    #: ``recheck``: the study found nothing faster than the baseline, and its best challenger is now faster.
+    NOW_FASTER = 7
     #: SIGHUP (the terminal or ssh session closed), handled exactly like Ctrl-C: saved, resumable. 128 + 1, the
     #: status a shell gives a process its hangup ended.
     HANGUP = 129

@@ -129,8 +129,27 @@ class Landscape:
         return random.Random(int.from_bytes(digest[:8], "big")).gauss(0.0, sd)
 
 
-def draw_landscape(seed: int) -> Landscape:
-    """The landscape of ``seed`` (see the module docstring for what is drawn)."""
+def draw_landscape(seed: int, shift: float = 0.0) -> Landscape:
+    """The landscape of ``seed`` (see the module docstring for what is drawn); ``shift`` > 0 moves it within its
+    family (:func:`shifted`)."""
+    drawn = _draw(seed)
+    return drawn if not shift else shifted(drawn, shift)
+
+
+def shifted(land: Landscape, shift: float) -> Landscape:
+    """``land`` moved by a relative ``shift`` (log-scale sd, e.g. 0.1): every mode effect, the base speed and each
+    method's acceptance and drafting cost take an independent draw, the rules stay. A related landscape, as the
+    next engine release or a sibling model would be: ``tune --warm-start``'s benchmark starts from one."""
+    rng = random.Random(f"autotune-landscape-shift-{land.seed}-{shift}")
+    mode_effect = {m: v + rng.gauss(0.0, shift) for m, v in land.mode_effect.items()}
+    spec = {m: dataclasses.replace(s, accept=min(0.97, s.accept * math.exp(rng.gauss(0.0, shift))),
+                                   cost_per_token=s.cost_per_token * math.exp(rng.gauss(0.0, shift)))
+            for m, s in land.spec.items()}
+    return dataclasses.replace(land, mode_effect=mode_effect, spec=spec,
+                               base_tok_s=land.base_tok_s * math.exp(rng.gauss(0.0, shift)))
+
+
+def _draw(seed: int) -> Landscape:
     rng = random.Random(f"autotune-landscape-{seed}")
     graph = {m: -rng.uniform(0.0, 0.3) for m in _GRAPH_MODES}
     mode_effect = {model.NONE: -rng.uniform(0.25, 1.4), **graph}

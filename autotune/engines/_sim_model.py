@@ -93,6 +93,9 @@ Engine-version rules (applied by :func:`plan_config`, in this order):
   async scheduling off, no full graphs for the drafter (WARNING notes, as vLLM 0.26.0 prints them). Before 0.26.0
   everything runs on V1 without async scheduling. The 0.27.0 and 0.28.0 boundaries are invented for the
   simulation; only the 0.26.0 behaviour was observed.
+* Invented, for ``autotune recheck``'s simulation of an upgrade that shifts the landscape: from 0.29.0
+  (:data:`SPEC_PIECEWISE_SINCE`), speculation with full graphs runs PIECEWISE, its capture sizes rounded up to
+  multiples of 8, silently (the kind of change vLLM PR #54418's per-platform capture caps made between releases).
 * Capture OOM when the largest captured size exceeds ``capture_limit_tokens * capture_limit_factor`` (halved with
   a ``draft_model``).
 """
@@ -160,6 +163,9 @@ COMPILE_MODE = "3"
 V2_RUNNER_SINCE = (0, 26, 0)
 #: Invented: the version from which V2 runs ``draft_model`` with full graphs and async scheduling.
 DRAFT_MODEL_ON_V2_SINCE = (0, 28, 0)
+
+#: Invented: the version from which speculation with full graphs silently runs PIECEWISE on sizes rounded to 8s.
+SPEC_PIECEWISE_SINCE = (0, 29, 0)
 
 #: Speculative methods the simulator models; others are rejected at start-up like vLLM does.
 SPEC_METHODS = ("ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp", "medusa")
@@ -595,6 +601,8 @@ def plan_config(config: EngineConfig, hw: HardwareProfile, model: ModelProfile, 
         sizes = list(config.capture_sizes or default_capture_sizes(max_num_seqs, k))
         if k and mode in FULL_MODES:
             sizes = round_sizes_for_spec(sizes, k)
+            if version >= SPEC_PIECEWISE_SINCE:
+                mode, sizes = PIECEWISE, sorted({8 * math.ceil(s / 8) for s in sizes})
     runner, async_scheduling, drafter_full, runner_notes = _rule_model_runner(version, method)
     return Plan(
         mode=mode, sizes=tuple(sorted(sizes)), k=k, method=method, max_num_seqs=max_num_seqs, model_runner=runner,

@@ -44,6 +44,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "noise": None,  # None: the hardware profile's restart-to-restart sd
     "time_scale": 0.0,  # real seconds per simulated second of a restart's wall time (0: return at once)
     "landscape_seed": 0,  # profile "random" only: which landscape of the family (see _sim_landscape)
+    "landscape_shift": 0.0,  # profile "random" only: that landscape moved within its family (log-scale sd)
     "unified_memory": False,  # true: a unified-memory profile (gb10) runs each restart on its simulated host;
     # other profiles have GPU memory of their own and ignore it
     "memory_floor_gib": None,  # with unified memory: the guard's floor (None: the default; 0: off, the host can wedge)
@@ -93,7 +94,11 @@ class SimEngine(EngineBackend):
             seed = opts["landscape_seed"]
             if isinstance(seed, bool) or not isinstance(seed, int):
                 raise EngineError(f"sim engine: engine.landscape_seed must be an integer (e.g. 7), got {seed!r}")
-            self.landscape = landscapes.draw_landscape(seed)
+            shift = opts["landscape_shift"]
+            if isinstance(shift, bool) or not isinstance(shift, (int, float)) or not 0 <= shift < 2:
+                raise EngineError(f"sim engine: engine.landscape_shift must be a number from 0 to 2 (e.g. 0.1), got "
+                                  f"{shift!r}")
+            self.landscape = landscapes.draw_landscape(seed, float(shift))
             self.hardware = self.landscape.hardware
         else:
             self.hardware = _choice("profile", opts["profile"], {**model.HARDWARE, RANDOM_PROFILE: None})
@@ -277,7 +282,9 @@ class SimEngine(EngineBackend):
         """Engine facts for tracking; ``simulated`` marks every number as coming from the model."""
         return EngineFacts(name=self.name, version=self.engine_version, gpu=self.hardware.gpu_name, simulated=True,
                            extra={"profile": self.hardware.name, "model_profile": self.model.name,
-                                  **({} if self.landscape is None else {"landscape_seed": self.landscape.seed})})
+                                  **({} if self.landscape is None else {"landscape_seed": self.landscape.seed}),
+                                  **({"landscape_shift": self.options["landscape_shift"]}
+                                     if self.options.get("landscape_shift") else {})})
 
     # -- internals -----------------------------------------------------------------------------------------
     def _plan(self, config: EngineConfig) -> model.Plan:

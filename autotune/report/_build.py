@@ -26,6 +26,7 @@ from autotune.core.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, 
 from autotune.report.latency import (Prompts, SloOutcome, TrialLatency, prompts_note, render_latency, search_latency,
                                      slo_outcome)
 from autotune.report.levels import LevelBest, level_bests, render_levels
+from autotune.report.lineage import Lineage, lineage_of, render_lineage
 from autotune.report._machine import MachineNotes, machine_notes, render_machine
 from autotune.report.outputs import OutputChecks, output_checks, render_outputs
 from autotune.decisions.planning import RestartPlan
@@ -353,6 +354,7 @@ class Report:
     interrupted: tuple[FailedTrial, ...] = ()
     #: Why the search ended, with the numbers (``None``: still running, or a study from before it was stored).
     search_end: SearchEnd | None = None
+    lineage: Lineage | None = None  # what --warm-start carried in, every recheck since (report/lineage.py)
 
     @property
     def unit(self) -> str:
@@ -405,6 +407,7 @@ class Report:
         out["machine"] = None if self.machine is None else self.machine.to_dict()
         out["phases"] = None if self.phases is None else self.phases.to_dict()
         out["output_check"] = None if self.output_checks is None else self.output_checks.to_dict()
+        out["lineage"] = None if self.lineage is None else self.lineage.to_dict()
         return out
 
 
@@ -472,7 +475,7 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                                         meta.workload),
                   phases=phase_totals(ledger.restarts_spent()),
                   output_checks=output_checks(ledger, records, space),
-                  interrupted=listed(outcomes, INTERRUPTED), search_end=ledger.search_end())
+                  interrupted=listed(outcomes, INTERRUPTED), search_end=ledger.search_end(), lineage=lineage_of(ledger))
 
 
 def _cold_starts_line(ledger: Ledger) -> str | None:
@@ -607,6 +610,7 @@ def render_report(report: Report) -> str:
             lines.append(f"  = trial {r.number} {r.config.label()}: same configuration as trial {r.duplicate_of}")
         if len(duplicates) > _SHOWN_FAILURES:
             lines.append(f"  ... and {len(duplicates) - _SHOWN_FAILURES} more (--json for all)")
+    lines += render_lineage(report.lineage, report.unit)
     if report.simulator_check is not None:
         sc = report.simulator_check
         lines.append("")

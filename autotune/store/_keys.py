@@ -51,6 +51,9 @@ _MLFLOW_PARENT_RUN_KEY = "autotune:mlflow_parent_run_id"
 #: A random id written once by the process that created the study; MLflow finds the study's parent run by it
 #: (a name can be reused after ``--fresh``, and Optuna's own study id differs between storages).
 _STUDY_UID_KEY = "autotune:study_uid"
+#: Every ``autotune recheck`` of the study, oldest first (:class:`~autotune.decisions.recheck.RecheckRecord` dicts);
+#: the study's own verification is never changed by one.
+_RECHECKS_KEY = "autotune:rechecks"
 
 # -- trial user attributes -------------------------------------------------------------------------------
 #: The configuration the trial ran (:class:`~autotune.core.records.EngineConfig`).

@@ -50,6 +50,8 @@ class StudyMeta:
     enqueue: tuple[Mapping[str, Any], ...] = ()
     objective: str = "throughput"
     slo: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    #: What ``tune --warm-start`` carried in and from where (``study._warm_start``); empty for a cold study.
+    warm_start: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -61,6 +63,7 @@ class StudyMeta:
         out["engine_options"] = dict(self.engine_options)
         out["enqueue"] = [dict(p) for p in self.enqueue]
         out["slo"] = dict(self.slo)
+        out["warm_start"] = dict(self.warm_start)
         return out
 
     @classmethod
@@ -76,4 +79,5 @@ class StudyMeta:
         kw["engine_options"] = dict(data.get("engine_options") or {})
         kw["enqueue"] = tuple(dict(p) for p in data.get("enqueue") or ())
         kw["slo"] = {str(k): float(v) for k, v in dict(data.get("slo") or {}).items()}
+        kw["warm_start"] = dict(data.get("warm_start") or {})
         return cls(**kw)

@@ -5,10 +5,8 @@ a user attribute of the study or of a trial, under one namespaced key per fact; 
 :mod:`autotune.store._keys`, and this module is the only one that reads or writes them. Other modules call the
 writers and readers here and never name a key.
 
-The store package's other modules hold one concept each: :mod:`~autotune.store._storage` (opening a storage,
-listing its studies), :mod:`~autotune.store._meta` (:class:`StudyMeta`), :mod:`~autotune.store._trials`
-(:class:`TrialRecord`), :mod:`~autotune.store._owners` (who runs a trial). Their public names are importable
-from here, as they always were.
+The store package's other modules (``_storage``, ``_meta``, ``_trials``, ``_owners``) hold one concept each; their
+public names are importable from here, as they always were.
 
 Every value is redacted on its way in (:mod:`autotune.core.redact`): configurations are stored with their credentials
 replaced, so a configuration read back is for reports, never for running an engine; the study rebuilds runnable
@@ -21,10 +19,8 @@ Schema versions:
   study never mixes two schemas.
 * ``1``: keys namespaced ``autotune:<name>``; the version is stored in the study under :data:`_SCHEMA_KEY`.
 
-A study written by a newer autotune (a higher version) is refused with one line naming both versions.
-
-Adding a key: one constant in :mod:`autotune.store._keys` (``_FINGERPRINT_KEY = "autotune:fingerprint"``), a
-writer and a reader on :class:`Ledger`. Old studies simply do not have it; a reader returns its default.
+A study written by a newer autotune (a higher version) is refused with one line naming both versions. Adding a key:
+see :mod:`autotune.store._keys`.
 """
 
 from __future__ import annotations
@@ -51,7 +47,7 @@ from autotune.stats.latency import LatencyStat, SloCheck, constraint_values
 from autotune.store._keys import (  # noqa: F401 - the key constants are importable from here
     _BASELINES_ENQUEUED_KEY, _COLD_STARTS_KEY, _CONFIG_ID_KEY, _CONFIG_KEY, _DIFFERENCES_KEY, _DUPLICATE_OF_KEY,
     _FAILURE_KEY, _FINGERPRINT_KEY, _INFEASIBLE_KEY, _INTERRUPTED_KEY, _LABEL_KEY, _LATENCY_KEY, _META_KEY,
-    _MLFLOW_PARENT_RUN_KEY, _OWNER_KEY, _PLANNED_STARTS_KEY, _PRUNED_REASON_KEY, _RESOLVED_DIFFERS_KEY,
+    _MLFLOW_PARENT_RUN_KEY, _OWNER_KEY, _PLANNED_STARTS_KEY, _PRUNED_REASON_KEY, _RECHECKS_KEY, _RESOLVED_DIFFERS_KEY,
     _RESTARTS_KEY, _SCHEMA_KEY, _SEARCH_CLOSED_KEY, _SEARCH_END_KEY, _SEARCH_STOPPED_KEY, _SLO_CHECKS_KEY, _SPACE_YAML_KEY,
     _STUDY_UID_KEY, _SUMMARY_KEY, _VERIFICATION_KEY, _VERIFY_CANDIDATES_KEY, _VERIFY_PROGRESS_KEY,
     _VERIFY_ROUND_JOB, _VERIFY_SEQUENTIAL_KEY, CLAIM_JOB_KEY, CLAIM_OWNER_KEY, CLAIM_RESTARTS_KEY, CLAIMS_SUFFIX, FINISH_JOB,
@@ -164,7 +160,6 @@ def load(study_name: str, storage: str = DEFAULT_STORAGE) -> Ledger:
         have = ", ".join(sorted(names)) if names else "none"
         raise LedgerError(f"no study named {study_name!r} in {redact(str(storage))} (studies there: {have})")
     return Ledger(optuna.load_study(study_name=study_name, storage=store))
-
 
 
 class Ledger(VerificationRecords):
@@ -302,7 +297,6 @@ class Ledger(VerificationRecords):
     def record_interrupted(self, trial: optuna.Trial, reason: str) -> None:
         self._set_trial(trial, _INTERRUPTED_KEY, True)
         self._set_trial(trial, _FAILURE_KEY, reason)
-
 
     # -- trial readers -----------------------------------------------------------------------------------
 
@@ -653,6 +647,13 @@ class Ledger(VerificationRecords):
 
     def record_mlflow_parent_run_id(self, run_id: str) -> None:
         self._set_study(_MLFLOW_PARENT_RUN_KEY, run_id)
+
+    def rechecks(self) -> list[dict[str, Any]]:
+        """Every ``autotune recheck`` of the study, oldest first (``RecheckRecord`` dicts; empty for older studies)."""
+        return self._read(None, _RECHECKS_KEY, list_of(mapping), [])
+
+    def record_recheck(self, record: Mapping[str, Any]) -> None:
+        self._set_study(_RECHECKS_KEY, [*self.rechecks(), dict(record)])
 
     # -- budget ------------------------------------------------------------------------------------------
 

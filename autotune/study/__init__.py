@@ -13,22 +13,32 @@ conclusion are claims (:mod:`autotune.store.claims`): taken by exactly one worke
 
 Inside: ``_run`` (the whole study), ``_open`` (opening, metadata), ``_optimize`` (the search loop), ``_trial`` (one
 trial's restarts), ``_restart`` (one restart), ``_budget`` (engine starts), ``_start_design`` (where the search
-starts), ``_verification`` (the verification phase).
+starts), ``_verification`` (the verification phase), ``_recheck`` (``autotune recheck``), ``_warm_start``
+(``tune --warm-start``).
 """
 
 from autotune.study._budget import BudgetTooSmall, StartCosts, smallest_restart_budget
 from autotune.study._open import prepare_study
+from autotune.study._recheck import RecheckError, RecheckOptions, recheck
 from autotune.study._run import Interrupted, run_study
 from autotune.study._verification import run_verification
+from autotune.study._warm_start import WarmStart, carry_noise, plan_warm_start, warm_start_top
 from autotune.study.options import StudyOptions
 
 __all__ = [
     "BudgetTooSmall",
     "Interrupted",
+    "RecheckError",
+    "RecheckOptions",
     "StartCosts",
     "StudyOptions",
+    "WarmStart",
+    "carry_noise",
+    "plan_warm_start",
     "prepare_study",
+    "recheck",
     "run_study",
     "run_verification",
     "smallest_restart_budget",
+    "warm_start_top",
 ]

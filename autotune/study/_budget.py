@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from autotune.config.space import SearchSpace
 from autotune.core import facts as F
@@ -139,7 +139,21 @@ class StartCosts:
                 for r in ledger.restarts(t)]
         for stored in (ledger.verify_progress(), *ledger.verify_rounds().values()):
             runs += [(key, RestartResult.from_dict(d)) for key, ds in stored.items() for d in ds]
-        return cls.from_runs(runs)
+        prior = ledger.meta().warm_start.get("start_costs") if ledger.has_meta() else None
+        return cls.from_runs(runs).with_prior(prior)
+
+    def with_prior(self, prior: Mapping[str, Sequence[float]] | None) -> StartCosts:
+        """These costs, with a warm start's carried whole-start minutes (``{"warm": [...], "cold": [...]}``, from
+        studies on the same engine and machine: ``study._warm_start``) standing in for a kind of start this study
+        has not measured yet; its own starts replace them as they land."""
+        if not prior:
+            return self
+        return dataclasses.replace(self, warm=self.warm or [float(m) for m in prior.get("warm", ())],
+                                   cold=self.cold or [float(m) for m in prior.get("cold", ())])
+
+    def carried(self) -> dict[str, list[float]]:
+        """Whole-start minutes by kind, as a warm start carries them to a new study (:meth:`with_prior`)."""
+        return {"warm": list(self.warm), "cold": list(self.cold_filled or self.cold)}
 
     @classmethod
     def from_runs(cls, runs: Iterable[tuple[str | None, RestartResult]]) -> StartCosts:

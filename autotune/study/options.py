@@ -70,6 +70,8 @@ class StudyOptions:
         enqueue: Parameter sets to try right after the baselines (new studies only).
         heartbeat_s: Seconds between a worker's heartbeats in the storage; a worker silent for four times this
             is taken for dead and its trial retried by another.
+        warm_start: What ``--warm-start`` carried in and from where (``study._warm_start``); its configurations are
+            in ``enqueue``.
     """
 
     study_name: str
@@ -96,6 +98,7 @@ class StudyOptions:
     command: tuple[str, ...] = ()
     enqueue: tuple[Mapping[str, Any], ...] = ()
     heartbeat_s: int = DEFAULT_HEARTBEAT_S
+    warm_start: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_cli_args(cls, args: Any, *, study_name: str, enqueue: Sequence[Mapping[str, Any]] = (),
@@ -145,7 +148,7 @@ class StudyOptions:
             "budget_restarts": self.budget_restarts, "budget_minutes": self.budget_minutes, "trials": self.trials,
             "seed": self.seed, "command": tuple(self.command), "confidence": self.confidence,
             "interval_method": self.interval_method, "verify": self.verify,
-            "enqueue": tuple(dict(p) for p in self.enqueue),
+            "enqueue": tuple(dict(p) for p in self.enqueue), "warm_start": dict(self.warm_start),
         }
 
     @classmethod
@@ -176,7 +179,7 @@ class StudyOptions:
             budget_restarts=meta.budget_restarts, budget_minutes=meta.budget_minutes, sampler=stored("sampler"),
             seed=stored("seed"), confidence=stored("confidence"), interval_method=stored("interval_method"),
             verify=stored("verify"), enqueue=tuple(dict(p) for p in meta.enqueue), heartbeat_s=heartbeat_s,
-            command=tuple(command),
+            command=tuple(command), warm_start=dict(meta.warm_start),
         )
 
     @property

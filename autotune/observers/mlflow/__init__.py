@@ -22,6 +22,7 @@ from autotune.observers.mlflow._conventions import (DEFAULT_TRACKING_URI, EXPERI
 from autotune.observers.mlflow._session import _Child, _Session, _identity_tag, _study_params, prepare_store
 from autotune.observers.mlflow._study_log import (_StudyLog, _counted, _outcome, _restart_metric, _restart_metrics,
     _result_tags, _trial_name, _trial_tags)
+from autotune.observers.mlflow._recheck import KIND_RECHECK, log_recheck
 from autotune.observers.mlflow._tracker import MlflowTracker, _guarded, _meta_from_context, log_study
 from autotune.core.urls import sqlite_path as _sqlite_path  # the name cli/ui.py imports
 
@@ -32,6 +33,7 @@ __all__ = [
     "config_params",
     "engine_tags",
     "experiment_name",
+    "log_recheck",
     "log_study",
     "prepare_store",
     "resolve_tracking_uri",
