@@ -298,11 +298,13 @@ def test_runner_ups_and_a_minutes_budget(storage: str, tmp_path: Path, capsys: p
     from autotune.decisions.recheck import plan_recheck_restarts
 
     stored = load(STUDY, storage).verification()
-    assert plan_recheck_restarts(stored, 2) == (3, "the stored verification's 3 restarts per configuration")
-    assert plan_recheck_restarts(stored, 2, restarts=4) == (4, "--restarts 4")
+    n_c, n_b, why = plan_recheck_restarts(stored, 2)
+    assert n_c >= 3 and n_b >= 3 and why.startswith("planned like verification:")
+    assert plan_recheck_restarts(stored, 2, restarts=4) == (4, 4, "--restarts 4")
     per_start = stored.minutes_used / stored.restarts_used
-    n, why = plan_recheck_restarts(stored, 2, budget_minutes=per_start * 6.5)
-    assert n == 2 and why.startswith("--budget-minutes")
+    # A budget for 2 cold starts and 6 warm ones: the plan takes no more than the least a side needs.
+    small = plan_recheck_restarts(stored, 2, budget_minutes=per_start * 8)
+    assert small[:2] == (3, 3) and small[0] + small[1] <= n_c + n_b
     status, out, err = _run(_recheck(storage, tmp_path, "--runner-ups", "--restarts", "2"), capsys)
     assert status in (ExitStatus.SUCCESS, ExitStatus.NO_LONGER_FASTER), err
     record = RecheckRecord.from_dict(load(STUDY, storage).rechecks()[-1])

@@ -4,7 +4,7 @@
 interleaved matched-seed restarts (the verification loop of :mod:`autotune.study._verification`, nothing else), and
 stores what it found beside the study's verification, which it never touches. What is decided here:
 
-* how many restarts each side gets (:func:`plan_recheck_restarts`: the stand-in for the shared planner);
+* how many restarts each side gets (:func:`plan_recheck_restarts`: verification's planner);
 * the verdict then against now (:func:`recheck_verdict`): ``still faster``, ``no longer faster``, ``now slower``,
   ``engine changed the configuration`` (a stored verdict that was not "faster" gives ``still not faster`` or
   ``now faster``);
@@ -23,6 +23,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.decisions.planning import DEFAULT_MIN_EFFECT, estimate_noise, plan_restarts, pooled_log_variance
 from autotune.core import facts as F
 from autotune.core.records import EngineFacts, RestartResult
 from autotune.decisions.verification import BASELINE, Verification
@@ -66,46 +67,42 @@ BASELINE_KIND, ENGINES = "baseline", "engines"
 #: Fewest counted restarts a side gets, whatever the stored verification had (an interval needs two; three give
 #: the t interval a usable width).
 MIN_RESTARTS = 3
-#: Most counted restarts a side gets from the planner without ``--restarts``.
+#: Most counted restarts a side gets from the planner without ``--restarts`` (a recheck is a check, not a study).
 MAX_RESTARTS = 12
 #: Per-restart facts compared then against now, with the relative change below which they count as the same.
 COMPARED_FACTS = ((F.KV_GIB, 0.02), (F.KV_TOKENS, 0.02), (F.MAX_CONCURRENCY, 0.02), (F.GRAPH_MEMORY_GIB, 0.05),
                   (F.GPU_SM_CLOCK_MHZ, 0.03), (F.CPU_MHZ_MEAN, 0.05), (F.WEIGHTS_GIB, 0.02))
 
 
-# -- planning: the stand-in for the shared planner ---------------------------------------------------------
+# -- planning: the same planner as verification ------------------------------------------------------------
 
 
 def plan_recheck_restarts(stored: Verification, configs: int, *, restarts: int | None = None,
-                          budget_minutes: float | None = None) -> tuple[int, str]:
-    """Counted restarts per configuration for a recheck, and why.
+                          budget_minutes: float | None = None) -> tuple[int, int, str]:
+    """Counted restarts ``(per challenger, baseline)`` for a recheck, and why.
 
-    STAND-IN: a shared planner that sizes each side's restarts from the noise measured (``decisions``'
-    ``plan_restarts``) replaces this function when it lands; until then it is the one place a recheck is sized.
-    The rule: as many restarts as the stored verification counted for its winner (what its interval was built
-    on), more when the stored restarts were noisier than that interval allowed for (the winner's or the baseline's
-    coefficient of variation above 5% asks for ``(cv / 0.05)**2`` times as many, capped at :data:`MAX_RESTARTS`),
-    at least :data:`MIN_RESTARTS`; ``restarts`` overrides it; ``budget_minutes`` caps it at what the stored
-    verification's engine minutes per start buy for ``configs`` configurations (a cold start each included).
+    The same planner as verification (:func:`autotune.decisions.planning.plan_restarts`), fed the noise the stored
+    verification measured on each side (pooled as its prior) and asked to resolve the stored speedup (at least
+    the smallest effect worth detecting) at 80% power: a recheck asks whether that speedup still holds. Under
+    ``--budget-minutes`` the plan fits what the stored verification's minutes per start buy, a cold start per
+    configuration first; ``--restarts`` fixes both sides.
     """
     if restarts is not None:
-        return max(1, int(restarts)), f"--restarts {int(restarts)}"
+        return max(1, int(restarts)), max(1, int(restarts)), f"--restarts {int(restarts)}"
     winner, base = stored.winner, stored.baseline
-    n = max(len(winner.summary.values), len(base.summary.values), stored.restarts_per_config, MIN_RESTARTS)
-    cvs = [e.summary.cv for e in (winner, base) if e.summary.cv is not None and math.isfinite(e.summary.cv)]
-    why = f"the stored verification's {n} restarts per configuration"
-    if cvs and max(cvs) > 0.05:
-        grown = min(MAX_RESTARTS, math.ceil(n * (max(cvs) / 0.05) ** 2))
-        if grown > n:
-            n, why = grown, f"{grown} restarts: the stored noise (CV {max(cvs):.1%}) is above 5%"
-    n = min(n, MAX_RESTARTS)
-    if budget_minutes is not None:
-        per_start = stored.minutes_used / stored.restarts_used if stored.restarts_used else 0.0
-        if per_start > 0:
-            fit = int(budget_minutes / per_start) // max(1, configs) - 1  # one cold start per configuration
-            if fit < n:
-                n, why = max(2, fit), f"--budget-minutes {budget_minutes:g} buys {max(2, fit)} restarts a side"
-    return n, why
+    w, b = list(winner.summary.values), list(base.summary.values)
+    prior, _ = pooled_log_variance([e.summary.values for e in stored.entries if e.summary.values])
+    speedup = winner.comparison.speedup if winner.comparison is not None else None
+    effect = max(DEFAULT_MIN_EFFECT, speedup if speedup is not None and math.isfinite(speedup) else 0.0)
+    per_start = stored.minutes_used / stored.restarts_used if stored.restarts_used else 0.0
+    cap = None
+    if budget_minutes is not None and per_start > 0:
+        cap = max(0.0, budget_minutes - configs * per_start)  # one cold start per configuration first
+    plan = plan_restarts(estimate_noise(w, prior), estimate_noise(b, prior), challengers=max(1, configs - 1),
+                         min_effect=effect, max_minutes=cap, challenger_minutes=per_start or 1.0,
+                         baseline_minutes=per_start or 1.0)
+    n_c, n_b = min(plan.challenger, MAX_RESTARTS), min(plan.baseline, MAX_RESTARTS)
+    return n_c, n_b, plan.describe().replace("verification:", "planned like verification:", 1)
 
 
 # -- the verdict ------------------------------------------------------------------------------------------

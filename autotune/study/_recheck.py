@@ -117,13 +117,13 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOpt
     else:
         candidates = [Candidate(CANDIDATE, _marked(winner)), Candidate(BASELINE, winner)]
         runner = _TwoEngines(engine, new_engine)
-    n, why = rules.plan_recheck_restarts(stored, len(candidates), restarts=options.restarts,
-                                         budget_minutes=options.budget_minutes)
+    n, n_base, why = rules.plan_recheck_restarts(stored, len(candidates), restarts=options.restarts,
+                                                 budget_minutes=options.budget_minutes)
     seed_base = int(meta.seed or 0) * SEED_STRIDE + RECHECK_SEED_OFFSET + 1000 * (
         len(ledger.rechecks()) if options.index is None else options.index)
     now = run_verification(runner, space.workload, candidates, n, lambda r: seed_base + r, on_result=on_restart,
                            confidence=meta.confidence or 0.95, interval_method=meta.interval_method or "t",
-                           slo=space.slo_constraints)
+                           slo=space.slo_constraints, baseline_restarts=n_base)
     facts_old = EngineFacts.of(engine.describe())
     if new_engine is None:
         record = _baseline_record(stored, index, now, meta.engine, facts_old, n, why, seed_base)
