@@ -24,6 +24,7 @@ from typing import Any
 from autotune.core.facts import FactValue, clean_facts
 from autotune.core.redact import redact
 from autotune.core.resolved import Detail, Difference, Resolved
+from autotune.core.schedule import SCHEDULE_KEY, KSchedule, schedule_differences
 
 __all__ = [
     "AGGREGATES",
@@ -358,6 +359,12 @@ class EngineConfig:
         return int(self.speculative_config.get("num_speculative_tokens", 0))
 
     @property
+    def k_schedule(self) -> KSchedule | None:
+        """K by batch size (``speculative_config.num_speculative_tokens_per_batch_size``), ``None`` for a fixed K."""
+        raw = (self.speculative_config or {}).get(SCHEDULE_KEY)
+        return None if raw is None else KSchedule.of(raw)
+
+    @property
     def spec_method(self) -> str | None:
         """The speculative method (``ngram``, ``draft_model``, ``eagle3``, ``mtp``...), ``None`` when off."""
         if not self.speculative_config:
@@ -382,8 +389,10 @@ class EngineConfig:
         mode = self.cudagraph_mode or "default-mode"
         sizes = self.capture_sizes
         size_txt = "default-sizes" if sizes is None else f"sizes=[{','.join(map(str, sizes))}]"
+        schedule = self.k_schedule
         if self.num_speculative_tokens:
-            spec = f"{self.draft or self.spec_method} K={self.num_speculative_tokens}"
+            k = self.num_speculative_tokens if schedule is None else schedule.text()
+            spec = f"{self.draft or self.spec_method} K={k}"
         else:
             spec = "no-spec"
         searched = "".join(f" {k}={self.engine_args[k]}" for k in self.searched_engine_args())
@@ -513,7 +522,7 @@ def config_differences(config: EngineConfig, resolved: Resolved | None) -> list[
     for key in config.searched_engine_args():
         if key in reported and reported[key] is not None and reported[key] != config.engine_args[key]:
             diffs.append(Difference(key, config.engine_args[key], reported[key]))
-    return diffs
+    return diffs + schedule_differences(config.k_schedule, config.cudagraph_mode, resolved)
 
 
 def speculation_plan_change(config: EngineConfig, resolved_mode: str | None,
