@@ -59,7 +59,11 @@ def derive_enabled(data: Mapping[str, Any], levels: Sequence[int], k_high: int,
 
 
 def schedule_problem(value: Any, highest_level: int, limit: int) -> str | None:
-    """Why a ``k_schedule`` parameter's list is not a usable schedule (``None``: it is)."""
+    """Why a ``k_schedule`` parameter's list is not a usable schedule (``None``: it is); its rows in any order."""
+    try:
+        value = sorted(value) if isinstance(value, list) else value
+    except TypeError:
+        pass  # rows of mixed shapes: the rules name the bad one
     problems = KSchedule.problems(value, highest_level, limit)
     if not problems:
         return None
