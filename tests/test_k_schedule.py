@@ -289,3 +289,15 @@ def test_a_study_with_levels_that_disagree_verifies_the_schedule_and_reports_its
     assert any(" @ " in label for label in labels)
     assert schedule["verdict"] is not None and len(schedule["verdict"]["levels"]) == 3
     assert "K schedule" in report.getvalue()
+
+
+def test_the_fingerprint_notices_an_edited_schedule_and_older_studies_still_resume() -> None:
+    from autotune.store.fingerprint import Fingerprint, fingerprint
+
+    facts = EngineFacts(name="sim", version="0.26.0")
+    taper = fingerprint(parse_space(_space({"taper": SCHEDULE}), source="s.yaml"), facts)
+    other = fingerprint(parse_space(_space({"taper": [[1, 8, 3], [9, 128, 1]]}), source="s.yaml"), facts)
+    assert any("search.k_schedules" in d for d in taper.differences(other))
+    older = Fingerprint(taper.model, dict(taper.engine),
+                        {k: v for k, v in taper.space.items() if k != "search.k_schedules"})
+    assert older.differences(taper) == []
