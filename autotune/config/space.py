@@ -49,6 +49,7 @@ __all__ = [
     "CUDAGRAPH_MODES",
     "DEFAULT",
     "OBJECTIVES",
+    "SCHEDULE_PARAM",
     "DraftOption",
     "EngineArgDim",
     "Infeasible",

@@ -166,6 +166,10 @@ def schedule_note(ledger: Any, verification: Any, objective: str, concurrency: A
             seqs = entry.candidate.config.engine_args.get("max_num_seqs")
             coverage += coverage_problems(schedule, resolved.cudagraph_capture_sizes,
                                           None if seqs is None else int(seqs))
-    if template is None and verdict is None and not any(c.config.k_schedule for c in candidates):
+    verified = any(c.config.k_schedule is not None for c in candidates)
+    if template is None and verdict is None and not verified:
         return None
-    return ScheduleNote(derivation.reason, verdict, tuple(coverage), unit)
+    reason = derivation.reason
+    if derivation.schedule is not None and not verified and verification is not None:
+        reason += " (not verified in this study: `schedule: off`, or the space could not run it)"
+    return ScheduleNote(reason, verdict, tuple(coverage), unit)

@@ -9,11 +9,9 @@ rounds. :func:`study_derivation` is the same derivation for the report (what was
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
-from autotune.config.space import Infeasible, SearchSpace
-from autotune.config._schedule import SCHEDULE_PARAM
+from autotune.config.space import SCHEDULE_PARAM, Infeasible, SearchSpace
 from autotune.decisions.schedule import Derivation, derive_schedule
 from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate
 from autotune.store.ledger import Ledger
@@ -21,7 +19,7 @@ from autotune.store.ledger import Ledger
 __all__ = ["study_derivation", "with_schedule"]
 
 
-def _template(ledger: Ledger, candidates: Sequence[Candidate]) -> Candidate | None:
+def _template(candidates: Sequence[Candidate]) -> Candidate | None:
     """The best fixed-K speculative challenger: the first chosen (candidates come best first)."""
     for cand in candidates:
         config = cand.config
@@ -34,7 +32,7 @@ def study_derivation(ledger: Ledger, space: SearchSpace, candidates: Sequence[Ca
     """What the study's load levels derive (``None``: the space derives no schedule)."""
     if not space.derive_schedule:
         return None
-    template = _template(ledger, candidates)
+    template = _template(candidates)
     evidence = []
     for trial in ledger.measured_complete():
         config = ledger.config(trial)
@@ -50,7 +48,7 @@ def with_schedule(ledger: Ledger, space: SearchSpace, candidates: list[Candidate
     derivation = study_derivation(ledger, space, candidates)
     if derivation is None or derivation.schedule is None or derivation.template is None:
         return candidates
-    template = _template(ledger, candidates)
+    template = _template(candidates)
     assert template is not None
     params = {**dict(template.config.params), SCHEDULE_PARAM: derivation.schedule.to_list()}
     params["num_speculative_tokens"] = derivation.schedule.max_k
@@ -60,7 +58,6 @@ def with_schedule(ledger: Ledger, space: SearchSpace, candidates: list[Candidate
         return candidates
     if any(c.config.key() == config.key() for c in candidates):
         return candidates
-    schedule = Candidate(CANDIDATE, config)
     base = [i for i, c in enumerate(candidates) if c.role == BASELINE]
     at = base[0] if base else len(candidates)
-    return [*candidates[:at], dataclasses.replace(schedule), *candidates[at:]]
+    return [*candidates[:at], Candidate(CANDIDATE, config), *candidates[at:]]
