@@ -301,3 +301,18 @@ def test_the_fingerprint_notices_an_edited_schedule_and_older_studies_still_resu
     older = Fingerprint(taper.model, dict(taper.engine),
                         {k: v for k, v in taper.space.items() if k != "search.k_schedules"})
     assert older.differences(taper) == []
+
+
+def test_an_engine_config_built_anywhere_holds_its_schedule_canonically() -> None:
+    written = EngineConfig(speculative_config={"method": "ngram", "num_speculative_tokens": 4,
+                                               SCHEDULE_KEY: [(33, 128, 1), (9, 32, 2), (1, 4, 4), (5, 8, 4)]})
+    assert written.speculative_config[SCHEDULE_KEY] == SCHEDULE
+    assert written.key() == _config("ngram", "FULL", schedule=SCHEDULE).__class__(
+        speculative_config={"method": "ngram", "num_speculative_tokens": 4, SCHEDULE_KEY: SCHEDULE}).key()
+    malformed = EngineConfig(speculative_config={"method": "ngram", SCHEDULE_KEY: "4|2|1"})
+    assert malformed.speculative_config[SCHEDULE_KEY] == "4|2|1"  # left for the engine to refuse
+    assert malformed.k_schedule is None and malformed.label()
+    workload = load_space(REPO / "search_spaces" / "demo-levels.yaml").workload
+    result = SimEngine().run_restart(dataclasses.replace(malformed, speculative_config={
+        **malformed.speculative_config, "num_speculative_tokens": 4}), workload, restart=0, seed=0)
+    assert not result.ok and SCHEDULE_KEY in (result.error or "")

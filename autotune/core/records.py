@@ -24,7 +24,7 @@ from typing import Any
 from autotune.core.facts import FactValue, clean_facts
 from autotune.core.redact import redact
 from autotune.core.resolved import Detail, Difference, Resolved
-from autotune.core.schedule import SCHEDULE_KEY, KSchedule, schedule_differences
+from autotune.core.schedule import KSchedule, canonical_spec, schedule_differences, schedule_of
 
 __all__ = [
     "AGGREGATES",
@@ -339,6 +339,10 @@ class EngineConfig:
     params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     draft: str | None = None
 
+    def __post_init__(self) -> None:
+        # One canonical K schedule, so equal schedules share a key and a label however they were written.
+        object.__setattr__(self, "speculative_config", canonical_spec(self.speculative_config))
+
     # -- what the tuner looks at -------------------------------------------------------------------------
     @property
     def cudagraph_mode(self) -> str | None:
@@ -361,8 +365,7 @@ class EngineConfig:
     @property
     def k_schedule(self) -> KSchedule | None:
         """K by batch size (``speculative_config.num_speculative_tokens_per_batch_size``), ``None`` for a fixed K."""
-        raw = (self.speculative_config or {}).get(SCHEDULE_KEY)
-        return None if raw is None else KSchedule.of(raw)
+        return schedule_of(self.speculative_config)
 
     @property
     def spec_method(self) -> str | None:

@@ -21,8 +21,8 @@ from typing import Any
 
 from autotune.core.resolved import Detail, Difference, Resolved
 
-__all__ = ["SCHEDULE_KEY", "SCHEDULE_SINCE", "KSchedule", "coverage_problems", "schedule_differences",
-           "supports_schedule"]
+__all__ = ["SCHEDULE_KEY", "SCHEDULE_SINCE", "KSchedule", "canonical_spec", "coverage_problems", "schedule_of",
+           "schedule_differences", "supports_schedule"]
 
 #: vLLM's name for the schedule inside ``speculative_config``.
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
@@ -150,6 +150,26 @@ class KSchedule:
         if not out and all(e[2] == 0 for e in value):
             out.append(("", "every K is 0 (speculation off at every batch size)", "give some range a K above 0"))
         return out
+
+
+def schedule_of(spec: Any) -> KSchedule | None:
+    """The K schedule of a ``speculative_config`` (``None``: one K, or a schedule too malformed to read)."""
+    try:
+        return None if not spec or spec.get(SCHEDULE_KEY) is None else KSchedule.of(spec[SCHEDULE_KEY])
+    except ValueError:
+        return None
+
+
+def canonical_spec(spec: Any) -> Any:
+    """``spec`` (a ``speculative_config``) with its K schedule in the canonical form; unchanged without one, or when
+    the schedule is malformed (the engine then refuses it with its own reason)."""
+    if not spec or SCHEDULE_KEY not in spec:
+        return spec
+    try:
+        rows = KSchedule.of(spec[SCHEDULE_KEY]).to_list()
+    except ValueError:
+        return spec
+    return spec if rows == spec[SCHEDULE_KEY] else {**spec, SCHEDULE_KEY: rows}
 
 
 def coverage_problems(schedule: KSchedule, sizes: Sequence[int] | None, max_num_seqs: int | None) -> list[str]:

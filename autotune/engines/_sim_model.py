@@ -106,7 +106,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.core.records import Detail, EngineConfig, Resolved
-from autotune.core.schedule import SCHEDULE_SINCE
+from autotune.core.schedule import SCHEDULE_KEY, SCHEDULE_SINCE
 
 __all__ = [
     "ACCEPTANCE",
@@ -531,6 +531,8 @@ def _check_spec(config: EngineConfig) -> tuple[int, str | None]:
         raise Rejected("speculative_config.method is missing")
     if method not in SPEC_METHODS:
         raise Rejected(f"speculative method {method!r} is not supported; choose one of {', '.join(SPEC_METHODS)}")
+    if (config.speculative_config or {}).get(SCHEDULE_KEY) is not None and config.k_schedule is None:
+        raise Rejected(f"{SCHEDULE_KEY} must be a list of [range_start, range_end, num_speculative_tokens]")
     return k, str(method)
 
 
