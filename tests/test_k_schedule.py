@@ -316,3 +316,23 @@ def test_an_engine_config_built_anywhere_holds_its_schedule_canonically() -> Non
     result = SimEngine().run_restart(dataclasses.replace(malformed, speculative_config={
         **malformed.speculative_config, "num_speculative_tokens": 4}), workload, restart=0, seed=0)
     assert not result.ok and SCHEDULE_KEY in (result.error or "")
+
+
+def test_a_schedule_wins_verification_only_when_clearly_faster_than_the_best_fixed_k() -> None:
+    from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, conclude
+
+    schedule = _config("ngram", "FULL", schedule=SCHEDULE)
+    fixed = _config("ngram", "FULL", k=3)
+    base = EngineConfig(engine_args={"model": "m"})
+    cands = [Candidate(CANDIDATE, fixed, 1), Candidate(CANDIDATE, schedule), Candidate(BASELINE, base)]
+
+    def runs(values: list[float]) -> list[RestartResult]:
+        return [RestartResult("ok", restart=i, seed=i, passes_tok_s=(v,)) for i, v in enumerate(values)]
+
+    def winner(schedule_values: list[float]) -> EngineConfig:
+        progress = {fixed.key(): runs([100.0, 104.0, 98.0, 101.0, 99.0]), schedule.key(): runs(schedule_values),
+                    base.key(): runs([80.0, 82.0, 79.0, 81.0, 80.0])}
+        return conclude(cands, progress, 5, 0.95, "t").winner.candidate.config
+
+    assert winner([102.0, 106.0, 97.0, 103.0, 100.0]) == fixed  # the highest mean, but within the noise
+    assert winner([120.0, 124.0, 118.0, 121.0, 119.0]) == schedule

@@ -18,9 +18,9 @@ from typing import Any
 
 from autotune.core.records import EngineConfig, RestartResult, Workload
 from autotune.core.schedule import KSchedule
-from autotune.stats.intervals import Comparison, compare
+from autotune.stats.intervals import Comparison, Verdict, compare
 
-__all__ = ["Derivation", "ScheduleVerdict", "derive_schedule", "level_means", "schedule_verdict"]
+__all__ = ["Derivation", "ScheduleVerdict", "derive_schedule", "level_means", "prefer_fixed_k", "schedule_verdict"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,9 +120,12 @@ class ScheduleVerdict:
         """Text for the report: the aggregate verdict and one line per level."""
         digits = 1 if unit == "tok/s" else 3
         c = self.comparison
+        why = ""
+        if not self.won and c.speedup > 1.0 and c.verdict != Verdict.FASTER:
+            why = " (its lead is within the noise, so the fixed K wins)"
         head = (f"K schedule {self.schedule_label} vs best fixed K {self.fixed_label}: x{c.speedup:.3f} "
                 f"[{c.ci_low:.3f}, {c.ci_high:.3f}] at the aggregate - {c.verdict}; the schedule "
-                f"{'won' if self.won else 'did not win'} the verification")
+                f"{'won' if self.won else 'did not win'} the verification{why}")
         out = [head]
         for level, s, f in self.levels:
             if s is None or f is None:
@@ -154,3 +157,22 @@ def schedule_verdict(verification: Any, objective: str, alpha: float = 0.05) -> 
     levels = tuple((c, s_levels.get(c), f_levels.get(c)) for c in sorted(set(s_levels) | set(f_levels)))
     won = verification.winner.candidate.config.key() == sched.candidate.config.key()
     return ScheduleVerdict(sched.candidate.config.label(), best.candidate.config.label(), comparison, levels, won)
+
+
+def prefer_fixed_k(entries: Sequence[Any], usable: Sequence[int], winner: int, alpha: float = 0.05) -> int:
+    """The verification's winner, with a K schedule only where it is significantly faster than the best fixed K.
+
+    ``entries`` are :class:`~autotune.decisions.verification.VerifiedConfig`; ``usable`` the indices that may win;
+    ``winner`` the one with the highest mean. A schedule is a more demanding configuration (vLLM >= 0.26.0, graph
+    coverage that dynamic K can cost), so a schedule whose lead over the best fixed-K configuration (the baseline's
+    K=0 included) is within the noise gives the win to that configuration: where the levels agree on K in truth, a
+    schedule derived from noisy per-level winners does not win.
+    """
+    if winner not in usable or entries[winner].candidate.config.k_schedule is None:
+        return winner
+    fixed = [i for i in usable if entries[i].candidate.config.k_schedule is None]
+    if not fixed:
+        return winner
+    best = max(fixed, key=lambda i: entries[i].summary.mean)
+    comparison = compare(entries[winner].summary.values, entries[best].summary.values, alpha=alpha)
+    return winner if comparison.verdict == Verdict.FASTER else best
