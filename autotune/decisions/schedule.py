@@ -164,13 +164,15 @@ def prefer_fixed_k(entries: Sequence[Any], usable: Sequence[int], winner: int, a
 
     ``entries`` are :class:`~autotune.decisions.verification.VerifiedConfig`; ``usable`` the indices that may win;
     ``winner`` the one with the highest mean. A schedule is a more demanding configuration (vLLM >= 0.26.0, graph
-    coverage that dynamic K can cost), so a schedule whose lead over the best fixed-K configuration (the baseline's
-    K=0 included) is within the noise gives the win to that configuration: where the levels agree on K in truth, a
-    schedule derived from noisy per-level winners does not win.
+    coverage that dynamic K can cost), so a schedule whose lead over the best fixed-K challenger is within the noise
+    gives the win to that challenger: where the levels agree on K in truth, a schedule derived from noisy per-level
+    winners does not win. The baseline is left to the usual verdict (winner against baseline, with the sequential
+    rounds that settle it), so a schedule well ahead of every fixed K goes on to be judged against it.
     """
     if winner not in usable or entries[winner].candidate.config.k_schedule is None:
         return winner
-    fixed = [i for i in usable if entries[i].candidate.config.k_schedule is None]
+    fixed = [i for i in usable if entries[i].candidate.config.k_schedule is None
+             and entries[i].candidate.role != "baseline"]
     if not fixed:
         return winner
     best = max(fixed, key=lambda i: entries[i].summary.mean)
