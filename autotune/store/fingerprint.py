@@ -105,9 +105,9 @@ def fingerprint(space: SearchSpace, engine: EngineFacts | Mapping[str, Any]) -> 
         # The file's path is in the workload; its prompts are here, so replacing its content is noticed.
         "workload.prompts": space.prompts_digest,
     }
-    if space.schedules or space.derive_schedule:
-        # Only with K schedules (named, or derived from load levels): other studies keep the fingerprint they had.
-        sections["search.k_schedules"] = [[[n, k.to_list()] for n, k in space.schedules], space.derive_schedule]
+    # K schedules searched by name, and whether one is derived from the load levels (a stored fingerprint from
+    # before them lacks this digest: ADDED_DIGESTS).
+    sections["search.k_schedules"] = [[[n, k.to_list()] for n, k in space.schedules], space.derive_schedule]
     if space.objective != "throughput":
         # Only when set: a throughput study keeps the fingerprint it had before objectives existed.
         sections["objective"] = space.objective
