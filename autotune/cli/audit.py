@@ -32,6 +32,7 @@ from autotune.cli._common import (
 from autotune.core.exit_status import ExitStatus
 from autotune.core.records import Detail, EngineConfig, EngineFacts, RestartResult, config_differences
 from autotune.core.redact import redact_text
+from autotune.core.schedule import SCHEDULE_KEY, KSchedule, coverage_problems
 from autotune.report import kv_findings
 from autotune.store.ledger import DEFAULT_WORKDIR
 
@@ -123,6 +124,8 @@ def run_audit(
     # audit pass), a negative graph-memory estimate.
     for finding in kv_findings(config, [result], space.workload.to_dict()):
         print(f"KV audit: {finding}", file=out)
+    for line in schedule_coverage(config, result):
+        print(f"schedule audit: {line}", file=out)
     if json_path:
         write_json(json_path, _audit_json(config, result, rows, facts))  # the configuration's credentials stay out
     if not result.ok:
@@ -185,7 +188,22 @@ def audit_rows(config: EngineConfig, result: RestartResult, engine_options: Mapp
     got_k = details.get(Detail.NUM_SPECULATIVE_TOKENS)
     rows.append(AuditRow("num_speculative_tokens", config.num_speculative_tokens, _shown(got_k),
                          got_k is not None and int(got_k or 0) != config.num_speculative_tokens))
+    schedule = config.k_schedule
+    if schedule is not None or details.get(Detail.SPEC_SCHEDULE):
+        got = details.get(Detail.SPEC_SCHEDULE, "?") if Detail.SPEC_SCHEDULE in details else "?"
+        got_text = got if got in ("?", None) else KSchedule.of(got).text()
+        rows.append(AuditRow("k_schedule", "one K" if schedule is None else schedule.text(),
+                             "one K (ignored)" if got is None else got_text, SCHEDULE_KEY in diffs))
     return rows
+
+
+def schedule_coverage(config: EngineConfig, result: RestartResult) -> list[str]:
+    """Where the resolved capture sizes miss a schedule range's verification batch (sequences x (1+K))."""
+    schedule, resolved = config.k_schedule, result.resolved
+    if schedule is None or resolved is None:
+        return []
+    seqs = config.engine_args.get("max_num_seqs")
+    return coverage_problems(schedule, resolved.cudagraph_capture_sizes, None if seqs is None else int(seqs))
 
 
 def _shown(value: Any) -> Any:

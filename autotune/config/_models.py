@@ -102,10 +102,15 @@ class SizePattern(_Model):
 
 
 class KRange(_Model):
-    """``num_speculative_tokens: {low, high}``; 0 turns speculation off."""
+    """``num_speculative_tokens: {low, high}``; 0 turns speculation off. With load levels it may also be a schedule
+    (K by batch size, vLLM >= 0.26.0): given as choices (``schedules``), or derived from the levels' best K."""
 
     low: WholeNumber = 0
     high: WholeNumber = 0
+    schedules: dict[str, list[list[int]]] | None = Field(
+        None, description="named K schedules to search: [[start, end, K], ...] over batch sizes, contiguous from 1")
+    schedule: Literal["derive", "off"] | None = Field(
+        None, description="derive (the default with load levels): verify a schedule of the levels' best K; off")
 
 
 class Draft(BaseModel):

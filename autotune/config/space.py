@@ -40,13 +40,16 @@ from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
 from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
 from autotune.config._engine_args import EngineArgDim, search_dims, spelled
 from autotune.config._models import MAX_NUMBER, SpaceFile, first_problem, space_json_schema
+from autotune.config._schedule import FIXED, SCHEDULE_PARAM, derive_enabled, k_limit, parse_schedules, schedule_problem
 from autotune.config._yaml import load_yaml, read_text
+from autotune.core.schedule import SCHEDULE_KEY, KSchedule
 from autotune.config.workload import parse_slo, parse_workload, read_dataset
 
 __all__ = [
     "CUDAGRAPH_MODES",
     "DEFAULT",
     "OBJECTIVES",
+    "SCHEDULE_PARAM",
     "DraftOption",
     "EngineArgDim",
     "Infeasible",
@@ -66,7 +69,7 @@ DEFAULT = "default"
 #: requests/s that meet every limit (``goodput``, which needs limits to count against).
 OBJECTIVES = RECORD_OBJECTIVES
 #: Optuna parameter names the graph/speculation search uses; an engine argument cannot take one of them.
-_CORE_PARAMS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft")
+_CORE_PARAMS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft", SCHEDULE_PARAM)
 _RESERVED_ENGINE_ARGS = ("compilation_config", "speculative_config", "num_speculative_tokens")
 K_HARD_MAX = 16
 #: Largest capture size a space may declare or generate. vLLM's own default stops at 512 and it never captures a
@@ -150,6 +153,10 @@ class SearchSpace:
     description: str = ""
     objective: str = "throughput"
     engine_dims: tuple[EngineArgDim, ...] = ()
+    #: Named K schedules the search chooses among (``search.num_speculative_tokens.schedules``).
+    schedules: tuple[tuple[str, KSchedule], ...] = ()
+    #: The verification takes in a schedule of the load levels' best K (``schedule: derive``).
+    derive_schedule: bool = False
     #: Digest of the dataset's prompts as read at load (``None`` without a dataset file): part of the study's
     #: identity, so a dataset edited between runs is not mixed into one study.
     prompts_digest: str | None = None
@@ -179,7 +186,11 @@ class SearchSpace:
         size_name = DEFAULT
         if mode != "NONE":
             size_name = trial.suggest_categorical("capture_sizes", [s.name for s in self.sizes])
-        k = trial.suggest_int("num_speculative_tokens", self.k_low, self.k_high) if self.k_high > 0 else 0
+        chosen = trial.suggest_categorical(SCHEDULE_PARAM, [FIXED, *dict(self.schedules)]) if self.schedules else FIXED
+        if chosen != FIXED:
+            k = dict(self.schedules)[chosen].max_k
+        else:
+            k = trial.suggest_int("num_speculative_tokens", self.k_low, self.k_high) if self.k_high > 0 else 0
         draft_name = None
         if k > 0:
             draft_name = trial.suggest_categorical("draft", [d.name for d in self.drafts])
@@ -188,6 +199,8 @@ class SearchSpace:
             params["capture_sizes"] = size_name
         if draft_name is not None:
             params["draft"] = draft_name
+        if chosen != FIXED:
+            params[SCHEDULE_PARAM] = chosen
         for dim in self.engine_dims:
             params[dim.name] = dim.suggest(trial)
         return self.config_from_params(params)
@@ -200,7 +213,8 @@ class SearchSpace:
             KeyError: a parameter names a choice this space does not have.
         """
         mode = params.get("cudagraph_mode", DEFAULT)
-        k = int(params.get("num_speculative_tokens", 0))
+        schedule = self.schedule_of(params.get(SCHEDULE_PARAM))
+        k = schedule.max_k if schedule is not None else int(params.get("num_speculative_tokens", 0))
         size_name = params.get("capture_sizes", DEFAULT) if mode != "NONE" else DEFAULT
         compilation: dict[str, Any] = {}
         if mode != DEFAULT:
@@ -217,6 +231,8 @@ class SearchSpace:
             if draft.max_k is not None and k > draft.max_k:
                 raise Infeasible(f"draft {draft.name!r} allows at most {draft.max_k} speculative tokens, got {k}")
             spec = {**dict(draft.fragment), "num_speculative_tokens": k}
+            if schedule is not None:
+                spec[SCHEDULE_KEY] = schedule.to_list()
             rates = spec.get("synthetic_acceptance_rates")
             if isinstance(rates, list):
                 # Rates are per draft position and vLLM wants exactly K of them: a space lists them for its
@@ -224,7 +240,9 @@ class SearchSpace:
                 spec["synthetic_acceptance_rates"] = rates[:k]
         clean = {key: params[key] for key in _CORE_PARAMS
                  if key in params and not (key == "capture_sizes" and mode == "NONE")
-                 and not (key == "draft" and k == 0)}
+                 and not (key == "draft" and k == 0) and not (key == SCHEDULE_PARAM and schedule is None)}
+        if schedule is not None:
+            clean["num_speculative_tokens"] = k
         engine_args = dict(self.engine_args)
         for dim in self.engine_dims:
             engine_args[dim.name] = clean[dim.name] = params.get(dim.name, dim.baseline)
@@ -244,8 +262,12 @@ class SearchSpace:
         size = params.get("capture_sizes", DEFAULT)
         if size not in [s.name for s in self.sizes]:
             return f"capture_sizes has no choice {size!r}; use one of {', '.join(s.name for s in self.sizes)}"
-        k = params.get("num_speculative_tokens", 0)
-        if isinstance(k, bool) or not isinstance(k, int) or not self.k_low <= k <= self.k_high:
+        try:
+            schedule = self.schedule_of(params.get(SCHEDULE_PARAM))
+        except (KeyError, Infeasible) as exc:
+            return str(exc.args[0])
+        k = schedule.max_k if schedule is not None else params.get("num_speculative_tokens", 0)
+        if schedule is None and isinstance(k, bool) or not isinstance(k, int) or not self.k_low <= k <= self.k_high:
             return (f"num_speculative_tokens {k!r} is outside the space; use a whole number from {self.k_low} to "
                     f"{self.k_high}")
         draft = params.get("draft")
@@ -261,6 +283,25 @@ class SearchSpace:
         except (KeyError, Infeasible) as exc:
             return str(exc.args[0])
         return None
+
+    def schedule_of(self, value: Any) -> KSchedule | None:
+        """The K schedule a ``k_schedule`` parameter names (``None``/``fixed``: one K).
+
+        Raises:
+            KeyError: an unknown schedule name.
+            Infeasible: a derived schedule's list that breaks the schedule rules.
+        """
+        if value is None or value == FIXED:
+            return None
+        if isinstance(value, str):
+            named = dict(self.schedules)
+            if value not in named:
+                raise KeyError(f"k_schedule has no choice {value!r}; use one of {', '.join([FIXED, *named])}")
+            return named[value]
+        problem = schedule_problem(value, self.workload.max_concurrency, k_limit(self.drafts, K_HARD_MAX))
+        if problem is not None:
+            raise Infeasible(problem)
+        return KSchedule.of(value)
 
     def baseline_params(self) -> list[dict[str, Any]]:
         """The enqueued first trials: speculation off with engine defaults, then defaults + first draft."""
@@ -294,6 +335,17 @@ class SearchSpace:
                             p["capture_sizes"] = size_name
                         if draft is not None:
                             p["draft"] = draft
+                        try:
+                            self.config_from_params(p)
+                        except Infeasible:
+                            continue
+                        out.append(p)
+                for name in dict(self.schedules):
+                    for draft in self.drafts:
+                        p = {"cudagraph_mode": mode, SCHEDULE_PARAM: name, "draft": draft.name,
+                             "num_speculative_tokens": dict(self.schedules)[name].max_k}
+                        if mode != "NONE":
+                            p["capture_sizes"] = size_name
                         try:
                             self.config_from_params(p)
                         except Infeasible:
@@ -395,6 +447,8 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     sizes = v.sizes(search.get("capture_sizes"))
     k_low, k_high = v.k_range(search.get("num_speculative_tokens", {}))
     drafts = v.drafts(search.get("drafts", {}))
+    k_spec = search.get("num_speculative_tokens", {})
+    schedules = parse_schedules(k_spec, v.fail, workload.max_concurrency, drafts, K_HARD_MAX)
     if k_high > 0 and not drafts:
         raise SpaceError(source, "search.drafts", "is empty but num_speculative_tokens allows K > 0",
                          "declare at least one draft (e.g. ngram) or set num_speculative_tokens.high: 0")
@@ -416,7 +470,8 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     space = SearchSpace(
         name=name, source=source, engine=engine, engine_args=engine_args, workload=workload, modes=modes,
         sizes=sizes, k_low=k_low, k_high=k_high, drafts=drafts, raw=top, description=str(top.get("description", "")),
-        objective=objective, engine_dims=engine_dims, prompts_digest=prompts_digest,
+        objective=objective, engine_dims=engine_dims, prompts_digest=prompts_digest, schedules=schedules,
+        derive_schedule=derive_enabled(k_spec, workload.levels, k_high, v.fail),
     )
     if not space.all_params():
         raise SpaceError(source, "search", "no configuration is feasible (every combination is rejected)",

@@ -24,6 +24,7 @@ from autotune.core.facts import FactValue, clean_facts
 from autotune.core.plausible import MAX_TOK_S, implausible, plausible_facts, throughput_problem
 from autotune.core.redact import redact
 from autotune.core.resolved import Detail, Difference, Resolved
+from autotune.core.schedule import KSchedule, canonical_spec, schedule_differences, schedule_of
 
 __all__ = [
     "AGGREGATES",
@@ -315,6 +316,10 @@ class EngineConfig:
     params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     draft: str | None = None
 
+    def __post_init__(self) -> None:
+        # One canonical K schedule, so equal schedules share a key and a label however they were written.
+        object.__setattr__(self, "speculative_config", canonical_spec(self.speculative_config))
+
     # -- what the tuner looks at -------------------------------------------------------------------------
     @property
     def cudagraph_mode(self) -> str | None:
@@ -333,6 +338,11 @@ class EngineConfig:
         if not self.speculative_config:
             return 0
         return int(self.speculative_config.get("num_speculative_tokens", 0))
+
+    @property
+    def k_schedule(self) -> KSchedule | None:
+        """K by batch size (``speculative_config.num_speculative_tokens_per_batch_size``), ``None`` for a fixed K."""
+        return schedule_of(self.speculative_config)
 
     @property
     def spec_method(self) -> str | None:
@@ -359,8 +369,10 @@ class EngineConfig:
         mode = self.cudagraph_mode or "default-mode"
         sizes = self.capture_sizes
         size_txt = "default-sizes" if sizes is None else f"sizes=[{','.join(map(str, sizes))}]"
+        schedule = self.k_schedule
         if self.num_speculative_tokens:
-            spec = f"{self.draft or self.spec_method} K={self.num_speculative_tokens}"
+            k = self.num_speculative_tokens if schedule is None else schedule.text()
+            spec = f"{self.draft or self.spec_method} K={k}"
         else:
             spec = "no-spec"
         searched = "".join(f" {k}={self.engine_args[k]}" for k in self.searched_engine_args())
@@ -490,7 +502,7 @@ def config_differences(config: EngineConfig, resolved: Resolved | None) -> list[
     for key in config.searched_engine_args():
         if key in reported and reported[key] is not None and reported[key] != config.engine_args[key]:
             diffs.append(Difference(key, config.engine_args[key], reported[key]))
-    return diffs
+    return diffs + schedule_differences(config.k_schedule, config.cudagraph_mode, resolved)
 
 
 def speculation_plan_change(config: EngineConfig, resolved_mode: str | None,

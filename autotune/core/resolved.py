@@ -27,6 +27,8 @@ class Detail:
     SPEC_METHOD = "speculative_method"
     #: Draft tokens per step the engine runs (0 when off).
     NUM_SPECULATIVE_TOKENS = "num_speculative_tokens"
+    #: The K schedule the engine runs (``[[start, end, K], ...]``; ``None``: none, so a configured one was ignored).
+    SPEC_SCHEDULE = "num_speculative_tokens_per_batch_size"
     #: ``v1`` or ``v2``.
     MODEL_RUNNER = "model_runner"
     ASYNC_SCHEDULING = "async_scheduling"

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from autotune.decisions.planning import RestartPlan
+from autotune.decisions.schedule import prefer_fixed_k
 from autotune.decisions.sequential import SequentialLook, SequentialPlan, read_look
 from autotune.stats.intervals import Comparison, TrialSummary, Verdict, compare, shrunk_means, summarize
 from autotune.stats.latency import SloCheck, check_slo, meets_slo, summarize_latency
@@ -512,6 +513,7 @@ def conclude(
     usable = [i for i, e in enumerate(entries)
               if not e.dropped and e.summary.status == "ok" and e.summary.values and e.meets_slo]
     winner = max(usable, key=lambda i: entries[i].summary.mean) if usable else len(entries) - 1
+    winner = prefer_fixed_k(entries, usable, winner, alpha)  # a K schedule wins only when clearly faster
     look = None
     if sequential is not None and sequential.extra_rounds > 0:
         winner, look = _sequential_winner(entries, winner, sequential, per_key[base.config.key()])

@@ -109,6 +109,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.core.records import Detail, EngineConfig, Resolved
+from autotune.core.schedule import SCHEDULE_KEY, SCHEDULE_SINCE
 
 __all__ = [
     "ACCEPTANCE",
@@ -459,6 +460,8 @@ class Plan:
     notes: tuple[str, ...]
     oom_error: str | None
     max_num_batched_tokens: int | None = None
+    #: The K schedule the worker runs (``[start, end, K]`` rows; ``None``: one K, ``k``, at every batch size).
+    schedule: tuple[tuple[int, int, int], ...] | None = None
 
     def resolved(self, hw: HardwareProfile) -> Resolved:
         """The plan as :class:`Resolved` (what a real engine's start-up would report)."""
@@ -470,6 +473,8 @@ class Plan:
         if self.method is not None:
             details[Detail.SPEC_METHOD] = self.method
             details[Detail.NUM_SPECULATIVE_TOKENS] = self.k
+            if self.schedule is not None:
+                details[Detail.SPEC_SCHEDULE] = [list(row) for row in self.schedule]
         engine_args: dict[str, Any] = {"max_num_seqs": self.max_num_seqs}
         if self.max_num_batched_tokens is not None:
             engine_args["max_num_batched_tokens"] = self.max_num_batched_tokens
@@ -532,6 +537,8 @@ def _check_spec(config: EngineConfig) -> tuple[int, str | None]:
         raise Rejected("speculative_config.method is missing")
     if method not in SPEC_METHODS:
         raise Rejected(f"speculative method {method!r} is not supported; choose one of {', '.join(SPEC_METHODS)}")
+    if (config.speculative_config or {}).get(SCHEDULE_KEY) is not None and config.k_schedule is None:
+        raise Rejected(f"{SCHEDULE_KEY} must be a list of [range_start, range_end, num_speculative_tokens]")
     return k, str(method)
 
 
@@ -571,6 +578,36 @@ def _rule_model_runner(version: tuple[int, ...], method: str | None) -> tuple[st
     return "v2", True, True, []
 
 
+def _rule_dynamic_k(config: EngineConfig, k: int, mode: str, runner: str,
+                    version: tuple[int, ...]) -> tuple[str, list[str]]:
+    """What a K schedule, or FlashInfer with speculation, does to the capture mode (invented rules, shaped to the
+    field reports: vLLM #49547, #49548, PR #45953; none measured here).
+
+    * A schedule needs vLLM >= 0.26.0 (rejected before).
+    * FlashInfer (``engine_args.attention_backend: FLASHINFER``) with speculation: full modes drop to PIECEWISE
+      (FULL_DECODE_ONLY to NONE), with a WARNING.
+    * A schedule on the V1 model runner (``draft_model`` before 0.28.0): full graphs with dynamic K need Model Runner
+      V2, so full modes drop to PIECEWISE (FULL_DECODE_ONLY to NONE), with a WARNING. V2 captures full graphs for
+      every K of the schedule.
+    """
+    if not k:
+        return mode, []
+    schedule = config.k_schedule
+    if schedule is not None and version < SCHEDULE_SINCE:
+        raise Rejected("speculative_config.num_speculative_tokens_per_batch_size needs vLLM >= 0.26.0")
+    backend = str(config.engine_args.get("attention_backend") or "").upper()
+    if mode in FULL_MODES and backend == "FLASHINFER":
+        new_mode = NONE if mode == FULL_DECODE_ONLY else PIECEWISE
+        return new_mode, [f"WARNING [cuda_graph.py] FlashInfer does not support full CUDA graphs with speculative "
+                          f"decoding; setting cudagraph_mode={new_mode}"]
+    if mode in FULL_MODES and schedule is not None and runner == "v1":
+        new_mode = NONE if mode == FULL_DECODE_ONLY else PIECEWISE
+        return new_mode, [f"WARNING [gpu_model_runner.py] full CUDA graphs with dynamic speculative decoding "
+                          f"(num_speculative_tokens_per_batch_size) need Model Runner V2; setting "
+                          f"cudagraph_mode={new_mode}"]
+    return mode, []
+
+
 def _capture_oom(hw: HardwareProfile, model: ModelProfile, sizes: Sequence[int], method: str | None) -> str | None:
     if not sizes:
         return None
@@ -596,18 +633,22 @@ def plan_config(config: EngineConfig, hw: HardwareProfile, model: ModelProfile, 
         mode = NONE
     mode = _rule_spec_default_capture(hw, version, configured, k, mode)
     mode, notes = _rule_backend_uniform_batch(hw, k, mode)
+    runner, async_scheduling, drafter_full, runner_notes = _rule_model_runner(version, method)
+    mode, dynamic_notes = _rule_dynamic_k(config, k, mode, runner, version)
+    notes += dynamic_notes
+    schedule = config.k_schedule if k else None
     sizes: list[int] = []
     if mode != NONE:
         sizes = list(config.capture_sizes or default_capture_sizes(max_num_seqs, k))
-        if k and mode in FULL_MODES:
+        if k and mode in FULL_MODES and schedule is None:  # (a schedule captures each K's batches: not rounded)
             sizes = round_sizes_for_spec(sizes, k)
             if version >= SPEC_PIECEWISE_SINCE:
                 mode, sizes = PIECEWISE, sorted({8 * math.ceil(s / 8) for s in sizes})
-    runner, async_scheduling, drafter_full, runner_notes = _rule_model_runner(version, method)
     return Plan(
         mode=mode, sizes=tuple(sorted(sizes)), k=k, method=method, max_num_seqs=max_num_seqs, model_runner=runner,
         async_scheduling=async_scheduling, drafter_full_graphs=drafter_full, notes=tuple(notes + runner_notes),
         oom_error=_capture_oom(hw, model, sizes, method),
         max_num_batched_tokens=(None if config.engine_args.get("max_num_batched_tokens") is None
                                 else int(config.engine_args["max_num_batched_tokens"])),
+        schedule=None if schedule is None else schedule.entries,
     )

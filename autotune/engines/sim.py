@@ -25,6 +25,7 @@ from autotune.engines import _sim_memory as memory
 from autotune.engines import _sim_model as model
 from autotune.engines import _sim_speed as speed
 from autotune.engines._sim_passes import simulate_passes
+from autotune.engines._sim_schedule import at_level
 from autotune.core import facts as F
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._sim_memory import HostWedged
@@ -305,7 +306,8 @@ class SimEngine(EngineBackend):
             if self.landscape is not None:
                 value = self.landscape.throughput(plan, workload)
             else:
-                value = speed.steady_throughput(plan, config, workload, self.hardware, self.model)
+                value = speed.steady_throughput(*at_level(plan, config, workload), workload, self.hardware,
+                                                self.model)
             self._steady[key] = value
         return value
 
@@ -346,7 +348,7 @@ class SimEngine(EngineBackend):
         key = (id(plan), workload)  # plans are cached per configuration for the engine's lifetime
         cached = self._latency_base.get(key)
         if cached is None:
-            raw = speed.request_latency_ms(plan, config, workload, self.hardware, self.model)
+            raw = speed.request_latency_ms(*at_level(plan, config, workload), workload, self.hardware, self.model)
             timings = [request_timing(t / 1000.0, e / 1000.0, workload.output_len, [i / 1000.0])
                        for t, e, i in zip(raw["ttft"], raw["e2el"], raw["itl"])]
             figures = {k: v for k, v in latency_summary(timings, 1.0, {}).items() if k.endswith("_ms")}

@@ -25,7 +25,7 @@ from autotune.stats.latency import LatencyStat, SloCheck, meets_slo, summarize_l
 from autotune.core.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, speculation_plan_change
 from autotune.report.latency import (Prompts, SloOutcome, TrialLatency, prompts_note, render_latency, search_latency,
                                      slo_outcome)
-from autotune.report.levels import LevelBest, level_bests, render_levels
+from autotune.report.levels import LevelBest, ScheduleNote, level_bests, render_levels, schedule_note
 from autotune.report.lineage import Lineage, lineage_of, render_lineage
 from autotune.report._machine import MachineNotes, machine_notes, render_machine
 from autotune.report.outputs import OutputChecks, output_checks, render_outputs
@@ -342,6 +342,8 @@ class Report:
     no_result: str | None = None
     #: With load levels: the best configuration at each level (:mod:`autotune.report.levels`).
     levels: tuple[LevelBest, ...] = ()
+    #: With load levels: the K schedule derived (or why none) and its verdict against the best fixed K.
+    schedule: ScheduleNote | None = None
     #: What the study's own test said about cold starts (:class:`~autotune.stats.coldstart.ColdVerdict`), when it ran.
     cold_starts: str | None = None
     #: Memory guard trips, settle waits, machine-state departures, KV audits (:mod:`autotune.report._machine`).
@@ -398,6 +400,7 @@ class Report:
         out["objective"] = self.objective
         out["unit"] = self.unit
         out["levels"] = [b.to_dict() for b in self.levels]
+        out["schedule"] = None if self.schedule is None else self.schedule.to_dict()
         out["slo"] = dict(self.slo)
         out["search_latency"] = [t.to_dict() for t in self.search_latency]
         if self.slo_outcome is not None:
@@ -475,7 +478,8 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                                         meta.workload),
                   phases=phase_totals(ledger.restarts_spent()),
                   output_checks=output_checks(ledger, records, space),
-                  interrupted=listed(outcomes, INTERRUPTED), search_end=ledger.search_end(), lineage=lineage_of(ledger))
+                  interrupted=listed(outcomes, INTERRUPTED), search_end=ledger.search_end(), lineage=lineage_of(ledger),
+                  schedule=schedule_note(ledger, v, meta.objective, meta.workload.get("concurrency")))
 
 
 def _cold_starts_line(ledger: Ledger) -> str | None:
@@ -574,7 +578,7 @@ def render_report(report: Report) -> str:
                          f"{sb.mean:.{1 if report.unit == 'tok/s' else 3}f} {report.unit}")
     else:
         lines += _verification_lines(report, winner, table)
-    lines += render_levels(report.levels)
+    lines += render_levels(report.levels) + ([] if report.schedule is None else report.schedule.lines())
     lines += render_latency(report)
     lines += render_machine(report.machine)
     lines += render_outputs(report.output_checks)

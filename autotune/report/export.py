@@ -31,6 +31,7 @@ import yaml
 
 from autotune.core.records import EngineConfig
 from autotune.core.redact import redact, redact_text
+from autotune.core.schedule import SCHEDULE_SINCE, supports_schedule
 from autotune.report._build import Report, VerifiedRow
 
 __all__ = [
@@ -66,7 +67,12 @@ def winner_config(report: Report) -> EngineConfig:
     if report.winner is None:
         raise NoResult(f"study {report.study!r} has no finished verification, so there is no winner to export: run "
                        f"`autotune tune --study {report.study}` again (same space) to finish it")
-    return report.winner.config
+    config = report.winner.config
+    if config.k_schedule is not None and supports_schedule(report.meta.engine.version) is False:
+        raise NoResult(f"study {report.study!r}: the winner's K schedule ({config.k_schedule.text()}) needs vLLM >= "
+                       f"{'.'.join(map(str, SCHEDULE_SINCE))}, but the study ran {report.meta.engine.name or 'the engine'}"
+                       f" {report.meta.engine.version}: export refused")
+    return config
 
 
 def to_llm_kwargs(report: Report) -> dict[str, Any]:

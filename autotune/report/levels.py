@@ -19,8 +19,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from autotune.core.records import OBJECTIVE_UNITS, RestartResult, Workload
+from autotune.core.schedule import coverage_problems
+from autotune.decisions.schedule import ScheduleVerdict, derive_schedule, schedule_verdict
 
-__all__ = ["LevelBest", "level_bests", "render_levels"]
+__all__ = ["LevelBest", "ScheduleNote", "level_bests", "render_levels", "schedule_note"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,3 +107,69 @@ def render_levels(bests: Sequence[LevelBest]) -> list[str]:
         lines.append(f"  concurrency {b.concurrency:<5} {b.label:<{width}}  {b.value:.{digits}f} {b.unit} "
                      f"(n={b.n}){extra}")
     return lines
+
+
+# -- the K schedule ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleNote:
+    """With load levels: the K schedule the study derived (or why none) and how it fared in verification.
+
+    Attributes:
+        reason: What the levels' best K made (:class:`~autotune.decisions.schedule.Derivation`).
+        verdict: The verified schedule against the best verified fixed K (``None``: none was verified).
+        coverage: Where the schedule's resolved capture sizes miss a range's verification batch.
+        unit: The values' unit.
+    """
+
+    reason: str | None
+    verdict: ScheduleVerdict | None
+    coverage: tuple[str, ...] = ()
+    unit: str = "tok/s"
+
+    def lines(self) -> list[str]:
+        out = ["", "K schedule (draft tokens by batch size, one configuration verified beside the best fixed K):"]
+        if self.reason:
+            out.append(f"  {self.reason}")
+        if self.verdict is not None:
+            out += [f"  {line}" for line in self.verdict.lines(self.unit)]
+        elif self.reason:
+            out.append("  no schedule was verified, so none can win")
+        out += [f"  capture sizes: {line}" for line in self.coverage]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "verdict": None if self.verdict is None else self.verdict.to_dict(),
+                "coverage": list(self.coverage)}
+
+
+def schedule_note(ledger: Any, verification: Any, objective: str, concurrency: Any) -> ScheduleNote | None:
+    """The report's schedule part for a study with several load levels (``concurrency``, as the stored workload
+    has it; ``None`` for one level)."""
+    levels = [int(c) for c in concurrency] if isinstance(concurrency, (list, tuple)) else []
+    if len(levels) < 2:
+        return None
+    unit = OBJECTIVE_UNITS.get(objective, "tok/s")
+    candidates = ledger.verify_candidates() or []
+    template = next((c.config for c in candidates if c.role != "baseline" and c.config.num_speculative_tokens
+                     and c.config.k_schedule is None), None)
+    evidence = [(config, ledger.restarts(t)) for t in ledger.measured_complete()
+                if (config := ledger.config(t)) is not None]
+    derivation = derive_schedule(levels, objective, evidence, template)
+    verdict = None if verification is None else schedule_verdict(verification, objective)
+    coverage: list[str] = []
+    for entry in () if verification is None else verification.entries:
+        schedule = entry.candidate.config.k_schedule
+        resolved = next((r.resolved for r in entry.restarts if r.resolved is not None), None)
+        if schedule is not None and resolved is not None:
+            seqs = entry.candidate.config.engine_args.get("max_num_seqs")
+            coverage += coverage_problems(schedule, resolved.cudagraph_capture_sizes,
+                                          None if seqs is None else int(seqs))
+    verified = any(c.config.k_schedule is not None for c in candidates)
+    if template is None and verdict is None and not verified:
+        return None
+    reason = derivation.reason
+    if derivation.schedule is not None and not verified and verification is not None:
+        reason += " (not verified in this study: `schedule: off`, or the space could not run it)"
+    return ScheduleNote(reason, verdict, tuple(coverage), unit)

@@ -30,7 +30,7 @@ __all__ = ["ADDED_DIGESTS", "Fingerprint", "FingerprintMismatch", "check_resume"
 
 #: Space digests a stored fingerprint may lack (it was recorded before they existed): the searched engine
 #: arguments' choices and ranges, and the prompts read from the dataset file.
-ADDED_DIGESTS = ("search.engine_args", "workload.prompts")
+ADDED_DIGESTS = ("search.engine_args", "workload.prompts", "search.k_schedules")
 
 
 class FingerprintMismatch(Exception):
@@ -105,6 +105,9 @@ def fingerprint(space: SearchSpace, engine: EngineFacts | Mapping[str, Any]) -> 
         # The file's path is in the workload; its prompts are here, so replacing its content is noticed.
         "workload.prompts": space.prompts_digest,
     }
+    # K schedules searched by name, and whether one is derived from the load levels (a stored fingerprint from
+    # before them lacks this digest: ADDED_DIGESTS).
+    sections["search.k_schedules"] = [[[n, k.to_list()] for n, k in space.schedules], space.derive_schedule]
     if space.objective != "throughput":
         # Only when set: a throughput study keeps the fingerprint it had before objectives existed.
         sections["objective"] = space.objective

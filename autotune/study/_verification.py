@@ -41,6 +41,7 @@ from autotune.study._floor import infeasible_keys
 from autotune.study._outputs import baseline_reference, judge_outputs
 from autotune.study import _sequential
 from autotune.study._restart import measure_restart
+from autotune.study.schedule import with_schedule
 from autotune.study.events import StudyContext, StudyObserver, notify
 
 __all__ = ["MemoryRounds", "RoundBook", "RoundClaim", "VerificationLoop", "run_verification", "select_candidates"]
@@ -609,6 +610,8 @@ def _candidates(ctx: StudyContext) -> list[Candidate]:
         runner_up = options.verify_restarts >= 1 and _starts_fit(ledger, options, [
             *_verify_plan(ledger, ctx.space, options), *_runner_up_starts(ledger)])
         candidates = select_candidates(ledger, ctx.space, _verify_top_k(ledger, options), runner_up)
+        # With load levels: a K schedule of the levels' best K, beside the best fixed K (autotune.study.schedule).
+        candidates = with_schedule(ledger, ctx.space, candidates)
         ledger.record_verify_candidates(candidates)
     return [_runnable(ctx.space, c) for c in candidates]
 

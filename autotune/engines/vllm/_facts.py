@@ -59,6 +59,10 @@ def resolved_config(llm: Any, engine_args: list[str] | None = None) -> dict[str,
     # Keys are autotune.core.records.Detail's names (this file cannot import autotune; a test holds them equal).
     details["speculative_method"] = None if spec is None else getattr(spec, "method", None)
     details["num_speculative_tokens"] = 0 if spec is None else getattr(spec, "num_speculative_tokens", None)
+    if spec is not None and hasattr(spec, "num_speculative_tokens_per_batch_size"):
+        # vLLM >= 0.26.0: the K schedule it runs ([[start, end, K], ...]); None when it runs one K.
+        details["num_speculative_tokens_per_batch_size"] = _schedule_rows(
+            _safe_attr(spec, "num_speculative_tokens_per_batch_size"))
     scheduler = getattr(config, "scheduler_config", None)
     if scheduler is not None and hasattr(scheduler, "async_scheduling"):
         details["async_scheduling"] = scheduler.async_scheduling
@@ -76,6 +80,16 @@ def resolved_config(llm: Any, engine_args: list[str] | None = None) -> dict[str,
         "compile_mode": None if compile_mode is None else _enum_name(compile_mode),
         "details": details,
     }
+
+
+def _schedule_rows(value: Any) -> list[list[int]] | None:
+    """A K schedule as plain ``[start, end, K]`` rows (vLLM may keep tuples), ``None`` when unset or unreadable."""
+    if not value:
+        return None
+    try:
+        return [[int(x) for x in row] for row in value]
+    except (TypeError, ValueError):
+        return None
 
 
 def _enum_name(value: Any) -> str:

@@ -315,4 +315,32 @@ def _outcome(report: Report) -> tuple[dict[str, str], dict[str, float], dict[str
                     metrics[metric] = value
     if report.no_result:
         tags["no_result"] = report.no_result
+    _schedule_outcome(report, metrics, tags)
     return params, metrics, tags
+
+
+def _schedule_outcome(report: Report, metrics: dict[str, float], tags: dict[str, str]) -> None:
+    """The K schedule as one configuration on the parent run: what was derived (or why not), its verdict against
+    the best fixed K at the aggregate, and both at each level (``c8.k_schedule_tok_s``, ``c8.best_fixed_k_tok_s``)."""
+    note = report.schedule
+    if note is None:
+        return
+    if note.reason:
+        tags["k_schedule.derivation"] = note.reason
+    verdict = note.verdict
+    if verdict is None:
+        return
+    c = verdict.comparison
+    tags.update({"k_schedule": verdict.schedule_label, "k_schedule.best_fixed_k": verdict.fixed_label,
+                 "k_schedule.verdict": c.verdict, "k_schedule.won": str(verdict.won).lower()})
+    for metric, raw in (("k_schedule.vs_fixed", c.speedup), ("k_schedule.vs_fixed_ci_low", c.ci_low),
+                        ("k_schedule.vs_fixed_ci_high", c.ci_high)):
+        value = _finite(raw)
+        if value is not None:
+            metrics[metric] = value
+    unit = _unit_name(report.unit)
+    for level, sched, fixed in verdict.levels:
+        if sched is not None:
+            metrics[f"c{level}.k_schedule_{unit}"] = float(sched)
+        if fixed is not None:
+            metrics[f"c{level}.best_fixed_k_{unit}"] = float(fixed)
