@@ -37,6 +37,8 @@ class BenchConfig:
         jobs: Worker processes.
         root: Directory the profiles' space files are relative to.
         sampler: The sampler of the ``autotune`` strategy (``tpe``, its default, or ``gp``).
+        verify: The studies' verification: ``planned`` from the search's noise (what ``autotune tune`` does), or
+            ``fixed`` (three restarts a side, as before the plan).
     """
 
     profiles: tuple[str, ...] = tuple(PROFILES)
@@ -47,11 +49,12 @@ class BenchConfig:
     jobs: int = 2
     root: str = "."
     sampler: str = "tpe"
+    verify: str = "planned"
 
     def tasks(self) -> list[Task]:
         """Every (profile, strategy, budget, seed), the costliest first so the pool finishes together."""
         cost = {"naive-tpe": 3, "autotune": 2, "random": 1, "random-2": 0, "grid": 0}
-        out = [Task(p, s, b, seed, self.sampler) for p in self.profiles for s in self.strategies for b in self.budgets
+        out = [Task(p, s, b, seed, self.sampler, self.verify) for p in self.profiles for s in self.strategies for b in self.budgets
                for seed in range(self.first_seed, self.first_seed + self.seeds)]
         out.sort(key=lambda t: (-t.budget, -cost.get(t.strategy, 0)))
         return out
@@ -66,6 +69,7 @@ class Task:
     budget: int
     seed: int
     sampler: str = "tpe"  # the ``autotune`` strategy's sampler
+    verify: str = "planned"  # the studies' verification: planned from the noise, or fixed
 
 
 # -- one run, many runs ----------------------------------------------------------------------------------
@@ -76,7 +80,10 @@ def run_one(task: Task, root: str = ".") -> dict[str, Any]:
     profile = PROFILES[task.profile]
     space, truth = _space_and_truth(profile, root, task.seed)
     started = time.perf_counter()
-    strategy = _study_strategy(task.sampler) if task.strategy == "autotune" else STRATEGY_FUNCS[task.strategy]
+    if task.strategy in ("autotune", "random"):
+        strategy = _study_strategy(task.sampler if task.strategy == "autotune" else "random", task.verify == "planned")
+    else:
+        strategy = STRATEGY_FUNCS[task.strategy]
     pick = strategy(space, make_engine(profile, task.seed), task.budget, task.seed)
     true_value = truth.of(pick.config)
     true_speedup = true_value / truth.baseline if truth.baseline else math.nan

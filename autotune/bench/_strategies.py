@@ -77,16 +77,18 @@ def _restart_seed(seed: int, restart: int) -> int:
     return StudyOptions(study_name="bench", seed=seed).search_seed(restart)
 
 
-def _study_strategy(sampler: str) -> Callable[[SearchSpace, SimEngine, int, int], Pick]:
-    """A strategy that runs the whole study with ``sampler``: autotune (``tpe``) or its random control."""
+def _study_strategy(sampler: str, planned: bool = True) -> Callable[[SearchSpace, SimEngine, int, int], Pick]:
+    """A strategy that runs the whole study with ``sampler``: autotune (``tpe``) or its random control; its
+    verification planned from the noise (``autotune tune``'s default) or fixed at three restarts a side."""
 
     def run_strategy(space: SearchSpace, engine: SimEngine, budget: int, seed: int) -> Pick:
-        return _run_autotune(space, engine, budget, seed, sampler)
+        return _run_autotune(space, engine, budget, seed, sampler, planned)
 
     return run_strategy
 
 
-def _run_autotune(space: SearchSpace, engine: SimEngine, budget: int, seed: int, sampler: str) -> Pick:
+def _run_autotune(space: SearchSpace, engine: SimEngine, budget: int, seed: int, sampler: str,
+                  planned: bool = True) -> Pick:
     """A whole study (search, racing, verification) with the tuner's defaults and a restart budget."""
     from autotune.report import build_report
     from autotune.study import StudyOptions, run_study
@@ -94,7 +96,8 @@ def _run_autotune(space: SearchSpace, engine: SimEngine, budget: int, seed: int,
     with tempfile.TemporaryDirectory(prefix="autotune-bench-") as workdir:
         # The budget is the binding limit, so the trial cap must not be: no trial costs less than one start.
         options = StudyOptions(study_name=f"bench-{sampler}-{seed}", storage="memory", workdir=workdir,
-                               trials=budget, budget_restarts=budget, sampler=sampler, seed=seed)
+                               trials=budget, budget_restarts=budget, sampler=sampler, seed=seed,
+                               verify_planned=planned)
         report = build_report(run_study(space, engine, options))
     counts = report.trials
     trials = counts.complete + counts.screened + counts.pruned + counts.fail

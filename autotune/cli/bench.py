@@ -77,6 +77,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default: %(default)s)")
     parser.add_argument("--sampler", choices=("tpe", "gp"), default="tpe",
                         help="the autotune strategy's sampler (default: %(default)s; gp needs torch)")
+    parser.add_argument("--verify", choices=("planned", "fixed"), default="planned",
+                        help="the studies' verification: planned from the search's noise as autotune tune does, or "
+                             "fixed at three restarts a side as before the plan (default: %(default)s)")
     parser.add_argument("--root", default=".", help="directory the profiles' search_spaces/ paths are relative to")
     parser.add_argument("--out", default=DEFAULT_OUT, help="where bench.json and regret.png go (default: %(default)s)")
     parser.add_argument("--tracking-uri", default=None,
@@ -109,7 +112,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
         return ExitStatus.BAD_INPUT
     config = BenchConfig(profiles=tuple(args.profiles), strategies=tuple(args.strategies),
                          budgets=tuple(args.budgets), seeds=seeds, first_seed=first_seed,
-                         jobs=args.jobs, root=args.root, sampler=args.sampler)
+                         jobs=args.jobs, root=args.root, sampler=args.sampler, verify=args.verify)
     result = run_benchmark(config, progress=_progress_printer(sys.stderr))
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
