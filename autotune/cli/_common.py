@@ -175,6 +175,18 @@ def load_space_for(args: argparse.Namespace) -> Any:
     return space
 
 
+def stored_space_dir(space_file: str | None) -> Any:
+    """Where a stored space's relative paths (``./`` drafts) resolve: the directory of the file the study was
+    started from, where it still exists (else the current directory, as for a space given on the command line)."""
+    from pathlib import Path
+
+    if space_file:
+        parent = Path(space_file).expanduser().resolve().parent
+        if parent.is_dir():
+            return parent
+    return None
+
+
 def engine_sections(space: Any) -> dict[str, dict[str, Any]]:
     """Each engine's options in the space's ``engine:`` section: ``engine.<name>: {...}`` per engine, and flat keys
     for the space's own engine (``engine.name``, else ``vllm``). Only engines the section names are listed."""

@@ -27,7 +27,9 @@ import os
 import sys
 from typing import IO
 
-from autotune.cli._common import UsageError, add_store_args, add_workdir_arg, build_engine, parse_kv, write_json
+from autotune.cli._common import (
+    UsageError, add_store_args, add_workdir_arg, build_engine, parse_kv, stored_space_dir, write_json,
+)
 from autotune.core.exit_status import ExitStatus
 
 __all__ = ["EXIT_FOR_VERDICT", "HELP", "configure_parser", "run"]
@@ -73,10 +75,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
-    import yaml
 
     from autotune.cli.preflight import check_storage
-    from autotune.config.space import load_space, parse_space
+    from autotune.config.space import load_space, load_space_text
     from autotune.engines import make_engine
     from autotune.report.lineage import render_recheck
     from autotune.store.ledger import load
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         text = ledger.space_yaml()
         if text is None:
             raise UsageError(f"study {args.study!r} stored no space file: pass --space FILE")
-        space = parse_space(yaml.safe_load(text))
+        space = load_space_text(text, f"study {args.study}'s stored space", stored_space_dir(meta.space_file))
         engine = make_engine(meta.engine.name, cache_dir=cache_dir, **dict(meta.engine_options))
         engine.check(space)
     if meta.model and space.engine_args.get("model") != meta.model:

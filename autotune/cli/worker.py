@@ -22,6 +22,7 @@ from autotune.cli._common import (
     UsageError,
     add_output_args,
     add_store_args,
+    stored_space_dir,
     add_workdir_arg,
     command_line,
     parse_kv,
@@ -190,7 +191,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     if text is None or meta.engine.name is None:
         raise UsageError(f"study {args.study!r} has no recorded space or engine (an older autotune started it): "
                          "resume it with autotune tune --space FILE instead")
-    space = load_space_text(text)
+    space = load_space_text(text, f"study {args.study}'s stored space", stored_space_dir(meta.space_file))
     if meta.model and space.engine_args.get("model") != meta.model:
         space = space.with_model(meta.model)
     if args.json:
