@@ -51,7 +51,7 @@ PRIOR_DF = 2.0
 #: The prior CV before any configuration of the study has two counted restarts (empirical).
 DEFAULT_CV = 0.10
 #: The most of a budget a plan may take (the search needs the rest to find something worth verifying).
-MAX_SHARE = 0.5
+MAX_SHARE = 0.25
 #: Fewest counted restarts of a side (a variance needs two; the analysis's t quantile at one degree of freedom is
 #: 12.7, so three is the least that resolves anything but a huge effect).
 MIN_RESTARTS = 3
