@@ -9,6 +9,8 @@ rebuilt from its parameters like any other.
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -60,10 +62,9 @@ def derive_enabled(data: Mapping[str, Any], levels: Sequence[int], k_high: int,
 
 def schedule_problem(value: Any, highest_level: int, limit: int) -> str | None:
     """Why a ``k_schedule`` parameter's list is not a usable schedule (``None``: it is); its rows in any order."""
-    try:
+    # Rows of mixed shapes cannot be sorted: they stay as given and the rules below name the bad one.
+    with contextlib.suppress(TypeError):
         value = sorted(value) if isinstance(value, list) else value
-    except TypeError:
-        pass  # rows of mixed shapes: the rules name the bad one
     problems = KSchedule.problems(value, highest_level, limit)
     if not problems:
         return None
