@@ -21,7 +21,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda); print("gpu", torc
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 timeout --signal=INT --kill-after=30 "${SECONDS_LEFT:-540}" \
-    python3 -m autotune recheck --study "$STUDY" --storage "sqlite:///$WORK/optuna.db" --workdir "$WORK" --no-mlflow \
+    python3 -m autotune recheck --study "$STUDY" --storage "sqlite:///$WORK/optuna.db" --workdir "$WORK" --no-mlflow ${SPACE:+--space "$SPACE"} \
         ${MINUTES:+--budget-minutes "$MINUTES"} --json "$OUT/recheck.json" 2>&1 | tr '\r' '\n' | tee "$OUT/recheck.txt"
 echo "recheck exit status: ${PIPESTATUS[0]}" | tee -a "$OUT/recheck.txt"
 python3 -m autotune report --study "$STUDY" --storage "sqlite:///$WORK/optuna.db" > "$OUT/report-after.txt" 2>&1 || true
