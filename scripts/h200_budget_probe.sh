@@ -8,7 +8,7 @@
 # Run it again with the same STUDY and STUDY_DIR to resume the study (a study longer than one 10-minute device call:
 # the time limit interrupts it with SIGINT, which keeps every restart that landed, and the next call goes on).
 # SPACE picks another space (default search_spaces/h200-dummy.yaml; search_spaces/h200-moe.yaml is issue 21's MoE
-# target). PART names this call's files under $OUT (tune-<PART>.txt); ENGINE=sim tries the script without a GPU.
+# target). TUNE_ARGS adds flags to tune (e.g. --trials 4 --enqueue ...). PART names this call's files under $OUT (tune-<PART>.txt); ENGINE=sim tries the script without a GPU.
 # PACK_CACHES=1 packs the workdir caches into $OUT (scripts/h200_study_caches.sh) and CACHES_FROM=DIR unpacks them
 # into a fresh machine's workdir first: a study longer than one session's device time keeps its warm caches.
 set -uo pipefail
@@ -34,7 +34,7 @@ cat "$OUT/env.txt"
 timeout --signal=INT --kill-after=30 "${SECONDS_LEFT:-480}" \
     python3 -m autotune tune --space "${SPACE:-search_spaces/h200-dummy.yaml}" --engine "${ENGINE:-vllm}" --no-mlflow \
         --study "$STUDY" --storage "sqlite:///$STUDY_DIR/optuna.db" --workdir "$STUDY_DIR" \
-        --budget-minutes "${MINUTES:-8}" --seed 0 --json "$OUT/report.json" 2>&1 | tr '\r' '\n' | grep -v '^trials:' \
+        --budget-minutes "${MINUTES:-8}" --seed 0 ${TUNE_ARGS:-} --json "$OUT/report.json" 2>&1 | tr '\r' '\n' | grep -v '^trials:' \
         | tee "$TUNE_TXT"
 echo "tune exit status: ${PIPESTATUS[0]}" | tee -a "$TUNE_TXT"
 python3 -m autotune report --study "$STUDY" --storage "sqlite:///$STUDY_DIR/optuna.db" \
