@@ -28,6 +28,7 @@ from typing import Any
 
 import psutil
 
+from autotune.core.transient import GUARD_PREFIX  # every guard failure reason starts with it
 from autotune.machine._meminfo import GIB, MeminfoReader, MemInfo, gib
 
 __all__ = [
@@ -57,8 +58,6 @@ SAMPLE_INTERVAL_S = 0.25
 #: (8.5 GiB of a Spark's 121.7 GiB). Both empirical.
 DEFAULT_FLOOR_MIN_BYTES = 8 * GIB
 DEFAULT_FLOOR_FRACTION = 0.07
-#: Every guard failure reason starts with this, so the study can count hits from the restarts' errors alone.
-GUARD_PREFIX = "memory guard:"
 #: The Optuna constraint a configuration carries (``Trial.set_constraint``; feasible at or below 0).
 FLOOR_CONSTRAINT = "memory_floor"
 #: Hits of the floor after which a configuration is infeasible.

@@ -95,13 +95,17 @@ class RoundBook(Protocol):
         """Fix the sequential design for every process and resume."""
 
 
-def restart_runner(engine: Any, workload: Workload, seed_for: Callable[[int], int]) -> RunRestart:
+def restart_runner(engine: Any, workload: Workload, seed_for: Callable[[int], int],
+                   run_again: Callable[[Candidate], bool] | None = None) -> RunRestart:
     """:data:`RunRestart` on ``engine``: round ``r`` on seed ``seed_for(r)``, the same for every configuration in the
-    round (matched restarts)."""
+    round (matched restarts). A restart that failed transiently (the memory guard, a lost restart) is run once more
+    when ``run_again(candidate)`` says the budget and the floor rule allow it, as in the search
+    (:func:`measure_restart`): a passing fault never costs a configuration, the baseline included, its place."""
 
     def run(candidate: Candidate, rnd: int, on_result: Callable[[RestartResult], None]) -> object:
         return measure_restart(engine, candidate.config, workload, restart=rnd, seed=seed_for(rnd),
-                               on_result=on_result)
+                               on_result=on_result,
+                               run_again=None if run_again is None else (lambda _failed: run_again(candidate)))
 
     return run
 
@@ -362,7 +366,8 @@ def run_verification(
             save_progress({k: [r.to_dict() for r in v] for k, v in rounds.progress().items()})
 
     book = MemoryRounds(earlier, saved)
-    loop = VerificationLoop(candidates, book, restart_runner(engine, workload, seed_for), restarts,
+    again = (lambda _cand: True) if may_start is None else (lambda _cand: may_start(1))
+    loop = VerificationLoop(candidates, book, restart_runner(engine, workload, seed_for, again), restarts,
                             max(restarts, max_restarts or restarts), confidence, interval_method, alpha, slo,
                             workload.unit, None if may_start is None else (lambda todo: may_start(len(todo))),
                             on_result, sequential_rounds, margin,
@@ -436,7 +441,8 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
     common = options.verify_restarts
     loop = VerificationLoop(
         _candidates(ctx), _StudyRounds(ctx, observers),
-        restart_runner(ctx.engine, ctx.space.workload, options.verify_seed), common,
+        restart_runner(ctx.engine, ctx.space.workload, options.verify_seed,
+                       lambda cand: _may_run_again(ledger, options, cand)), common,
         max(common, options.verify_max_restarts or common), options.confidence, options.interval_method,
         slo=ctx.space.slo_constraints, unit=ctx.space.workload.unit,
         may_start=lambda todo: _verify_may_start(ledger, options, todo),
@@ -445,6 +451,13 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         sequential_rounds=options.verify_sequential_rounds, margin=options.verify_margin,
         rounds_fit=lambda pair, most: _sequential.rounds_fit(ledger, options, pair, most))
     return loop.run()
+
+
+def _may_run_again(ledger: Ledger, options: Any, candidate: Candidate) -> bool:
+    """Whether a verification restart of ``candidate`` that failed transiently runs again: the floor rule has not
+    made it infeasible (two hits, search and verification together) and one more warm start fits the budget."""
+    key = candidate.config.key()
+    return not infeasible_keys(ledger, [key]) and _starts_fit(ledger, options, [(key, False)])
 
 
 # -- choosing the candidates -----------------------------------------------------------------------------------
