@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._output_check import check_request, output_facts, skip_reason
-from autotune.engines.process import _LIVE, TAG_ENV
+from autotune.engines.process import engine_leftovers, kill_started_since, own_tagged
 from autotune.engines.vllm import _container
 from autotune.core import facts as F
 from autotune.engines.vllm._caches import caches_empty as jit_caches_empty
@@ -61,8 +61,7 @@ from autotune.engines.vllm._kvfacts import KvFacts, kv_audit, log_facts
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
 from autotune.config.workload import default_dataset
-from autotune.machine import (MemoryNotSettled, StartSafety, engine_leftovers, hub_cache_dir, kill_tagged_except,
-                              parse_page_cache, tagged_pids)
+from autotune.machine import MemoryNotSettled, StartSafety, hub_cache_dir, parse_page_cache
 
 if TYPE_CHECKING:
     from autotune.config.space import SearchSpace
@@ -295,8 +294,7 @@ class VllmEngine(EngineBackend):
         # The level memory must come back to before each start is measured now, when the study begins. A leftover
         # is a process of ours that no live EngineProcess holds: the forkserver host's session lives on between
         # restarts and is not one.
-        self.safety = StartSafety(self.settings.memory_floor_gib, self.settings.settle_timeout_s, leftovers=lambda:
-                                  engine_leftovers(TAG_ENV, f"{os.getpid()}-", [p.pid for p in list(_LIVE)]),
+        self.safety = StartSafety(self.settings.memory_floor_gib, self.settings.settle_timeout_s, leftovers=engine_leftovers,
                                   page_cache=self.settings.page_cache)
 
     # -- EngineBackend ---------------------------------------------------------------------------------
@@ -348,11 +346,10 @@ class VllmEngine(EngineBackend):
         except MemoryNotSettled as exc:
             raise EngineError(f"vllm engine: {exc}") from None
         guard = self.safety.guard()
-        # The launcher makes the engine process; the guard finds it by its tag (ours, and not there before) when it
-        # trips.
-        mine = f"{os.getpid()}-"
-        before = tagged_pids(TAG_ENV, mine)
-        guard.attach(lambda: kill_tagged_except(TAG_ENV, mine, before))
+        # The launcher makes the engine process; the guard asks engines.process to kill what this autotune tagged
+        # since now (its groups, and a container it started) when it trips.
+        before = own_tagged()
+        guard.attach(lambda: kill_started_since(before))
         launched_at = time.time()
         with guard:
             if guard.trip is not None:
