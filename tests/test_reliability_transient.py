@@ -107,3 +107,37 @@ def test_a_transient_failure_is_not_a_broken_configuration_in_verification_round
     # Two trips of the floor make a configuration infeasible: then it gets no more starts either.
     rounds.add(1, "tripped", [trip])
     assert rounds.failed() == {"broken", "tripped"}
+
+
+def test_a_study_that_lost_its_baseline_to_a_guard_trip_recovers_when_the_same_command_runs_again(tmp_path,
+                                                                                                  monkeypatch):
+    """A study concluded with its baseline lost to one guard trip (by autotune before this rule, which never ran
+    the restart again, or when the budget then had no room) is not final: the same command runs the missing
+    restarts and concludes again, with the verdict the calm study has."""
+    from autotune.study import _verification
+
+    space = parse_space(SMALL_SPACE)
+    base = space.baseline().key()
+    first_round = _options(tmp_path).verify_seed(0)
+    engine = TripsOnce(_speed, when=lambda c, seed: c.key() == base and seed == first_round)
+    with monkeypatch.context() as m:
+        m.setattr(_verification, "_may_run_again", lambda *a: False)  # as autotune before issue 32 did
+        m.setattr(_verification.Rounds, "failed", _failed_before_issue_32)
+        lost = build_report(run_study(space, engine, _options(tmp_path)))
+    assert lost.no_result and "baseline" in lost.no_result and GUARD_PREFIX in lost.no_result
+    calls = len(engine.calls)
+    ledger = run_study(space, engine, _options(tmp_path))  # the same command again
+    report = build_report(ledger)
+    calm = build_report(run_study(space, FakeEngine(_speed), _options(tmp_path / "calm")))
+    assert report.no_result is None and report.verdict == calm.verdict
+    assert report.winner.config.key() == calm.winner.config.key()
+    # It ran the baseline's missing restarts only: its first round again, and the round it was left out of.
+    assert [key for key, _ in engine.calls[calls:]] == [base, base]
+    # A third run has nothing to recover and starts nothing.
+    run_study(space, engine, _options(tmp_path))
+    assert len(engine.calls) == calls + 2
+
+
+def _failed_before_issue_32(self) -> set[str]:
+    return {key for by_key in self.by_round.values() for key, results in by_key.items()
+            if any(not r.ok for r in results)}
