@@ -33,7 +33,7 @@ from autotune.machine._pagecache import (
     weight_files,
     weights_bytes,
 )
-from autotune.machine._safety import StartSafety, engine_floor
+from autotune.machine._safety import MAX_WAIT_S, StartSafety, engine_floor, wait_seconds
 from autotune.machine._settle import (
     MemoryLevel,
     MemoryNotSettled,
@@ -68,7 +68,9 @@ __all__ = [
     "departure",
     "departures",
     "driver_version",
+    "MAX_WAIT_S",
     "engine_floor",
+    "wait_seconds",
     "floor_constraint",
     "floor_hits",
     "floor_infeasible",

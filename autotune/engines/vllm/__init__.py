@@ -61,7 +61,7 @@ from autotune.engines.vllm._kvfacts import KvFacts, kv_audit, log_facts
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
 from autotune.config.workload import default_dataset
-from autotune.machine import MemoryNotSettled, StartSafety, hub_cache_dir, parse_page_cache
+from autotune.machine import MemoryNotSettled, StartSafety, hub_cache_dir, parse_page_cache, wait_seconds
 
 if TYPE_CHECKING:
     from autotune.config.space import SearchSpace
@@ -209,9 +209,10 @@ def _check_container(kwargs: Mapping[str, Any]) -> None:
 
 
 def _positive(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise EngineError(f"vllm engine: engine.{key} must be a positive number of seconds, got {value!r}")
-    return float(value)
+    try:
+        return wait_seconds(value, key)  # the rule every engine applies to its waits (issue 32)
+    except ValueError as exc:
+        raise EngineError(f"vllm engine: {exc}") from None
 
 
 def _env(value: Any) -> dict[str, str]:
@@ -294,8 +295,11 @@ class VllmEngine(EngineBackend):
         # The level memory must come back to before each start is measured now, when the study begins. A leftover
         # is a process of ours that no live EngineProcess holds: the forkserver host's session lives on between
         # restarts and is not one.
-        self.safety = StartSafety(self.settings.memory_floor_gib, self.settings.settle_timeout_s, leftovers=engine_leftovers,
-                                  page_cache=self.settings.page_cache)
+        try:
+            self.safety = StartSafety(self.settings.memory_floor_gib, self.settings.settle_timeout_s,
+                                      leftovers=engine_leftovers, page_cache=self.settings.page_cache)
+        except ValueError as exc:  # a floor the machine cannot meet (issue 32)
+            raise EngineError(f"vllm engine: {exc}") from None
 
     # -- EngineBackend ---------------------------------------------------------------------------------
     def check(self, space: SearchSpace) -> None:
