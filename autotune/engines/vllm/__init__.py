@@ -281,6 +281,9 @@ class VllmEngine(EngineBackend):
     """
 
     name = "vllm"
+    #: Issue 32: a third of the fastest start measured here, a forked warm restart of dummy weights on the H200
+    #: (29.5 s, docs/measurements/h200-dummy-new.md); empirical.
+    LEAST_START_S = 10.0
 
     def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
         super().__init__(cache_dir, **options)
