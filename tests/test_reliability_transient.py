@@ -141,3 +141,25 @@ def test_a_study_that_lost_its_baseline_to_a_guard_trip_recovers_when_the_same_c
 def _failed_before_issue_32(self) -> set[str]:
     return {key for by_key in self.by_round.values() for key, results in by_key.items()
             if any(not r.ok for r in results)}
+
+
+def test_a_configuration_the_floor_made_infeasible_in_verification_gets_no_more_starts_and_cannot_win(tmp_path,
+                                                                                                     monkeypatch):
+    """One floor hit in the search (run again, fine) and one in verification make two: the floor rule's infeasible
+    configuration is not run again, in that round or any later one, and is not the winner however fast it ran."""
+    from autotune.study import _verification
+
+    # No runner-up (it would be cut after the first round and hide the rule): as when the budget has no start for it.
+    monkeypatch.setattr(_verification, "_runner_up_starts", lambda ledger: [(None, False)] * 10_000)
+    space = parse_space(SMALL_SPACE)
+    best = {"cudagraph_mode": "FULL_AND_PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 2,
+            "draft": "ngram"}
+    key = space.config_from_params(best).key()
+    options = _options(tmp_path, enqueue=(best,), budget_restarts=1_000, verify_restarts=3)
+    search0, verify0 = options.search_seed(0), options.verify_seed(0)
+    engine = TripsOnce(_speed, when=lambda c, seed: c.key() == key and seed in (search0, verify0))
+    report = build_report(run_study(space, engine, options))
+    assert engine.tripped == {(key, search0), (key, verify0)}
+    assert engine.calls.count((key, search0)) == 2  # the search's hit was run again
+    assert [seed for k, seed in engine.calls if k == key and _verify_seed(seed)] == [verify0]  # nothing after
+    assert report.winner.config.key() != key

@@ -7,8 +7,8 @@ before issue 32 never ran it again, and the retry may not have fitted the budget
 
 :func:`redo_lost` runs, when the same command runs again, exactly the restarts such a fault cost: in each common
 round, every participant with no counted restart in it, whose configuration is not broken (no failure of its own,
-no second transient failure: :meth:`~autotune.decisions.verification.Rounds.failed`) and whose restarts show a
-transient failure; within the budget. It runs them under one claim (``VERIFY_REDO_JOB``: several workers run them
+no second transient failure: :meth:`~autotune.decisions.verification.Rounds.failed`; not infeasible by the floor
+rule) and whose restarts show a transient failure; within the budget. It runs them under one claim (``VERIFY_REDO_JOB``: several workers run them
 once), each restart stored in the round it was run for, then concludes again from every round's restarts. A
 study with nothing to redo starts nothing.
 """
@@ -22,6 +22,7 @@ from autotune.core.transient import is_transient
 from autotune.decisions.verification import Candidate, Rounds, Verification, conclude, round_participants
 from autotune.store.ledger import VERIFY_REDO_JOB
 from autotune.study._budget import _starts_fit
+from autotune.study._floor import infeasible_keys
 from autotune.study._verification import (_candidates, _given_up_unless_done, _may_run_again, _StudyRounds,
                                           restart_runner)
 from autotune.study.events import StudyContext, StudyObserver, notify
@@ -56,7 +57,13 @@ def redo_lost(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verifica
     book = _StudyRounds(ctx, observers)
     candidates = _candidates(ctx)
     common = options.verify_restarts
-    if not lost_restarts(candidates, book.rounds(), common, options.confidence):
+    unsafe = infeasible_keys(ledger, [c.config.key() for c in candidates])  # the floor rule: never run again
+
+    def lost() -> list[tuple[int, Candidate]]:
+        return [(rnd, c) for rnd, c in lost_restarts(candidates, book.rounds(), common, options.confidence)
+                if c.config.key() not in unsafe]
+
+    if not lost():
         return None
     n = 0
     while ctx.claims.done(VERIFY_REDO_JOB.format(n)):
@@ -68,7 +75,7 @@ def redo_lost(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verifica
                          lambda cand: _may_run_again(ledger, options, cand))
     mine: dict[str, list[RestartResult]] = {}
     with _given_up_unless_done(claim):
-        for rnd, cand in lost_restarts(candidates, book.rounds(), common, options.confidence):
+        for rnd, cand in lost():
             if not _starts_fit(ledger, options, [(cand.config.key(), False)]):
                 break
 

@@ -150,6 +150,9 @@ class VerificationLoop:
     sequential_rounds: int = 0
     margin: float = DEFAULT_MARGIN
     rounds_fit: Callable[[Sequence[Candidate], int], int] | None = None
+    #: ``infeasible(keys)``: those the memory floor rule made infeasible (two hits, search and verification
+    #: together): like a failed configuration, they get no more starts (a guard trip alone is no failure).
+    infeasible: Callable[[Sequence[str]], set[str]] | None = None
 
     def run(self) -> Verification | None:
         """Run this process's share of the phase. Returns the verification if this process concluded it."""
@@ -204,6 +207,8 @@ class VerificationLoop:
         never failed (a broken configuration gets no more starts)."""
         rounds = self.book.rounds()
         failed = rounds.failed()
+        if self.infeasible is not None:
+            failed |= self.infeasible([c.config.key() for c in participants])
         done = rounds.round(rnd)
         return [c for c in participants if c.config.key() not in failed
                 and not any(r.ok and not r.cold for r in done.get(c.config.key(), ()))]
@@ -449,7 +454,8 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         on_restart=lambda cand, result: notify(observers, "on_restart", ctx, "verify",
                                                f"verify {cand.config.label()}", result),
         sequential_rounds=options.verify_sequential_rounds, margin=options.verify_margin,
-        rounds_fit=lambda pair, most: _sequential.rounds_fit(ledger, options, pair, most))
+        rounds_fit=lambda pair, most: _sequential.rounds_fit(ledger, options, pair, most),
+        infeasible=lambda keys: infeasible_keys(ledger, keys))
     return loop.run()
 
 
