@@ -151,7 +151,7 @@ class _Engine:
 
 
 def replay_cell(info: dict[str, Any], policy: str, budget: float, draws: int, seed: int, null: str | None = None,
-                max_share: float | None = None) -> dict[str, float]:
+                max_share: float | None = None, effect_power: float = 0.5) -> dict[str, float]:
     """``draws`` studies at ``budget`` minutes under ``policy``; ``null``: ``baseline``/``winner`` gives both
     sides that configuration's model."""
     models = info["models"]
@@ -164,7 +164,7 @@ def replay_cell(info: dict[str, Any], policy: str, budget: float, draws: int, se
     candidates = [Candidate(CANDIDATE, win_c), Candidate(BASELINE, base_c)]
     pw, pb = models[wkey].price, models[bkey].price
     q = info["per_config"]
-    rng = np.random.default_rng([seed, POLICIES.index(policy), int(budget), hash(null) % 997])
+    rng = np.random.default_rng([seed, POLICIES.index(policy), int(budget), (None, "baseline", "winner").index(null)])
     share = planning.MAX_SHARE if max_share is None else max_share
     out = {"conclusive": 0, "faster": 0, "starts": 0, "configs": 0.0, "over": 0.0}
     others = [g for g in info["others"] if len(g) >= 2]
@@ -175,7 +175,8 @@ def replay_cell(info: dict[str, Any], policy: str, budget: float, draws: int, se
             prior, _ = pooled_log_variance([list(sb), list(sw)] + others)
             effect = math.exp(np.mean(np.log(sw)) - np.mean(np.log(sb)))
             args = (estimate_noise(list(sw), prior), estimate_noise(list(sb), prior))
-            pk = dict(search_effect=effect, challenger_minutes=pw, baseline_minutes=pb)
+            # A variant of the planner's halving: it plans for sqrt(search_effect); effect**(2p) makes that effect**p.
+            pk = dict(search_effect=effect ** (2 * effect_power), challenger_minutes=pw, baseline_minutes=pb)
             reserve = plan_restarts(*args, max_minutes=share * budget, **pk).minutes or 0.0
         else:
             reserve = 3 * (pw + pb)
@@ -211,16 +212,17 @@ def _ci(k: int, n: int) -> tuple[float, float]:
 
 
 def run(info: dict[str, Any], draws: int, seed: int, out: Any, budgets: Sequence[float] = BUDGETS,
-        max_share: float | None = None) -> None:
+        max_share: float | None = None, effect_power: float = 0.5) -> None:
     started = time.monotonic()
     out.write(f"| budget | policy | conclusive | mean counted+cold starts | search configurations | "
               f"false faster, null baseline [95% CP] | false faster, null winner [95% CP] |\n|---|---|---|---|---|---|---|\n")
     for b in budgets:
         for p in POLICIES:
-            r = replay_cell(info, p, b, draws, seed, max_share=max_share)
+            r = replay_cell(info, p, b, draws, seed, max_share=max_share, effect_power=effect_power)
             cells = []
             for null in ("baseline", "winner"):
-                z = replay_cell(info, p, b, draws, seed, null, max_share=max_share)
+                z = replay_cell(info, p, b, draws, seed, null, max_share=max_share,
+                                effect_power=effect_power)
                 lo, hi = _ci(int(z["faster_n"]), draws)
                 cells.append(f"{100 * z['faster']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]")
             out.write(f"| {b:.0f} min | {p} | {100 * r['conclusive']:.1f}% | {r['starts']:.1f} | "
@@ -238,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="noise from every recorded study's restarts of a configuration, or the scenario's own")
     parser.add_argument("--budgets", type=float, nargs="+", default=list(BUDGETS))
     parser.add_argument("--max-share", type=float, default=None, help="a variant of planning.MAX_SHARE")
+    parser.add_argument("--effect-power", type=float, default=0.5,
+                        help="a variant of the planner's shrinkage: plan for search_effect**p (0.5: the planner's)")
     args = parser.parse_args(argv)
     info = load_models(scenario=args.scenario, scope=args.scope)
     m = info["models"]
@@ -246,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      f"({len(m[info['winner']].residuals)}), effect "
                      f"{math.exp(m[info['winner']].means['verify'] - m[info['baseline']].means['verify']):.3f}x, "
                      f"search {info['per_config']:.2f} min/configuration\n\n")
-    run(info, args.draws, args.seed, sys.stdout, args.budgets, args.max_share)
+    run(info, args.draws, args.seed, sys.stdout, args.budgets, args.max_share, args.effect_power)
     return 0
 
 
