@@ -164,7 +164,8 @@ def replay_cell(info: dict[str, Any], policy: str, budget: float, draws: int, se
     candidates = [Candidate(CANDIDATE, win_c), Candidate(BASELINE, base_c)]
     pw, pb = models[wkey].price, models[bkey].price
     q = info["per_config"]
-    rng = np.random.default_rng([seed, POLICIES.index(policy), int(budget), (None, "baseline", "winner").index(null)])
+    rng = np.random.default_rng([seed, POLICIES.index(policy), int(budget),
+                                 (None, "baseline", "winner").index(null)])
     share = planning.MAX_SHARE if max_share is None else max_share
     out = {"conclusive": 0, "faster": 0, "starts": 0, "configs": 0.0, "over": 0.0}
     others = [g for g in info["others"] if len(g) >= 2]
