@@ -215,8 +215,9 @@ def _ci(k: int, n: int) -> tuple[float, float]:
 def run(info: dict[str, Any], draws: int, seed: int, out: Any, budgets: Sequence[float] = BUDGETS,
         max_share: float | None = None, effect_power: float = 0.5) -> None:
     started = time.monotonic()
-    out.write(f"| budget | policy | conclusive | mean counted+cold starts | search configurations | "
-              f"false faster, null baseline [95% CP] | false faster, null winner [95% CP] |\n|---|---|---|---|---|---|---|\n")
+    out.write("| budget | policy | conclusive | mean counted starts | search configurations | "
+              "false faster, null baseline [95% CP] | false faster, null winner [95% CP] |\n"
+              "|---|---|---|---|---|---|---|\n")
     for b in budgets:
         for p in POLICIES:
             r = replay_cell(info, p, b, draws, seed, max_share=max_share, effect_power=effect_power)
