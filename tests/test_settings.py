@@ -30,7 +30,12 @@ def _tune_args(*flags: str, monkeypatch: pytest.MonkeyPatch):
 def test_the_flags_defaults_are_the_options_defaults(monkeypatch):
     # No default is restated on the command line: tune with no flags runs StudyOptions' own defaults.
     options = StudyOptions.from_cli_args(_tune_args(monkeypatch=monkeypatch), study_name="s")
-    assert options == StudyOptions(study_name="s")
+    # One setting the flags imply rather than restate: without --verify-restarts, tune plans verification from the
+    # noise; the field's own default (the fixed design) is for studies stored before the plan and callers that set
+    # counts.
+    assert options == dataclasses.replace(StudyOptions(study_name="s"), verify_planned=True)
+    assert StudyOptions.from_cli_args(_tune_args("--verify-restarts", "3", monkeypatch=monkeypatch),
+                                      study_name="s") == StudyOptions(study_name="s")
     assert options.storage == DEFAULT_STORAGE and options.workdir == DEFAULT_WORKDIR
 
 

@@ -151,7 +151,7 @@ class _Engine:
 
 
 def replay_cell(info: dict[str, Any], policy: str, budget: float, draws: int, seed: int, null: str | None = None,
-                max_share: float | None = None, effect_power: float = 0.5) -> dict[str, float]:
+                max_share: float | None = None, effect_power: float | None = None) -> dict[str, float]:
     """``draws`` studies at ``budget`` minutes under ``policy``; ``null``: ``baseline``/``winner`` gives both
     sides that configuration's model."""
     models = info["models"]
@@ -177,7 +177,7 @@ def replay_cell(info: dict[str, Any], policy: str, budget: float, draws: int, se
             effect = math.exp(np.mean(np.log(sw)) - np.mean(np.log(sb)))
             args = (estimate_noise(list(sw), prior), estimate_noise(list(sb), prior))
             # A variant of the planner's halving: it plans for sqrt(search_effect); effect**(2p) makes that effect**p.
-            pk = dict(search_effect=effect ** (2 * effect_power), challenger_minutes=pw, baseline_minutes=pb)
+            pk = dict(search_effect=effect if effect_power is None else effect ** (effect_power / planning.SEARCH_EFFECT_POWER), challenger_minutes=pw, baseline_minutes=pb)
             reserve = plan_restarts(*args, max_minutes=share * budget, **pk).minutes or 0.0
         else:
             reserve = 3 * (pw + pb)
@@ -213,7 +213,7 @@ def _ci(k: int, n: int) -> tuple[float, float]:
 
 
 def run(info: dict[str, Any], draws: int, seed: int, out: Any, budgets: Sequence[float] = BUDGETS,
-        max_share: float | None = None, effect_power: float = 0.5) -> None:
+        max_share: float | None = None, effect_power: float | None = None) -> None:
     started = time.monotonic()
     out.write("| budget | policy | conclusive | mean counted starts | search configurations | "
               "false faster, null baseline [95% CP] | false faster, null winner [95% CP] |\n"
@@ -242,8 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="noise from every recorded study's restarts of a configuration, or the scenario's own")
     parser.add_argument("--budgets", type=float, nargs="+", default=list(BUDGETS))
     parser.add_argument("--max-share", type=float, default=None, help="a variant of planning.MAX_SHARE")
-    parser.add_argument("--effect-power", type=float, default=0.5,
-                        help="a variant of the planner's shrinkage: plan for search_effect**p (0.5: the planner's)")
+    parser.add_argument("--effect-power", type=float, default=None,
+                        help="a variant of the planner's shrinkage: plan for search_effect**p (default: the planner's, planning.SEARCH_EFFECT_POWER)")
     args = parser.parse_args(argv)
     info = load_models(scenario=args.scenario, scope=args.scope)
     m = info["models"]
