@@ -127,6 +127,15 @@ WARMUP_ARGS ?=
 bench-warmup: install
 	$(PY) -m autotune.bench.warmup $(WARMUP_ARGS)
 
+.PHONY: bench-replay
+
+# Verification policies (fixed 3+3, sequential, the noise plan) replayed on the restarts recorded on the H200
+# (docs/measurements/*/optuna.db) at 20, 30 and 60 minutes, with the null's false "faster" (issue 31, item 5;
+# docs/benchmarks.md). REPLAY_ARGS="--draws 50" for a quick look.
+REPLAY_ARGS ?=
+bench-replay: install
+	$(PY) -m autotune.bench.replay $(REPLAY_ARGS)
+
 .PHONY: bench-faults
 
 # The fault benchmark: the two kill -9 worker tests KILL9_RUNS times (default 20) while two busy loops load the

@@ -12,14 +12,13 @@ import pytest
 from autotune.core.records import EngineConfig, RestartStatus, Workload
 from autotune.engines import EngineError
 from autotune.engines.cmd import CmdEngine
-from autotune.engines.process import TAG_ENV, EngineProcess
+from autotune.engines.process import EngineProcess, engine_leftovers
 from autotune.machine import (
     GIB,
     MeminfoReader,
     MemoryLevel,
     MemoryNotSettled,
     StartSafety,
-    engine_leftovers,
     settle,
     top_rss,
 )
@@ -95,15 +94,15 @@ def test_a_leftover_engine_process_is_found_by_its_tag_and_holds_the_start(tmp_p
         # up the new environment: on a loaded machine /proc/PID/environ can read empty for a moment (53 of 16,051
         # starts beside two busy loops). settle() asks again each interval, so this asks for a few seconds too.
         deadline = time.monotonic() + 5.0
-        while f"{proc.pid} (sleep)" not in engine_leftovers(TAG_ENV, prefix) and time.monotonic() < deadline:
+        while f"{proc.pid} (sleep)" not in engine_leftovers(prefix, ()) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert f"{proc.pid} (sleep)" in engine_leftovers(TAG_ENV, prefix)
-        assert f"{proc.pid} (sleep)" not in engine_leftovers(TAG_ENV, prefix, exclude_sessions=(proc.pid,))
+        assert f"{proc.pid} (sleep)" in engine_leftovers(prefix, ())
+        assert f"{proc.pid} (sleep)" not in engine_leftovers(prefix, exclude_sessions=(proc.pid,))
         fake = SlowRelease(tmp_path / "meminfo", full=100 * GIB)
         with pytest.raises(MemoryNotSettled, match=rf"earlier restart still run: {proc.pid} \(sleep\)"):
             settle(MemoryLevel(100 * GIB), reader=MeminfoReader(fake.path), clock=fake.clock, sleep=fake.sleep,
-                   timeout_s=3, leftovers=lambda: engine_leftovers(TAG_ENV, prefix))
-    assert f"{proc.pid} (sleep)" not in engine_leftovers(TAG_ENV, prefix)
+                   timeout_s=3, leftovers=lambda: engine_leftovers(prefix, ()))
+    assert f"{proc.pid} (sleep)" not in engine_leftovers(prefix, ())
     assert top_rss(2) and all("GiB" in row for row in top_rss(2))
 
 

@@ -55,10 +55,10 @@ def test_the_power_the_plan_computes_is_what_the_analysis_delivers():
 
 def test_a_plan_the_budget_cannot_pay_says_what_it_resolves_and_the_search_effect_sizes_it():
     winner, baseline = _noise(0.02), _noise(0.12)
-    # 1.05x at 12% noise needs far more than ten minutes of restarts: the search's 1.60x, halved on the log scale.
+    # 1.05x at 12% noise needs far more than ten minutes of restarts: the search's 1.60x, discounted to its cube root.
     plan = plan_restarts(winner, baseline, search_effect=1.6, max_minutes=10.0, challenger_minutes=0.8,
                          baseline_minutes=0.8)
-    assert plan.basis == "search" and plan.effect == pytest.approx(math.sqrt(1.6))
+    assert plan.basis == "search" and plan.effect == pytest.approx(1.6 ** (1 / 3))
     assert plan.minutes is not None and plan.minutes <= 10.0 and plan.min_effect_needs is None
     # No search effect above the smallest one: what the budget pays for, and the effect it resolves.
     capped = plan_restarts(winner, baseline, search_effect=1.02, max_minutes=10.0, challenger_minutes=0.8,

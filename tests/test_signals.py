@@ -305,7 +305,7 @@ def test_a_termination_signal_waits_for_the_storage_connection_and_then_interrup
 
 
 def test_a_signal_held_for_a_connection_never_given_back_is_still_delivered(monkeypatch) -> None:
-    from autotune.engines import process
+    from autotune.engines import _signals as process  # the signal machinery's module (issue 32 moved it)
 
     monkeypatch.setattr(process, "_HOLD_MAX_S", 0.3)
     with pytest.raises(process.SignalInterrupt):

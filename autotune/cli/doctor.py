@@ -15,7 +15,6 @@ import dataclasses
 import glob
 import os
 import platform
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -159,18 +158,21 @@ def _interpreter(options: Mapping[str, Any], scratch: contextlib.ExitStack) -> t
 
 def vllm_version(interpreter: Sequence[str]) -> tuple[str | None, str | None]:
     """``(version, None)`` when ``interpreter`` imports vLLM, else ``(None, why)``."""
+    from autotune.engines.process import run_bounded
+
+    # As an engine process: a launcher's container is stopped with it when the import hangs (issue 32).
     try:
-        done = subprocess.run([*interpreter, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
-                              text=True, timeout=IMPORT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        code, stdout, stderr = run_bounded([*interpreter, "-c", "import vllm; print(vllm.__version__)"],
+                                           IMPORT_TIMEOUT_S)
     except FileNotFoundError:
         return None, f"{interpreter[0]} does not exist"
-    except subprocess.TimeoutExpired:
-        return None, f"importing vllm took more than {IMPORT_TIMEOUT_S:g} s"
     except OSError as exc:
         return None, f"{interpreter[0]} cannot run ({exc.strerror or exc})"
-    if done.returncode == 0 and done.stdout.strip():
-        return done.stdout.strip().splitlines()[-1], None
-    last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    if code is None:
+        return None, f"importing vllm took more than {IMPORT_TIMEOUT_S:g} s"
+    if code == 0 and stdout.strip():
+        return stdout.strip().splitlines()[-1], None
+    last = (stderr.strip().splitlines() or [f"exit status {code}"])[-1]
     return None, last[:200]
 
 

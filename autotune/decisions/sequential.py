@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.core.records import RestartResult
+from autotune.core.transient import standing
 from autotune.stats.intervals import Comparison, Verdict, compare
 from autotune.stats.sequential import SPENDING, look_levels, obrien_fleming_spent
 
@@ -173,7 +174,7 @@ def read_look(plan: SequentialPlan, winner: Sequence[RestartResult],
     """The winner's comparison with the baseline at the last look its restarts reach, and the design's state."""
     comparison, look, nominal = _look(plan, _counted(winner), _counted(baseline))
     equivalent = _inside_margin(comparison, plan.margin)
-    failed = any(not r.ok for r in (*winner, *baseline))
+    failed = any(not r.ok for r in (*standing(winner), *standing(baseline)))  # a rerun transient failure is none
     if comparison.verdict != Verdict.NOT_SIGNIFICANT:
         stopped = DECIDED
     elif equivalent:
@@ -200,7 +201,7 @@ def continues(plan: SequentialPlan, winner: Sequence[RestartResult], baseline: S
     1 nor shows equivalence.
     """
     done = rnd - plan.first_round
-    if done < 0 or done >= plan.extra_rounds or any(not r.ok for r in (*winner, *baseline)):
+    if done < 0 or done >= plan.extra_rounds or any(not r.ok for r in (*standing(winner), *standing(baseline))):
         return False
     w, b = _counted(winner), _counted(baseline)
     if len(w) != plan.n_winner + done or len(b) != plan.n_baseline + done:

@@ -29,6 +29,7 @@ from autotune.decisions.sequential import SequentialLook, SequentialPlan, read_l
 from autotune.stats.intervals import Comparison, TrialSummary, Verdict, compare, shrunk_means, summarize
 from autotune.stats.latency import SloCheck, check_slo, meets_slo, summarize_latency
 from autotune.core.records import EngineConfig, RestartResult
+from autotune.core.transient import TRANSIENT_RUNS_AGAIN, is_transient, standing
 
 __all__ = [
     "Candidate",
@@ -366,9 +367,16 @@ class Rounds:
         return progress
 
     def failed(self) -> set[str]:
-        """Config keys with a failed restart in any round: a broken configuration gets no more starts."""
-        return {key for by_key in self.by_round.values() for key, results in by_key.items()
-                if any(not r.ok for r in results)}
+        """Config keys with a failed restart in any round: a broken configuration gets no more starts. A transient
+        failure (the memory guard, a lost restart: :mod:`autotune.core.transient`) is the machine's, not the
+        configuration's, and is run again; only a second one of the configuration makes it failed (two floor hits
+        make it infeasible)."""
+        failed: set[str] = set()
+        for key, results in self.progress().items():
+            transient = sum(1 for r in results if is_transient(r))
+            if any(not r.ok and not is_transient(r) for r in results) or transient > TRANSIENT_RUNS_AGAIN:
+                failed.add(key)
+        return failed
 
 
 def scheduled(count: int, rounds: int, rnd: int) -> bool:
@@ -430,7 +438,7 @@ def first_round_cut(candidates: Sequence[Candidate], progress: Progress) -> list
         return challengers
 
     def score(cand: Candidate) -> float:
-        have = _restarts(cand, progress)
+        have = standing(_restarts(cand, progress))
         first = [float(r.value) for r in have if r.ok and not r.cold and r.value]  # type: ignore[arg-type]
         values = [v for v in (*cand.search_values, *first[:1]) if v > 0]
         if not first or not all(r.ok for r in have) or not values:
@@ -454,7 +462,7 @@ def _contenders(current: Sequence[Candidate], progress: Progress, rnd: int,
     """
     values = {}
     for cand in current:
-        have = _restarts(cand, progress)
+        have = standing(_restarts(cand, progress))
         if all(r.ok for r in have):
             counted = [float(r.value) for r in have if r.ok and not r.cold]  # type: ignore[arg-type]
             if len(counted) >= rnd:
@@ -491,7 +499,8 @@ def conclude(
     # 95% of the time. Intervals at the Bonferroni level over the family cover every member at once, the
     # winner included (docs/benchmarks.md: coverage rose from 92-94% to 96-99% on the simulator).
     family = 1.0 - (1.0 - confidence) / max(1, len(candidates))
-    summaries = {c.config.key(): summarize(c.config, per_key[c.config.key()], family, interval_method, unit)
+    # A transient failure that was run again is in the record, not in the summary (autotune.core.transient).
+    summaries = {c.config.key(): summarize(c.config, standing(per_key[c.config.key()]), family, interval_method, unit)
                  for c in candidates}
     base = next(c for c in candidates if c.role == BASELINE)
     base_summary = summaries[base.config.key()]

@@ -41,6 +41,8 @@ class EngineBackend(abc.ABC):
 
     #: Registry name (``sim``, ``cmd``, ``vllm``).
     name: str = "base"
+    #: What :meth:`least_start_s` says (0: no bound known).
+    LEAST_START_S: float = 0.0
 
     def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
         self.cache_dir = cache_dir
@@ -78,6 +80,12 @@ class EngineBackend(abc.ABC):
         The budget prices a start into empty caches apart from other cold starts (:mod:`autotune.study._budget`).
         """
         return None
+
+    def least_start_s(self) -> float:
+        """The fewest seconds any start of this engine takes, known before one is measured (0: no bound known).
+        A minutes budget that cannot pay for the smallest study at this price is refused before any start
+        (:func:`autotune.study._budget.check_budget`)."""
+        return self.LEAST_START_S
 
     def describe(self) -> EngineFacts:
         """Facts for tracking: engine name and version, GPU name, driver, CUDA version, when known."""

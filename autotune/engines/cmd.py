@@ -36,10 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import shlex
-import signal
 import subprocess
 import tempfile
 import time
@@ -52,8 +50,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotune.core import facts as F
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._output_check import check_request, output_facts, skip_reason
-from autotune.engines.process import _LIVE, TAG_ENV, EngineProcess
-from autotune.machine import MemoryNotSettled, StartSafety, engine_leftovers, parse_page_cache
+from autotune.engines.process import EngineProcess, engine_leftovers
+from autotune.machine import MemoryNotSettled, StartSafety, parse_page_cache, wait_seconds
 from autotune.core.records import EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus, Workload
 
 __all__ = ["CmdEngine", "ProtocolError", "parse_result_line"]
@@ -111,10 +109,11 @@ class CmdEngine(EngineBackend):
             raise EngineError(f"cmd engine: {exc}") from None
         # The level memory must come back to before each start is measured now, when the study begins. A leftover
         # is a process of ours that no live EngineProcess holds (another engine's forkserver host is not one).
-        self.safety = StartSafety(floor, _seconds("settle_timeout_s", options.get("settle_timeout_s", 300.0)),
-                                  leftovers=lambda: engine_leftovers(TAG_ENV, f"{os.getpid()}-",
-                                                                     [p.pid for p in list(_LIVE)]),
-                                  page_cache=page_cache)
+        try:
+            self.safety = StartSafety(floor, _seconds("settle_timeout_s", options.get("settle_timeout_s", 300.0)),
+                                      leftovers=engine_leftovers, page_cache=page_cache)
+        except ValueError as exc:  # a floor the machine cannot meet (issue 32)
+            raise EngineError(f"cmd engine: {exc}") from None
 
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         """Run the command once; never raises for a failing restart. The restart's memory and machine facts
@@ -210,7 +209,7 @@ class CmdEngine(EngineBackend):
             # The memory guard watches from before the start to the end; a trip SIGKILLs the group at once.
             with self.safety.guard() as guard, EngineProcess(self.command, stdin=stdin, stdout=out, stderr=err,
                                                              env=self._env(restart, seed)) as proc:
-                guard.attach(lambda: proc.signal_group(signal.SIGKILL))
+                guard.attach(proc.kill_now)  # the group, and a container it started, at once
                 try:
                     returncode: int | None = proc.wait(timeout=self.timeout_s)
                 except subprocess.TimeoutExpired:
@@ -442,9 +441,10 @@ def _command(value: Any) -> list[str]:
 
 
 def _seconds(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
-        raise EngineError(f"cmd engine: engine.{key} must be a positive number of seconds, got {value!r}")
-    return float(value)
+    try:
+        return wait_seconds(value, key)  # the rule every engine applies to its waits (issue 32)
+    except ValueError as exc:
+        raise EngineError(f"cmd engine: {exc}") from None
 
 
 def _last_line(text: str) -> str:

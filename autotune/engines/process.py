@@ -11,10 +11,16 @@ through :class:`EngineProcess`:
   process started for an engine carries a tag in its environment, which its descendants inherit, and anything
   tagged that outlives the stop is killed and reported. On Linux autotune also becomes a child subreaper
   (``prctl(PR_SET_CHILD_SUBREAPER)``), so such orphans are re-parented to it rather than to init and their exit
-  status is reaped here instead of lingering.
+  status is reaped here instead of lingering;
+* a container it starts (``docker run``, ``podman run``) gets a name of its own and is killed by it when the process
+  is stopped: the container is the daemon's child, in neither the group nor the tag (:mod:`._containers`).
 
-:func:`interrupt_on_sigterm` makes SIGTERM (``docker stop``, systemd, Slurm) and SIGHUP (a closed terminal or ssh
-session) behave like Ctrl-C, so every ``except KeyboardInterrupt`` cleanup path runs for them too.
+This module is the one scanner of tagged processes (issue 32): the memory guard and the settle of ``machine/`` do
+not scan for them, the engines hand them :func:`kill_started_since` (or :meth:`EngineProcess.kill_now`) and
+:func:`engine_leftovers` (``machine/`` sits below ``engines/`` and may not import it).
+
+:func:`interrupt_on_sigterm` (:mod:`._signals`) makes SIGTERM (``docker stop``, systemd, Slurm) and SIGHUP (a closed
+terminal or ssh session) behave like Ctrl-C, so every ``except KeyboardInterrupt`` cleanup path runs for them too.
 """
 
 from __future__ import annotations
@@ -30,10 +36,14 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import IO, Any
 
 import psutil
+
+from autotune.engines._containers import Container, kill_container, named_run
+from autotune.engines._signals import (TERMINATING_SIGNALS, SignalInterrupt, hold_interruptions, interrupt_on_sigterm,
+                                       release_interruptions)
 
 __all__ = [
     "TAG_ENV",
@@ -42,11 +52,17 @@ __all__ = [
     "Survivor",
     "TERMINATING_SIGNALS",
     "enable_subreaper",
+    "engine_leftovers",
     "group_alive",
+    "hold_interruptions",
     "interrupt_on_sigterm",
     "kill_group",
+    "kill_started_since",
     "orphaned_engine_processes",
+    "own_tagged",
     "process_name",
+    "release_interruptions",
+    "run_bounded",
     "stop_live",
     "stop_orphans",
     "tagged_processes",
@@ -63,176 +79,6 @@ _KILL_WAIT_S = 5.0
 
 _log = logging.getLogger(__name__)
 _subreaper: bool | None = None
-
-
-#: Signals that end autotune the way Ctrl-C does (engines stopped, the trial queued again, runs closed, resumable):
-#: SIGTERM (``docker stop``, systemd, Slurm) and SIGHUP (the terminal or ssh session closed).
-TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-#: How soon a signal whose interruption was swallowed (see :func:`interrupt_on_sigterm`) is delivered again.
-_REDELIVER_S = 0.05
-#: The longest a termination signal waits for the main thread to give a storage connection back. SQLite's busy
-#: timeout is 30 s (store._storage.SQLITE_BUSY_TIMEOUT_S), so a transaction waiting on a lock ends well within it.
-_HOLD_MAX_S = 60.0
-
-
-class SignalInterrupt(KeyboardInterrupt):
-    """A termination signal delivered as an interruption, so it takes Ctrl-C's cleanup paths.
-
-    Attributes:
-        signum: The signal number.
-        signal_name: ``SIGTERM``, ``SIGHUP``.
-    """
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-        self.signal_name = signal.Signals(signum).name
-
-
-class _Delivery:
-    """One block's termination signal: whether an interruption is still owed for it.
-
-    The handler raises :class:`SignalInterrupt` wherever the main thread happens to be. When that is a
-    ``__del__`` or a garbage-collection callback (an SQLite connection's finalizer, MLflow's), Python prints
-    "Exception ignored in ..." and carries on: the signal would be lost and the run would end with status 0. So
-    the interruption is *owed* from the moment the signal arrives until it has been raised somewhere that does
-    not swallow it. ``sys.unraisablehook`` tells which raises were swallowed: the signal is then sent again a
-    moment later, when the finalizer has returned, and if the block ends first it raises on the way out.
-    """
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self.owed = False
-        self.active = True
-        self.lock = threading.Lock()
-
-    def handler(self, signum: int, frame: Any) -> None:
-        if self.signum is None:
-            self.signum, self.owed = signum, True
-        if self.owed and signum == self.signum and _deferral.holding():
-            # Inside a storage transaction: raising here would leave it half done, its lock held (SQLite: the
-            # cleanup's own writes then fail "database is locked"). Delivered when the connection goes back.
-            _deferral.owe(self)
-            return
-        # Only the first signal interrupts: later ones arrive while the interruption is being cleaned up (engines
-        # stopped, trials marked, runs closed) and must not cut that short.
-        if self.owed and signum == self.signum:
-            self.owed = False
-            raise SignalInterrupt(signum)
-
-    def redeliver_soon(self) -> None:
-        """Send the owed signal again a moment from now, from a timer thread (the main thread runs the handler
-        at its next bytecode, wherever that is: never from inside the code that found the signal owed)."""
-        timer = threading.Timer(_REDELIVER_S, self._redeliver)
-        timer.daemon = True
-        timer.start()
-
-    def swallowed(self, exc: BaseException) -> bool:
-        """Called for an unraisable exception: whether it was this block's interruption (now owed again)."""
-        if not isinstance(exc, SignalInterrupt) or exc.signum != self.signum:
-            return False
-        self.owed = True
-        self.redeliver_soon()
-        return True
-
-    def _redeliver(self) -> None:
-        with self.lock:
-            if self.active and self.owed and self.signum is not None:
-                os.kill(os.getpid(), self.signum)
-
-    def close(self) -> int | None:
-        """End the block: the signal still owed (it was swallowed and not raised since), if any."""
-        with self.lock:
-            self.active = False
-            return self.signum if self.owed else None
-
-
-class _Deferral:
-    """Stretches of the main thread a termination signal must not cut: while it holds a storage connection.
-
-    The storage layer calls :func:`hold_interruptions` and :func:`release_interruptions` as the main thread takes
-    and gives back a database connection (SQLAlchemy's pool ``checkout``/``checkin``); other threads' connections
-    (the heartbeat's) do not count, since only the main thread is interrupted.
-    """
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.since = 0.0
-        self.pending: _Delivery | None = None
-
-    def holding(self) -> bool:
-        # Bounded: a connection the pool never reported back must not make autotune deaf to SIGTERM.
-        return self.depth > 0 and time.monotonic() - self.since < _HOLD_MAX_S
-
-    def owe(self, delivery: _Delivery) -> None:
-        self.pending = delivery
-        # Delivered at the checkin; and once more after the bound, in case no checkin ever comes.
-        timer = threading.Timer(_HOLD_MAX_S + _REDELIVER_S, delivery._redeliver)
-        timer.daemon = True
-        timer.start()
-
-    def enter(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            if self.depth == 0:
-                self.since = time.monotonic()
-            self.depth += 1
-
-    def leave(self) -> None:
-        if threading.current_thread() is not threading.main_thread() or self.depth == 0:
-            return
-        self.depth -= 1
-        if self.depth == 0 and self.pending is not None:
-            delivery, self.pending = self.pending, None
-            delivery.redeliver_soon()
-
-
-_deferral = _Deferral()
-
-
-def hold_interruptions() -> None:
-    """The main thread took a storage connection: a termination signal waits until it is given back."""
-    _deferral.enter()
-
-
-def release_interruptions() -> None:
-    """The main thread gave a storage connection back: a signal that waited is delivered a moment later."""
-    _deferral.leave()
-
-
-@contextlib.contextmanager
-def interrupt_on_sigterm() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise :class:`SignalInterrupt` (a ``KeyboardInterrupt``) in the main
-    thread, and the interruption is never lost (see :class:`_Delivery`): if it was swallowed inside a finalizer,
-    it is raised again shortly, or at the latest when the block ends.
-
-    Only the first signal raises. Outside the main thread this is a no-op.
-    """
-    delivery = _Delivery()
-    previous: dict[int, Any] = {}
-    try:
-        for sig in TERMINATING_SIGNALS:
-            previous[sig] = signal.signal(sig, delivery.handler)
-    except ValueError:  # not the main thread: signals cannot be handled here
-        yield
-        return
-    previous_hook = sys.unraisablehook
-
-    def hook(unraisable: Any) -> None:
-        if not delivery.swallowed(unraisable.exc_value):
-            previous_hook(unraisable)
-
-    sys.unraisablehook = hook
-    owed = None
-    try:
-        yield
-        owed = delivery.close()
-    finally:
-        delivery.close()
-        sys.unraisablehook = previous_hook
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if owed is not None:
-        raise SignalInterrupt(owed)
 
 
 def enable_subreaper() -> bool:
@@ -303,6 +149,54 @@ def tagged_processes(tag: str) -> list[int]:
     """Live processes whose environment carries ``TAG_ENV=tag``: an engine's descendants (a zombie's environment
     is gone, so zombies are not found here)."""
     return [proc.pid for proc, found in _tags() if found == tag]
+
+
+def _own_prefix() -> str:
+    return f"{os.getpid()}-"
+
+
+def own_tagged(owner_prefix: str | None = None) -> set[int]:
+    """Live processes tagged by this autotune (their tag starts with ``owner_prefix``, by default this process's
+    ``<pid>-``), never this process itself: what a restart's start is told apart from."""
+    prefix = _own_prefix() if owner_prefix is None else owner_prefix
+    me = os.getpid()
+    return {proc.pid for proc, tag in _tags() if proc.pid != me and tag.startswith(prefix)}
+
+
+def kill_started_since(before: Collection[int], owner_prefix: str | None = None) -> list[int]:
+    """SIGKILL, at once, what this autotune started since ``before`` (:func:`own_tagged` taken before a start): the
+    process group of every such tagged process (never our own group), and the container of every live
+    :class:`EngineProcess` started since (:meth:`EngineProcess.kill_now`). The memory guard's kill for an engine
+    started inside a launcher, where no handle to it is at hand when the guard trips (``before`` holds a
+    forkserver host that lives on). Returns the pids killed."""
+    my_group = os.getpgrp()
+    killed = []
+    for pid in sorted(own_tagged(owner_prefix) - set(before)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            group = os.getpgid(pid)
+            if group != my_group:
+                os.killpg(group, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    for proc in list(_LIVE):
+        if proc.pid not in before and proc.container is not None:
+            proc.kill_now()
+    return killed
+
+
+def engine_leftovers(owner_prefix: str | None = None, exclude_sessions: Collection[int] | None = None) -> list[str]:
+    """Live processes this autotune tagged (``owner_prefix``, by default ours) outside ``exclude_sessions`` (by
+    default the sessions of the live :class:`EngineProcess`es: a forkserver host meant to live on between restarts),
+    as ``pid (name)``: what the settle before a start waits to see gone."""
+    prefix = _own_prefix() if owner_prefix is None else owner_prefix
+    sessions = {p.pid for p in list(_LIVE)} if exclude_sessions is None else set(exclude_sessions)
+    found = []
+    for proc, tag in _tags():
+        if not tag.startswith(prefix) or _session(proc.pid) in sessions or not _live(proc.pid):
+            continue
+        found.append(f"{proc.pid} ({process_name(proc.pid) or '?'})")
+    return found
 
 
 def _started(pid: int) -> float | None:
@@ -480,6 +374,32 @@ def _signals_held() -> Iterator[None]:
             signal.raise_signal(pending[0])  # to the handler it was meant for: Ctrl-C's, SIGTERM's, or the default
 
 
+def run_bounded(argv: Sequence[str], timeout_s: float, *, env: Mapping[str, str] | None = None,
+                grace_s: float = 5.0) -> tuple[int | None, str, str]:
+    """Run a short command (a check, not an engine) as an :class:`EngineProcess`: stdin closed, its output kept
+    through temporary files (a descendant holding a pipe cannot block us), and stopped with everything it started,
+    its container included, by ``timeout_s`` at the latest.
+
+    Returns:
+        ``(exit status, or None when it timed out; stdout; stderr)``.
+
+    Raises:
+        OSError: the command cannot be started.
+    """
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        with EngineProcess(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env) as proc:
+            try:
+                code: int | None = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                code = None
+            proc.stop(grace_s=grace_s)
+        out.seek(0)
+        err.seek(0)
+        return code, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+
+
 def stop_live() -> None:
     """Stop every engine process still running: what an interruption between its start and its ``with`` left."""
     for proc in list(_LIVE):
@@ -509,9 +429,12 @@ class EngineProcess:
         self.tag = f"{os.getpid()}-{uuid.uuid4().hex}"
         full_env = dict(os.environ if env is None else env)
         full_env[TAG_ENV] = self.tag
-        self.argv = list(argv)
+        # A container runtime's client gets a container name of its own, so the container dies with it (_containers).
+        self.container: Container | None
+        self.argv, self.container = named_run(argv, self.tag)
         self.survivors: list[Survivor] = []
         self._stopped = False
+        self._container_killed = False
         # Ctrl-C or SIGTERM landing while the child starts would raise before anything holds it, and the engine
         # would run on unstopped: the interruption waits until it is registered, and stop_live() (which the study
         # and the command call on every interruption) stops what is registered here.
@@ -542,6 +465,14 @@ class EngineProcess:
         """Send ``sig`` to the whole group (no effect once it is gone)."""
         _signal_group(self.pid, signal.Signals(sig))
 
+    def kill_now(self) -> None:
+        """SIGKILL the group and its container at once, with no grace (a memory-guard trip); :meth:`stop` still
+        follows. Safe to call again: the container is killed until the runtime says it did (a client killed as it
+        starts may leave the container to be created a moment later)."""
+        self.signal_group(signal.SIGKILL)
+        if self.container is not None and not self._container_killed:
+            self._container_killed = kill_container(self.container, wait=False)
+
     def stop(self, grace_s: float = 5.0) -> list[Survivor]:
         """Stop the leader and its group (SIGTERM, ``grace_s``, SIGKILL), reap it, then kill escaped descendants.
 
@@ -561,6 +492,9 @@ class EngineProcess:
                 self.popen.wait()
         # The leader is reaped; whatever is left of its group (an engine core that ignored SIGTERM) goes now.
         kill_group(self.pid, grace_s=grace_s)
+        if self.container is not None:
+            # The container is the daemon's child, not in the group: the runtime kills it, and we wait (bounded).
+            kill_container(self.container)
         self.survivors = self._kill_escaped(seen)
         _reap_orphans(set(seen), {self.pid, *seen.values()})
         self._stopped = True

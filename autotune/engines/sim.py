@@ -408,8 +408,11 @@ def _host(unified: Any, floor: Any, page_cache: Any, hardware: model.HardwarePro
     # turns on the profile's unified memory: a profile with memory of its own (h200) has none to model.
     if not (unified and hardware.unified_memory):
         return None
-    return memory.SimulatedHost(memory.UnifiedMemory(), None if floor is None else float(floor), model_profile,
-                                page_cache=policy)
+    try:
+        return memory.SimulatedHost(memory.UnifiedMemory(), None if floor is None else float(floor), model_profile,
+                                    page_cache=policy)
+    except ValueError as exc:  # a floor the simulated host cannot meet (issue 32)
+        raise EngineError(f"sim engine: {exc}") from None
 
 
 def _noise(value: Any, default: float) -> float:

@@ -21,8 +21,6 @@ from autotune.machine._guard import (
     floor_hits,
     floor_infeasible,
     is_driver_oom,
-    kill_tagged_except,
-    tagged_pids,
 )
 from autotune.machine._meminfo import GIB, MemInfo, MeminfoReader, gib, read_meminfo
 from autotune.machine._pagecache import (
@@ -35,12 +33,11 @@ from autotune.machine._pagecache import (
     weight_files,
     weights_bytes,
 )
-from autotune.machine._safety import StartSafety, engine_floor
+from autotune.machine._safety import MAX_WAIT_S, StartSafety, engine_floor, wait_seconds
 from autotune.machine._settle import (
     MemoryLevel,
     MemoryNotSettled,
     SettleResult,
-    engine_leftovers,
     measure_level,
     settle,
     top_rss,
@@ -71,8 +68,9 @@ __all__ = [
     "departure",
     "departures",
     "driver_version",
+    "MAX_WAIT_S",
     "engine_floor",
-    "engine_leftovers",
+    "wait_seconds",
     "floor_constraint",
     "floor_hits",
     "floor_infeasible",
@@ -82,14 +80,12 @@ __all__ = [
     "hub_cache_dir",
     "is_driver_oom",
     "is_unified_memory",
-    "kill_tagged_except",
     "measure_level",
     "parse_page_cache",
     "plan_page_cache",
     "read_machine_state",
     "read_meminfo",
     "settle",
-    "tagged_pids",
     "top_rss",
     "weight_files",
     "weights_bytes",

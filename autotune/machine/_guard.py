@@ -20,14 +20,12 @@ import dataclasses
 import errno
 import os
 import re
-import signal
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-import psutil
-
+from autotune.core.transient import GUARD_PREFIX  # every guard failure reason starts with it
 from autotune.machine._meminfo import GIB, MeminfoReader, MemInfo, gib
 
 __all__ = [
@@ -46,8 +44,6 @@ __all__ = [
     "floor_hits",
     "floor_infeasible",
     "is_driver_oom",
-    "kill_tagged_except",
-    "tagged_pids",
 ]
 
 #: Seconds between samples. The issue asks for 0.5 s at most; at 0.25 s a collapse of 3 GiB/s (#54200's 26.5 GiB
@@ -57,8 +53,6 @@ SAMPLE_INTERVAL_S = 0.25
 #: (8.5 GiB of a Spark's 121.7 GiB). Both empirical.
 DEFAULT_FLOOR_MIN_BYTES = 8 * GIB
 DEFAULT_FLOOR_FRACTION = 0.07
-#: Every guard failure reason starts with this, so the study can count hits from the restarts' errors alone.
-GUARD_PREFIX = "memory guard:"
 #: The Optuna constraint a configuration carries (``Trial.set_constraint``; feasible at or below 0).
 FLOOR_CONSTRAINT = "memory_floor"
 #: Hits of the floor after which a configuration is infeasible.
@@ -319,37 +313,6 @@ class MemoryGuard:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-def tagged_pids(env_name: str, owner_prefix: str) -> set[int]:
-    """Live processes whose environment has ``env_name`` starting with ``owner_prefix`` (never this one)."""
-    found = set()
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.pid != os.getpid() and str(proc.environ().get(env_name, "")).startswith(owner_prefix):
-                found.add(proc.pid)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
-def kill_tagged_except(env_name: str, owner_prefix: str, existing: Collection[int]) -> list[int]:
-    """SIGKILL the process groups of tagged processes (:func:`tagged_pids`) that are not in ``existing``: the
-    engine a guard watches when no handle to it is at hand (a vLLM restart is started inside the launcher), with
-    ``existing`` taken before it started (a forkserver host that lives on is in it). Never our own group.
-    Returns the pids killed.
-    """
-    my_group = os.getpgrp()
-    killed = []
-    for pid in sorted(tagged_pids(env_name, owner_prefix) - set(existing)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            group = os.getpgid(pid)
-            if group != my_group:
-                os.killpg(group, signal.SIGKILL)
-            else:
-                os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-    return killed
 
 
 # -- the study's rule ------------------------------------------------------------------------------------

@@ -21,7 +21,25 @@ from autotune.machine._pagecache import DROP_CACHES_PATH, apply_page_cache, plan
 from autotune.machine._settle import SETTLE_INTERVAL_S, SETTLE_TIMEOUT_S, MemoryLevel, SettleResult, settle
 from autotune.machine._state import MachineState, read_machine_state
 
-__all__ = ["SMALL_HOST_FLOOR_FRACTION", "StartSafety", "engine_floor"]
+__all__ = ["MAX_WAIT_S", "SMALL_HOST_FLOOR_FRACTION", "StartSafety", "engine_floor", "wait_seconds"]
+
+#: The longest any engine wait (a settle, a start-up, a measurement, a kill's grace) may be set to: a day. A sanity
+#: bound, not a tuning choice (a GB10 start takes minutes; NVIDIA's guide waits 900 s for /health): a larger number
+#: (``1e300``) is a typo or a unit error, and ``inf`` or NaN would make the wait endless (issue 32).
+MAX_WAIT_S = 86_400.0
+
+
+def wait_seconds(value: Any, field: str) -> float:
+    """``value`` as the seconds of a wait, the same rule in every engine: a finite number over 0, at most
+    :data:`MAX_WAIT_S`.
+
+    Raises:
+        ValueError: one line naming ``engine.<field>``, what it must be, and the value given.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_WAIT_S:
+        raise ValueError(f"engine.{field} must be a number of seconds over 0 and at most {MAX_WAIT_S:g} (a day), "
+                         f"got {value!r}")
+    return float(value)
 
 #: On a small host the default floor (8 GiB) would leave nothing to run in: there it is at most this fraction of
 #: MemTotal (4 GiB of a 16 GiB laptop). A Spark's default (8.5 GiB of 121.7) is far under it.
@@ -71,8 +89,13 @@ class StartSafety:
         info = self.reader()
         self.total = info.total
         self.floor = engine_floor(floor_gib, info.total)
+        if self.floor >= info.total:
+            # No start could ever begin: each would wait out the settle for memory no machine of this size has.
+            raise ValueError(f"engine.memory_floor_gib {floor_gib:g} GiB is at or above this machine's MemTotal "
+                             f"{info.total / GIB:.1f} GiB, so no engine could ever start; set it under MemTotal, or "
+                             "leave it out for the default (max(8 GiB, 7% of MemTotal))")
+        self.settle_timeout_s = wait_seconds(settle_timeout_s, "settle_timeout_s")
         self.baseline = MemoryLevel(info.available, gpu_reader() if gpu_reader is not None else None)
-        self.settle_timeout_s = settle_timeout_s
         if unified is None and (check_host is None or page_cache is None):
             unified = is_unified_memory(gpu_states(), info.total)
         if check_host is None:

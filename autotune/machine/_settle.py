@@ -18,9 +18,8 @@ If that does not happen within the timeout, :class:`MemoryNotSettled` says in on
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -34,7 +33,6 @@ __all__ = [
     "MemoryLevel",
     "MemoryNotSettled",
     "SettleResult",
-    "engine_leftovers",
     "measure_level",
     "settle",
     "tolerance_bytes",
@@ -99,23 +97,6 @@ def top_rss(n: int = 3) -> list[str]:
             rows.append((mem.rss, proc.info["pid"], proc.info.get("name") or "?"))
     rows.sort(reverse=True)
     return [f"{pid} {name} {gib(rss)}" for rss, pid, name in rows[:n]]
-
-
-def engine_leftovers(env_name: str, owner_prefix: str, exclude_sessions: Collection[int] = ()) -> list[str]:
-    """Live processes whose ``env_name`` starts with ``owner_prefix`` (the engines this autotune started), outside
-    the sessions in ``exclude_sessions`` (helpers meant to live on, such as a forkserver host): ``pid (name)``."""
-    found = []
-    for proc in psutil.process_iter(["pid", "name", "status"]):
-        try:
-            if proc.info["status"] in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
-                continue
-            tag = proc.environ().get(env_name)
-            if tag is None or not tag.startswith(owner_prefix) or os.getsid(proc.pid) in exclude_sessions:
-                continue
-        except (psutil.Error, OSError):
-            continue
-        found.append(f"{proc.info['pid']} ({proc.info['name']})")
-    return found
 
 
 def settle(baseline: MemoryLevel, *, reader: Callable[[], MemInfo] | None = None,

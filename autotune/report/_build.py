@@ -469,7 +469,8 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                   search_best, table, winner, baseline, verdict, check, prompts=prompts_note(meta),
                   objective=meta.objective, slo=dict(meta.slo), search_latency=search_latency(ledger),
                   slo_outcome=outcome, search_trials=search_trials,
-                  no_result=no_result_reason(counts, failures, winner, baseline, table is not None), levels=levels,
+                  no_result=no_result_reason(counts, failures, winner, baseline, table is not None,
+                                             table.entries if table else ()), levels=levels,
                   cold_starts=_cold_starts_line(ledger),
                   machine=machine_notes([*((f"trial {r.number}", r.config, r.restarts) for r in records
                                            if r.duplicate_of is None),
@@ -508,11 +509,12 @@ def _flag_speculation_changes(ledger: Ledger, rows: tuple[VerifiedRow, ...]) -> 
 
 
 def no_result_reason(counts: TrialCounts, failures: Sequence[FailedTrial], winner: VerifiedRow | None,
-                     baseline: VerifiedRow | None, verified: bool) -> str | None:
+                     baseline: VerifiedRow | None, verified: bool, rows: Sequence[VerifiedRow] = ()) -> str | None:
     """Why the study has nothing to claim, or ``None``.
 
     A study that verified must have a measured winner and a measured baseline (else there is no speedup to
-    state, and no configuration to export); one that did not verify (``--no-verify``, or stopped before it) must
+    state, and no configuration to export), and a measured challenger (else "keep the engine defaults" would rest
+    on no comparison, issue 32); one that did not verify (``--no-verify``, or stopped before it) must
     have measured at least one search trial.
     """
     if verified:
@@ -523,6 +525,10 @@ def no_result_reason(counts: TrialCounts, failures: Sequence[FailedTrial], winne
         if winner is None or winner.status != "ok" or not winner.n:
             why = (winner.failure if winner is not None else None) or "no restart succeeded"
             return f"no verified configuration was measured: {why}"
+        if not any(not r.is_baseline and r.status == "ok" and r.n for r in rows):  # "keep the defaults" needs one
+            why = next((r.failure for r in rows if r.failure and not r.is_baseline), None) or next(
+                (f.reason for f in failures), "the search measured no configuration but the engine defaults")
+            return f"no configuration was compared with the baseline in verification: {why}"
         return None
     if not counts.complete:
         return "no search trial was measured" + (f": {failures[0].reason}" if failures else "")

@@ -97,6 +97,13 @@ VERIFY_CONCLUDE_JOB = "verify-conclude"
 #: Without verification: closing the study once its search of this many finished trials is over.
 FINISH_JOB = "finish-after-{}-trials"
 _VERIFY_ROUND_JOB = "verify-round-{}"
+#: The n-th redo, after the verification concluded, of round restarts a transient fault (a guard trip) cost and
+#: nothing ran again, and a new conclusion (issue 32); each of its restarts belongs to the round it ran for.
+VERIFY_REDO_JOB = "verify-redo-{}"
+#: Running again, after the verification concluded, restarts of its rounds that a transient fault (a guard trip)
+#: cost and nothing ran again, then concluding anew (issue 32): the n-th such job. Its restarts belong to the round
+#: each was run for (their ``restart``).
+_VERIFY_REDO_JOB = "verify-redo-{}"
 #: Queuing again a trial that was failed for a dead worker but whose retry was never queued (the process failing it
 #: died in between, e.g. on a full disk: issue 22, FS01).
 _REQUEUE_JOB = "requeue-trial-{}"

@@ -51,14 +51,13 @@ from autotune.store._keys import (  # noqa: F401 - the key constants are importa
     _RESTARTS_KEY, _SCHEMA_KEY, _SEARCH_CLOSED_KEY, _SEARCH_END_KEY, _SEARCH_STOPPED_KEY, _SLO_CHECKS_KEY, _SPACE_YAML_KEY,
     _STUDY_UID_KEY, _SUMMARY_KEY, _VERIFICATION_KEY, _VERIFY_CANDIDATES_KEY, _VERIFY_PROGRESS_KEY,
     _VERIFY_ROUND_JOB, _VERIFY_SEQUENTIAL_KEY, CLAIM_JOB_KEY, CLAIM_OWNER_KEY, CLAIM_RESTARTS_KEY, CLAIMS_SUFFIX, FINISH_JOB,
-    MLFLOW_PARENT_JOB, SCHEMA_VERSION, VERIFY_CONCLUDE_JOB, bare as _bare,
+    MLFLOW_PARENT_JOB, SCHEMA_VERSION, VERIFY_CONCLUDE_JOB, VERIFY_REDO_JOB, bare as _bare,
 )
 from autotune.store._meta import StudyMeta
 from autotune.store._stored import decoded, list_of, mapping, mapping_of, text, whole
 from autotune.store._verification_records import VerificationRecords
 from autotune.store.search_end import SearchEnd
-from autotune.store._owners import owner_id
-from autotune.store._owners import pid_dead as _pid_dead
+from autotune.store._owners import owner_id, pid_dead as _pid_dead
 from autotune.store._storage import (  # noqa: F401 - _serialize_sqlite: tests name it here
     DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_STORE_DIR, DEFAULT_WORKDIR, GRACE_FACTOR, MAX_RETRIES,
     SQLITE_BUSY_TIMEOUT_S, LedgerError, _serialize_sqlite, ensure_sqlite_dir, latest_study_name, make_storage,
@@ -70,7 +69,7 @@ from autotune.store.fingerprint import Fingerprint
 __all__ = [
     "CLAIMS_SUFFIX", "CLAIM_JOB_KEY", "CLAIM_OWNER_KEY", "CLAIM_RESTARTS_KEY", "DEFAULT_HEARTBEAT_S",
     "DEFAULT_STORAGE", "DEFAULT_STORE_DIR", "DEFAULT_WORKDIR", "FINISH_JOB", "GRACE_FACTOR", "MAX_RETRIES",
-    "MLFLOW_PARENT_JOB", "SCHEMA_VERSION", "SQLITE_BUSY_TIMEOUT_S", "VERIFY_CONCLUDE_JOB", "Ledger", "LedgerError",
+    "MLFLOW_PARENT_JOB", "SCHEMA_VERSION", "SQLITE_BUSY_TIMEOUT_S", "VERIFY_CONCLUDE_JOB", "VERIFY_REDO_JOB", "Ledger", "LedgerError",
     "SearchEnd", "StudyMeta", "TrialRecord", "over_floor", "trial_failed", "create_or_load", "ensure_sqlite_dir", "latest_study_name", "load", "claim_attrs",
     "claim_holder_gone", "claim_job", "make_storage", "owner_id", "record_claim_restarts", "redact", "study_names",
 ]
@@ -574,6 +573,9 @@ class Ledger(VerificationRecords):
                 by_key = rounds.setdefault(int(job[len(prefix):]), {})
                 for key, runs in (t.user_attrs.get(_RESTARTS_KEY) or {}).items():
                     by_key.setdefault(key, []).extend(runs)
+            elif job.startswith(VERIFY_REDO_JOB.format("")):  # a redo (issue 32): each restart in the round it ran for
+                for key, run in ((k, r) for k, rs in (t.user_attrs.get(_RESTARTS_KEY) or {}).items() for r in rs):
+                    rounds.setdefault(int(run.get("restart") or 0), {}).setdefault(key, []).append(run)
         return rounds
 
     def study_uid(self) -> str | None:

@@ -344,13 +344,15 @@ def smallest_restart_budget(space: SearchSpace, options: StudyOptions) -> int:
         budget = need
 
 
-def check_budget(ledger: Ledger, space: SearchSpace, options: StudyOptions) -> None:
+def check_budget(ledger: Ledger, space: SearchSpace, options: StudyOptions, least_start_s: float = 0.0) -> None:
     """Refuse a budget too small for :func:`minimum_plan`, naming the smallest one that would do.
 
     A restart budget is checked before anything runs. A minutes budget needs to know what a start costs: it is
     checked before anything runs when the study has a warm start on record (a resume), else as soon as one has
-    been measured (the first baseline's second start); once a search trial has finished it is past the minimum
-    and never refused.
+    been measured (the first baseline's second start); before that, against ``least_start_s``, the fewest
+    seconds the engine says any start takes (:meth:`~autotune.engines.EngineBackend.least_start_s`; issue 32:
+    ``--budget-minutes 1`` on the GB10 recipe ran 22.9 engine-minutes for nothing). Once a search trial has
+    finished it is past the minimum and never refused.
 
     Raises:
         BudgetTooSmall: one line with the flag, what it must pay for, and the least budget that would.
@@ -367,7 +369,14 @@ def check_budget(ledger: Ledger, space: SearchSpace, options: StudyOptions) -> N
         return
     costs = StartCosts.of(ledger)
     if not costs.warm:
-        return  # a warm start priced at the cold one would refuse budgets that suffice (the issue's 26 minutes)
+        # A warm start priced at the cold one would refuse budgets that suffice (the issue's 26 minutes): until one
+        # is measured, only the engine's least start is sure.
+        need = len(plan) * least_start_s / 60.0
+        if need > options.budget_minutes:
+            raise BudgetTooSmall(f"--budget-minutes {options.budget_minutes:g} is too small for {what} ({len(plan)} "
+                                 f"engine starts of at least {least_start_s:g} s each, the least one start of this "
+                                 f"engine takes): use --budget-minutes {math.ceil(need)} or more")
+        return
     need = costs.forecast(plan)
     if need > options.budget_minutes:
         cold = costs.price((None, True)) * 60.0

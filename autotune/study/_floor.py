@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from optuna.trial import TrialState
 
 from autotune.core.records import RestartResult
+from autotune.core.transient import standing
 from autotune.machine import GUARD_PREFIX, floor_constraint, floor_hits, floor_infeasible
 from autotune.store.ledger import Ledger
 
@@ -59,9 +60,9 @@ def infeasible_reason(errors: Sequence[str | None]) -> str:
 
 
 def counted_for_summary(restarts: Sequence[RestartResult]) -> list[RestartResult]:
-    """The restarts a trial's summary reads: a floor hit that was run again is in the record, not in the summary
-    (the trial went on from its rerun); the last restart always is."""
-    return [r for i, r in enumerate(restarts) if i == len(restarts) - 1 or not hit_floor(r)]
+    """The restarts a trial's summary reads: a floor hit (or another transient failure) that was run again is in
+    the record, not in the summary (the trial went on from its rerun); the last restart always is."""
+    return standing(restarts)
 
 
 def sampler_state(state: TrialState, floor_errors: Sequence[str | None] | None) -> TrialState:

@@ -124,7 +124,8 @@ def _open(space: SearchSpace, engine: EngineBackend, options: StudyOptions, work
         for params in [*space.baseline_params(), *options.enqueue]:
             ledger.study.enqueue_trial(dict(params))
         ledger.record_baselines_enqueued()
-    check_budget(ledger, space, options)  # before any engine starts (a minutes budget: when starts are on record)
+    # Before any engine starts (a minutes budget: at the engine's least start until starts are on record).
+    check_budget(ledger, space, options, engine.least_start_s())
     _record_metadata(ctx)
     return ctx
 

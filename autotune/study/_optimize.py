@@ -52,7 +52,7 @@ def _next_trial(ctx: StudyContext) -> optuna.Trial | None:
     while True:
         ledger.fail_stale()
         requeue_orphans(ledger, ctx.claims)  # a trial failed for a dead worker whose retry never came (FS01)
-        check_budget(ledger, ctx.space, options)  # a minutes budget is known to be too small once starts are priced
+        check_budget(ledger, ctx.space, options, ctx.engine.least_start_s())  # a minutes budget is known to be too small once starts are priced
         finished, running, retries, queued = ledger.search_counts()
         for waiting in retries:
             trial = ledger.pop_waiting(waiting)

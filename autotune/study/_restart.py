@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.core.records import EngineConfig, RestartResult, Workload
+from autotune.core.transient import TRANSIENT_RUNS_AGAIN, is_transient
 
 __all__ = ["ALWAYS_COLD", "measure_restart"]
 
@@ -27,6 +28,7 @@ def measure_restart(
     seed: int,
     on_result: Callable[[RestartResult], None] | None = None,
     rerun_cold: Callable[[RestartResult], bool] | None = None,
+    run_again: Callable[[RestartResult], bool] | None = None,
 ) -> list[RestartResult]:
     """One counted restart of ``config``, preceded by a warm-up restart when the engine reports it cold.
 
@@ -40,9 +42,29 @@ def measure_restart(
     Each restart is scored under the workload's objective (:meth:`Workload.scored`) before anyone sees it, so
     racing, verification, tracking and reports all read the objective's value.
 
+    A restart that failed transiently (:func:`autotune.core.transient.is_transient`: the memory guard killed it,
+    or it was lost with the forkserver host) is run once more on the same seed when ``run_again`` (given the
+    failure, after ``on_result`` saw it) says the budget and the floor rule allow it: the search and verification
+    both pass it, so neither loses a configuration, the baseline included, to one passing fault (issue 32).
+
     Returns:
-        The restarts run (one, or a cold one followed by a warm one), in order.
+        The restarts run (one, or a cold one followed by a warm one, and again after a transient failure), in
+        order.
     """
+    results: list[RestartResult] = []
+    for again in range(TRANSIENT_RUNS_AGAIN + 1):
+        results += _start(engine, config, workload, restart=restart, seed=seed, on_result=on_result,
+                          rerun_cold=rerun_cold)
+        last = results[-1]
+        if again == TRANSIENT_RUNS_AGAIN or not is_transient(last) or run_again is None or not run_again(last):
+            break
+    return results
+
+
+def _start(engine: Any, config: EngineConfig, workload: Any, *, restart: int, seed: int,
+           on_result: Callable[[RestartResult], None] | None,
+           rerun_cold: Callable[[RestartResult], bool] | None) -> list[RestartResult]:
+    """One counted restart, preceded by a warm-up restart when the engine reports it cold (see above)."""
     results = []
     for attempt in range(2):
         result = engine.run_restart(config, workload, restart=restart, seed=seed)

@@ -15,6 +15,7 @@ from autotune.store.ledger import Ledger
 from autotune.store.search_end import INTERRUPTED
 from autotune.study._open import DEFAULT_POLL_S, _open
 from autotune.study._optimize import _interruption, _search
+from autotune.study._redo import redo_lost
 from autotune.study._stopping import search_end
 from autotune.study._verification import _verify, extension_due
 from autotune.study.events import StudyContext, StudyObserver, notify
@@ -68,6 +69,8 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
             searching = False
             if options.verify and (not ledger.has_verification() or extension_due(ctx)):
                 _verify(ctx, observers)
+            elif options.verify:
+                redo_lost(ctx, observers)  # restarts a guard trip cost a concluded verification (issue 32)
             elif not ledger.has_verification():
                 # No verification: the study is over once the search is; one worker closes it.
                 claim = ctx.claims.try_claim(_ledger.FINISH_JOB.format(ledger.finished_search_trials()))

@@ -16,6 +16,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.core.records import EngineConfig, RestartResult, speculation_plan_change
+from autotune.core.transient import is_transient
 from autotune.decisions.racing import Decision, decide_trial, incumbent_values, pooled_noise
 from autotune.machine import floor_infeasible
 from autotune.stats.coldstart import (
@@ -92,8 +93,10 @@ class TrialMeasurement:
         ctx, ledger, trial = self.ctx, self.ctx.ledger, self.trial
         options = ctx.options
         policy = options.policy
-        # A floor hit that was run again is no failure of the trial (autotune.study._floor); two are.
-        carried_failure = next((r for r in counted_for_summary(self.restarts) if not r.ok and not hit_floor(r)), None)
+        # A transient failure (a floor hit, a lost restart) that was run again is no failure of the trial
+        # (autotune.core.transient); two floor hits are (autotune.study._floor).
+        carried_failure = next((r for r in counted_for_summary(self.restarts) if not r.ok and not is_transient(r)),
+                               None)
         if self._floor_infeasible():
             return
         if carried_failure is not None:
@@ -117,10 +120,9 @@ class TrialMeasurement:
                     ledger.record_planned_starts(trial, len(self.restarts))
                     return  # budget: keep what we have
             ran = measure_restart(ctx.engine, self.config, ctx.space.workload, restart=j,
-                                  seed=options.search_seed(j), on_result=self._on_result, rerun_cold=self._rerun_cold)
+                                  seed=options.search_seed(j), on_result=self._on_result, rerun_cold=self._rerun_cold,
+                                  run_again=self._run_again)
             last = ran[-1]
-            if hit_floor(last) and not self._floor_infeasible():
-                last = self._run_again_after_floor(j) or last
             if hit_floor(last) and self._floor_infeasible():
                 return
             if not last.ok:
@@ -153,15 +155,14 @@ class TrialMeasurement:
         self._end(TrialState.FAIL, infeasible_reason(errors))
         return True
 
-    def _run_again_after_floor(self, j: int) -> RestartResult | None:
-        """Restart ``j`` once more after the memory guard killed it (the budget allowing); its last result."""
+    def _run_again(self, failed: RestartResult) -> bool:
+        """Whether to run a restart again that failed transiently (the memory guard killed it, or it was lost with
+        the forkserver host): not when that made the configuration infeasible (its second floor hit), else as the
+        budget allows (:func:`autotune.study._restart.measure_restart`)."""
+        if hit_floor(failed) and self._floor_infeasible():
+            return False
         self.ctx.ledger.record_planned_starts(self.trial, len(self.restarts) + 1)
-        if not self._may_start([]):
-            return None
-        ran = measure_restart(self.ctx.engine, self.config, self.ctx.space.workload, restart=j,
-                              seed=self.ctx.options.search_seed(j), on_result=self._on_result,
-                              rerun_cold=self._rerun_cold)
-        return ran[-1]
+        return self._may_start([])
 
     def _on_result(self, result: RestartResult) -> None:
         self.restarts.append(result)

@@ -101,13 +101,17 @@ class RoundBook(Protocol):
         """Fix the sequential design for every process and resume."""
 
 
-def restart_runner(engine: Any, workload: Workload, seed_for: Callable[[int], int]) -> RunRestart:
+def restart_runner(engine: Any, workload: Workload, seed_for: Callable[[int], int],
+                   run_again: Callable[[Candidate], bool] | None = None) -> RunRestart:
     """:data:`RunRestart` on ``engine``: round ``r`` on seed ``seed_for(r)``, the same for every configuration in the
-    round (matched restarts)."""
+    round (matched restarts). A restart that failed transiently (the memory guard, a lost restart) is run once more
+    when ``run_again(candidate)`` says the budget and the floor rule allow it, as in the search
+    (:func:`measure_restart`): a passing fault never costs a configuration, the baseline included, its place."""
 
     def run(candidate: Candidate, rnd: int, on_result: Callable[[RestartResult], None]) -> object:
         return measure_restart(engine, candidate.config, workload, restart=rnd, seed=seed_for(rnd),
-                               on_result=on_result)
+                               on_result=on_result,
+                               run_again=None if run_again is None else (lambda _failed: run_again(candidate)))
 
     return run
 
@@ -165,6 +169,9 @@ class VerificationLoop:
     extension_share: float = 0.0
     plan: RestartPlan | None = None
     extension: int = 0
+    #: ``infeasible(keys)``: those the memory floor rule made infeasible (two hits, search and verification
+    #: together): like a failed configuration, they get no more starts (a guard trip alone is no failure).
+    infeasible: Callable[[Sequence[str]], set[str]] | None = None
 
     @property
     def common_rounds(self) -> int:
@@ -230,6 +237,8 @@ class VerificationLoop:
         never failed (a broken configuration gets no more starts)."""
         rounds = self.book.rounds()
         failed = rounds.failed()
+        if self.infeasible is not None:
+            failed |= self.infeasible([c.config.key() for c in participants])
         done = rounds.round(rnd)
         return [c for c in participants if c.config.key() not in failed
                 and not any(r.ok and not r.cold for r in done.get(c.config.key(), ()))]
@@ -398,7 +407,8 @@ def run_verification(
             save_progress({k: [r.to_dict() for r in v] for k, v in rounds.progress().items()})
 
     book = MemoryRounds(earlier, saved)
-    loop = VerificationLoop(candidates, book, restart_runner(engine, workload, seed_for), restarts,
+    again = (lambda _cand: True) if may_start is None else (lambda _cand: may_start(1))
+    loop = VerificationLoop(candidates, book, restart_runner(engine, workload, seed_for, again), restarts,
                             max(restarts, max_restarts or restarts), confidence, interval_method, alpha, slo,
                             workload.unit, None if may_start is None else (lambda todo: may_start(len(todo))),
                             on_result, sequential_rounds, margin,
@@ -491,7 +501,8 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         ledger.record_verify_extension(extension)
     loop = VerificationLoop(
         candidates, _StudyRounds(ctx, observers, extension),
-        _budgeted_runner(ctx, restart_runner(ctx.engine, ctx.space.workload, options.verify_seed)), common,
+        _budgeted_runner(ctx, restart_runner(ctx.engine, ctx.space.workload, options.verify_seed,
+                                             lambda cand: _may_run_again(ledger, options, cand))), common,
         max(common, options.verify_max_restarts or common), options.confidence, options.interval_method,
         slo=ctx.space.slo_constraints, unit=ctx.space.workload.unit,
         may_start=lambda todo: _verify_may_start(ledger, options, todo),
@@ -501,7 +512,7 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         rounds_fit=lambda pair, most: _sequential.rounds_fit(ledger, options, pair, most),
         baseline_restarts=base_n if plan is not None else None,
         extension_share=EXTENSION_SHARE if plan is not None else 0.0, plan=plan,
-        extension=extension)
+        extension=extension, infeasible=lambda keys: infeasible_keys(ledger, keys))
     return loop.run()
 
 
@@ -554,6 +565,13 @@ def extension_due(ctx: StudyContext) -> bool:
     pair = [e.candidate for e in verification.entries
             if e.candidate.config.key() == design.winner or e.candidate.role == BASELINE]
     return _starts_fit(ledger, options, [(c.config.key(), False) for c in pair])
+
+
+def _may_run_again(ledger: Ledger, options: Any, candidate: Candidate) -> bool:
+    """Whether a verification restart of ``candidate`` that failed transiently runs again: the floor rule has not
+    made it infeasible (two hits, search and verification together) and one more warm start fits the budget."""
+    key = candidate.config.key()
+    return not infeasible_keys(ledger, [key]) and _starts_fit(ledger, options, [(key, False)])
 
 
 # -- choosing the candidates -----------------------------------------------------------------------------------

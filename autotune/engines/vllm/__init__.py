@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._output_check import check_request, output_facts, skip_reason
-from autotune.engines.process import _LIVE, TAG_ENV
+from autotune.engines.process import engine_leftovers, kill_started_since, own_tagged
 from autotune.engines.vllm import _container
 from autotune.core import facts as F
 from autotune.engines.vllm._caches import caches_empty as jit_caches_empty
@@ -61,8 +61,7 @@ from autotune.engines.vllm._kvfacts import KvFacts, kv_audit, log_facts
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
 from autotune.config.workload import default_dataset
-from autotune.machine import (MemoryNotSettled, StartSafety, engine_leftovers, hub_cache_dir, kill_tagged_except,
-                              parse_page_cache, tagged_pids)
+from autotune.machine import MemoryNotSettled, StartSafety, hub_cache_dir, parse_page_cache, wait_seconds
 
 if TYPE_CHECKING:
     from autotune.config.space import SearchSpace
@@ -210,9 +209,10 @@ def _check_container(kwargs: Mapping[str, Any]) -> None:
 
 
 def _positive(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise EngineError(f"vllm engine: engine.{key} must be a positive number of seconds, got {value!r}")
-    return float(value)
+    try:
+        return wait_seconds(value, key)  # the rule every engine applies to its waits (issue 32)
+    except ValueError as exc:
+        raise EngineError(f"vllm engine: {exc}") from None
 
 
 def _env(value: Any) -> dict[str, str]:
@@ -281,6 +281,9 @@ class VllmEngine(EngineBackend):
     """
 
     name = "vllm"
+    #: Issue 32: a third of the fastest start measured here, a forked warm restart of dummy weights on the H200
+    #: (29.5 s, docs/measurements/h200-dummy-new.md); empirical.
+    LEAST_START_S = 10.0
 
     def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
         super().__init__(cache_dir, **options)
@@ -295,9 +298,11 @@ class VllmEngine(EngineBackend):
         # The level memory must come back to before each start is measured now, when the study begins. A leftover
         # is a process of ours that no live EngineProcess holds: the forkserver host's session lives on between
         # restarts and is not one.
-        self.safety = StartSafety(self.settings.memory_floor_gib, self.settings.settle_timeout_s, leftovers=lambda:
-                                  engine_leftovers(TAG_ENV, f"{os.getpid()}-", [p.pid for p in list(_LIVE)]),
-                                  page_cache=self.settings.page_cache)
+        try:
+            self.safety = StartSafety(self.settings.memory_floor_gib, self.settings.settle_timeout_s,
+                                      leftovers=engine_leftovers, page_cache=self.settings.page_cache)
+        except ValueError as exc:  # a floor the machine cannot meet (issue 32)
+            raise EngineError(f"vllm engine: {exc}") from None
 
     # -- EngineBackend ---------------------------------------------------------------------------------
     def check(self, space: SearchSpace) -> None:
@@ -348,11 +353,10 @@ class VllmEngine(EngineBackend):
         except MemoryNotSettled as exc:
             raise EngineError(f"vllm engine: {exc}") from None
         guard = self.safety.guard()
-        # The launcher makes the engine process; the guard finds it by its tag (ours, and not there before) when it
-        # trips.
-        mine = f"{os.getpid()}-"
-        before = tagged_pids(TAG_ENV, mine)
-        guard.attach(lambda: kill_tagged_except(TAG_ENV, mine, before))
+        # The launcher makes the engine process; the guard asks engines.process to kill what this autotune tagged
+        # since now (its groups, and a container it started) when it trips.
+        before = own_tagged()
+        guard.attach(lambda: kill_started_since(before))
         launched_at = time.time()
         with guard:
             if guard.trip is not None:

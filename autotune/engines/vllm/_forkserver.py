@@ -24,6 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from autotune.core.transient import LOST_PREFIX
 from autotune.engines.process import (TAG_ENV, EngineProcess, Survivor, kill_group, process_name, tagged_processes,
                                      wait_gone)
 from autotune.engines.vllm._launcher import LaunchResult, supervise, tail_text
@@ -363,12 +364,12 @@ def launch_forked(
         return LaunchResult(returncode=None, timed_out="startup", log_path=str(log), wall_s=time.monotonic() - start,
                             tail=tail_text(f"{host_log}\n{exc}"))
     except HostLost as exc:
-        return LaunchResult(returncode=None, log_path=str(log), error=f"restart lost: {exc}",
+        return LaunchResult(returncode=None, log_path=str(log), error=f"{LOST_PREFIX} {exc}",
                             wall_s=time.monotonic() - start)
     except HostError as exc:
         return LaunchResult(returncode=None, log_path=str(log), error=str(exc), wall_s=time.monotonic() - start)
     outcome = supervise(proc, log, start, startup_timeout_s=startup_timeout_s, measure_timeout_s=measure_timeout_s,
                         kill_grace_s=kill_grace_s)
     if proc.lost is not None:
-        return dataclasses.replace(outcome, error=f"restart lost: {proc.lost}")
+        return dataclasses.replace(outcome, error=f"{LOST_PREFIX} {proc.lost}")
     return outcome

@@ -1,0 +1,260 @@
+"""``python -m autotune.bench.replay``: verification policies replayed on restarts recorded on real GPUs (issue 31).
+
+The noise model (choices of this benchmark, empirical): per configuration, the counted (ok, not cold) restarts of
+every recorded study under ``docs/measurements/`` (a study's own parts left out where its top database holds
+them), as log-residuals around each (study, configuration, phase) group's mean (search and verification ran on
+different machines: a machine effect is not restart noise), each group's residuals scaled by sqrt(n/(n-1)) so
+their variance is unbiased, pooled per configuration. A draw is a residual picked at random plus Gaussian kernel
+jitter (Silverman's bandwidth), rescaled so the draw's variance is the residuals' (a smoothed bootstrap: two
+draws are never equal), around the phase's mean: the search's restarts around the search mean, verification's
+around the verification mean (so the effect is the one verification measured, 1.23x on ``h200-moe30``).
+
+A study at budget B minutes: the search measures whole configurations at the study's recorded search cost per
+configuration while what is left exceeds what the policy holds back; verification then runs in the REAL loop
+(:func:`autotune.study.run_verification`) on a fake engine drawing from the model, restarts priced at the
+configuration's recorded warm wall time, extra rounds only while the budget pays (``may_start``). Policies:
+``fixed`` (3 + 3), ``sequential`` (3 + 3, then up to 5 rounds of both while the budget pays, Lan-DeMets OBF), and
+``plan`` (:func:`autotune.decisions.planning.plan_restarts` from 2 + 2 search restarts drawn from the model and the
+pooled prior, at most ``MAX_SHARE`` of the budget during the search, all that is left at verification start; run
+with ``baseline_restarts`` and ``EXTENSION_SHARE``). One challenger (the recorded winner) is verified, on the same
+machine as the search (no cold verification starts). The null gives both sides the same configuration's model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from autotune.core.records import EngineConfig, Resolved, RestartResult, Workload
+from autotune.decisions import planning
+from autotune.decisions.planning import estimate_noise, plan_restarts, pooled_log_variance
+from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate
+from autotune.study import run_verification
+from autotune.study._verification import EXTENSION_SHARE
+
+__all__ = ["Model", "load_models", "main", "replay_cell"]
+
+POLICIES = ("fixed", "sequential", "plan")
+BUDGETS = (20.0, 30.0, 60.0)
+MARGIN = 0.03
+ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "measurements"))
+
+
+class Model:
+    """One configuration's restart noise (pooled log-residuals) and its phases' means and prices."""
+
+    def __init__(self) -> None:
+        self.residuals: list[float] = []
+        self.means: dict[str, float] = {}   # phase -> mean log throughput (the scenario's study)
+        self.warm_s: list[float] = []
+
+    def add_group(self, logs: Sequence[float]) -> None:
+        if len(logs) >= 2:
+            m = float(np.mean(logs))
+            scale = math.sqrt(len(logs) / (len(logs) - 1))
+            self.residuals += [(x - m) * scale for x in logs]
+
+    @property
+    def sd(self) -> float:
+        r = np.asarray(self.residuals)
+        return float(math.sqrt(np.mean(r * r))) if r.size else 0.0
+
+    def draw(self, rng: np.random.Generator, phase: str, n: int = 1) -> np.ndarray:
+        r = np.asarray(self.residuals)
+        sd = self.sd
+        h = 0.9 * sd * r.size ** -0.2
+        eps = (r[rng.integers(0, r.size, n)] + h * rng.standard_normal(n)) / math.sqrt(1 + (h / sd) ** 2)
+        centre = self.means.get(phase, self.means.get("search"))
+        return np.exp(centre + eps)
+
+    @property
+    def price(self) -> float:
+        return float(np.mean(self.warm_s)) / 60.0
+
+
+def _databases(root: str) -> list[str]:
+    dbs = sorted(glob.glob(os.path.join(root, "**", "optuna.db"), recursive=True))
+    tops = [d for d in dbs if not any(d != o and d.startswith(os.path.dirname(o) + os.sep) for o in dbs)]
+    return tops
+
+
+def load_models(root: str = ROOT, scenario: str = "h200-moe30", scope: str = "all") -> dict[str, Any]:
+    """Models of the scenario study's baseline and winner, and its search cost per configuration."""
+    import optuna
+
+    from autotune.store import ledger as L
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    models: dict[str, Model] = {}
+    info: dict[str, Any] = {}
+    for db in _databases(root):
+        url = "sqlite:///" + db
+        for name in L.study_names(url):
+            own = os.path.basename(os.path.dirname(db)) == scenario
+            if scope == "study" and not own:
+                continue
+            led = L.load(name, url)
+            groups: dict[tuple[str, str], list[RestartResult]] = {}
+            search_s, keys = 0.0, set()
+            for t in led.study.trials:
+                key = led.config_key(t)
+                if key is None:
+                    continue
+                for r in led.restarts(t):
+                    groups.setdefault((key, "search"), []).append(r)
+                    search_s += r.wall_s or 0.0
+                    keys.add(key)
+            v = led.verification()
+            if v is not None:
+                for e in v.entries:
+                    groups.setdefault((e.candidate.config.key(), "verify"), []).extend(e.restarts)
+            for (key, phase), rs in groups.items():
+                m = models.setdefault(key, Model())
+                counted = [r for r in rs if r.ok and not r.cold and r.value and r.value > 0]
+                logs = [math.log(r.value) for r in counted]
+                m.add_group(logs)
+                m.warm_s += [r.wall_s for r in counted if r.wall_s]
+                if own and logs:
+                    m.means[phase] = float(np.mean(logs))
+            if own and v is not None:
+                info = {"baseline": v.baseline.candidate.config.key(),
+                        "winner": next(e.candidate.config.key() for e in v.entries if e.candidate.role != BASELINE),
+                        "per_config": search_s / 60.0 / max(1, len(keys)),
+                        "others": [[r.value for r in rs if r.ok and not r.cold]
+                                   for (k, p), rs in groups.items() if p == "search"]}
+    if not info:
+        raise SystemExit(f"no verified study named {scenario} under {root}")
+    info["models"] = models
+    return info
+
+
+class _Engine:
+    """Draws each restart from a configuration's model and keeps the engine-minutes spent."""
+
+    def __init__(self, models: dict[str, Model], rng: np.random.Generator, spent: float) -> None:
+        self.models, self.rng, self.spent = models, rng, spent
+
+    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
+        m = self.models[config.key()]
+        self.spent += m.price
+        value = float(m.draw(self.rng, "verify")[0])
+        return RestartResult(status="ok", restart=restart, seed=seed, passes_tok_s=(value,), wall_s=60 * m.price,
+                             resolved=Resolved(cudagraph_mode=config.cudagraph_mode))
+
+
+def replay_cell(info: dict[str, Any], policy: str, budget: float, draws: int, seed: int, null: str | None = None,
+                max_share: float | None = None, effect_power: float | None = None) -> dict[str, float]:
+    """``draws`` studies at ``budget`` minutes under ``policy``; ``null``: ``baseline``/``winner`` gives both
+    sides that configuration's model."""
+    models = info["models"]
+    bkey, wkey = info["baseline"], info["winner"]
+    if null is not None:
+        src = models[bkey if null == "baseline" else wkey]
+        models = {bkey: src, wkey: src}
+    base_c, win_c = EngineConfig(), EngineConfig(compilation_config={"cudagraph_mode": "FULL"})
+    fake = {base_c.key(): models[bkey], win_c.key(): models[wkey]}
+    candidates = [Candidate(CANDIDATE, win_c), Candidate(BASELINE, base_c)]
+    pw, pb = models[wkey].price, models[bkey].price
+    q = info["per_config"]
+    rng = np.random.default_rng([seed, POLICIES.index(policy), int(budget),
+                                 (None, "baseline", "winner").index(null)])
+    share = planning.MAX_SHARE if max_share is None else max_share
+    out = {"conclusive": 0, "faster": 0, "starts": 0, "configs": 0.0, "over": 0.0}
+    others = [g for g in info["others"] if len(g) >= 2]
+    for _ in range(draws):
+        kw: dict[str, Any] = {}
+        if policy == "plan":
+            sb, sw = models[bkey].draw(rng, "search", 2), models[wkey].draw(rng, "search", 2)
+            prior, _ = pooled_log_variance([list(sb), list(sw)] + others)
+            effect = math.exp(np.mean(np.log(sw)) - np.mean(np.log(sb)))
+            args = (estimate_noise(list(sw), prior), estimate_noise(list(sb), prior))
+            # A variant of the planner's halving: it plans for sqrt(search_effect); effect**(2p) makes that effect**p.
+            pk = dict(search_effect=effect if effect_power is None else effect ** (effect_power / planning.SEARCH_EFFECT_POWER), challenger_minutes=pw, baseline_minutes=pb)
+            reserve = plan_restarts(*args, max_minutes=share * budget, **pk).minutes or 0.0
+        else:
+            reserve = 3 * (pw + pb)
+        configs = max(2, int((budget - reserve) // q))
+        spent = configs * q
+        if policy == "plan":
+            final = plan_restarts(*args, max_minutes=max(0.0, budget - spent), **pk)
+            kw = dict(restarts=final.challenger, baseline_restarts=final.baseline, sequential_rounds=5,
+                      extension_share=EXTENSION_SHARE)
+        elif policy == "sequential":
+            kw = dict(restarts=3, sequential_rounds=5)
+        else:
+            kw = dict(restarts=3)
+        engine = _Engine(fake, rng, spent)
+        v = run_verification(engine, Workload(), candidates, seed_for=lambda r: r, margin=MARGIN,
+                             may_start=lambda n, e=engine: e.spent + n * (pw + pb) / 2 <= budget + 1e-9, **kw)
+        c = next(e for e in v.entries if e.candidate.role != BASELINE).comparison
+        if c is not None:
+            out["conclusive"] += (c.ci_low > 1 or c.ci_high < 1
+                                  or (c.ci_low >= 1 / (1 + MARGIN) and c.ci_high <= 1 + MARGIN))
+        out["faster"] += v.verdict == "faster"
+        out["starts"] += v.restarts_used
+        out["configs"] += configs
+        out["over"] = max(out["over"], engine.spent - budget)
+    return {k: (v if k == "over" else v / draws) for k, v in out.items()} | {"draws": draws,
+                                                                                "faster_n": out["faster"]}
+
+
+def _ci(k: int, n: int) -> tuple[float, float]:
+    lo = stats.beta.ppf(0.025, k, n - k + 1) if k > 0 else 0.0
+    hi = stats.beta.ppf(0.975, k + 1, n - k) if k < n else 1.0
+    return float(lo), float(hi)
+
+
+def run(info: dict[str, Any], draws: int, seed: int, out: Any, budgets: Sequence[float] = BUDGETS,
+        max_share: float | None = None, effect_power: float | None = None) -> None:
+    started = time.monotonic()
+    out.write("| budget | policy | conclusive | mean counted starts | search configurations | "
+              "false faster, null baseline [95% CP] | false faster, null winner [95% CP] |\n"
+              "|---|---|---|---|---|---|---|\n")
+    for b in budgets:
+        for p in POLICIES:
+            r = replay_cell(info, p, b, draws, seed, max_share=max_share, effect_power=effect_power)
+            cells = []
+            for null in ("baseline", "winner"):
+                z = replay_cell(info, p, b, draws, seed, null, max_share=max_share,
+                                effect_power=effect_power)
+                lo, hi = _ci(int(z["faster_n"]), draws)
+                cells.append(f"{100 * z['faster']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]")
+            out.write(f"| {b:.0f} min | {p} | {100 * r['conclusive']:.1f}% | {r['starts']:.1f} | "
+                      f"{r['configs']:.1f} | {cells[0]} | {cells[1]} |\n")
+            out.flush()
+    out.write(f"\n({draws} draws a cell, seed {seed}, {time.monotonic() - started:.0f} s)\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autotune.bench.replay", description=__doc__.split("\n")[0])
+    parser.add_argument("--draws", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scenario", default="h200-moe30")
+    parser.add_argument("--scope", choices=("all", "study"), default="all",
+                        help="noise from every recorded study's restarts of a configuration, or the scenario's own")
+    parser.add_argument("--budgets", type=float, nargs="+", default=list(BUDGETS))
+    parser.add_argument("--max-share", type=float, default=None, help="a variant of planning.MAX_SHARE")
+    parser.add_argument("--effect-power", type=float, default=None,
+                        help="a variant of the planner's shrinkage: plan for search_effect**p (default: the planner's, planning.SEARCH_EFFECT_POWER)")
+    args = parser.parse_args(argv)
+    info = load_models(scenario=args.scenario, scope=args.scope)
+    m = info["models"]
+    sys.stdout.write(f"{args.scenario} ({args.scope}): baseline CV {100 * m[info['baseline']].sd:.1f}% "
+                     f"({len(m[info['baseline']].residuals)} residuals), winner CV {100 * m[info['winner']].sd:.1f}% "
+                     f"({len(m[info['winner']].residuals)}), effect "
+                     f"{math.exp(m[info['winner']].means['verify'] - m[info['baseline']].means['verify']):.3f}x, "
+                     f"search {info['per_config']:.2f} min/configuration\n\n")
+    run(info, args.draws, args.seed, sys.stdout, args.budgets, args.max_share, args.effect_power)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""Issue 32, principle 4: no verdict without the measurement behind it.
+
+``--budget-minutes 1`` on the GB10 recipe ran 22.9 engine-minutes, finished no trial and printed "no configuration
+beat the baseline - keep the engine defaults", exit 0. A budget that cannot pay for the smallest study is refused
+before any start (before any start has been measured, at the least an engine's start can take), and a study that
+compared no configuration with the baseline never advises keeping the defaults.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+from autotune.cli._main import raw_main
+from autotune.config.space import parse_space
+from autotune.core.exit_status import ExitStatus
+from autotune.decisions.racing import RacingPolicy
+from autotune.report._build import build_report, render_report
+from autotune.study import StudyOptions, run_study
+from tests.conftest import SMALL_SPACE, FakeEngine
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _options(tmp_path: Path, **kw) -> StudyOptions:
+    base = dict(study_name="b", storage=f"sqlite:///{tmp_path}/o.db", workdir=str(tmp_path / "w"), trials=4,
+                policy=RacingPolicy(min_restarts=1, racing=False), top_k=1, verify_restarts=2, sampler="random")
+    base.update(kw)
+    return StudyOptions(**base)
+
+
+def test_a_study_that_compared_nothing_with_the_baseline_never_says_keep_the_defaults(tmp_path):
+    space = parse_space(SMALL_SPACE)
+    base = space.baseline().key()
+    # Every configuration but the engine defaults fails: verification can only measure the baseline.
+    engine = FakeEngine(lambda c: 100.0, fail=lambda c: c.key() != base and "RuntimeError: CUDA out of memory")
+    report = build_report(run_study(space, engine, _options(tmp_path)))
+    text = render_report(report)
+    assert "keep the engine defaults" not in text
+    assert report.no_result and "compared with the baseline" in report.no_result
+    assert "CUDA out of memory" in report.no_result  # the reason the challengers were not measured
+    assert "Verdict: NONE" in text
+
+
+def test_a_study_whose_challenger_lost_still_says_keep_the_defaults(tmp_path):
+    space = parse_space(SMALL_SPACE)
+    base = space.baseline().key()
+    engine = FakeEngine(lambda c: 100.0 if c.key() == base else 60.0)
+    report = build_report(run_study(space, engine, _options(tmp_path)))
+    assert report.no_result is None and report.winner_is_baseline
+    assert "keep the engine defaults" in render_report(report)
+
+
+def _fake_docker(bin_dir: Path, calls: Path) -> None:
+    """A ``docker`` that has the recipe's image and whose container imports vLLM; an engine start is recorded."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "docker"
+    script.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import json, sys
+        open({str(calls)!r}, "a").write(json.dumps(sys.argv[1:]) + "\\n")
+        if sys.argv[1:3] == ["image", "inspect"]:
+            print(json.dumps([{{"Id": "sha256:{'a' * 64}", "RepoDigests": []}}]))
+        elif sys.argv[1] == "run" and "-c" in sys.argv:
+            print("AUTOTUNE_RESULT " + json.dumps({{"vllm": "0.31.0", "torch": "2.9", "cuda": "13.0",
+                                                   "gpu": "NVIDIA GB10"}}))
+        elif sys.argv[1] == "run":
+            sys.exit(1)  # an engine start: the test asserts there is none
+        else:
+            sys.exit(0)
+    """))
+    script.chmod(0o755)
+
+
+def test_budget_minutes_1_on_the_gb10_recipe_is_refused_before_any_engine_start(tmp_path, monkeypatch, capsys):
+    calls = tmp_path / "docker-calls.jsonl"
+    _fake_docker(tmp_path / "bin", calls)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    model = tmp_path / "model"  # a local model directory: nothing to download, nothing to look up
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    argv = ["tune", "--space", str(REPO / "search_spaces" / "gb10.yaml"), "--model", str(model),
+            "--budget-minutes", "1", "--storage", f"sqlite:///{tmp_path}/o.db", "--workdir", str(tmp_path / "w"),
+            "--study", "spark", "--no-mlflow", "--quiet"]
+    status = raw_main(argv, out=io.StringIO())
+    err = capsys.readouterr().err
+    assert status == ExitStatus.BAD_INPUT, err
+    assert "--budget-minutes 1 is too small" in err and "use --budget-minutes" in err and "\n" not in err.strip()
+    runs = [c for c in map(json.loads, calls.read_text().splitlines()) if c[0] == "run" and "-c" not in c]
+    assert runs == [], "an engine started under a budget that could not pay for the smallest study"

@@ -1,0 +1,25 @@
+"""The replay benchmark on the recorded H200 restarts (issue 31, item 5): a few draws, behaviour only."""
+
+from __future__ import annotations
+
+from autotune.bench.replay import _ci, load_models, replay_cell
+
+
+def test_the_replay_models_the_recorded_moe_study_and_its_policies_differ_as_designed():
+    info = load_models(scenario="h200-moe30")
+    models = info["models"]
+    base, win = models[info["baseline"]], models[info["winner"]]
+    assert base.sd > win.sd > 0  # the engine defaults are the noisy side
+    fixed = replay_cell(info, "fixed", 30.0, 8, seed=1)
+    plan = replay_cell(info, "plan", 30.0, 8, seed=1)
+    assert fixed["starts"] == 6.0  # 3 + 3, always
+    assert plan["starts"] > fixed["starts"]  # the plan gives the noisy baseline more
+    assert plan["configs"] <= fixed["configs"]  # and holds back more of the search
+    assert plan["over"] <= max(base.price, win.price) + 1e-9  # at most one restart over the budget
+
+
+def test_a_false_faster_on_the_null_stays_within_its_bound_on_a_small_draw():
+    info = load_models(scenario="h200-moe30")
+    null = replay_cell(info, "plan", 30.0, 20, seed=2, null="baseline")
+    low, _ = _ci(int(null["faster_n"]), 20)
+    assert low <= 0.05
