@@ -60,6 +60,8 @@ def _tune(tmp_path: Path, monkeypatch, bad: str) -> tuple[ExitStatus, str, Path]
     argv = ["tune", "--space", "search_spaces/gb10.yaml", "--engine", "cmd", "--engine-opt",
             f"command=[{sys.executable}, {script}]", "--trials", "5", "--top-k", "2", "--verify-restarts", "2",
             "--enqueue", "cudagraph_mode=FULL,capture_sizes=tiny,num_speculative_tokens=2,draft=ngram",
+            # a sane challenger too: a verdict needs a comparison (issue 32), which the bad ones cannot give
+            "--enqueue", "cudagraph_mode=FULL,capture_sizes=tiny,num_speculative_tokens=0",
             "--storage", f"sqlite:///{tmp_path}/o.db", "--workdir", str(tmp_path / "w"), "--study", "v",
             "--no-mlflow", "--quiet", "--json", str(report)]
     out = io.StringIO()

@@ -34,6 +34,7 @@ from autotune.store.ledger import (
     Ledger,
 )
 from autotune.core.records import RestartResult
+from autotune.decisions.verification import BASELINE, CANDIDATE
 from autotune.cli.gpu_workers import GpuSpecError, gpu_groups
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -191,7 +192,12 @@ def _check_study(lg: Ledger, killer: Killer) -> None:
     claims = _claims(lg).get_trials(deepcopy=False)
     done = [t.user_attrs[CLAIM_JOB_KEY] for t in claims if t.state == TrialState.COMPLETE]
     rounds = [j for j in done if j.startswith("verify-round-")]
-    assert sorted(rounds) == sorted(set(rounds)) and len(rounds) == lg.meta().verify_restarts
+    # The restarts each side was given: the plan fixed when verification started (tune plans by default), else the
+    # fixed design's; the common rounds are as many as the larger side's.
+    plan = lg.verify_plan()
+    per_side = {BASELINE: plan.baseline, CANDIDATE: plan.challenger} if plan is not None else \
+        {BASELINE: lg.meta().verify_restarts, CANDIDATE: lg.meta().verify_restarts}
+    assert sorted(rounds) == sorted(set(rounds)) and len(rounds) == max(per_side.values())
     assert done.count(VERIFY_CONCLUDE_JOB) == 1
     job = killer.round_kill[0]
     assert any(t.user_attrs[CLAIM_JOB_KEY] == job and t.state == TrialState.FAIL for t in claims)
@@ -202,7 +208,7 @@ def _check_study(lg: Ledger, killer: Killer) -> None:
     assert sum(e.dropped for e in verification.entries) == sum(e.candidate.runner_up for e in verification.entries)
     for entry in verification.entries:
         counted = [r.restart for r in entry.restarts if r.ok and not r.cold]
-        expected = [0] if entry.dropped else list(range(lg.meta().verify_restarts))
+        expected = [0] if entry.dropped else list(range(per_side[entry.candidate.role]))
         assert sorted(counted) == expected, entry.candidate.config.label()
     assert verification.restarts_used == sum(len(rs) for by_key in lg.verify_rounds().values()
                                              for rs in by_key.values())

@@ -31,6 +31,7 @@ from autotune.report._machine import MachineNotes, machine_notes, render_machine
 from autotune.report.outputs import OutputChecks, output_checks, render_outputs
 from autotune.decisions.planning import RestartPlan
 from autotune.decisions.sequential import SequentialLook, sequential_lines
+from autotune.report._no_result import compared_in_search, no_result_reason
 from autotune.report._verdict import open_verdict_note
 from autotune.report._counts import (FAILED, INTERRUPTED, FailedTrial, TrialCounts, classify_trials, count_outcomes,
                                      listed)
@@ -48,7 +49,6 @@ __all__ = [
     "TrialCounts",
     "VerifiedRow",
     "build_report",
-    "no_result_reason",
     "render_report",
     "simulator_check",
 ]
@@ -470,7 +470,8 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                   objective=meta.objective, slo=dict(meta.slo), search_latency=search_latency(ledger),
                   slo_outcome=outcome, search_trials=search_trials,
                   no_result=no_result_reason(counts, failures, winner, baseline, table is not None,
-                                             table.entries if table else ()), levels=levels,
+                                             table.entries if table else (),
+                                             compared_in_search(outcomes, records, baseline)), levels=levels,
                   cold_starts=_cold_starts_line(ledger),
                   machine=machine_notes([*((f"trial {r.number}", r.config, r.restarts) for r in records
                                            if r.duplicate_of is None),
@@ -506,33 +507,6 @@ def _flag_speculation_changes(ledger: Ledger, rows: tuple[VerifiedRow, ...]) -> 
                 row = dataclasses.replace(row, differences=(*row.differences, str(change)))
         out.append(row)
     return tuple(out)
-
-
-def no_result_reason(counts: TrialCounts, failures: Sequence[FailedTrial], winner: VerifiedRow | None,
-                     baseline: VerifiedRow | None, verified: bool, rows: Sequence[VerifiedRow] = ()) -> str | None:
-    """Why the study has nothing to claim, or ``None``.
-
-    A study that verified must have a measured winner and a measured baseline (else there is no speedup to
-    state, and no configuration to export), and a measured challenger (else "keep the engine defaults" would rest
-    on no comparison, issue 32); one that did not verify (``--no-verify``, or stopped before it) must
-    have measured at least one search trial.
-    """
-    if verified:
-        if baseline is None or baseline.status != "ok" or not baseline.n:
-            why = (baseline.failure if baseline is not None else None) or "no restart succeeded"
-            label = baseline.label if baseline is not None else "engine defaults"
-            return f"the baseline ({label}) was not measured in verification: {why}; without it no speedup can be claimed"
-        if winner is None or winner.status != "ok" or not winner.n:
-            why = (winner.failure if winner is not None else None) or "no restart succeeded"
-            return f"no verified configuration was measured: {why}"
-        if not any(not r.is_baseline and r.status == "ok" and r.n for r in rows):  # "keep the defaults" needs one
-            why = next((r.failure for r in rows if r.failure and not r.is_baseline), None) or next(
-                (f.reason for f in failures), "the search measured no configuration but the engine defaults")
-            return f"no configuration was compared with the baseline in verification: {why}"
-        return None
-    if not counts.complete:
-        return "no search trial was measured" + (f": {failures[0].reason}" if failures else "")
-    return None
 
 
 def _verification_warnings(rows: Sequence[VerifiedRow], known: Sequence[ChangedConfig]) -> list[ChangedConfig]:
