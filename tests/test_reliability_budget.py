@@ -92,3 +92,16 @@ def test_budget_minutes_1_on_the_gb10_recipe_is_refused_before_any_engine_start(
     assert "--budget-minutes 1 is too small" in err and "use --budget-minutes" in err and "\n" not in err.strip()
     runs = [c for c in map(json.loads, calls.read_text().splitlines()) if c[0] == "run" and "-c" not in c]
     assert runs == [], "an engine started under a budget that could not pay for the smallest study"
+
+
+def test_challengers_that_lost_their_race_in_the_search_are_a_comparison(tmp_path):
+    # Every challenger raced out against the baseline in the search: verification measures the baseline alone, and
+    # the losses on matched seeds are the comparison "keep the engine defaults" rests on.
+    space = parse_space(SMALL_SPACE)
+    base = space.baseline().key()
+    engine = FakeEngine(lambda c: 100.0 if c.key() == base else 40.0)
+    options = _options(tmp_path, policy=RacingPolicy(min_restarts=1, max_restarts=4, racing=True), trials=4)
+    report = build_report(run_study(space, engine, options))
+    assert report.trials.pruned >= 1 and report.winner_is_baseline, render_report(report)
+    assert [r.is_baseline for r in report.verification.entries] == [True], render_report(report)
+    assert report.no_result is None and "keep the engine defaults" in render_report(report)
