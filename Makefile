@@ -76,6 +76,7 @@ export: install
 BENCH_ARGS ?=
 bench: install
 	$(PY) -m autotune bench $(BENCH_ARGS)
+	$(PY) -m autotune.bench.warmstart $(WARMSTART_ARGS)
 
 .PHONY: bench-check
 bench-check: install
