@@ -336,3 +336,21 @@ def test_a_schedule_wins_verification_only_when_clearly_faster_than_the_best_fix
 
     assert winner([102.0, 106.0, 97.0, 103.0, 100.0]) == fixed  # the highest mean, but within the noise
     assert winner([120.0, 124.0, 118.0, 121.0, 119.0]) == schedule
+
+
+def test_a_named_schedule_can_be_enqueued_and_an_unknown_one_is_one_line() -> None:
+    from autotune.cli._common import UsageError
+    from autotune.cli.tune import enqueue_params
+
+    space = load_space(REPO / "search_spaces" / "h200-moe-schedule.yaml")
+    params = enqueue_params(space, "draft=ngram,k_schedule=taper")
+    taper = dict(space.schedules)["taper"]
+    # The schedule's K is its largest; the configuration carries the schedule itself.
+    assert params["num_speculative_tokens"] == taper.max_k == 4
+    config = space.config_from_params(params)
+    assert config.speculative_config[SCHEDULE_KEY] == taper.to_list()
+    with pytest.raises(UsageError, match="k_schedule has no choice 'nope'; use one of fixed, taper"):
+        enqueue_params(space, "k_schedule=nope")
+    # A space without named schedules has no such parameter.
+    with pytest.raises(UsageError, match="unknown parameter"):
+        enqueue_params(load_space(REPO / "search_spaces" / "demo-levels-2.yaml"), "k_schedule=taper")

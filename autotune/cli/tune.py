@@ -81,12 +81,16 @@ def enqueue_params(space: Any, item: str) -> dict[str, Any]:
 
     Searched engine arguments (``max_num_seqs=16``) may be given too; those left out take their baseline value.
     """
-    from autotune.config.space import DEFAULT
+    from autotune.config.space import DEFAULT, SCHEDULE_PARAM
 
     params = parse_params([p for p in item.split(",") if p.strip()], "--enqueue")
     dims = {d.name: d.baseline for d in space.engine_dims}
-    full = {"cudagraph_mode": DEFAULT, "capture_sizes": DEFAULT, "num_speculative_tokens": 0, **dims, **params}
-    allowed = ["cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft", *dims]
+    # A space that names K schedules searches their choice too (k_schedule=taper): its K is the schedule's largest.
+    named = dict(space.schedules).get(params.get(SCHEDULE_PARAM)) if space.schedules else None
+    k = named.max_k if named is not None else 0
+    full = {"cudagraph_mode": DEFAULT, "capture_sizes": DEFAULT, "num_speculative_tokens": k, **dims, **params}
+    allowed = ["cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft",
+               *([SCHEDULE_PARAM] if space.schedules else []), *dims]
     unknown = set(full) - set(allowed)
     if unknown:
         raise UsageError(f"--enqueue {item!r}: unknown parameter(s) {', '.join(sorted(unknown))}; use "
