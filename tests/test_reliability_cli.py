@@ -359,12 +359,15 @@ def test_a_holder_on_another_machine_is_live_while_its_heartbeat_is_recent(tmp_p
     from autotune.store._liveness import live_holders
     from autotune.store.ledger import Ledger, make_storage
 
+    # Two-second heartbeats: the grace (8 s) must outlast a stall of this process on a loaded 2-core CI machine
+    # between the heartbeat and the check (one-second heartbeats failed there once: no live holder found).
+    HEARTBEAT_S = 2
     url = f"sqlite:///{tmp_path}/optuna.db"
-    study = optuna.create_study(study_name="far", storage=make_storage(url, heartbeat_s=1))
+    study = optuna.create_study(study_name="far", storage=make_storage(url, heartbeat_s=HEARTBEAT_S))
     trial = study.ask()
     Ledger(study, create=True).record_owner(trial, {"host": "gpu-node-7", "pid": 4242, "machine": "gpu-node-7/boot/1"})
     study._storage.record_heartbeat(trial._trial_id)
-    (holder,) = live_holders(url, "far", heartbeat_s=1)
+    (holder,) = live_holders(url, "far", heartbeat_s=HEARTBEAT_S)
     assert (holder.host, holder.pid, holder.holds) == ("gpu-node-7", 4242, "trial 0")
-    time.sleep(6.5)  # well past the grace period (4 heartbeats, whole seconds in SQLite): it stopped beating
-    assert live_holders(url, "far", heartbeat_s=1) == []
+    time.sleep(4 * HEARTBEAT_S + 2.5)  # well past the grace period (4 heartbeats, whole seconds in SQLite)
+    assert live_holders(url, "far", heartbeat_s=HEARTBEAT_S) == []
