@@ -47,6 +47,9 @@ def fake_runtime(bin_dir: Path, state: Path, name: str = "docker") -> Path:
                                    stderr=subprocess.DEVNULL)
             with open(os.path.join(state, name + ".pid"), "w") as fh:
                 fh.write(str(box.pid))
+            label = next((a.split("=", 1)[1] for a in args if a.startswith("--label=")), "")
+            with open(os.path.join(state, name + ".label"), "w") as fh:
+                fh.write(label)
             print("AUTOTUNE_READY {{}}", flush=True)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # an attached client that does not pass SIGTERM on
             while True:
@@ -72,6 +75,20 @@ def fake_runtime(bin_dir: Path, state: Path, name: str = "docker") -> Path:
                     break
                 time.sleep(0.05)
             print(137)
+        elif args and args[0] == "ps":
+            # Running containers carrying the owner label (what --filter label=autotune_owner selects): NAME<TAB>value.
+            for path in os.listdir(state):
+                if not path.endswith(".label"):
+                    continue
+                name, label = path[:-len(".label")], open(os.path.join(state, path)).read()
+                key, _, value = label.partition("=")
+                try:
+                    pid = int(open(os.path.join(state, name + ".pid")).read())
+                    alive = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] not in "ZX"
+                except (OSError, ValueError):
+                    alive = False
+                if alive and key == "autotune_owner":
+                    print(name + "\t" + value)
         else:
             sys.exit(2)
     """))
@@ -130,7 +147,9 @@ def test_a_container_engine_dies_with_its_restart(runtime, tmp_path, program):
     calls = [json.loads(line) for line in (runtime / "calls.jsonl").read_text().splitlines()]
     # The name is the restart's own (unique per start), and the runtime was asked to kill exactly it.
     assert name.startswith("autotune-") and ["kill", name] in calls
-    assert calls[0][:2] == ["run", f"--name={name}"] and calls[0][2:] == argv[2:]
+    # Named, and labelled with the autotune that started it (so a later one can tell an orphan), the rest as given.
+    assert calls[0][:2] == ["run", f"--name={name}"] and calls[0][3:] == argv[2:]
+    assert calls[0][2] == f"--label=autotune_owner={os.getpid()}:{psutil.Process().create_time():.2f}"
 
 
 def test_a_launcher_that_names_its_container_is_killed_by_that_name(runtime, tmp_path):
@@ -139,6 +158,71 @@ def test_a_launcher_that_names_its_container_is_killed_by_that_name(runtime, tmp
         containers = _containers(runtime)
         proc.stop(grace_s=0.2)
     assert set(containers) == {"my-vllm"} and not _running(containers["my-vllm"])
+
+
+def fake_sudo(bin_dir: Path) -> Path:
+    """A ``sudo`` that runs the rest of its command line (after its own options), as a password-less sudo does."""
+    script = bin_dir / "sudo"
+    script.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import json, os, sys
+        with open(os.path.join({str(bin_dir)!r}, "sudo.jsonl"), "a") as fh:
+            fh.write(json.dumps(sys.argv[1:]) + "\\n")
+        args = sys.argv[1:]
+        while args and args[0].startswith("-"):
+            args = args[1:]
+        os.execvp(args[0], args)
+    """))
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("wrapped", [["sudo", "-E"], ["env", "CUDA_VISIBLE_DEVICES=0"], ["nice", "-n", "5"]])
+def test_a_runtime_behind_a_wrapper_is_named_and_killed_through_it(runtime, tmp_path, wrapped):
+    """``sudo docker run`` (a launcher on a machine where only root reaches the daemon), ``env ... docker run``:
+    the container behind the wrapper is named and killed, through the same wrapper (sudo made non-interactive)."""
+    fake_sudo(tmp_path / "bin")
+    argv = [*wrapped, "docker", "run", "--rm", "img", "python3"]
+    with open(tmp_path / "log", "wb") as log, EngineProcess(argv, stdout=log, stderr=log) as proc:
+        containers = _containers(runtime)
+        proc.stop(grace_s=0.2)
+    (name, pid), = containers.items()
+    assert name.startswith("autotune-") and not _running(pid), "the wrapped runtime's container outlived its client"
+    if wrapped[0] == "sudo":
+        sudo_calls = [json.loads(line) for line in (tmp_path / "bin" / "sudo.jsonl").read_text().splitlines()]
+        assert ["-n", "-E", "docker", "kill", name] in sudo_calls
+
+
+def test_a_killed_autotunes_container_is_stopped_by_the_next_study(runtime, tmp_path):
+    """``kill -9`` of autotune stops nothing: its engine's client and container run on. The next study's start
+    (``stop_orphans``) finds the container by its owner label, since its autotune is gone, and kills it; a
+    container whose autotune still runs (this test's) is left alone."""
+    import signal
+    import subprocess
+
+    from autotune.engines.process import stop_orphans
+
+    repo = Path(__file__).resolve().parents[1]
+    killed_study = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfrom autotune.engines.process import EngineProcess\n"
+         "p = EngineProcess(['docker', 'run', 'img'])\ntime.sleep(120)"],
+        cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)})
+    live = EngineProcess(["docker", "run", "--name", "mine", "img"], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while len(list(runtime.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        containers = _containers(runtime)
+        orphan = next(name for name in containers if name != "mine")
+        killed_study.send_signal(signal.SIGKILL)
+        killed_study.wait()
+        assert _running(containers[orphan]), "the fake runtime's container should outlive a kill -9'd autotune"
+        stop_orphans()
+        assert not _running(containers[orphan]), "the orphaned container was not stopped by the next study"
+        assert _running(containers["mine"]), "a container of a running autotune was killed"
+    finally:
+        live.stop(grace_s=0.2)
+    assert not _running(containers["mine"])
 
 
 def test_two_restarts_get_two_container_names(runtime, tmp_path):

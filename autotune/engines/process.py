@@ -41,7 +41,7 @@ from typing import IO, Any
 
 import psutil
 
-from autotune.engines._containers import Container, kill_container, named_run
+from autotune.engines._containers import Container, kill_container, named_run, stop_orphan_containers
 from autotune.engines._signals import (TERMINATING_SIGNALS, SignalInterrupt, hold_interruptions, interrupt_on_sigterm,
                                        release_interruptions)
 
@@ -234,9 +234,10 @@ def orphaned_engine_processes() -> list[int]:
 
 
 def stop_orphans() -> list[Survivor]:
-    """Kill the engine processes a killed autotune left running (SIGKILL cannot be handled: the next one cleans up).
+    """Kill the engine processes, and the containers, a killed autotune left running (SIGKILL cannot be handled:
+    the next one cleans up).
 
-    Returns them (also logged as a warning).
+    Returns the processes (also logged as a warning; the containers are logged).
     """
     killed = []
     for pid in orphaned_engine_processes():
@@ -250,6 +251,8 @@ def stop_orphans() -> list[Survivor]:
     if killed:
         _log.warning("autotune: stopped %d engine process(es) left running by an autotune that was killed: %s",
                      len(killed), ", ".join(map(str, killed)))
+    # A container is the daemon's child, with neither our tag nor our pid: its runtime lists it by our label.
+    stop_orphan_containers()
     return killed
 
 
