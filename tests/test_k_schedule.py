@@ -354,3 +354,25 @@ def test_a_named_schedule_can_be_enqueued_and_an_unknown_one_is_one_line() -> No
     # A space without named schedules has no such parameter.
     with pytest.raises(UsageError, match="unknown parameter"):
         enqueue_params(load_space(REPO / "search_spaces" / "demo-levels-2.yaml"), "k_schedule=taper")
+
+
+def test_queued_fixed_k_configurations_stay_fixed_in_a_space_with_named_schedules(tmp_path: Path) -> None:
+    """On the H200 (docs/measurements/h200-moe-schedule.md) ``--enqueue num_speculative_tokens=4,draft=ngram`` and
+    the queued baselines left ``k_schedule`` out; Optuna drew it (it is drawn before K) and they ran as the named
+    schedule instead: K=4 was never measured. Every queued trial now says ``k_schedule: fixed``."""
+    from autotune.cli.tune import enqueue_params
+
+    space = load_space(REPO / "search_spaces" / "h200-moe-schedule.yaml")
+    assert all(p["k_schedule"] == "fixed" for p in space.baseline_params())
+    assert enqueue_params(space, "num_speculative_tokens=4,draft=ngram")["k_schedule"] == "fixed"
+    out = io.StringIO()
+    args = ["tune", "--space", str(REPO / "search_spaces" / "h200-moe-schedule.yaml"), "--engine", "sim",
+            "--study", "queued", "--fresh", "--trials", "4", "--workdir", str(tmp_path / "w"), "--seed", "0",
+            "--storage", f"sqlite:///{tmp_path}/o.db", "--no-mlflow", "--budget-minutes", "120",
+            "--enqueue", "draft=ngram,k_schedule=taper", "--enqueue", "num_speculative_tokens=4,draft=ngram"]
+    raw_main(args, out)
+    assert raw_main(["report", "--study", "queued", "--storage", f"sqlite:///{tmp_path}/o.db", "--json",
+                     str(tmp_path / "r.json")], io.StringIO()) == 0
+    labels = {t["label"] for t in json.loads((tmp_path / "r.json").read_text())["search_trials"]}
+    assert {"default-mode default-sizes no-spec", "default-mode default-sizes ngram K=4",
+            "default-mode default-sizes ngram K=4|2 @ 1-8|9-32"} <= labels, labels

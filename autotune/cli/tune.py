@@ -100,7 +100,7 @@ def enqueue_params(space: Any, item: str) -> dict[str, Any]:
     problem = space.params_problem(full)
     if problem is not None:
         raise UsageError(f"--enqueue {item!r}: {problem} (choices declared in {space.source})")
-    return full
+    return space.complete_params(full)
 
 
 def _check_flags(args: argparse.Namespace, options: Any) -> None:

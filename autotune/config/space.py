@@ -315,6 +315,16 @@ class SearchSpace:
                         "num_speculative_tokens": k, "draft": first.name})
         for params in out:
             params.update({dim.name: dim.baseline for dim in self.engine_dims})
+        return [self.complete_params(params) for params in out]
+
+    def complete_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` as an enqueued trial must hold them: in a space with named K schedules, ``k_schedule`` is
+        ``fixed`` unless given. Optuna samples any parameter an enqueued trial leaves out, and ``k_schedule`` is
+        drawn before K, so a queued fixed-K configuration - the engine-default baseline included - could be drawn
+        as a schedule and run as one (seen on the H200: ``docs/measurements/h200-moe-schedule.md``)."""
+        out = dict(params)
+        if self.schedules:
+            out.setdefault(SCHEDULE_PARAM, FIXED)
         return out
 
     def baseline(self) -> EngineConfig:

@@ -122,7 +122,7 @@ def _open(space: SearchSpace, engine: EngineBackend, options: StudyOptions, work
     if not resumed or not ledger.baselines_enqueued():
         # The process that created the study queues its first trials (a worker that joins finds them queued).
         for params in [*space.baseline_params(), *options.enqueue]:
-            ledger.study.enqueue_trial(dict(params))
+            ledger.study.enqueue_trial(space.complete_params(params))
         ledger.record_baselines_enqueued()
     # Before any engine starts (a minutes budget: at the engine's least start until starts are on record).
     check_budget(ledger, space, options, engine.least_start_s())
