@@ -24,7 +24,7 @@ from autotune.store._keys import (
 )
 from autotune.store._owners import pid_dead as _pid_dead
 from autotune.store._storage import MAX_RETRIES
-from autotune.store._stored import mapping, whole
+from autotune.store._stored import list_of, mapping, whole
 
 __all__ = ["WorkerRecords"]
 
@@ -125,7 +125,7 @@ class WorkerRecords:
                 t.state == TrialState.RUNNING and _pid_dead(self.owner(t) or {}))
             if t.state == TrialState.FAIL and not gone:
                 continue
-            landed = len(self._get(t.user_attrs, _RESTARTS_KEY, []))
+            landed = len(self._read(t, _RESTARTS_KEY, list_of(mapping), []))
             planned = self.planned_starts(t)
             if planned is None:  # queued (a baseline) or just asked: it will take its first starts and a cold one
                 planned = landed + unplanned + (1 if landed == 0 else 0)

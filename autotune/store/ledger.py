@@ -55,15 +55,15 @@ from autotune.store._keys import (  # noqa: F401 - the key constants are importa
     MLFLOW_PARENT_JOB, SCHEMA_VERSION, VERIFY_CONCLUDE_JOB, VERIFY_REDO_JOB, bare as _bare,
 )
 from autotune.store._meta import StudyMeta
-from autotune.store._stored import decoded, list_of, mapping, mapping_of, text, whole
+from autotune.store._stored import decoded, flag, list_of, mapping, mapping_of, text, whole
 from autotune.store._verification_records import VerificationRecords
 from autotune.store._worker_records import WorkerRecords
 from autotune.store.search_end import SearchEnd
 from autotune.store._owners import owner_id, pid_dead as _pid_dead
 from autotune.store._storage import (  # noqa: F401 - _serialize_sqlite: tests name it here
     DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_STORE_DIR, DEFAULT_WORKDIR, GRACE_FACTOR, MAX_RETRIES,
-    SQLITE_BUSY_TIMEOUT_S, LedgerError, _serialize_sqlite, ensure_sqlite_dir, latest_study_name, make_storage,
-    study_names,
+    SQLITE_BUSY_TIMEOUT_S, LedgerError, _serialize_sqlite, check_optuna_schema, ensure_sqlite_dir, latest_study_name,
+    make_storage, study_names,
 )
 from autotune.store._trials import TrialRecord, over_floor, trial_failed
 from autotune.store.fingerprint import Fingerprint
@@ -73,10 +73,18 @@ __all__ = [
     "DEFAULT_STORAGE", "DEFAULT_STORE_DIR", "DEFAULT_WORKDIR", "FINISH_JOB", "GRACE_FACTOR", "MAX_RETRIES",
     "MLFLOW_PARENT_JOB", "SCHEMA_VERSION", "SQLITE_BUSY_TIMEOUT_S", "VERIFY_CONCLUDE_JOB", "VERIFY_REDO_JOB", "Ledger", "LedgerError",
     "SearchEnd", "StudyMeta", "TrialRecord", "over_floor", "trial_failed", "create_or_load", "ensure_sqlite_dir", "latest_study_name", "load", "claim_attrs",
-    "claim_holder_gone", "claim_job", "make_storage", "owner_id", "record_claim_restarts", "redact", "study_names",
+    "check_optuna_schema", "claim_holder_gone", "claim_job", "make_storage", "owner_id", "record_claim_restarts", "redact", "study_names",
 ]
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+#: What a claim's holder stored it ran: config key -> restart dicts (:func:`record_claim_restarts`).
+_CLAIM_RESTARTS = mapping_of(list_of(mapping))
+
+
+def _round_of(prefix: str) -> Any:
+    def read(job: str) -> int:
+        return whole(int(job[len(prefix):]))  # "verify-round-x": a ValueError, one line through decoded
+    return read
 
 
 # -- claims: the attributes of a claim trial (:mod:`autotune.store.claims` takes and finishes claims) -----
@@ -339,7 +347,7 @@ class Ledger(WorkerRecords, VerificationRecords):
 
     def interrupted(self, trial: FrozenTrial, retried: Mapping[int, int] | None = None) -> bool:
         """Cut short: by an interruption this process saw, or by a worker that stopped beating (then retried)."""
-        if self._get(trial.user_attrs, _INTERRUPTED_KEY):
+        if self._read(trial, _INTERRUPTED_KEY, flag, False):
             return True
         if trial.state != TrialState.FAIL:
             return False
@@ -458,15 +466,22 @@ class Ledger(WorkerRecords, VerificationRecords):
         prefix = _VERIFY_ROUND_JOB.format("")
         rounds: dict[int, dict[str, list[dict[str, Any]]]] = {}
         for t in sorted(claims.get_trials(deepcopy=False), key=lambda t: t.number):
-            job = t.user_attrs.get(CLAIM_JOB_KEY, "")
+            job = self._read_claim(t, CLAIM_JOB_KEY, text, "")
             if job.startswith(prefix):
-                by_key = rounds.setdefault(int(job[len(prefix):]), {})
-                for key, runs in (t.user_attrs.get(_RESTARTS_KEY) or {}).items():
+                by_key = rounds.setdefault(self._read_claim(t, CLAIM_JOB_KEY, _round_of(prefix)), {})
+                for key, runs in self._read_claim(t, CLAIM_RESTARTS_KEY, _CLAIM_RESTARTS, {}).items():
                     by_key.setdefault(key, []).extend(runs)
             elif job.startswith(VERIFY_REDO_JOB.format("")):  # a redo (issue 32): each restart in the round it ran for
-                for key, run in ((k, r) for k, rs in (t.user_attrs.get(_RESTARTS_KEY) or {}).items() for r in rs):
-                    rounds.setdefault(int(run.get("restart") or 0), {}).setdefault(key, []).append(run)
+                for key, rs in self._read_claim(t, CLAIM_RESTARTS_KEY, _CLAIM_RESTARTS, {}).items():
+                    for run in rs:
+                        rounds.setdefault(int(run.get("restart") or 0), {}).setdefault(key, []).append(run)
         return rounds
+
+    def _read_claim(self, trial: FrozenTrial, key: str, parse: Any, default: Any = None) -> Any:
+        """A claim trial's stored value through ``parse``; one autotune never writes is one line naming the claims
+        study, the claim trial and the key (claims were namespaced from the start: no schema-0 names)."""
+        value = trial.user_attrs.get(key)
+        return default if value is None else decoded(value, parse, key, self.name + CLAIMS_SUFFIX, trial.number)
 
     def study_uid(self) -> str | None:
         """The id the creating process gave the study (``None`` for studies older than it)."""
@@ -498,7 +513,7 @@ class Ledger(WorkerRecords, VerificationRecords):
         self._set_study(_SPACE_YAML_KEY, text)
 
     def baselines_enqueued(self) -> bool:
-        return bool(self._study_attr(_BASELINES_ENQUEUED_KEY))
+        return self._read(None, _BASELINES_ENQUEUED_KEY, flag, False)
 
     def record_baselines_enqueued(self) -> None:
         self._set_study(_BASELINES_ENQUEUED_KEY, True)
@@ -516,7 +531,7 @@ class Ledger(WorkerRecords, VerificationRecords):
         self._set_study(_SEARCH_END_KEY, end.to_dict())
 
     def search_closed(self) -> bool:
-        return bool(self._study_attr(_SEARCH_CLOSED_KEY))
+        return self._read(None, _SEARCH_CLOSED_KEY, flag, False)
 
     def record_search_closed(self) -> None:
         self._set_study(_SEARCH_CLOSED_KEY, True)
