@@ -88,16 +88,17 @@ def test_the_import_graph_has_no_cycle() -> None:
     assert cycles == []
 
 
-#: The one module that spells a stored key, and the one that reads and writes user attributes with them.
+#: The one module that spells a stored key, and the ledger's modules that read and write user attributes with them
+#: (the ledger and its workers' records mixin, which the ledger inherits).
 KEY_OWNER = "autotune.store._keys"
-ATTRIBUTE_OWNER = "autotune.store.ledger"
+ATTRIBUTE_OWNERS = {"autotune.store.ledger", "autotune.store._worker_records"}
 
 
 def test_only_the_store_key_module_names_a_stored_key_and_only_the_ledger_touches_user_attributes() -> None:
     offenders = []
     for name, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text())):
-            if name != ATTRIBUTE_OWNER and isinstance(node, ast.Attribute) and node.attr in (
+            if name not in ATTRIBUTE_OWNERS and isinstance(node, ast.Attribute) and node.attr in (
                     "user_attrs", "set_user_attr", "set_trial_user_attr", "set_study_user_attr"):
                 offenders.append(f"{name}:{node.lineno} .{node.attr}")
             if (name != KEY_OWNER and isinstance(node, ast.Constant) and isinstance(node.value, str)
@@ -108,7 +109,7 @@ def test_only_the_store_key_module_names_a_stored_key_and_only_the_ledger_touche
 
 def test_the_key_owner_holds_the_keys() -> None:
     # The rule above passes vacuously if the owner moved: the keys must be spelled where the test says they are.
-    assert KEY_OWNER in MODULES and ATTRIBUTE_OWNER in MODULES
+    assert KEY_OWNER in MODULES and ATTRIBUTE_OWNERS <= MODULES.keys()
     keys = [n.value for n in ast.walk(ast.parse(MODULES[KEY_OWNER].read_text()))
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and STORED_KEY.fullmatch(n.value)]
     assert "autotune:meta" in keys and "autotune:fingerprint" in keys and len(keys) == len(set(keys))

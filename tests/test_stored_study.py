@@ -85,3 +85,58 @@ def test_a_worker_joins_the_old_study_with_the_settings_it_stored(storage: str, 
     # --trials 5 and --verify-restarts 2, as the study was started (the defaults are 20 and 3).
     assert after.finished_search_trials() == 5 and after.has_verification()
     assert after.verification().restarts_per_config == 2
+
+
+def _digest(storage: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(storage.removeprefix("sqlite:///")).read_bytes()).hexdigest()
+
+
+def _set_optuna_schema(storage: str, revision: str, library: str) -> None:
+    import sqlite3
+
+    con = sqlite3.connect(storage.removeprefix("sqlite:///"))
+    with con:
+        con.execute("UPDATE alembic_version SET version_num = ?", (revision,))
+        con.execute("UPDATE version_info SET library_version = ?", (library,))
+    con.close()
+
+
+@pytest.mark.parametrize(("revision", "library", "fix"), [
+    ("v99.0.0.a", "99.0.0", "upgrade optuna"),  # a newer Optuna wrote the tables
+    ("v3.0.0.d", "3.0.0", "optuna storage upgrade"),  # an older one did
+], ids=["newer", "older"])
+def test_another_optunas_table_schema_is_one_line_and_the_file_is_untouched(
+        storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], revision: str, library: str,
+        fix: str) -> None:
+    # Optuna's own refusal was a RuntimeError traceback, after opening the storage (which may write to it).
+    _set_optuna_schema(storage, revision, library)
+    before = _digest(storage)
+    for argv in (["report", "--study", STUDY, "--storage", storage],
+                 [*TUNE, "--storage", storage, "--workdir", str(tmp_path / "work")]):
+        status, _, err = _run(argv, capsys)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert status == ExitStatus.BAD_INPUT and len(lines) == 1 and "Traceback" not in err, err
+        assert revision in lines[0] and library in lines[0] and fix in lines[0], lines[0]
+        assert _digest(storage) == before
+
+
+def test_a_newer_autotune_schema_is_one_line_naming_the_upgrade_and_the_file_is_untouched(
+        storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    import sqlite3
+
+    con = sqlite3.connect(storage.removeprefix("sqlite:///"))
+    with con:
+        con.execute("UPDATE study_user_attributes SET value_json = ? WHERE key = 'autotune:schema_version'",
+                    (json.dumps(99),))
+    con.close()
+    before = _digest(storage)
+    for argv in (["report", "--study", STUDY, "--storage", storage],
+                 [*TUNE, "--storage", storage, "--workdir", str(tmp_path / "work")]):
+        status, _, err = _run(argv, capsys)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert status == ExitStatus.BAD_INPUT and len(lines) == 1, err
+        assert "schema version 99" in lines[0] and "upgrade autotune" in lines[0], lines[0]
+        assert _digest(storage) == before

@@ -327,6 +327,9 @@ def check_storage(url: str, write: bool) -> Any:
                                  "`autotune tune` first, or pass the --storage the study was run with")
         else:
             check_sqlite_file(db, f"--storage {shown}", write=False)
+    from autotune.store.ledger import check_optuna_schema
+
+    check_optuna_schema(url)  # another Optuna's table schema: one line naming it, before Optuna touches the file
     try:
         from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 

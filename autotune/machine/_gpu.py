@@ -111,20 +111,44 @@ def gpu_states() -> list[GpuState] | None:
             modes = {getattr(nv, "NVML_DEVICE_ADDRESSING_MODE_ATS", 2): "ats",
                      getattr(nv, "NVML_DEVICE_ADDRESSING_MODE_HMM", 1): "hmm",
                      getattr(nv, "NVML_DEVICE_ADDRESSING_MODE_NONE", 0): "none"}
+            total = _within(getattr(mem, "total", None), *_MEMORY_BYTES)
+            free = _within(getattr(mem, "free", None), *_MEMORY_BYTES)
+            if total is None or free is None or free > total:
+                # Free memory is only believed beside a total it fits in: the settle waits on it, and a figure that
+                # cannot be true would hold every start back (too little) or wave one onto a full GPU (too much).
+                # Unknown is the safe reading: the settle then goes by host memory, as on a GB10.
+                free = None
+            power_mw = _within(power, *_POWER_MW)
             out.append(GpuState(
                 index=i,
                 name=_text(name),
-                sm_clock_mhz=_try(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
-                max_sm_clock_mhz=_try(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
-                power_w=None if power is None else power / 1000.0,
-                temperature_c=_try(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
-                throttle=throttle_names(reasons),
-                memory_total=None if mem is None else int(mem.total),
-                memory_free=None if mem is None else int(mem.free),
+                sm_clock_mhz=_within(_try(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM), *_CLOCK_MHZ),
+                max_sm_clock_mhz=_within(_try(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM), *_CLOCK_MHZ),
+                power_w=None if power_mw is None else power_mw / 1000.0,
+                temperature_c=_within(_try(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU), *_TEMP_C),
+                throttle=throttle_names(_within(reasons, 0, 2 ** 64 - 1)),
+                memory_total=total,
+                memory_free=free,
                 addressing_mode=None if mode is None else modes.get(mode, str(mode)),
                 uuid=_text(_try(nv.nvmlDeviceGetUUID, h)),
             ))
         return out
+
+
+#: What NVML can truthfully report, as (lowest, highest): a reading outside is a driver or binding fault. Wide on
+#: purpose: the check rejects the impossible (a negative clock, 2**64-1 bytes), never an unusual but real device.
+_MEMORY_BYTES = (0, 64 * 1024 ** 4)  # 64 TiB: above any GPU's memory, a GB10's shared pool included
+_CLOCK_MHZ = (0, 10_000)
+_POWER_MW = (0, 10_000_000)  # 10 kW
+_TEMP_C = (-50, 200)
+
+
+def _within(value: Any, low: int, high: int) -> int | None:
+    """``value`` as a whole number when it lies in ``[low, high]``, else ``None``: an NVML reading that cannot be
+    true is not reported (facts and reports say unknown), never believed; a boolean or a fraction is not one."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        return None
+    return int(value)
 
 
 def _text(value: Any) -> str | None:

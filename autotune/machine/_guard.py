@@ -229,7 +229,10 @@ class MemoryGuard:
         try:
             info = self.reader()
         except (OSError, ValueError):
-            return None  # a missed sample is not a reason to kill an engine; the next one counts
+            # Unknown, not believed: a reading read_meminfo refuses (a damaged line, figures that cannot be true)
+            # is a missed sample. Acting on it would kill a healthy engine on a garbled figure; the guard stays
+            # safe because the next good sample, half a second later, still trips at the floor.
+            return None
         self.samples += 1
         self.last = info
         self.lowest = info.available if self.lowest is None else min(self.lowest, info.available)

@@ -20,9 +20,16 @@ def gib(n_bytes: float | None) -> str:
     return "?" if n_bytes is None else f"{n_bytes / GIB:.1f} GiB"
 
 
+#: The fields autotune reads, each ``<whole number> kB`` in every kernel's meminfo.
+_FIELDS = ("MemTotal", "MemAvailable", "Cached")
+#: More memory than any one host has had (64 PiB): a larger figure is a damaged reading, not a machine.
+_MAX_BYTES = 64 * 1024 ** 5
+
+
 @dataclasses.dataclass(frozen=True)
 class MemInfo:
-    """One sample of host memory, in bytes.
+    """One sample of host memory, in bytes (a reading of the file is checked by :func:`read_meminfo`; the
+    simulator builds its own, which may model memory past the total).
 
     Attributes:
         total: MemTotal.
@@ -35,28 +42,49 @@ class MemInfo:
     cached: int
 
 
+def _impossible(total: int, available: int, cached: int) -> str | None:
+    """Why these figures cannot be one host's memory (``None``: they can)."""
+    for name, value in (("MemTotal", total), ("MemAvailable", available), ("Cached", cached)):
+        if value > _MAX_BYTES:
+            return f"{name} {gib(value)} is more than any host has"
+    if total == 0:
+        return "MemTotal is 0"
+    if available > total:
+        return f"MemAvailable {gib(available)} exceeds MemTotal {gib(total)}"
+    return None
+
+
 def read_meminfo(path: str | Path = MEMINFO_PATH) -> MemInfo:
     """Parse ``path`` (``/proc/meminfo`` format: ``Name:   1234 kB``).
 
+    The fields autotune uses must read ``<whole number> kB``: a line of them that does not (``abc kB``, ``-5 kB``,
+    ``nan kB``, a figure without its unit) is an error naming the line, never skipped or taken in another unit, so a
+    damaged file is never believed. Other lines are not read.
+
     Raises:
         OSError: the file cannot be read.
-        ValueError: MemTotal or MemAvailable is missing (a kernel older than 3.14, or not a meminfo file).
+        ValueError: one line: a field is missing (a kernel older than 3.14, or not a meminfo file) or malformed,
+            or the figures cannot be true together.
     """
     fields: dict[str, int] = {}
-    for line in Path(path).read_text().splitlines():
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
         name, _, rest = line.partition(":")
+        name = name.strip()
+        if name not in _FIELDS:
+            continue
         parts = rest.split()
-        if not parts:
-            continue
-        try:
-            value = int(parts[0])
-        except ValueError:
-            continue
-        fields[name.strip()] = value * 1024 if len(parts) > 1 and parts[1].lower() == "kb" else value
-    missing = [k for k in ("MemTotal", "MemAvailable") if k not in fields]
+        if len(parts) != 2 or parts[1] != "kB" or not parts[0].isdigit():
+            raise ValueError(f"{path}: line {number} {line.strip()[:80]!r} is not '{name}: <whole number> kB' "
+                             "(a damaged or foreign meminfo file)")
+        fields[name] = int(parts[0]) * 1024
+    missing = [k for k in _FIELDS[:2] if k not in fields]
     if missing:
         raise ValueError(f"{path}: no {', '.join(missing)} line (not a Linux meminfo file, or a kernel before 3.14)")
-    return MemInfo(total=fields["MemTotal"], available=fields["MemAvailable"], cached=fields.get("Cached", 0))
+    info = MemInfo(total=fields["MemTotal"], available=fields["MemAvailable"], cached=fields.get("Cached", 0))
+    problem = _impossible(info.total, info.available, info.cached)
+    if problem is not None:
+        raise ValueError(f"{path}: {problem} (a damaged or foreign meminfo file)")
+    return info
 
 
 class MeminfoReader:

@@ -72,6 +72,7 @@ def make_storage(url: str | optuna.storages.BaseStorage,
         return url
     if url == "memory":
         return optuna.storages.InMemoryStorage()
+    check_optuna_schema(url)  # before Optuna opens it: its opening may already write to an old schema's tables
     ensure_sqlite_dir(url)
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
@@ -101,6 +102,77 @@ def make_storage(url: str | optuna.storages.BaseStorage,
             first = redact((str(exc).strip().splitlines() or [""])[0])[:300]
             raise LedgerError(f"storage {redact(url)} cannot be opened: {type(exc).__name__}: {first}") from None
     raise AssertionError("unreachable")
+
+
+def _optuna_schemas() -> tuple[list[str], str]:
+    """Every table schema (alembic revision) the installed Optuna knows, and the one it writes (its head)."""
+    import optuna.storages._rdb as rdb  # Optuna's migrations: no public API names the revisions it knows
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", os.path.join(os.path.dirname(rdb.__file__), "alembic"))
+    script = ScriptDirectory.from_config(config)
+    return [r.revision for r in script.walk_revisions()], str(script.get_current_head())
+
+
+def _stored_optuna_schema(url: str) -> tuple[str, str | None] | None:
+    """``(revision, optuna version)`` an existing storage's tables were written with; ``None``: no tables yet, or
+    not readable here (then Optuna's own opening says why)."""
+    import sqlalchemy
+
+    db = sqlite_path(url)
+    if url.startswith("sqlite") and (db is None or not db.is_file()):
+        return None  # connecting would create the file; Optuna creates it with its current schema anyway
+    try:
+        engine = sqlalchemy.create_engine(url)
+    except Exception:  # noqa: BLE001 - a bad URL or a missing driver: make_storage's own error says which
+        return None
+    try:
+        with engine.connect() as con:
+            tables = set(sqlalchemy.inspect(con).get_table_names())
+            if "alembic_version" not in tables:
+                return None
+            row = con.execute(sqlalchemy.text("SELECT version_num FROM alembic_version")).fetchone()
+            if row is None:
+                return None
+            made_by = None
+            if "version_info" in tables:
+                info = con.execute(sqlalchemy.text("SELECT library_version FROM version_info")).fetchone()
+                made_by = None if info is None else str(info[0])
+            return str(row[0]), made_by
+    except Exception:  # noqa: BLE001 - a locked, damaged or unreachable store: the preflight and Optuna name it
+        return None
+    finally:
+        engine.dispose()
+
+
+def check_optuna_schema(url: str) -> None:
+    """An existing storage's tables are in the schema the installed Optuna writes, checked by reading only.
+
+    Optuna refuses another schema itself, but after opening the storage (which creates missing tables and may
+    stamp an old one) and with a traceback; here the refusal comes first, names the schema, the Optuna that wrote
+    it and the fix, and nothing in the file has changed.
+
+    Raises:
+        LedgerError: the tables were written by a newer Optuna (upgrade Optuna) or an older one (``optuna storage
+            upgrade``).
+    """
+    stored = _stored_optuna_schema(url)
+    if stored is None:
+        return
+    revision, made_by = stored
+    known, head = _optuna_schemas()
+    if revision == head:
+        return
+    by = f" by optuna {made_by}" if made_by else ""
+    where = f"storage {redact(url)}: its tables were written{by} (table schema {revision})"
+    if revision not in known:
+        raise LedgerError(f"{where}, newer than the installed optuna {optuna.__version__} reads: upgrade optuna in "
+                          "autotune's environment (pip install -U optuna) to open it; nothing in it was changed")
+    raise LedgerError(f"{where}, older than the installed optuna {optuna.__version__} writes (schema {head}): back "
+                      f"the file up, then run `optuna storage upgrade --storage {redact(url)}`; nothing in it was "
+                      "changed")
 
 
 def _uninterrupted_transactions(storage: optuna.storages.RDBStorage) -> None:

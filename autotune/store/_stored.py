@@ -14,7 +14,7 @@ from typing import Any
 
 from autotune.store._storage import LedgerError
 
-__all__ = ["decoded", "list_of", "mapping", "mapping_of", "text", "whole"]
+__all__ = ["decoded", "flag", "list_of", "mapping", "mapping_of", "text", "whole"]
 
 Parse = Callable[[Any], Any]
 
@@ -36,6 +36,13 @@ def decoded(value: Any, parse: Parse, key: str, study: str, trial: int | None) -
 def text(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a text, got {type(value).__name__}")
+    return value
+
+
+def flag(value: Any) -> bool:
+    # Only a real boolean: "false" or 0 read as truthy would say a search closed, or a trial interrupted, that never was.
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {type(value).__name__}")
     return value
 
 

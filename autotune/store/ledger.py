@@ -6,7 +6,9 @@ a user attribute of the study or of a trial, under one namespaced key per fact; 
 writers and readers here and never name a key.
 
 The store package's other modules (``_storage``, ``_meta``, ``_trials``, ``_owners``) hold one concept each; their
-public names are importable from here, as they always were.
+public names are importable from here, as they always were. The workers' records (owner, planned starts, stale
+failures, the shared budget) and the verification's are mixins of :class:`Ledger` (``_worker_records``,
+``_verification_records``), kept apart so this module stays a readable size.
 
 Every value is redacted on its way in (:mod:`autotune.core.redact`): configurations are stored with their credentials
 replaced, so a configuration read back is for reports, never for running an engine; the study rebuilds runnable
@@ -26,7 +28,6 @@ see :mod:`autotune.store._keys`.
 from __future__ import annotations
 
 import math
-import time
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -54,14 +55,15 @@ from autotune.store._keys import (  # noqa: F401 - the key constants are importa
     MLFLOW_PARENT_JOB, SCHEMA_VERSION, VERIFY_CONCLUDE_JOB, VERIFY_REDO_JOB, bare as _bare,
 )
 from autotune.store._meta import StudyMeta
-from autotune.store._stored import decoded, list_of, mapping, mapping_of, text, whole
+from autotune.store._stored import decoded, flag, list_of, mapping, mapping_of, text, whole
 from autotune.store._verification_records import VerificationRecords
+from autotune.store._worker_records import WorkerRecords
 from autotune.store.search_end import SearchEnd
 from autotune.store._owners import owner_id, pid_dead as _pid_dead
 from autotune.store._storage import (  # noqa: F401 - _serialize_sqlite: tests name it here
     DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_STORE_DIR, DEFAULT_WORKDIR, GRACE_FACTOR, MAX_RETRIES,
-    SQLITE_BUSY_TIMEOUT_S, LedgerError, _serialize_sqlite, ensure_sqlite_dir, latest_study_name, make_storage,
-    study_names,
+    SQLITE_BUSY_TIMEOUT_S, LedgerError, _serialize_sqlite, check_optuna_schema, ensure_sqlite_dir, latest_study_name,
+    make_storage, study_names,
 )
 from autotune.store._trials import TrialRecord, over_floor, trial_failed
 from autotune.store.fingerprint import Fingerprint
@@ -71,10 +73,18 @@ __all__ = [
     "DEFAULT_STORAGE", "DEFAULT_STORE_DIR", "DEFAULT_WORKDIR", "FINISH_JOB", "GRACE_FACTOR", "MAX_RETRIES",
     "MLFLOW_PARENT_JOB", "SCHEMA_VERSION", "SQLITE_BUSY_TIMEOUT_S", "VERIFY_CONCLUDE_JOB", "VERIFY_REDO_JOB", "Ledger", "LedgerError",
     "SearchEnd", "StudyMeta", "TrialRecord", "over_floor", "trial_failed", "create_or_load", "ensure_sqlite_dir", "latest_study_name", "load", "claim_attrs",
-    "claim_holder_gone", "claim_job", "make_storage", "owner_id", "record_claim_restarts", "redact", "study_names",
+    "check_optuna_schema", "claim_holder_gone", "claim_job", "make_storage", "owner_id", "record_claim_restarts", "redact", "study_names",
 ]
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+#: What a claim's holder stored it ran: config key -> restart dicts (:func:`record_claim_restarts`).
+_CLAIM_RESTARTS = mapping_of(list_of(mapping))
+
+
+def _round_of(prefix: str) -> Any:
+    def read(job: str) -> int:
+        return whole(int(job[len(prefix):]))  # "verify-round-x": a ValueError, one line through decoded
+    return read
 
 
 # -- claims: the attributes of a claim trial (:mod:`autotune.store.claims` takes and finishes claims) -----
@@ -161,7 +171,7 @@ def load(study_name: str, storage: str = DEFAULT_STORAGE) -> Ledger:
     return Ledger(optuna.load_study(study_name=study_name, storage=store))
 
 
-class Ledger(VerificationRecords):
+class Ledger(WorkerRecords, VerificationRecords):
     """One study's record: typed writers and readers over its Optuna user attributes.
 
     Args:
@@ -337,7 +347,7 @@ class Ledger(VerificationRecords):
 
     def interrupted(self, trial: FrozenTrial, retried: Mapping[int, int] | None = None) -> bool:
         """Cut short: by an interruption this process saw, or by a worker that stopped beating (then retried)."""
-        if self._get(trial.user_attrs, _INTERRUPTED_KEY):
+        if self._read(trial, _INTERRUPTED_KEY, flag, False):
             return True
         if trial.state != TrialState.FAIL:
             return False
@@ -435,118 +445,6 @@ class Ledger(VerificationRecords):
             if not self.interrupted(t, retried) and not self.is_duplicate(t):
                 yield t
 
-    # -- workers: who runs what, liveness, the budget they share -----------------------------------------
-
-    def record_owner(self, trial: optuna.Trial, owner: Mapping[str, Any]) -> None:
-        trial.set_user_attr(self._key(_OWNER_KEY), dict(owner))
-
-    def owner(self, trial: FrozenTrial) -> dict[str, Any] | None:
-        return self._read(trial, _OWNER_KEY, mapping)
-
-    def record_planned_starts(self, trial: optuna.Trial, starts: int) -> None:
-        trial.set_user_attr(self._key(_PLANNED_STARTS_KEY), int(starts))
-
-    def planned_starts(self, trial: FrozenTrial) -> int | None:
-        return self._read(trial, _PLANNED_STARTS_KEY, whole)
-
-    def _heartbeat_grace_s(self) -> float | None:
-        storage = self.study._storage
-        interval = getattr(storage, "get_heartbeat_interval", lambda: None)()
-        return None if interval is None else float(getattr(storage, "grace_period", None) or 2 * interval)
-
-    def fail_stale(self) -> int:
-        """Fail trials whose worker is gone and queue them again (with what they measured). Returns the count
-        (:func:`autotune.store._stale.fail_stale`)."""
-        from autotune.store._stale import fail_stale
-
-        return fail_stale(self)
-
-    def search_counts(self) -> tuple[int, int, list[FrozenTrial], int]:
-        """``(finished, running, retries, queued)``: trials counting towards ``--trials``, search trials running
-        now, retries of stale trials waiting for a worker (oldest first), and other queued trials (baselines,
-        ``--enqueue``), which the next ask takes."""
-        retried = self.retried()
-        finished = running = queued = 0
-        waiting: list[FrozenTrial] = []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            now = time.time()
-            for t in self.study.get_trials(deepcopy=False):
-                if t.state == TrialState.RUNNING or self._awaiting_retry(t, retried, now):  # race fix (issue 22)
-                    running += 1
-                elif t.state in _FINISHED:
-                    finished += self._counts_as_trial(t, retried)
-                elif RetryHeartbeatStaleTrialCallback.retried_trial_number(t) is not None:
-                    waiting.append(t)
-                else:
-                    queued += 1
-        return finished, running, sorted(waiting, key=lambda t: t.number), queued
-
-    def pop_waiting(self, trial: FrozenTrial) -> optuna.Trial | None:
-        """Take the waiting ``trial`` (a retry) for this process: ``None`` if another worker took it first."""
-        try:
-            if self.study._storage.set_trial_state_values(trial._trial_id, TrialState.RUNNING):
-                return optuna.Trial(self.study, trial._trial_id)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            pass
-        return None
-
-    def starts_in_flight(self, unplanned: int) -> int:
-        """Engine starts running and waiting search trials may still take (``unplanned`` for one that has not
-        said yet): what no worker may start on top of the budget."""
-        retried = self.retried()
-        total = 0
-        now = time.time()
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING,
-                                                                 TrialState.FAIL)):
-            if t.number in retried:
-                continue
-            # Race fix (issue 22): a dead worker's trial holds its retry's cold start from the moment its worker is
-            # known gone, through the moment a peer has failed it and not yet queued the retry, so no live worker
-            # can take that start in between (41 starts on a budget of 40).
-            gone = self._awaiting_retry(t, retried, now) or (
-                t.state == TrialState.RUNNING and _pid_dead(self.owner(t) or {}))
-            if t.state == TrialState.FAIL and not gone:
-                continue
-            landed = len(self._get(t.user_attrs, _RESTARTS_KEY, []))
-            planned = self.planned_starts(t)
-            if planned is None:  # queued (a baseline) or just asked: it will take its first starts and a cold one
-                planned = landed + unplanned + (1 if landed == 0 else 0)
-            elif (t.state == TrialState.WAITING or gone) and landed:
-                planned += 1  # a retry: the worker that resumes it may start its configuration cold
-            total += max(0, planned - landed)
-        return total
-
-    def _awaiting_retry(self, trial: FrozenTrial, retried: Mapping[int, int], now: float) -> bool:
-        """Race fix (issue 22): ``trial`` was failed a moment ago because its worker is gone, and its retry is not
-        queued yet. :meth:`fail_stale` (and Optuna's ``fail_stale_trials``) fail a trial first and queue its retry
-        after, in a second transaction; in between the trial is neither running nor waiting, so a peer would see
-        its starts free and the search with nothing left running. A trial its own worker ended always has a summary,
-        a failure reason or a repeat's mark; one failed for a stale heartbeat has none of them. After the grace
-        period it no longer counts (the worker that failed it may itself have died before queuing the retry)."""
-        if trial.state != TrialState.FAIL or trial.datetime_complete is None or not self._stale_failed(trial, retried):
-            return False
-        grace = self._heartbeat_grace_s()
-        return grace is not None and now - trial.datetime_complete.timestamp() <= grace
-
-    def _stale_failed(self, trial: FrozenTrial, retried: Mapping[int, int]) -> bool:
-        """A failed ``trial`` that its own worker did not end (failed for a stale heartbeat or a dead process), not
-        retried yet, with retries left."""
-        if trial.state != TrialState.FAIL or trial.number in retried:
-            return False
-        attrs = trial.user_attrs
-        if self.planned_starts(trial) is None or any(self._has(attrs, key) for key in (
-                _SUMMARY_KEY, _FAILURE_KEY, _INTERRUPTED_KEY, _DUPLICATE_OF_KEY, _INFEASIBLE_KEY)):
-            return False
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return len(RetryHeartbeatStaleTrialCallback.retry_history(trial)) < MAX_RETRIES  # else no retry will come
-
-    def compile_caches(self) -> int:
-        """How many compile caches (machine and workdir) the study's trials ran in: each other one may start a
-        verified configuration cold once."""
-        return len({(self.owner(t) or {}).get("cache") for t in self.study.get_trials(deepcopy=False)} - {None})
-
     # -- claims (read side; :mod:`autotune.store.claims` takes and finishes them) ------------------------------
 
     @staticmethod
@@ -568,15 +466,22 @@ class Ledger(VerificationRecords):
         prefix = _VERIFY_ROUND_JOB.format("")
         rounds: dict[int, dict[str, list[dict[str, Any]]]] = {}
         for t in sorted(claims.get_trials(deepcopy=False), key=lambda t: t.number):
-            job = t.user_attrs.get(CLAIM_JOB_KEY, "")
+            job = self._read_claim(t, CLAIM_JOB_KEY, text, "")
             if job.startswith(prefix):
-                by_key = rounds.setdefault(int(job[len(prefix):]), {})
-                for key, runs in (t.user_attrs.get(_RESTARTS_KEY) or {}).items():
+                by_key = rounds.setdefault(self._read_claim(t, CLAIM_JOB_KEY, _round_of(prefix)), {})
+                for key, runs in self._read_claim(t, CLAIM_RESTARTS_KEY, _CLAIM_RESTARTS, {}).items():
                     by_key.setdefault(key, []).extend(runs)
             elif job.startswith(VERIFY_REDO_JOB.format("")):  # a redo (issue 32): each restart in the round it ran for
-                for key, run in ((k, r) for k, rs in (t.user_attrs.get(_RESTARTS_KEY) or {}).items() for r in rs):
-                    rounds.setdefault(int(run.get("restart") or 0), {}).setdefault(key, []).append(run)
+                for key, rs in self._read_claim(t, CLAIM_RESTARTS_KEY, _CLAIM_RESTARTS, {}).items():
+                    for run in rs:
+                        rounds.setdefault(int(run.get("restart") or 0), {}).setdefault(key, []).append(run)
         return rounds
+
+    def _read_claim(self, trial: FrozenTrial, key: str, parse: Any, default: Any = None) -> Any:
+        """A claim trial's stored value through ``parse``; one autotune never writes is one line naming the claims
+        study, the claim trial and the key (claims were namespaced from the start: no schema-0 names)."""
+        value = trial.user_attrs.get(key)
+        return default if value is None else decoded(value, parse, key, self.name + CLAIMS_SUFFIX, trial.number)
 
     def study_uid(self) -> str | None:
         """The id the creating process gave the study (``None`` for studies older than it)."""
@@ -608,7 +513,7 @@ class Ledger(VerificationRecords):
         self._set_study(_SPACE_YAML_KEY, text)
 
     def baselines_enqueued(self) -> bool:
-        return bool(self._study_attr(_BASELINES_ENQUEUED_KEY))
+        return self._read(None, _BASELINES_ENQUEUED_KEY, flag, False)
 
     def record_baselines_enqueued(self) -> None:
         self._set_study(_BASELINES_ENQUEUED_KEY, True)
@@ -626,7 +531,7 @@ class Ledger(VerificationRecords):
         self._set_study(_SEARCH_END_KEY, end.to_dict())
 
     def search_closed(self) -> bool:
-        return bool(self._study_attr(_SEARCH_CLOSED_KEY))
+        return self._read(None, _SEARCH_CLOSED_KEY, flag, False)
 
     def record_search_closed(self) -> None:
         self._set_study(_SEARCH_CLOSED_KEY, True)
