@@ -23,8 +23,22 @@ from autotune.observers.mlflow._tracker import MlflowTracker, log_study
 
 __all__ = [
     "DEFAULT_TRACKING_URI",
+    "EXPERIMENT_KIND",
+    "HTTP_DEFAULTS",
+    "KIND_RECHECK",
+    "KIND_STUDY",
+    "KIND_TRIAL",
+    "KIND_VERIFY",
+    "MAX_FAILURES_IN_A_ROW",
+    "TAG_CONFIG_KEY",
+    "TAG_KIND",
+    "TAG_LOGGED",
+    "TAG_STUDY",
+    "TAG_STUDY_UID",
+    "TAG_TRIAL",
     "MlflowTracker",
     "TrackingError",
+    "artifact_location",
     "config_params",
     "engine_tags",
     "experiment_name",
@@ -33,4 +47,3 @@ __all__ = [
     "prepare_store",
     "resolve_tracking_uri",
 ]
-
