@@ -263,3 +263,23 @@ def test_autotune_itself_holds_no_module_but_its_init_and_main() -> None:
     packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert {"core", "config", "machine", "engines", "stats", "decisions", "store", "study", "report", "observers",
             "bench", "cli"} == packages
+
+
+DOC = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def _key_table(doc: str) -> tuple[list[str], set[str]]:
+    """The rows of the doc's stored-key table (every ``|`` line of its section) and the keys they name."""
+    section = doc.split("## What a study stores", 1)[1].split("\n## ", 1)[0]
+    lines = section.splitlines()
+    rows = [i for i, line in enumerate(lines) if line.startswith("|")]
+    assert rows and rows == list(range(rows[0], rows[-1] + 1)), "the key table is one table: no row after its prose"
+    keys = {k for i in rows for k in re.findall(r"`(autotune:[a-z_]+)`", lines[i])}
+    return [lines[i] for i in rows], keys
+
+
+def test_the_docs_key_table_lists_exactly_the_stored_keys() -> None:
+    stored = {n.value for n in ast.walk(ast.parse(MODULES[KEY_OWNER].read_text()))
+              if isinstance(n, ast.Constant) and isinstance(n.value, str) and STORED_KEY.fullmatch(n.value)}
+    _, documented = _key_table(DOC.read_text())
+    assert documented == stored, f"missing from the doc: {stored - documented}; not stored: {documented - stored}"
