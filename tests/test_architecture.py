@@ -283,3 +283,17 @@ def test_the_docs_key_table_lists_exactly_the_stored_keys() -> None:
               if isinstance(n, ast.Constant) and isinstance(n.value, str) and STORED_KEY.fullmatch(n.value)}
     _, documented = _key_table(DOC.read_text())
     assert documented == stored, f"missing from the doc: {stored - documented}; not stored: {documented - stored}"
+
+
+def test_the_config_face_costs_the_engines_no_pydantic() -> None:
+    # The engines import config.workload; the face's MAX_NUMBER and load_yaml (for the CLI) load on first use, so
+    # that import stays free of pydantic and YAML (~0.13 s of the simulator's 0.3 s import otherwise).
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, autotune.config.workload; from autotune.config import __all__; "
+            "print(sorted(m for m in ('pydantic', 'yaml') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PACKAGE.parent, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    assert out.stdout.strip() == "[]"
