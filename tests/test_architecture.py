@@ -121,6 +121,81 @@ def test_the_checker_sees_imports_inside_functions_and_type_checking_blocks() ->
     assert "autotune.store.ledger" in GRAPH["autotune.study._open"]
 
 
+
+def _package(module: str) -> str:
+    """The package a module belongs to for privacy: its top-level package (``autotune.engines`` for
+    ``autotune.engines.vllm._warmup``), as for the layers; ``autotune`` and ``autotune.__main__`` are their own."""
+    return ".".join(module.split(".")[:2])
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _private_crossings(module: str, tree: ast.AST) -> list[tuple[int, str]]:
+    """Where ``module`` reaches into another package's privates, at any depth: an import of (or from) a module
+    with a ``_x`` part below the package, or an import of a ``_name`` from another package."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [(a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            targets = [(node.module, a.name) for a in node.names]
+        else:
+            continue
+        for target, name in targets:
+            if target.split(".")[0] != "autotune" or _package(target) == _package(module):
+                continue
+            parts = target.split(".")[1:] + ([name] if name is not None else [])
+            private = [p for p in parts if _private(p)]
+            if private:
+                shown = f"from {target} import {name}" if name is not None else f"import {target}"
+                found.append((node.lineno, shown))
+    return found
+
+
+def test_no_module_imports_another_packages_private_module_or_name() -> None:
+    # A package's `_x` modules and `_names` are its own: other packages go through its face (`__init__`) or its
+    # public modules, so a package may reorganise its insides without breaking another.
+    offenders = [f"{name}:{line} {what}" for name, path in MODULES.items()
+                 for line, what in _private_crossings(name, ast.parse(path.read_text()))]
+    assert offenders == []
+
+
+def test_the_privacy_check_sees_each_kind_of_crossing() -> None:
+    source = ("import autotune.store._optuna\n"
+              "from autotune.store._trials import TrialRecord\n"
+              "def f():\n"
+              "    from autotune.observers.mlflow import _Session\n"
+              "from autotune.engines import _sim_model\n"
+              "from autotune.study import run_study\n"
+              "from autotune.report import _build\n"
+              "from autotune import __version__\n"
+              "from autotune.cli._common import UsageError\n")
+    lines = sorted(line for line, _ in _private_crossings("autotune.cli.x", ast.parse(source)))
+    # Line 9 is the module's own package; __version__ is a dunder, not private.
+    assert lines == [1, 2, 4, 5, 7]
+
+
+def test_each_face_exports_only_public_names() -> None:
+    # A face's `__all__` is what other packages may use: a `_name` there, or a `_name` a face imports from its
+    # private modules (so that `face._name` works), would invite the crossing above. Tests of a private name
+    # import it from its own module.
+    offenders = []
+    for name, path in MODULES.items():
+        if path.name != "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "autotune":
+                offenders += [f"{name}:{node.lineno} imports {a.name}" for a in node.names
+                              if _private(a.asname or a.name) and f"{node.module}.{a.name}" not in MODULES]
+            if (isinstance(node, (ast.Assign, ast.AugAssign)) and isinstance(node.value, (ast.List, ast.Tuple))
+                    and any(isinstance(t, ast.Name) and t.id == "__all__"
+                            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))):
+                offenders += [f"{name}: {e.value}" for e in node.value.elts
+                              if isinstance(e, ast.Constant) and _private(str(e.value))]
+    assert offenders == []
+
 #: Optuna internals autotune reaches for (no public API gives them): the storage behind a study, a trial's storage
 #: id, the heartbeat machinery, the queue of waiting trials.
 OPTUNA_PRIVATE_ATTRS = {"_storage", "_trial_id", "_pop_waiting_trial_id", "_heartbeat"}
@@ -189,3 +264,37 @@ def test_autotune_itself_holds_no_module_but_its_init_and_main() -> None:
     packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert {"core", "config", "machine", "engines", "stats", "decisions", "store", "study", "report", "observers",
             "bench", "cli"} == packages
+
+
+DOC = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def _key_table(doc: str) -> tuple[list[str], set[str]]:
+    """The rows of the doc's stored-key table (every ``|`` line of its section) and the keys they name."""
+    section = doc.split("## What a study stores", 1)[1].split("\n## ", 1)[0]
+    lines = section.splitlines()
+    rows = [i for i, line in enumerate(lines) if line.startswith("|")]
+    assert rows and rows == list(range(rows[0], rows[-1] + 1)), "the key table is one table: no row after its prose"
+    keys = {k for i in rows for k in re.findall(r"`(autotune:[a-z_]+)`", lines[i])}
+    return [lines[i] for i in rows], keys
+
+
+def test_the_docs_key_table_lists_exactly_the_stored_keys() -> None:
+    stored = {n.value for n in ast.walk(ast.parse(MODULES[KEY_OWNER].read_text()))
+              if isinstance(n, ast.Constant) and isinstance(n.value, str) and STORED_KEY.fullmatch(n.value)}
+    _, documented = _key_table(DOC.read_text())
+    assert documented == stored, f"missing from the doc: {stored - documented}; not stored: {documented - stored}"
+
+
+def test_the_config_face_costs_the_engines_no_pydantic() -> None:
+    # The engines import config.workload; the face's MAX_NUMBER and load_yaml (for the CLI) load on first use, so
+    # that import stays free of pydantic and YAML (~0.13 s of the simulator's 0.3 s import otherwise).
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, autotune.config.workload; from autotune.config import __all__; "
+            "print(sorted(m for m in ('pydantic', 'yaml') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PACKAGE.parent, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    assert out.stdout.strip() == "[]"

@@ -129,7 +129,7 @@ SIM = ["--space", "search_spaces/gb10.yaml", "--engine", "sim", "--trials", "2",
 
 def _create_store_on_a_full_disk(db: Path) -> subprocess.CompletedProcess[str]:
     """autotune's MLflow session creating the store ``db`` while the disk fills a sixth of the way in."""
-    code = ("import sys; from autotune.observers.mlflow import _Session; "
+    code = ("import sys; from autotune.observers.mlflow._session import _Session; "
             "_Session(sys.argv[1]).client.search_experiments(max_results=1)")
     return _run([sys.executable, "-c", code, f"sqlite:///{db}"], limit=len(_migrated_store()) // 6)
 
@@ -185,7 +185,7 @@ def test_fs03_a_resume_logs_the_command_and_space_file_a_full_disk_kept_out(tmp_
     warning. The resume, with room again, logs the space file and the command the parent run lacks."""
     import errno
 
-    from autotune.observers.mlflow import _Session
+    from autotune.observers.mlflow._session import _Session
     from tests.conftest import store
 
     uri = store(tmp_path)

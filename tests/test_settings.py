@@ -3,7 +3,9 @@ it back."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -38,6 +40,43 @@ def test_the_flags_defaults_are_the_options_defaults(monkeypatch):
                                       study_name="s") == StudyOptions(study_name="s")
     assert options.storage == DEFAULT_STORAGE and options.workdir == DEFAULT_WORKDIR
 
+
+
+def _restated_defaults(source: str) -> list[str]:
+    """Where ``tune``'s parser writes a default out instead of reading it from the option classes: a ``default=``
+    that is a number or a string, or a help text that spells one (``(default: 20)``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"):
+            continue
+        flag = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else "?"
+        for kw in node.keywords:
+            if (kw.arg == "default" and isinstance(kw.value, ast.Constant)
+                    and isinstance(kw.value.value, (int, float, str)) and not isinstance(kw.value.value, bool)):
+                found.append(f"{flag} default={kw.value.value!r}")
+            if kw.arg == "help":
+                texts = [n.value for n in ast.walk(kw.value) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+                found += [f"{flag} help {text!r}" for text in texts if re.search(r"default:? \d", text)]
+    return found
+
+
+def test_tunes_parser_restates_no_default():
+    # The defaults live on StudyOptions' and RacingPolicy's fields; the parser reads them there, so changing one
+    # there changes the flag and its help with it.
+    import autotune.cli.tune as tune
+
+    assert _restated_defaults(Path(tune.__file__).read_text()) == []
+
+
+def test_the_restated_default_check_sees_a_number_a_string_and_a_help_text():
+    source = ('p.add_argument("--seed", type=int, default=0)\n'
+              'p.add_argument("--sampler", default="tpe")\n'
+              'p.add_argument("--trials", default=None, help="trials (default: 20)")\n'
+              'p.add_argument("--power", help=f"power (default: {X.power})")\n'
+              'p.add_argument("--fresh", action="store_true", default=False)\n')
+    assert _restated_defaults(source) == ["--seed default=0", "--sampler default='tpe'",
+                                          "--trials help 'trials (default: 20)'"]
 
 def test_flags_reach_the_options(monkeypatch):
     args = _tune_args("--trials", "7", "--restarts", "2", "--max-restarts", "4", "--top-k", "2",

@@ -251,7 +251,7 @@ def test_failed_trial_has_reason_and_engine_log_artifact(finished: dict[str, Any
 
 def test_crashing_restart_log_file_is_attached(tmp_path: Path) -> None:
     """A restart whose log file still exists has the file itself attached, not its tail."""
-    from autotune.observers.mlflow import _Session
+    from autotune.observers.mlflow._session import _Session
 
     log_file = tmp_path / "engine.log"
     log_file.write_text("full engine log\nRuntimeError: boom\n")
@@ -393,12 +393,12 @@ def test_unreachable_store_warns_once_and_the_study_completes(tmp_path: Path) ->
 
 def test_failing_operation_mid_study_warns_once_and_the_study_completes(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.observers import mlflow as tracking
+    from autotune.observers.mlflow._study_log import _StudyLog
 
     def broken(self: Any, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError("tracking server returned 503\nlong body")
 
-    monkeypatch.setattr(tracking._StudyLog, "log_trial", broken)
+    monkeypatch.setattr(_StudyLog, "log_trial", broken)
     stream = io.StringIO()
     study, tracker = tracked_study(tmp_path, stream, trials=4, top_k=1)
     assert study.verification() is not None and len(tracker.problems) >= 2
@@ -437,7 +437,7 @@ def test_default_store_is_sqlite_under_mlruns(tmp_path: Path, monkeypatch: pytes
 
 def test_store_directory_is_created_on_demand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fresh clone has no mlruns/: SQLite cannot create directories, so the tracker does."""
-    from autotune.observers import mlflow as tracking
+    from autotune.observers.mlflow._session import _Session
 
     opened: list[str] = []
 
@@ -452,7 +452,7 @@ def test_store_directory_is_created_on_demand(tmp_path: Path, monkeypatch: pytes
 
     monkeypatch.setattr(mlflow, "MlflowClient", Client)
     uri = f"sqlite:///{tmp_path}/fresh/clone/mlruns/mlflow.db"
-    tracking._Session(uri)
+    _Session(uri)
     assert (tmp_path / "fresh" / "clone" / "mlruns" / "mlflow.db").is_file()
     # The store is built beside its place and linked in whole (FS02); the session then opens it there.
     assert opened[-1] == uri and len(opened) == 2 and sorted(os.listdir(tmp_path / "fresh" / "clone" / "mlruns")) == [
@@ -476,11 +476,11 @@ def test_plots_skip_what_a_small_study_cannot_show(tmp_path: Path) -> None:
 
 def test_tracking_server_gets_short_retries_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
     """A server that is down must not stall the study for MLflow's default ~4 minutes of retries per call."""
-    from autotune.observers import mlflow as tracking
+    from autotune.observers.mlflow._session import _Session
 
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "99")
-    tracking._Session("http://127.0.0.1:1")  # no request yet: the client connects lazily
+    _Session("http://127.0.0.1:1")  # no request yet: the client connects lazily
     assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3"
     assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "99"
 
@@ -513,7 +513,7 @@ def _parents(client: Any, ledger: Ledger) -> list[Any]:
 
 
 def test_a_worker_that_loses_the_race_for_the_parent_run_joins_the_peers_run(tmp_path: Path) -> None:
-    from autotune.observers.mlflow import _Session
+    from autotune.observers.mlflow._session import _Session
 
     study = run_study(load_space(write_space(tmp_path)), fake_engine(), options(tmp_path, trials=2, verify=False))
     mine, peers = _Session(store(tmp_path)), _Session(store(tmp_path))
@@ -527,19 +527,20 @@ def test_a_worker_that_loses_the_race_for_the_parent_run_joins_the_peers_run(tmp
 
 def test_a_trial_run_is_completed_not_duplicated_when_its_opening_half_failed_or_a_peer_opened_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.observers import mlflow as tracking
+    from autotune.observers.mlflow._study_log import _StudyLog
+    from autotune.observers.mlflow._session import _Session
 
     study = run_study(load_space(write_space(tmp_path)), fake_engine(), options(tmp_path, trials=3, verify=False))
     first, second = measured_trials(study)[:2]
-    owner = tracking._StudyLog(tracking._Session(store(tmp_path)), study, study.meta())
-    peer = tracking._StudyLog(tracking._Session(store(tmp_path)), study, study.meta())  # looked before any trial run
+    owner = _StudyLog(_Session(store(tmp_path)), study, study.meta())
+    peer = _StudyLog(_Session(store(tmp_path)), study, study.meta())  # looked before any trial run
 
     # The owner's live logging opens the run, then the store fails while the params go in.
-    real_log = tracking._Session.log
-    monkeypatch.setattr(tracking._Session, "log", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("locked")))
+    real_log = _Session.log
+    monkeypatch.setattr(_Session, "log", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("locked")))
     with pytest.raises(RuntimeError):
         owner.start_trial(first.number, first.config)
-    monkeypatch.setattr(tracking._Session, "log", real_log)
+    monkeypatch.setattr(_Session, "log", real_log)
     owner.log_trial(first)  # the trial's end: completes that run
     # A peer whose view of the runs predates the owner's opens nothing new either.
     owner.start_trial(second.number, second.config)

@@ -567,7 +567,8 @@ def test_a_trial_run_a_peer_opened_first_is_reused_by_the_trials_worker(tmp_path
     """Issue 22 (two MLflow runs tagged trial 0): the worker running a trial opens its run from a list of child
     runs it read when the study started. A peer that logged the trial in the meantime (the worker that concluded
     the study logs every finished trial, one whose worker was late included) had opened one already."""
-    from autotune.observers import mlflow as tracking
+    from autotune.observers.mlflow._study_log import _StudyLog
+    from autotune.observers.mlflow._session import _Session
     from autotune.config.space import load_space
     from autotune.study import run_study
     from tests.conftest import store
@@ -575,8 +576,8 @@ def test_a_trial_run_a_peer_opened_first_is_reused_by_the_trials_worker(tmp_path
 
     study = run_study(load_space(write_space(tmp_path)), fake_engine(), options(tmp_path, trials=3, verify=False))
     record = measured_trials(study)[0]
-    owner = tracking._StudyLog(tracking._Session(store(tmp_path)), study, study.meta())  # looked before any run
-    peer = tracking._StudyLog(tracking._Session(store(tmp_path)), study, study.meta())
+    owner = _StudyLog(_Session(store(tmp_path)), study, study.meta())  # looked before any run
+    peer = _StudyLog(_Session(store(tmp_path)), study, study.meta())
     peer.log_trial(record)
     owner.start_trial(record.number, record.config)
     owner.log_trial(record)

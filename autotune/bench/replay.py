@@ -38,8 +38,7 @@ from autotune.core.records import EngineConfig, Resolved, RestartResult, Workloa
 from autotune.decisions import planning
 from autotune.decisions.planning import estimate_noise, plan_restarts, pooled_log_variance
 from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate
-from autotune.study import run_verification
-from autotune.study._verification import EXTENSION_SHARE
+from autotune.study import EXTENSION_SHARE, run_verification
 
 __all__ = ["Model", "load_models", "main", "replay_cell"]
 

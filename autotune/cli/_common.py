@@ -54,8 +54,7 @@ class UsageError(Exception):
 
 def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
     """``["k=v", ...]`` -> dict, values parsed as YAML scalars/lists (``sizes=[1,2,4]``, ``K=3``)."""
-    from autotune.config._models import MAX_NUMBER
-    from autotune.config._yaml import load_yaml
+    from autotune.config import MAX_NUMBER, load_yaml
 
     out: dict[str, Any] = {}
     for item in items or ():

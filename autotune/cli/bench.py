@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-from autotune.bench._bench import (
+from autotune.bench import (
     DEFAULT_BUDGETS,
     DEFAULT_OUT,
     DEFAULT_SEEDS,

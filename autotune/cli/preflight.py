@@ -226,7 +226,7 @@ def check_page_cache(engine: Any, out: IO[str]) -> None:
 
 def check_fresh(storage: str, study_name: str) -> None:
     """``--fresh`` may delete the study: no live process holds one of its trials or claims (CC03, CC04)."""
-    from autotune.store._liveness import live_holders
+    from autotune.store import live_holders
 
     holders = live_holders(storage, study_name)
     if holders:

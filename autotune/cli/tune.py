@@ -29,6 +29,11 @@ DEFAULT_SPACE = "search_spaces/default.yaml"
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
+    # Every default is read from the option classes' fields (a flag left unset there takes it), never restated.
+    from autotune.decisions.racing import RacingPolicy
+    from autotune.study.options import MAX_TOP_K, NO_RACING_RESTARTS, STARTS_PER_VERIFIED, StudyOptions
+
+    margin = StudyOptions.verify_margin
     p.add_argument("--space", default=DEFAULT_SPACE, help="search space YAML (default: %(default)s)")
     p.add_argument("--model", help="model path or hub id; overrides engine_args.model")
     p.add_argument("--engine", help="sim, cmd or vllm (default: the space's engine.name, else vllm)")
@@ -38,33 +43,38 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     add_workdir_arg(p)
     p.add_argument("--trials", type=int, default=None,
                    help="search trials: configurations measured, a repeated suggestion does not count "
-                        "(default: 20; with --budget-restarts, as many as the budget allows)")
+                        f"(default: {StudyOptions.trials}; with --budget-restarts, as many as the budget allows)")
     p.add_argument("--restarts", type=int, default=None,
-                   help="restarts per trial: the starting number with racing (default 1), fixed without (default 3)")
-    p.add_argument("--max-restarts", type=int, default=6, help="racing cap per trial (default: %(default)s)")
+                   help="restarts per trial: the starting number with racing "
+                        f"(default {RacingPolicy.min_restarts}), fixed without (default {NO_RACING_RESTARTS})")
+    p.add_argument("--max-restarts", type=int, default=RacingPolicy.max_restarts,
+                   help="racing cap per trial (default: %(default)s)")
     p.add_argument("--no-racing", action="store_true", help="give every trial exactly --restarts restarts")
     p.add_argument("--top-k", type=int, default=None,
-                   help="configurations verified at the end (default: 3; with --budget-restarts, 1 per 30 starts)")
+                   help=f"configurations verified at the end (default: {MAX_TOP_K}; with --budget-restarts, 1 per "
+                        f"{STARTS_PER_VERIFIED} starts)")
     p.add_argument("--verify-restarts", type=int, default=None,
                    help="fixed restarts per verified configuration (default: planned from the noise the search "
                         "measured, to resolve --min-effect at --power within the budget)")
     p.add_argument("--min-effect", type=float, default=None,
                    help="smallest speedup worth detecting, which verification's restarts are planned for "
-                        "(default: 1.05)")
+                        f"(default: {StudyOptions.min_effect:g})")
     p.add_argument("--power", type=float, default=None,
-                   help="chance the plan aims to give a real --min-effect speedup of being found (default: 0.8)")
-    p.add_argument("--verify-rounds", type=int, default=5,
+                   help="chance the plan aims to give a real --min-effect speedup of being found "
+                        f"(default: {StudyOptions.power:g})")
+    p.add_argument("--verify-rounds", type=int, default=StudyOptions.verify_sequential_rounds,
                    help="most extra rounds of the winner and the baseline while its speedup interval straddles 1 "
                         "and the budget pays (a group-sequential design; 0: fixed verification; default: %(default)s)")
-    p.add_argument("--verify-margin", type=float, default=0.03,
-                   help="equivalence margin that also ends those rounds: 0.03 = the speedup interval inside "
-                        "[1/1.03, 1.03] (default: %(default)s)")
+    p.add_argument("--verify-margin", type=float, default=margin,
+                   help=f"equivalence margin that also ends those rounds: {margin:g} = the speedup interval inside "
+                        f"[1/{1 + margin:g}, {1 + margin:g}] (default: %(default)s)")
     p.add_argument("--no-verify", action="store_true", help="skip the verification phase")
     p.add_argument("--budget-restarts", type=int, help="engine starts for the whole study, verification included")
     p.add_argument("--budget-minutes", type=float, help="engine wall minutes for the whole study")
-    p.add_argument("--sampler", choices=("tpe", "gp"), default="tpe")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--ci-method", choices=("t", "bca"), default="t", help="interval for a trial's mean")
+    p.add_argument("--sampler", choices=("tpe", "gp"), default=StudyOptions.sampler)
+    p.add_argument("--seed", type=int, default=StudyOptions.seed)
+    p.add_argument("--ci-method", choices=("t", "bca"), default=StudyOptions.interval_method,
+                   help="interval for a trial's mean")
     p.add_argument("--fresh", action="store_true", help="delete a study of the same name and start over")
     p.add_argument("--enqueue", action="append", metavar="K=V,K=V",
                    help="a configuration to try early, e.g. num_speculative_tokens=3,draft=ngram (short names as "

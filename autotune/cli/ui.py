@@ -50,12 +50,12 @@ def ui_url(host: str, port: int) -> str:
 
 def server_command(tracking_uri: str, host: str, port: int) -> list[str]:
     """The ``mlflow server`` command line for ``tracking_uri`` (artifacts next to a SQLite store)."""
-    from autotune.observers.mlflow import _sqlite_path
+    from autotune.core.urls import sqlite_path
 
     # One worker and no request log: a personal UI, not a shared server.
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri,
            "--host", host, "--port", str(port), "--workers", "1", "--uvicorn-opts", "--no-access-log"]
-    db = _sqlite_path(tracking_uri)
+    db = sqlite_path(tracking_uri)
     if db is not None:
         # Runs logged by autotune carry their own artifact location; these only cover runs made in the UI.
         store_dir = str(db.parent) or "."
@@ -156,13 +156,14 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     Raises:
         UsageError: the port is taken.
     """
-    from autotune.observers.mlflow import _sqlite_path, resolve_tracking_uri
+    from autotune.core.urls import sqlite_path
+    from autotune.observers.mlflow import resolve_tracking_uri
 
     uri = resolve_tracking_uri(args.tracking_uri)
     if uri.startswith(("http://", "https://")):
         print(f"The tracking URI {uri} is an MLflow server already: open it in a browser.", file=out)
         return ExitStatus.SUCCESS
-    db = _sqlite_path(uri)
+    db = sqlite_path(uri)
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)  # a fresh clone has no mlruns/ yet
     if not _port_free(args.host, args.port):

@@ -14,7 +14,7 @@ from typing import Any
 from autotune.config.output_check import min_agreement, min_agreement_from_yaml
 from autotune.core.facts import OUTPUT_AGREEMENT, OUTPUT_CHECK_SKIPPED
 from autotune.decisions.outputs import DIFFERS, OutputCheck, check_outputs, reference_digests
-from autotune.store._trials import TrialRecord
+from autotune.store import TrialRecord
 from autotune.store.ledger import Ledger
 
 __all__ = ["OutputChecks", "output_checks", "render_outputs"]

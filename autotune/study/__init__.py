@@ -21,11 +21,12 @@ from autotune.study._budget import BudgetTooSmall, StartCosts, smallest_restart_
 from autotune.study._open import prepare_study
 from autotune.study._recheck import RecheckError, RecheckOptions, recheck
 from autotune.study._run import Interrupted, run_study
-from autotune.study._verification import run_verification
+from autotune.study._verification import EXTENSION_SHARE, run_verification
 from autotune.study._warm_start import WarmStart, carry_noise, plan_warm_start, warm_start_top
 from autotune.study.options import StudyOptions
 
 __all__ = [
+    "EXTENSION_SHARE",
     "BudgetTooSmall",
     "Interrupted",
     "RecheckError",

@@ -19,7 +19,7 @@ from autotune.decisions.racing import RacingPruner
 from autotune.engines import EngineBackend
 from autotune.engines.process import stop_orphans
 from autotune.store import ledger as _ledger
-from autotune.store._optuna import storage
+from autotune.store import storage
 from autotune.store.claims import Claims
 from autotune.store.fingerprint import check_resume, fingerprint
 from autotune.store.heartbeat import Heartbeat

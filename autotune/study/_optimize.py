@@ -16,7 +16,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.space import Infeasible
-from autotune.store._optuna import frozen_trial, trial_id
+from autotune.store import frozen_trial, trial_id
 from autotune.store.ledger import Ledger, trial_failed
 from autotune.store.search_end import BASELINE_FAILED, CONVERGED, INFEASIBLE
 from autotune.store.orphans import requeue_orphans

@@ -31,7 +31,7 @@ from autotune.stats.coldstart import (
 )
 from autotune.stats.intervals import TrialSummary, summarize
 from autotune.stats.latency import check_slo, summarize_latency
-from autotune.store._optuna import frozen_trial
+from autotune.store import frozen_trial
 from autotune.store.ledger import Ledger, TrialRecord
 from autotune.study._budget import Start, _search_may_start
 from autotune.study._floor import (counted_for_summary, floor_constraint, floor_errors, hit_floor,

@@ -2,7 +2,8 @@
 
 Stdlib only: the vLLM runner imports this file as its sibling in the engine's own interpreter (a venv or a
 container without autotune's dependencies), and the simulator imports it too, so simulated and real restarts stop
-their warm-up by the same rule. :mod:`autotune.stats.warmup` is its public face for readers above the engines.
+their warm-up by the same rule. :mod:`autotune.engines.warmup` is its public
+name, and :mod:`autotune.stats.warmup` for readers above the engines.
 
 **Warm-up.** A process's first passes run slow: on the H200 (vLLM 0.26.0) a speculative configuration's first
 pass ran 3-5x below steady state and ramped over 2-4 passes (720, 1586, 2089, 3826 tok/s), while a baseline did

@@ -16,20 +16,29 @@ from __future__ import annotations
 
 from autotune.observers.mlflow._conventions import (DEFAULT_TRACKING_URI, EXPERIMENT_KIND, HTTP_DEFAULTS, KIND_STUDY,
     KIND_TRIAL, KIND_VERIFY, MAX_FAILURES_IN_A_ROW, TAG_CONFIG_KEY, TAG_KIND, TAG_LOGGED, TAG_STUDY, TAG_STUDY_UID,
-    TAG_TRIAL, TrackingError, _BATCH_METRICS, _BATCH_PARAMS, _BATCH_TAGS, _RUN_STATUS, _finite, _import_mlflow,
-    _latency_metrics, _ms, _one_line, _param_value, _quiet_mlflow_logs, _short_model, _significant, _slug,
-    _summary_metrics, _unit_name, artifact_location, config_params, engine_tags, experiment_name, resolve_tracking_uri)
-from autotune.observers.mlflow._session import _Child, _Session, _identity_tag, _study_params, prepare_store
-from autotune.observers.mlflow._study_log import (_StudyLog, _counted, _outcome, _restart_metric, _restart_metrics,
-    _result_tags, _trial_name, _trial_tags)
+    TAG_TRIAL, TrackingError, artifact_location, config_params, engine_tags, experiment_name, resolve_tracking_uri)
+from autotune.observers.mlflow._session import prepare_store
 from autotune.observers.mlflow._recheck import KIND_RECHECK, log_recheck
-from autotune.observers.mlflow._tracker import MlflowTracker, _guarded, _meta_from_context, log_study
-from autotune.core.urls import sqlite_path as _sqlite_path  # the name cli/ui.py imports
+from autotune.observers.mlflow._tracker import MlflowTracker, log_study
 
 __all__ = [
     "DEFAULT_TRACKING_URI",
+    "EXPERIMENT_KIND",
+    "HTTP_DEFAULTS",
+    "KIND_RECHECK",
+    "KIND_STUDY",
+    "KIND_TRIAL",
+    "KIND_VERIFY",
+    "MAX_FAILURES_IN_A_ROW",
+    "TAG_CONFIG_KEY",
+    "TAG_KIND",
+    "TAG_LOGGED",
+    "TAG_STUDY",
+    "TAG_STUDY_UID",
+    "TAG_TRIAL",
     "MlflowTracker",
     "TrackingError",
+    "artifact_location",
     "config_params",
     "engine_tags",
     "experiment_name",
@@ -38,4 +47,3 @@ __all__ = [
     "prepare_store",
     "resolve_tracking_uri",
 ]
-

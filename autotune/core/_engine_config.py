@@ -1,0 +1,249 @@
+"""What autotune asks an engine for (:class:`EngineConfig`, in vLLM's own names), which engine ran
+(:class:`EngineFacts`), and how what it resolved differs from what was asked. Public through
+:mod:`autotune.core.records`."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.core.redact import redact
+from autotune.core.resolved import Detail, Difference, Resolved
+from autotune.core.schedule import KSchedule, canonical_spec, schedule_differences, schedule_of
+
+
+def _canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """One engine configuration, in vLLM's own names.
+
+    ``engine_args`` are flat ``vllm serve`` / ``LLM(**kwargs)`` arguments with underscores (``max_num_seqs``);
+    ``compilation_config`` holds only keys the search set (absent means "engine default");
+    ``speculative_config`` is ``None`` when speculation is off.
+
+    Attributes:
+        engine_args: Fixed engine arguments (model, dtype, max_model_len, max_num_seqs, ...).
+        compilation_config: e.g. ``{"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4]}``.
+        speculative_config: e.g. ``{"method": "ngram", "num_speculative_tokens": 3, ...}`` or ``None``.
+        params: The searched parameters that produced this config (Optuna's names), for labels and plots.
+        draft: Name of the space's draft option in use, or ``None``.
+    """
+
+    engine_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    compilation_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    speculative_config: Mapping[str, Any] | None = None
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    draft: str | None = None
+
+    def __post_init__(self) -> None:
+        # One canonical K schedule, so equal schedules share a key and a label however they were written.
+        object.__setattr__(self, "speculative_config", canonical_spec(self.speculative_config))
+
+    # -- what the tuner looks at -------------------------------------------------------------------------
+    @property
+    def cudagraph_mode(self) -> str | None:
+        """Configured cudagraph mode, ``None`` for the engine default."""
+        return self.compilation_config.get("cudagraph_mode")
+
+    @property
+    def capture_sizes(self) -> tuple[int, ...] | None:
+        """Configured capture sizes (sorted), ``None`` for the engine default."""
+        sizes = self.compilation_config.get("cudagraph_capture_sizes")
+        return None if sizes is None else tuple(sorted(int(s) for s in sizes))
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        """K, the draft tokens per step; 0 when speculation is off."""
+        if not self.speculative_config:
+            return 0
+        return int(self.speculative_config.get("num_speculative_tokens", 0))
+
+    @property
+    def k_schedule(self) -> KSchedule | None:
+        """K by batch size (``speculative_config.num_speculative_tokens_per_batch_size``), ``None`` for a fixed K."""
+        return schedule_of(self.speculative_config)
+
+    @property
+    def spec_method(self) -> str | None:
+        """The speculative method (``ngram``, ``draft_model``, ``eagle3``, ``mtp``...), ``None`` when off."""
+        if not self.speculative_config:
+            return None
+        return self.speculative_config.get("method")
+
+    def key(self) -> str:
+        """A short stable identity: equal configs (whatever their params) share a key.
+
+        Credentials do not take part (their values are redacted first), so a configuration and its stored,
+        redacted copy share a key, and rotating a token does not make a configuration new.
+        """
+        body = _canonical_json(redact({
+            "engine_args": self.engine_args,
+            "compilation_config": self.compilation_config,
+            "speculative_config": self.speculative_config,
+        }))
+        return hashlib.sha256(body.encode()).hexdigest()[:12]
+
+    def label(self) -> str:
+        """A one-line human name, e.g. ``PIECEWISE sizes=[4,8,16] ngram K=3``."""
+        mode = self.cudagraph_mode or "default-mode"
+        sizes = self.capture_sizes
+        size_txt = "default-sizes" if sizes is None else f"sizes=[{','.join(map(str, sizes))}]"
+        schedule = self.k_schedule
+        if self.num_speculative_tokens:
+            k = self.num_speculative_tokens if schedule is None else schedule.text()
+            spec = f"{self.draft or self.spec_method} K={k}"
+        else:
+            spec = "no-spec"
+        searched = "".join(f" {k}={self.engine_args[k]}" for k in self.searched_engine_args())
+        return f"{mode} {size_txt} {spec}{searched}"
+
+    def searched_engine_args(self) -> list[str]:
+        """Engine arguments the search set (those among ``params`` that are ``engine_args``), in params order."""
+        return [k for k in self.params if k in self.engine_args]
+
+    def llm_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``vllm.LLM(**kwargs)`` (the one translation the runner and export share)."""
+        kwargs: dict[str, Any] = dict(self.engine_args)
+        if self.compilation_config:
+            kwargs["compilation_config"] = dict(self.compilation_config)
+        if self.speculative_config:
+            kwargs["speculative_config"] = dict(self.speculative_config)
+        return kwargs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine_args": dict(self.engine_args),
+            "compilation_config": dict(self.compilation_config),
+            "speculative_config": None if self.speculative_config is None else dict(self.speculative_config),
+            "params": dict(self.params),
+            "draft": self.draft,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
+        return cls(
+            engine_args=dict(data.get("engine_args") or {}),
+            compilation_config=dict(data.get("compilation_config") or {}),
+            speculative_config=None if data.get("speculative_config") is None else dict(data["speculative_config"]),
+            params=dict(data.get("params") or {}),
+            draft=data.get("draft"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineFacts:
+    """Which engine ran, as far as it knows: what tracking tags, reports and exports name.
+
+    Attributes:
+        name: Registry name (``sim``, ``cmd``, ``vllm``).
+        version: The engine's version (vLLM's for ``vllm`` and ``sim``).
+        gpu: Accelerator name.
+        driver: GPU driver version.
+        cuda: CUDA version.
+        simulated: Every number comes from the simulator.
+        extra: Other engine-specific facts (``mode``, ``command``, ``profile``, ...).
+    """
+
+    name: str | None = None
+    version: str | None = None
+    gpu: str | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    simulated: bool = False
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    #: Stored name -> field; older studies and engines used the alternatives.
+    _ALIASES = {
+        "engine": "name", "engine_version": "version", "version": "version", "vllm": "version",
+        "gpu": "gpu", "gpu_name": "gpu", "device": "gpu", "driver": "driver", "driver_version": "driver",
+        "cuda": "cuda", "cuda_version": "cuda", "simulated": "simulated",
+    }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored shape: ``engine``, ``engine_version``, ``gpu``, ``driver``, ``cuda``, ``simulated`` (when
+        true) and the extra facts; unknown facts are left out."""
+        out: dict[str, Any] = {"engine": self.name, "engine_version": self.version, "gpu": self.gpu,
+                               "driver": self.driver, "cuda": self.cuda}
+        out = {k: v for k, v in out.items() if v is not None}
+        if self.simulated:
+            out["simulated"] = True
+        out.update({k: v for k, v in self.extra.items() if k not in out})
+        return out
+
+    @classmethod
+    def of(cls, facts: EngineFacts | Mapping[str, Any] | None) -> EngineFacts:
+        """``facts`` as :class:`EngineFacts` (an engine outside this package may still describe itself as a dict)."""
+        return facts if isinstance(facts, EngineFacts) else cls.from_dict(facts)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> EngineFacts:
+        kw: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in (data or {}).items():
+            field = cls._ALIASES.get(key)
+            if field is None:
+                extra[key] = value
+            elif value not in (None, "") and field not in kw:
+                kw[field] = bool(value) if field == "simulated" else value if field == "name" else str(value)
+        return cls(**kw, extra=extra)
+
+
+def _normalise_mode(mode: Any) -> str | None:
+    # vLLM prints enum members as "CUDAGraphMode.PIECEWISE"; compare on the bare name.
+    if mode is None:
+        return None
+    return str(mode).rsplit(".", 1)[-1].upper()
+
+
+def config_differences(config: EngineConfig, resolved: Resolved | None) -> list[Difference]:
+    """Fields the engine resolved differently from what was configured.
+
+    Fields the configuration set are compared with what ran. A field left to the engine has nothing to differ
+    from, with one exception: a default capture mode that resolved to ``NONE`` (graphs silently off).
+    """
+    if resolved is None:
+        return []
+    diffs: list[Difference] = []
+    want_mode = _normalise_mode(config.cudagraph_mode)
+    got_mode = _normalise_mode(resolved.cudagraph_mode)
+    if want_mode is not None and got_mode is not None and want_mode != got_mode:
+        diffs.append(Difference("cudagraph_mode", want_mode, got_mode))
+    elif want_mode is None and got_mode == "NONE":
+        # The seed note's trap: nothing asked for eager execution, yet the engine turned graph capture off
+        # (e.g. because speculation is on). An engine default is never "no graphs" on a GPU.
+        diffs.append(Difference("cudagraph_mode", "default (graphs on)", got_mode))
+    want_sizes = config.capture_sizes
+    got_sizes = resolved.cudagraph_capture_sizes
+    if want_sizes is not None and got_sizes is not None and tuple(sorted(got_sizes)) != want_sizes:
+        diffs.append(Difference("cudagraph_capture_sizes", list(want_sizes), sorted(got_sizes)))
+    # Searched engine arguments, where the engine reported what it ran (details["engine_args"]).
+    reported = dict(resolved.details.get(Detail.ENGINE_ARGS) or {})
+    for key in config.searched_engine_args():
+        if key in reported and reported[key] is not None and reported[key] != config.engine_args[key]:
+            diffs.append(Difference(key, config.engine_args[key], reported[key]))
+    return diffs + schedule_differences(config.k_schedule, config.cudagraph_mode, resolved)
+
+
+def speculation_plan_change(config: EngineConfig, resolved_mode: str | None,
+                            mode_without_speculation: str | None) -> Difference | None:
+    """The default capture mode that speculation changed: the seed note's trap in its most common form.
+
+    A configuration that leaves ``cudagraph_mode`` to the engine and turns speculation on is compared with what
+    the same defaults resolved to *without* speculation (``mode_without_speculation``, e.g. the baseline's).
+    ``FULL_AND_PIECEWISE`` without speculation but ``PIECEWISE`` with it means the speculative trial ran with less
+    graph coverage than its defaults promise, and nothing the user configured says so. ``None`` when the mode was
+    configured, speculation is off, either side is unknown, or nothing changed. (Default *capture sizes* are left
+    out: vLLM scales them with the number of draft tokens by design.)
+    """
+    if config.cudagraph_mode is not None or not config.num_speculative_tokens:
+        return None
+    got, reference = _normalise_mode(resolved_mode), _normalise_mode(mode_without_speculation)
+    if got is None or reference is None or got == reference:
+        return None
+    return Difference("cudagraph_mode", f"default ({reference} without speculation)", got)
