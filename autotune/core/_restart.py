@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.core._bounds import ERROR_CHARS, LOG_TAIL_CHARS, bound_text
 from autotune.core.facts import FactValue, clean_facts
 from autotune.core.plausible import implausible, plausible_facts, throughput_problem
 from autotune.core.resolved import Resolved
@@ -113,6 +114,10 @@ class RestartResult:
         odd = implausible(startup_s=self.startup_s, peak_memory_gib=self.peak_memory_gib, accept_len=self.accept_len,
                           latency=self.latency, facts=dict(self.facts or {}))
         object.__setattr__(self, "facts", clean_facts(plausible_facts(dict(self.facts or {}))))
+        # The engine's texts are bounded here, once, so no store or report holds a runaway log (core/_bounds.py).
+        object.__setattr__(self, "log_tail", bound_text(self.log_tail, LOG_TAIL_CHARS, keep_end=True,
+                                                        whole=self.log_path))
+        object.__setattr__(self, "error", bound_text(self.error, ERROR_CHARS, whole=self.log_path))
         if self.status not in RestartStatus.ALL:
             raise ValueError(f"status must be one of {RestartStatus.ALL}, got {self.status!r}")
         if self.status == RestartStatus.OK:

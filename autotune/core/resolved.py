@@ -13,6 +13,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.core._bounds import bound_texts, bound_value
+
 __all__ = ["Detail", "Difference", "Resolved"]
 
 
@@ -69,6 +71,11 @@ class Resolved:
     compile_mode: str | None = None
     details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # What the engine reports is bounded on its way in (core/_bounds.py): every copy of the record is then.
+        object.__setattr__(self, "details", bound_value(dict(self.details or {})))
+        object.__setattr__(self, "notes", bound_texts(self.notes))
 
     def to_dict(self) -> dict[str, Any]:
         return {
