@@ -16,8 +16,8 @@ import pytest
 from autotune.core.records import EngineConfig, RestartStatus, Workload
 from autotune.engines import EngineError
 from autotune.engines.cmd import CmdEngine
+from autotune.decisions.floor import FLOOR_CONSTRAINT, floor_constraint, floor_infeasible
 from autotune.machine import (
-    FLOOR_CONSTRAINT,
     GIB,
     GUARD_PREFIX,
     KernelLog,
@@ -25,8 +25,6 @@ from autotune.machine import (
     MemoryGuard,
     default_floor,
     engine_floor,
-    floor_constraint,
-    floor_infeasible,
     is_driver_oom,
     read_meminfo,
 )

@@ -6,7 +6,7 @@ configuration. The rule, the same in the search and in verification (:func:`auto
 such a restart is run once more on the same seed, the budget allowing, before its configuration loses its place;
 the failure stays in the record and the report, but only a restart that failed again (or for another reason) makes
 the configuration a failure. Two guard trips of one configuration are the floor rule's business
-(:func:`autotune.machine.floor_infeasible`): such a configuration is infeasible and gets no more starts.
+(:func:`autotune.decisions.floor.floor_infeasible`): such a configuration is infeasible and gets no more starts.
 
 The restart's error line says which it was, so a stored restart of any version is read the same way.
 """

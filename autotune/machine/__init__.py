@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from autotune.machine._gpu import GpuState, driver_version, gpu_free_bytes, gpu_states, is_unified_memory
 from autotune.machine._guard import (
-    FLOOR_CONSTRAINT,
     GUARD_PREFIX,
     SAMPLE_INTERVAL_S,
     GuardSummary,
@@ -17,9 +16,6 @@ from autotune.machine._guard import (
     KernelLog,
     MemoryGuard,
     default_floor,
-    floor_constraint,
-    floor_hits,
-    floor_infeasible,
     is_driver_oom,
 )
 from autotune.machine._meminfo import GIB, MemInfo, MeminfoReader, gib, read_meminfo
@@ -45,7 +41,6 @@ from autotune.machine._settle import (
 from autotune.machine._state import MachineState, departure, departures, read_machine_state
 
 __all__ = [
-    "FLOOR_CONSTRAINT",
     "GIB",
     "GUARD_PREFIX",
     "SAMPLE_INTERVAL_S",
@@ -71,9 +66,6 @@ __all__ = [
     "MAX_WAIT_S",
     "engine_floor",
     "wait_seconds",
-    "floor_constraint",
-    "floor_hits",
-    "floor_infeasible",
     "gib",
     "gpu_free_bytes",
     "gpu_states",

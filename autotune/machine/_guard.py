@@ -9,8 +9,8 @@ the restart fails with the figures. A driver line ``NVRM ... NV_ERR_NO_MEMORY`` 
 in #54200 the driver failed while MemAvailable still read 22 GiB, and the pool then fell from 29 to 2.5 GiB in
 9 s, faster than a MemAvailable-only watchdog at a coarse interval notices.
 
-A configuration whose restarts hit the floor twice is infeasible (:func:`floor_constraint`): the study records it
-as an Optuna constraint, never runs it again and never lets it win.
+A configuration whose restarts hit the floor twice is infeasible: that rule is a decision
+(:mod:`autotune.decisions.floor`); the guard only measures and kills.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from autotune.core.transient import GUARD_PREFIX  # every guard failure reason starts with it
@@ -31,8 +31,6 @@ from autotune.machine._meminfo import GIB, MeminfoReader, MemInfo, gib
 __all__ = [
     "DEFAULT_FLOOR_FRACTION",
     "DEFAULT_FLOOR_MIN_BYTES",
-    "FLOOR_CONSTRAINT",
-    "FLOOR_HITS_INFEASIBLE",
     "GUARD_PREFIX",
     "SAMPLE_INTERVAL_S",
     "GuardSummary",
@@ -40,9 +38,6 @@ __all__ = [
     "KernelLog",
     "MemoryGuard",
     "default_floor",
-    "floor_constraint",
-    "floor_hits",
-    "floor_infeasible",
     "is_driver_oom",
 ]
 
@@ -53,10 +48,6 @@ SAMPLE_INTERVAL_S = 0.25
 #: (8.5 GiB of a Spark's 121.7 GiB). Both empirical.
 DEFAULT_FLOOR_MIN_BYTES = 8 * GIB
 DEFAULT_FLOOR_FRACTION = 0.07
-#: The Optuna constraint a configuration carries (``Trial.set_constraint``; feasible at or below 0).
-FLOOR_CONSTRAINT = "memory_floor"
-#: Hits of the floor after which a configuration is infeasible.
-FLOOR_HITS_INFEASIBLE = 2
 
 _DRIVER_OOM = re.compile(r"NVRM.*NV_ERR_NO_MEMORY")
 
@@ -316,22 +307,3 @@ class MemoryGuard:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-# -- the study's rule ------------------------------------------------------------------------------------
-
-
-def floor_hits(errors: Iterable[str | None]) -> int:
-    """How many of a configuration's restart errors are guard trips."""
-    return sum(1 for e in errors if e is not None and e.startswith(GUARD_PREFIX))
-
-
-def floor_constraint(errors: Iterable[str | None]) -> float:
-    """Optuna's constraint value for :data:`FLOOR_CONSTRAINT` from a configuration's restart errors (all of its
-    trials): ``hits - 1``, so one hit is still feasible (0) and two are not (> 0)."""
-    return float(floor_hits(errors) - (FLOOR_HITS_INFEASIBLE - 1))
-
-
-def floor_infeasible(errors: Iterable[str | None]) -> bool:
-    """Whether the configuration hit the floor often enough never to run again and never to win."""
-    return floor_hits(errors) >= FLOOR_HITS_INFEASIBLE

@@ -7,7 +7,7 @@ import dataclasses
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.records import EngineConfig, RestartResult
-from autotune.machine import FLOOR_CONSTRAINT
+from autotune.decisions.floor import FLOOR_CONSTRAINT
 from autotune.stats.intervals import TrialSummary
 
 
@@ -40,7 +40,7 @@ class TrialRecord:
 
 def over_floor(trial: FrozenTrial) -> bool:
     """Whether the trial failed because its configuration hit the memory floor twice: Optuna was told PRUNED, so that
-    its samplers read the constraint (:func:`autotune.study._floor.sampler_state`), but it is a failure."""
+    its samplers read the constraint (:func:`autotune.decisions.floor.sampler_state`), but it is a failure."""
     return trial.constraints.get(FLOOR_CONSTRAINT, 0.0) > 0 and trial.state in (TrialState.FAIL, TrialState.PRUNED)
 
 

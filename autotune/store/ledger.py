@@ -41,7 +41,7 @@ from autotune.core.records import EngineConfig, RestartResult
 from autotune.core.redact import redact
 from autotune.decisions.outputs import CONSTRAINT as _OUTPUT_CONSTRAINT
 from autotune.decisions.outputs import OutputCheck, constraint_value
-from autotune.machine import FLOOR_CONSTRAINT
+from autotune.decisions.floor import FLOOR_CONSTRAINT
 from autotune.stats.coldstart import ColdVerdict
 from autotune.stats.intervals import TrialSummary
 from autotune.stats.latency import LatencyStat, SloCheck, constraint_values
@@ -264,7 +264,7 @@ class Ledger(WorkerRecords, VerificationRecords):
         self._set_trial(trial, _INFEASIBLE_KEY, reason)
 
     def record_floor_constraint(self, trial: optuna.Trial, value: float) -> None:
-        """Optuna's constraint :data:`~autotune.machine.FLOOR_CONSTRAINT` on the trial (feasible at <= 0): set once,
+        """Optuna's constraint :data:`~autotune.decisions.floor.FLOOR_CONSTRAINT` on the trial (feasible at <= 0): set once,
         on the trial whose restarts made its configuration hit the memory floor twice."""
         trial.set_constraint(FLOOR_CONSTRAINT, float(value))
 

@@ -18,7 +18,6 @@ from optuna.trial import TrialState
 from autotune.core.records import EngineConfig, RestartResult, speculation_plan_change
 from autotune.core.transient import is_transient
 from autotune.decisions.racing import Decision, decide_trial, incumbent_values, pooled_noise
-from autotune.machine import floor_infeasible
 from autotune.stats.coldstart import (
     DIFFER,
     ColdVerdict,
@@ -34,8 +33,9 @@ from autotune.stats.latency import check_slo, summarize_latency
 from autotune.store import frozen_trial
 from autotune.store.ledger import Ledger, TrialRecord
 from autotune.study._budget import Start, _search_may_start
-from autotune.study._floor import (counted_for_summary, floor_constraint, floor_errors, hit_floor,
-                                   infeasible_reason, sampler_state)
+from autotune.decisions.floor import (counted_for_summary, floor_constraint, floor_infeasible, hit_floor,
+                                      infeasible_reason, sampler_state)
+from autotune.study._floor import floor_errors
 from autotune.study._outputs import judge_outputs
 from autotune.study._restart import measure_restart
 from autotune.study.events import StudyContext, StudyObserver, notify

@@ -12,7 +12,8 @@ from autotune.core import facts
 from autotune.core.records import EngineConfig
 from autotune.engines import EngineError
 from autotune.engines.sim import HostWedged, SimEngine
-from autotune.machine import GUARD_PREFIX, floor_hits
+from autotune.decisions.floor import floor_hits
+from autotune.machine import GUARD_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACE = load_space(ROOT / "search_spaces" / "gb10.yaml")
