@@ -77,3 +77,7 @@ def test_tune_prints_the_report_mlflow_logged_simulator_line_included(tmp_path, 
     report_json = Path(client.download_artifacts(parent.info.run_id, "report.json", str(tmp_path / "dl")))
     assert json.loads(report_json.read_text()) == json.loads((tmp_path / "report.json").read_text())
     assert json.loads(report_json.read_text())["simulator_check"]["ratio_to_best"] > 0
+    # The logged report.json is the versioned document: its reader gives back the printed table.
+    from autotune.report import read_report
+
+    assert read_report(report_json).render() + "\n" == printed

@@ -88,6 +88,7 @@ def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.cli.preflight import PreflightError
     from autotune.core.redact import redact_text
     from autotune.config.space import SpaceError
+    from autotune.report import ReportFormatError
     from autotune.study import BudgetTooSmall
     from autotune.store.studydir import NotOwned
 
@@ -103,7 +104,8 @@ def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     except DiskFull as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)
         return ExitStatus.ERROR
-    except (SpaceError, UsageError, LedgerError, PreflightError, NotOwned, FingerprintMismatch, BudgetTooSmall) as exc:
+    except (SpaceError, UsageError, LedgerError, PreflightError, NotOwned, FingerprintMismatch, BudgetTooSmall,
+            ReportFormatError) as exc:
         print(f"autotune: error: {redact_text(str(exc))}", file=sys.stderr)
         return ExitStatus.BAD_INPUT
     except EngineError as exc:

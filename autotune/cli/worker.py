@@ -95,7 +95,9 @@ def _print_report(report: Any, json_path: str | None, out: IO[str]) -> ExitStatu
     """The study's report, redacted, on ``out`` (and ``--json``); a study with no result exits non-zero."""
     print(redact_text(report.render()), file=out)
     if json_path:
-        write_json(json_path, report.to_json())
+        from autotune.report import report_json
+
+        write_json(json_path, report_json(report))
     if report.no_result:
         # A study that measured nothing claims nothing: scripts must not take its "winner" for a result.
         print(f"autotune: error: study {report.study!r} has no result: {redact_text(report.no_result)}",

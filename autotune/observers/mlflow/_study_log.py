@@ -19,6 +19,7 @@ from autotune.observers.mlflow._conventions import (KIND_TRIAL, KIND_VERIFY, TAG
     config_params, engine_tags, experiment_name)
 from autotune.decisions.outputs import DIFFERS, OutputCheck
 from autotune.observers.mlflow._session import _Child, _Session, _study_params
+from autotune.report import report_json
 from autotune.report.outputs import trial_output_check
 from autotune.store.ledger import Ledger, StudyMeta, TrialRecord
 
@@ -254,7 +255,7 @@ class _StudyLog:
         s = self.session
         params, metrics, tags = _outcome(report)
         s.log_new(self.parent_id, params=params, metrics=metrics, tags=tags)
-        s.log_text(self.parent_id, json.dumps(redact(report.to_json()), indent=2, default=str), "report.json")
+        s.log_text(self.parent_id, json.dumps(redact(report_json(report)), indent=2, default=str), "report.json")
         try:
             text = redact_text(report.render())
             s.log_text(self.parent_id, text + "\n", "report.txt")
