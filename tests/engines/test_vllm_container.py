@@ -141,10 +141,10 @@ def test_tune_with_the_recipe_and_no_docker_on_path_fails_at_preflight_in_one_li
 
 
 @pytest.mark.parametrize(("options", "needle"), [
-    ({"launcher": ["docker", "run", "{nope}", "python3"]}, "engine.launcher: unknown placeholder {nope}"),
-    ({"launcher": ["docker", "run", "{image}", "python3"]}, "uses {image} but engine.image is not set"),
-    ({"image": "img", "launcher": ["docker", "run", "img", "python3"]}, "engine.image is set but engine.launcher"),
-    ({"env": {"HF_HOME": "{home}/hf"}}, "engine.env.HF_HOME: unknown placeholder {home}"),
+    ({"launcher": ["docker", "run", "{nope}", "python3"]}, "engine.vllm.launcher: unknown placeholder {nope}"),
+    ({"launcher": ["docker", "run", "{image}", "python3"]}, "uses {image} but engine.vllm.image is not set"),
+    ({"image": "img", "launcher": ["docker", "run", "img", "python3"]}, "engine.vllm.image is set but engine.vllm.launcher"),
+    ({"env": {"HF_HOME": "{home}/hf"}}, "engine.vllm.env.HF_HOME: unknown placeholder {home}"),
 ])
 def test_bad_placeholders_are_refused_when_the_engine_is_made(options, needle):
     with pytest.raises(EngineError) as info:

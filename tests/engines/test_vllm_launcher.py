@@ -341,13 +341,13 @@ def test_startup_timeout_is_a_timeout_restart(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("options", "needle"),
     [
-        ({"bogus": 1}, "engine.bogus"),
-        ({"python": "/x/python", "launcher": ["docker", "run", "img", "python3"]}, "engine.python and engine.launcher"),
-        ({"mode": "batch"}, "engine.mode 'batch'"),
-        ({"startup_timeout_s": 0}, "engine.startup_timeout_s"),
-        ({"env": ["A=1"]}, "engine.env"),
-        ({"extra_args": {"compilation_config": {}}}, "engine.extra_args.compilation_config"),
-        ({"launcher": []}, "engine.launcher"),
+        ({"bogus": 1}, "unknown option engine.vllm.bogus"),
+        ({"python": "/x/python", "launcher": ["docker", "run", "img", "python3"]}, "engine.vllm.python and engine.vllm.launcher"),
+        ({"mode": "batch"}, "engine.vllm.mode must be one of offline, serve, got 'batch'"),
+        ({"startup_timeout_s": 0}, "engine.vllm.startup_timeout_s must be a number of seconds over 0"),
+        ({"env": ["A=1"]}, "engine.vllm.env must be"),
+        ({"extra_args": {"compilation_config": {}}}, "engine.vllm.extra_args.compilation_config"),
+        ({"launcher": []}, "engine.vllm.launcher must be"),
     ],
 )
 def test_bad_options_are_rejected_by_name(options: dict, needle: str) -> None:
