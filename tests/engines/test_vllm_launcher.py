@@ -576,6 +576,32 @@ def test_audit_reports_silent_capture_size_rounding(tmp_path: Path, monkeypatch:
                      cache_dir=str(tmp_path / "work")) == 0
 
 
+def test_audit_reads_the_model_runner_from_the_spaces_engine_env(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The audit's configured model runner is the engine's own env (the space's engine.vllm.env with --engine-opt
+    over it), not --engine-opt alone: a space asking for v2 that the engine resolves as v1 is a changed row."""
+    import io
+
+    from autotune.cli.audit import run_audit
+    from autotune.config.space import load_space
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(textwrap.dedent(FAKE_AUDIT))
+    text = (root / "search_spaces" / "cpu-tiny.yaml").read_text()
+    text = text.replace("OMP_NUM_THREADS: 1}", "OMP_NUM_THREADS: 1, VLLM_USE_V2_MODEL_RUNNER: 1}")
+    assert "VLLM_USE_V2_MODEL_RUNNER" in text
+    (tmp_path / "space.yaml").write_text(text)
+    space = load_space(tmp_path / "space.yaml")
+    out = io.StringIO()
+    json_path = tmp_path / "audit.json"
+    run_audit(space, {"cudagraph_mode": "FULL_AND_PIECEWISE", "capture_sizes": [1, 2, 4, 8], "K": 3},
+              {"launcher": [sys.executable, str(script)]}, False, out, engine="vllm",
+              cache_dir=str(tmp_path / "work"), json_path=str(json_path))
+    assert "model_runner" in json.loads(json_path.read_text())["changed"], out.getvalue()
+
+
 def test_every_serve_pass_argument_is_one_vllm_bench_serve_accepts(tmp_path: Path) -> None:
     # The passes run vLLM's benchmark client in the runner's interpreter, parsed by the client's own parser:
     # an argument it does not know (or renamed) must fail here, not on a GPU.
