@@ -26,8 +26,8 @@ RECIPE = REPO / "search_spaces" / "gb10.yaml"
 
 def _recipe_engine(study_dir: Path) -> VllmEngine:
     space = load_space(str(RECIPE))
-    assert space.engine["name"] == "vllm"
-    return make_engine("vllm", cache_dir=str(study_dir), **space.engine["vllm"])
+    assert space.engine.name == "vllm"
+    return make_engine("vllm", cache_dir=str(study_dir), **space.engine.vllm)
 
 
 def _mounts(argv: list[str]) -> list[tuple[str, str, str]]:
@@ -162,7 +162,7 @@ def test_checking_the_recipe_before_the_study_has_its_directory_leaves_nothing_i
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     space = load_space(str(RECIPE))
-    engine = make_engine("vllm", **space.engine["vllm"])  # as `autotune tune` makes it: no cache_dir yet
+    engine = make_engine("vllm", **space.engine.vllm)  # as `autotune tune` makes it: no cache_dir yet
     engine.check(type("S", (), {"check_model_paths": lambda self: None})())
     assert engine.describe().version == "0.31.0", "the probe ran"
     assert sorted(p.name for p in scratch.iterdir()) == []
