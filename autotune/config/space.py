@@ -39,8 +39,9 @@ from pydantic import ValidationError
 from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
 from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
 from autotune.config._engine_args import EngineArgDim, search_dims, spelled
-from autotune.config._models import (K_HARD_MAX, MAX_CAPTURE_SIZE, MAX_NUMBER, EngineSection, SizePattern, SpaceFile,
-                                     first_problem, space_json_schema)
+from autotune.config._models import MAX_CAPTURE_SIZE  # noqa: F401 (the bound's old home; the models hold it now)
+from autotune.config._models import (K_HARD_MAX, MAX_NUMBER, EngineSection, SizePattern, SpaceFile, first_problem,
+                                     space_json_schema)
 from autotune.config._schedule import FIXED, SCHEDULE_PARAM, derive_enabled, k_limit, parse_schedules, schedule_problem
 from autotune.config._yaml import load_yaml, read_text
 from autotune.core.schedule import SCHEDULE_KEY, KSchedule
@@ -421,6 +422,8 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     v = _Validator(source, base_dir or Path.cwd())
     top = v.mapping(raw, "top level")
     model = check_shape(top, source)
+    # Engine options are the engine's to validate (when it is made), but no section of a space holds NaN or 1e300.
+    v.finite(top.get("engine"), "engine")
     v.finite(top["workload"].get("dataset"), "workload.dataset")
     v.finite(top["search"].get("engine_args"), "search.engine_args")
     engine_args = v.engine_args(top["engine_args"])
