@@ -9,6 +9,7 @@ from pathlib import Path
 from autotune.cli._main import raw_main
 from autotune.cli.doctor import Facts, findings, vllm_version
 from autotune.core.exit_status import ExitStatus
+from autotune.engines import engine_settings
 from autotune.machine import GIB, GpuState, MemInfo
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +69,7 @@ def gb10(**overrides) -> Facts:
         memory=MemInfo(total=int(121.7 * GIB), available=95 * GIB, cached=30 * GIB), machine="aarch64", root=False,
         governors=("performance",), cpu_mhz=1500.0, cpu_max_mhz=3900.0,
         gpus=(GpuState(0, "NVIDIA GB10", sm_clock_mhz=2400, throttle=("sw_thermal",)),), driver="580.95",
-        engine="vllm", engine_options={"page_cache": "drop"}, engine_args={"gpu_memory_utilization": 0.85},
+        engine="vllm", settings=engine_settings("vllm", {"page_cache": "drop"}), engine_args={"gpu_memory_utilization": 0.85},
         interpreter=("python3",), vllm_version="0.31.0")
     return Facts(**{**facts, **overrides})
 
@@ -80,7 +81,7 @@ def test_on_a_gb10_the_doctor_names_the_admission_check_cache_clocks_throttling_
     assert admission.level == "FIX" and "gpu_memory_utilization 0.85 needs 103.4 GiB" in admission.text
     assert "set it to 0.76 or less" in admission.text
     assert lines["page cache"].level == "ok"  # the space drops the cache before each start
-    keep = {f.topic: f for f in findings(gb10(engine_options={}))}
+    keep = {f.topic: f for f in findings(gb10(settings=engine_settings("vllm", {})))}
     assert keep["page cache"].level == "warn" and "drop_caches" in keep["page cache"].text
     assert keep["root"].level == "note"  # not root, but nothing asks for drop
     assert lines["cpu"].level == "warn" and "slow state" in lines["cpu"].text

@@ -156,9 +156,9 @@ def test_two_hits_of_the_floor_make_a_configuration_infeasible():
 
 
 def test_engine_options_reject_a_bad_floor():
-    with pytest.raises(EngineError, match="engine.memory_floor_gib"):
+    with pytest.raises(EngineError, match=r"engine\.cmd\.memory_floor_gib"):
         CmdEngine(command=["true"], memory_floor_gib=-1)
-    with pytest.raises(EngineError, match="engine.memory_floor_gib"):
+    with pytest.raises(EngineError, match=r"engine\.cmd\.memory_floor_gib"):
         CmdEngine(command=["true"], memory_floor_gib="lots")
 
 

@@ -51,11 +51,11 @@ def test_the_default_is_warm_on_unified_memory_and_keep_elsewhere_resolved_once(
 def test_a_bad_value_is_one_line_naming_the_field_and_the_choices(tmp_path):
     with pytest.raises(ValueError, match=r"^engine.page_cache must be one of keep, drop, warm, got 'cold'$"):
         plan_page_cache("cold", unified=False, root=True)
-    with pytest.raises(EngineError, match=r"cmd engine: engine.page_cache must be one of keep, drop, warm"):
+    with pytest.raises(EngineError, match=r"cmd engine: engine\.cmd\.page_cache must be one of keep, drop, warm"):
         CmdEngine(command=[sys.executable, "-c", "pass"], page_cache="cold")
     from autotune.engines.vllm import VllmOptions
 
-    with pytest.raises(EngineError, match=r"vllm engine: engine.page_cache must be one of keep, drop, warm"):
+    with pytest.raises(EngineError, match=r"vllm engine: engine\.vllm\.page_cache must be one of keep, drop, warm"):
         VllmOptions.parse({"page_cache": True})
 
 

@@ -174,6 +174,8 @@ _MODEL_AT: dict[type[BaseModel], tuple[str, dict]] = {
     _models.OutputCheckSpec: ("output_check", {}),
     _models.DatasetSpec: ("workload.dataset", {"vllm": "random"}),
 }
+if hasattr(_models, "EngineSection"):  # the engine: section, typed (its options are each engine's model's)
+    _MODEL_AT[_models.EngineSection] = ("engine", {})
 if hasattr(_models, "EngineArgs"):  # absent before issue 32: the file still runs there, to show what failed before
     _MODEL_AT[_models.EngineArgs] = ("engine_args", {})
 #: The free-form sections (what belongs to vLLM or an engine): any number there is checked too.

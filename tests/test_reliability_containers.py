@@ -246,7 +246,7 @@ def _recipe_engine(study_dir: Path, **overrides):
 
     space = load_space(str(Path(__file__).resolve().parents[1] / "search_spaces" / "gb10.yaml"))
     study_dir.mkdir(parents=True, exist_ok=True)
-    return make_engine("vllm", cache_dir=str(study_dir), **{**space.engine["vllm"], **overrides})
+    return make_engine("vllm", cache_dir=str(study_dir), **{**space.engine.vllm, **overrides})
 
 
 def _restart(engine):

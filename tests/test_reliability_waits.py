@@ -36,26 +36,26 @@ def test_a_settle_timeout_that_is_not_a_sane_number_of_seconds_is_one_line_namin
     with pytest.raises(EngineError) as err:
         _engine(engine, tmp_path, settle_timeout_s=value)
     message = str(err.value)
-    assert "engine.settle_timeout_s" in message and "\n" not in message and len(message) < 300
+    assert f"engine.{engine}.settle_timeout_s" in message and "\n" not in message and len(message) < 300
 
 
 @pytest.mark.parametrize("key", ["startup_timeout_s", "measure_timeout_s"])
 def test_the_vllm_engines_other_timeouts_are_bounded_the_same_way(key, tmp_path):
     for value in BAD_WAITS:
-        with pytest.raises(EngineError, match=rf"engine\.{key}"):
+        with pytest.raises(EngineError, match=rf"engine\.vllm\.{key}"):
             _engine("vllm", tmp_path, **{key: value})
 
 
 @pytest.mark.parametrize("key", ["timeout_s", "kill_grace_s"])
 def test_the_cmd_engines_other_waits_are_bounded_the_same_way(key, tmp_path):
     for value in BAD_WAITS:
-        with pytest.raises(EngineError, match=rf"engine\.{key}"):
+        with pytest.raises(EngineError, match=rf"engine\.cmd\.{key}"):
             _engine("cmd", tmp_path, **{key: value})
 
 
 def test_the_sim_engine_takes_no_settle_timeout_and_says_so(tmp_path):
     for value in (math.nan, 300):
-        with pytest.raises(EngineError, match=r"engine\.settle_timeout_s"):
+        with pytest.raises(EngineError, match=r"unknown option engine\.sim\.settle_timeout_s"):
             _engine("sim", tmp_path, settle_timeout_s=value)
 
 

@@ -35,7 +35,6 @@ __all__ = [
     "default_study_name",
     "load_space_for",
     "open_output",
-    "engine_sections",
     "check_engine_sections",
     "open_named_study",
     "parse_kv",
@@ -186,29 +185,13 @@ def stored_space_dir(space_file: str | None) -> Any:
     return None
 
 
-def engine_sections(space: Any) -> dict[str, dict[str, Any]]:
-    """Each engine's options in the space's ``engine:`` section: ``engine.<name>: {...}`` per engine, and flat keys
-    for the space's own engine (``engine.name``, else ``vllm``). Only engines the section names are listed."""
-    from autotune.engines import ENGINES
-
-    section = dict(space.engine)
-    own = str(section.pop("name", None) or "vllm")
-    out = {k: dict(section.pop(k)) for k in list(section) if k in ENGINES and isinstance(section[k], dict)}
-    if section:
-        out[own] = {**section, **out.get(own, {})}  # flat options belong to the space's own engine
-    return out
-
-
 def check_engine_sections(space: Any) -> None:
     """Every engine section of the space is valid for its engine, whichever engine this command runs: a bad
     ``engine.vllm.memory_floor_gib`` is refused by ``tune --engine sim`` and ``doctor`` alike, in one line naming the
     file. Engines are only constructed (options parsed), never started."""
-    from autotune.engines import ENGINES, EngineError, make_engine
+    from autotune.engines import EngineError, make_engine
 
-    for name, options in engine_sections(space).items():
-        if name not in ENGINES:
-            raise UsageError(f"{space.source}: engine.name {name!r} is not an engine; use one of "
-                             f"{', '.join(sorted(ENGINES))}")
+    for name, options in space.engine.sections().items():
         try:
             engine = make_engine(name, **options)
         except EngineError as exc:
@@ -219,18 +202,15 @@ def check_engine_sections(space: Any) -> None:
 def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_dir: str | None = None) -> Any:
     """The engine named on the command line, else the space's ``engine.name``, else ``vllm``.
 
-    Engine options come from the space's ``engine:`` section (:func:`engine_sections`); ``--engine-opt``
-    overrides them.
+    Engine options come from the space's ``engine:`` section (:meth:`~autotune.config.space.EngineSection.options`);
+    ``--engine-opt`` overrides them. The engine validates the two together, once, into ``engine.settings``.
     """
     from autotune.engines import ENGINES, make_engine
 
-    space_engine = space.engine.get("name")
-    chosen = name or space_engine or "vllm"
+    chosen = name or space.engine.default
     if chosen not in ENGINES:
         raise UsageError(f"--engine {chosen!r} is not an engine: choose one of {', '.join(sorted(ENGINES))}")
-    engine_opts = dict(engine_sections(space).get(chosen, {}))
-    engine_opts.update(options)
-    engine = make_engine(chosen, cache_dir=cache_dir, **engine_opts)
+    engine = make_engine(chosen, cache_dir=cache_dir, **{**space.engine.options(chosen), **options})
     engine.check(space)
     return engine
 

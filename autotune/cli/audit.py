@@ -117,7 +117,8 @@ def run_audit(
         facts = EngineFacts.of(backend.describe())
     finally:
         backend.close()
-    rows = audit_rows(config, result, dict(engine_options))
+    # What the engine ran with: the space's engine section and --engine-opt, as the engine validated them.
+    rows = audit_rows(config, result, getattr(backend.settings, "env", {}))
     changed = [r for r in rows if r.changed]
     _print_audit(out, config, result, rows, facts)
     # The KV audits on this restart's facts: capacity against the workload the study will run (not the short
@@ -155,8 +156,9 @@ def config_for_audit(space: Any, params: Mapping[str, Any]) -> EngineConfig:
     return dataclasses.replace(config, compilation_config=compilation, params=params_out)
 
 
-def audit_rows(config: EngineConfig, result: RestartResult, engine_options: Mapping[str, Any]) -> list[AuditRow]:
-    """Configured vs resolved for every field the audit shows."""
+def audit_rows(config: EngineConfig, result: RestartResult, env: Mapping[str, str]) -> list[AuditRow]:
+    """Configured vs resolved for every field the audit shows; ``env``: the engine process's extra environment
+    (``engine.vllm.env``), which chooses the model runner."""
     resolved = result.resolved
     details = dict(resolved.details) if resolved else {}
     diffs = {d.field for d in config_differences(config, resolved)}
@@ -170,7 +172,6 @@ def audit_rows(config: EngineConfig, result: RestartResult, engine_options: Mapp
         AuditRow("compile_mode", config.compilation_config.get("mode", _UNSET),
                  _shown(resolved and resolved.compile_mode)),
     ]
-    env = dict(engine_options.get("env") or {})
     want_runner = {"0": "v1", "1": "v2"}.get(str(env.get("VLLM_USE_V2_MODEL_RUNNER", "")), _UNSET)
     got_runner = details.get(Detail.MODEL_RUNNER)
     rows.append(AuditRow("model_runner", want_runner, _shown(got_runner),

@@ -15,7 +15,6 @@ import dataclasses
 import glob
 import os
 import platform
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +22,7 @@ from typing import IO, Any
 import psutil
 
 from autotune.core.exit_status import ExitStatus
+from autotune.engines import EngineOptions, engine_settings
 from autotune.machine import (
     GpuState,
     MemInfo,
@@ -72,7 +72,8 @@ class Facts:
     gpus: tuple[GpuState, ...] | None = None
     driver: str | None = None
     engine: str = "vllm"
-    engine_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: The engine's options as the engine validates them (its ``settings``).
+    settings: EngineOptions = dataclasses.field(default_factory=lambda: engine_settings("vllm", {}))
     engine_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     weights_bytes: int | None = None
     interpreter: tuple[str, ...] = ()
@@ -109,11 +110,11 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
 
 def gather(space: Any = None) -> Facts:
     """Read the machine (and, with a space, its engine's interpreter and model)."""
-    from autotune.cli._common import engine_sections
-
-    engine = str((getattr(space, "engine", None) or {}).get("name") or "vllm")
-    # As the study reads them (tune's build_engine): flat keys belong to the space's own engine.
-    options = engine_sections(space).get(engine, {}) if space is not None else {}
+    engine = "vllm" if space is None else space.engine.default
+    # As the study reads them (tune's build_engine), validated by the engine's own model (the space's sections
+    # were checked when it was loaded, load_space_for).
+    options = {} if space is None else space.engine.options(engine)
+    settings = engine_settings(engine, options)
     engine_args = dict(getattr(space, "engine_args", None) or {})
     freqs = _cpu_freqs()
     states = gpu_states()
@@ -121,39 +122,29 @@ def gather(space: Any = None) -> Facts:
     version = error = None
     if engine == "vllm":
         # What vLLM is given: engine.vllm.extra_args over engine_args (the GB10 recipe sets its memory there).
-        engine_args.update(options.get("extra_args") if isinstance(options.get("extra_args"), dict) else {})
+        engine_args.update(settings.extra_args)
         with contextlib.ExitStack() as scratch:
-            interpreter = _interpreter(options, scratch)
+            interpreter = _interpreter(settings, options, scratch)
             version, error = vllm_version(interpreter)
     return Facts(
         memory=read_meminfo(), machine=platform.machine(), root=os.geteuid() == 0, governors=_governors(),
         cpu_mhz=freqs[0], cpu_max_mhz=freqs[1], gpus=None if states is None else tuple(states),
-        driver=driver_version(), engine=engine, engine_options=options, engine_args=engine_args,
+        driver=driver_version(), engine=engine, settings=settings, engine_args=engine_args,
         weights_bytes=weights_bytes(engine_args.get("model")), interpreter=interpreter,
         vllm_version=version, vllm_error=error)
 
 
-def _interpreter(options: Mapping[str, Any], scratch: contextlib.ExitStack) -> tuple[str, ...]:
-    launcher = options.get("launcher")
-    if launcher and "{" in str(launcher):
+def _interpreter(settings: Any, options: Mapping[str, Any], scratch: contextlib.ExitStack) -> tuple[str, ...]:
+    if any("{" in part for part in settings.launcher or ()):
         # Placeholders ({image}, {workdir}, ...) are the engine's to fill in (a throw-away directory, which
-        # ``scratch`` removes after the import check, stands for the study's); options it refuses are left as
-        # written, and the import check says what fails.
-        from autotune.engines import EngineError
-        from autotune.engines.vllm import VllmEngine
+        # ``scratch`` removes after the import check, stands for the study's).
+        from autotune.engines import make_engine
 
-        try:
-            engine = VllmEngine(**options)
-        except (EngineError, TypeError):
-            pass
-        else:
-            scratch.enter_context(engine.throwaway_workdir())
-            return tuple(engine.interpreter())
-    if launcher:
-        import shlex
-
-        return tuple(shlex.split(launcher) if isinstance(launcher, str) else map(str, launcher))
-    return (str(options.get("python") or sys.executable),)
+        engine = make_engine("vllm", **options)
+        scratch.callback(engine.close)
+        scratch.enter_context(engine.throwaway_workdir())
+        return tuple(engine.interpreter())
+    return tuple(settings.interpreter())
 
 
 def vllm_version(interpreter: Sequence[str]) -> tuple[str | None, str | None]:
@@ -216,8 +207,7 @@ def findings(facts: Facts) -> list[Finding]:
 
 def _memory(facts: Facts, unified: bool) -> list[Finding]:
     mem = facts.memory
-    floor_opt = facts.engine_options.get("memory_floor_gib")
-    floor = engine_floor(floor_opt if isinstance(floor_opt, (int, float)) else None, mem.total)
+    floor = engine_floor(facts.settings.memory_floor_gib, mem.total)
     have = f"MemAvailable {gib(mem.available)} of {gib(mem.total)}; the guard's floor is {gib(floor)}"
     out = []
     if facts.engine != "sim" and mem.available <= floor:
@@ -248,20 +238,15 @@ def _memory(facts: Facts, unified: bool) -> list[Finding]:
 
 
 def _page_cache_plan(facts: Facts, unified: bool) -> Any:
-    """The policy a real engine would apply here (``autotune.machine.plan_page_cache``), or the one-line problem
-    with the space's value."""
-    try:
-        return plan_page_cache(facts.engine_options.get("page_cache"), unified=unified, root=facts.root)
-    except ValueError as exc:
-        return str(exc)
+    """The policy a real engine would apply here (``autotune.machine.plan_page_cache``; the value was validated
+    with the engine's options)."""
+    return plan_page_cache(facts.settings.page_cache, unified=unified, root=facts.root)
 
 
 def _page_cache(facts: Facts, unified: bool) -> list[Finding]:
     mem = facts.memory
     text = f"Cached {gib(mem.cached)} ({mem.cached / mem.total:.0%} of MemTotal)"
     plan = _page_cache_plan(facts, unified)
-    if isinstance(plan, str):
-        return [Finding("FIX", "page cache", plan)]
     if facts.engine != "sim":
         text += f"; engine.page_cache is {plan.policy}"
     if unified and mem.cached > PAGE_CACHE_WARN_FRACTION * mem.total and plan.policy == "keep":
@@ -312,7 +297,7 @@ def _root(facts: Facts) -> list[Finding]:
     plan = _page_cache_plan(facts, unified)
     if facts.root:
         return [Finding("ok", "root", "yes: page_cache drop and warm can write /proc/sys/vm/drop_caches")]
-    refusal = None if isinstance(plan, str) else plan.refusal()
+    refusal = plan.refusal()
     if refusal is not None:
         return [Finding("FIX", "root", f"no, and {refusal}")]
     note = None if isinstance(plan, str) else plan.note()

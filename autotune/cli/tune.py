@@ -139,7 +139,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.study import StudyOptions, prepare_study, smallest_restart_budget
 
     space = load_space_for(args)
-    engine_name = args.engine or space.engine.get("name") or "vllm"
+    engine_name = args.engine or space.engine.default
     study_name = args.study or default_study_name(space, engine_name)
     preflight.check_study_name_flag(study_name)
     preflight.check_top_k(args.top_k)

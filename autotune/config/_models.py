@@ -7,8 +7,9 @@ a dataset file's rows) follow in the loader. ``autotune schema`` prints :func:`s
 YAML language server checks the same shape while the file is written.
 
 Every model is strict (YAML's ``"8"`` is not the number 8) and forbids unknown keys, except the free-form
-sections that belong to other programs: ``engine`` options (the engine checks them), ``engine_args`` (vLLM's own
-arguments) and a draft's ``speculative_config`` fragment.
+sections that belong to other programs: ``engine`` options (each engine's own model checks them when the engine
+is made, ``autotune.engines``), ``engine_args`` (vLLM's own arguments) and a draft's ``speculative_config``
+fragment.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pydantic_core import PydanticCustomError
 
 from autotune.core.records import AGGREGATES, LATENCY_METRICS, LATENCY_PERCENTILES, latency_key
 
-__all__ = ["EngineArgs", "SpaceFile", "engine_arg_problem", "first_problem", "space_json_schema"]
+__all__ = ["ENGINE_NAMES", "EngineArgs", "EngineSection", "SpaceFile", "engine_arg_problem", "first_problem",
+           "space_json_schema"]
 
 SLO_KEYS = tuple(latency_key(m, p) for m in LATENCY_METRICS for p in LATENCY_PERCENTILES)
 _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
@@ -37,6 +39,12 @@ MAX_PASSES = 10**4
 MAX_SECONDS = 86_400.0  # a timed pass
 MAX_MS = 86_400_000.0  # a latency limit: a day
 MAX_SEED = 2**32 - 1  # numpy's seeds
+#: The most draft tokens a configuration may verify (``num_speculative_tokens``, a draft's ``max_k``).
+K_HARD_MAX = 16
+#: Largest capture size a space may declare or generate. vLLM's own default stops at 512 and it never captures a
+#: batch above ``max_num_batched_tokens``; the bound keeps a typo (``max: 1000000000``) from generating a list of
+#: millions of sizes at load time.
+MAX_CAPTURE_SIZE = 8192
 
 Scalar = Union[str, int, float, bool]
 WholeNumber = Annotated[int, Field(ge=0)]
@@ -62,6 +70,12 @@ def _searchable(name: str) -> str:
 
 class _Model(BaseModel):
     model_config = _STRICT
+
+
+def space_rule(field: str, problem: str, fix: str) -> PydanticCustomError:
+    """A rule relating a model's fields broken, raised from its ``model_validator``: reported at ``field`` (a key
+    of that model) with its own problem and fix (:func:`first_problem`)."""
+    return PydanticCustomError("space_rule", "{problem}", {"field": field, "problem": problem, "fix": fix})
 
 
 class DatasetSpec(_Model):
@@ -94,11 +108,14 @@ class WorkloadSpec(_Model):
     weights: list[Annotated[float, Field(gt=0.0, le=MAX_NUMBER)]] | None = None
 
 
+CaptureSize = Annotated[int, Field(ge=1, le=MAX_CAPTURE_SIZE)]
+
+
 class SizePattern(_Model):
     """A generated capture-size list: ``{pattern: pow2, max: 64}``."""
 
     pattern: Literal["pow2", "step8", "aligned"]
-    max: Annotated[int, Field(ge=1)]
+    max: CaptureSize
 
 
 class KRange(_Model):
@@ -111,6 +128,16 @@ class KRange(_Model):
         None, description="named K schedules to search: [[start, end, K], ...] over batch sizes, contiguous from 1")
     schedule: Literal["derive", "off"] | None = Field(
         None, description="derive (the default with load levels): verify a schedule of the levels' best K; off")
+
+    @model_validator(mode="after")
+    def _a_range(self) -> KRange:
+        if self.low > K_HARD_MAX:
+            raise space_rule("low", f"K={self.low} is out of range", f"use at most {K_HARD_MAX} draft tokens")
+        if self.high < self.low:
+            raise space_rule("high", f"is below low ({self.high} < {self.low})", "make high >= low")
+        if self.high > K_HARD_MAX:
+            raise space_rule("high", f"K={self.high} is out of range", f"use at most {K_HARD_MAX} draft tokens")
+        return self
 
 
 class Draft(BaseModel):
@@ -209,7 +236,7 @@ class SearchSpec(_Model):
 
     cudagraph_mode: list[str] = Field(["default"], description="some of NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, "
                                                                "FULL_AND_PIECEWISE (default is always a choice)")
-    capture_sizes: dict[str, list[Positive] | SizePattern | None] | None = None
+    capture_sizes: dict[str, Annotated[list[CaptureSize], Field(min_length=1)] | SizePattern | None] | None = None
     num_speculative_tokens: KRange = KRange()
     drafts: dict[str, Draft] | None = None
     engine_args: dict[Annotated[str, AfterValidator(_searchable)], list[Scalar] | EngineArgRange] | None = Field(
@@ -223,13 +250,48 @@ class OutputCheckSpec(_Model):
         None, description="lowest fraction of checked prompts agreeing with the baseline (default 0.9; 0: off)")
 
 
+#: The engines a space may name (``autotune.engines.ENGINES``; config cannot import the engines, a test keeps the
+#: two the same).
+ENGINE_NAMES = ("sim", "cmd", "vllm")
+
+
+class EngineSection(BaseModel):
+    """``engine:``: the engine a study runs unless ``--engine`` says otherwise (``name``; unset: vllm) and each
+    engine's options under its name. The options are the engine's to validate: each engine's model
+    (``autotune.engines``) checks them, once, when the engine is made. Keys beside ``name`` and the sections are
+    options of the space's own engine (``engine: {name: cmd, command: [...]}``)."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+    name: Literal[ENGINE_NAMES] | None = Field(  # type: ignore[valid-type]
+        None, description="the engine a study runs: sim, cmd or vllm (unset: vllm)")
+    sim: dict[str, Any] | None = Field(None, description="the simulator's options")
+    cmd: dict[str, Any] | None = Field(None, description="the cmd engine's options")
+    vllm: dict[str, Any] | None = Field(None, description="the vllm engine's options")
+
+    @property
+    def default(self) -> str:
+        """The engine a study runs unless ``--engine`` names another."""
+        return self.name or "vllm"
+
+    def options(self, engine: str) -> dict[str, Any]:
+        """``engine``'s options as written: its section, over the flat keys where it is the space's own engine."""
+        flat = dict(self.model_extra or {}) if engine == self.default else {}
+        return {**flat, **(getattr(self, engine, None) or {})}
+
+    def sections(self) -> dict[str, dict[str, Any]]:
+        """The options of each engine the section gives any to (whichever engine a command runs, all are
+        checked)."""
+        named = [e for e in ENGINE_NAMES if getattr(self, e) is not None or (e == self.default and self.model_extra)]
+        return {e: self.options(e) for e in named}
+
+
 class SpaceFile(_Model):
     """An autotune search space file (``autotune tune --space FILE``)."""
 
     model_config = ConfigDict(**_STRICT, title="autotune search space")
     name: str | int | float | None = None
     description: str | int | float | None = None
-    engine: dict[str, Any] | None = Field(None, description="name: sim|cmd|vllm, and options per engine")
+    engine: EngineSection | None = Field(None, description="name: sim|cmd|vllm, and options per engine")
     engine_args: EngineArgs = Field(description="fixed vLLM engine arguments (model, max_model_len, ...)")
     workload: WorkloadSpec
     search: SearchSpec
@@ -250,6 +312,8 @@ def space_json_schema() -> dict[str, Any]:
 
 _MODES = "NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE"
 _WEIGHTS_FIX = "give every load level a positive weight, or drop the level"
+_CAPTURE_SIZE_HINT = ("capture size {v!r} is above " + str(MAX_CAPTURE_SIZE), f"use sizes up to {MAX_CAPTURE_SIZE} "
+                      "(vLLM captures no batch above max_num_batched_tokens)")
 
 #: What to say where a field's type or bounds alone do not tell the user what to write. Keys: a field pattern
 #: (``*`` one key, ``[]`` a list index); values by error class (``type``: the wrong kind of value, ``value``: out
@@ -298,9 +362,12 @@ _HINTS: dict[str, dict[str, Any]] = {
                                       "write positive numbers, one per load level")},
     "search.cudagraph_mode": {"type": ("must be a non-empty list", f"list some of: {_MODES}")},
     "search.capture_sizes.*": {"type": ("must be a list of sizes or {{pattern, max}}, got {v!r}",
-                                        "write e.g. [1, 2, 4, 8] or {{pattern: pow2, max: 64}}")},
+                                        "write e.g. [1, 2, 4, 8] or {{pattern: pow2, max: 64}}"),
+                               "too_short": ("is an empty list", "list at least one capture size, e.g. [1, 2, 4, 8]")},
+    "search.capture_sizes.*[]": {"less_than_equal": _CAPTURE_SIZE_HINT},
     "search.capture_sizes.*.pattern": {"value": ("unknown pattern {v!r}", "use one of: pow2, step8, aligned")},
-    "search.capture_sizes.*.max": {"missing": ("is missing", "give the largest capture size, e.g. max: 64")},
+    "search.capture_sizes.*.max": {"missing": ("is missing", "give the largest capture size, e.g. max: 64"),
+                                   "less_than_equal": _CAPTURE_SIZE_HINT},
     "search.drafts.*.method": {"value": ("unknown speculative method {v!r}",
                                          "use one of: ngram, draft_model, eagle, eagle3, mtp, medusa, suffix"),
                                "missing": ("is missing", "add method: one of ngram, draft_model, eagle, eagle3, "
@@ -423,6 +490,9 @@ def first_problem(exc: ValidationError, raw: Any) -> tuple[str, str, str]:
         unmatched = None
     loc = tuple(first["loc"])
     field = _path(loc)
+    if first["type"] == "space_rule":
+        ctx = first["ctx"]
+        return f"{field}.{ctx['field']}", ctx["problem"], ctx["fix"]
     value = unmatched if unmatched is not None else first.get("input")
     kind, ctx = first["type"], first.get("ctx") or {}
     if unmatched is not None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from autotune.config._models import KRange
 from autotune.core.schedule import KSchedule
 
 __all__ = ["FIXED", "SCHEDULE_PARAM", "derive_enabled", "parse_schedules", "schedule_problem"]
@@ -29,13 +30,13 @@ def k_limit(drafts: Sequence[Any], hard_max: int) -> int:
     return max([min(hard_max, d.max_k or hard_max) for d in drafts] or [hard_max])
 
 
-def parse_schedules(data: Mapping[str, Any], fail: Callable[[str, str, str], Exception], highest_level: int,
+def parse_schedules(data: KRange, fail: Callable[[str, str, str], Exception], highest_level: int,
                     drafts: Sequence[Any], hard_max: int) -> tuple[tuple[str, KSchedule], ...]:
     """``search.num_speculative_tokens.schedules``, each checked (:meth:`KSchedule.problems`): the first fault of
     the first bad schedule is a one-line error naming the entry, e.g. ``...schedules.taper[1]``."""
     out = []
     limit = k_limit(drafts, hard_max)
-    for name, value in (data.get("schedules") or {}).items():
+    for name, value in (data.schedules or {}).items():
         field = f"{_FIELD}.schedules.{name}"
         if str(name) == FIXED:
             raise fail(field, f"'{FIXED}' is reserved for one K at every batch size", "give the schedule another name")
@@ -49,10 +50,10 @@ def parse_schedules(data: Mapping[str, Any], fail: Callable[[str, str, str], Exc
     return tuple(out)
 
 
-def derive_enabled(data: Mapping[str, Any], levels: Sequence[int], k_high: int,
+def derive_enabled(data: KRange, levels: Sequence[int], k_high: int,
                    fail: Callable[[str, str, str], Exception]) -> bool:
     """Whether the study derives a schedule: ``schedule: derive``, the default with several load levels and K > 0."""
-    setting = data.get("schedule")
+    setting = data.schedule
     if setting == "derive" and (len(levels) < 2 or k_high < 1):
         raise fail(f"{_FIELD}.schedule", "a schedule is derived from the best K at each load level, but the study has "
                    f"{'one load level' if len(levels) < 2 else 'no K above 0'}",

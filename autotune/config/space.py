@@ -39,7 +39,9 @@ from pydantic import ValidationError
 from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
 from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
 from autotune.config._engine_args import EngineArgDim, search_dims, spelled
-from autotune.config._models import MAX_NUMBER, SpaceFile, first_problem, space_json_schema
+from autotune.config._models import MAX_CAPTURE_SIZE  # noqa: F401 (the bound's old home; the models hold it now)
+from autotune.config._models import (K_HARD_MAX, MAX_NUMBER, EngineSection, SizePattern, SpaceFile, first_problem,
+                                     space_json_schema)
 from autotune.config._schedule import FIXED, SCHEDULE_PARAM, derive_enabled, k_limit, parse_schedules, schedule_problem
 from autotune.config._yaml import load_yaml, read_text
 from autotune.core.schedule import SCHEDULE_KEY, KSchedule
@@ -52,6 +54,7 @@ __all__ = [
     "SCHEDULE_PARAM",
     "DraftOption",
     "EngineArgDim",
+    "EngineSection",
     "Infeasible",
     "SearchSpace",
     "SizeOption",
@@ -71,11 +74,6 @@ OBJECTIVES = RECORD_OBJECTIVES
 #: Optuna parameter names the graph/speculation search uses; an engine argument cannot take one of them.
 _CORE_PARAMS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft", SCHEDULE_PARAM)
 _RESERVED_ENGINE_ARGS = ("compilation_config", "speculative_config", "num_speculative_tokens")
-K_HARD_MAX = 16
-#: Largest capture size a space may declare or generate. vLLM's own default stops at 512 and it never captures a
-#: batch above ``max_num_batched_tokens``; the bound keeps a typo (``max: 1000000000``) from generating a list of
-#: millions of sizes at load time.
-MAX_CAPTURE_SIZE = 8192
 
 
 class SpaceError(ValueError):
@@ -141,7 +139,8 @@ class SearchSpace:
 
     name: str
     source: str
-    engine: Mapping[str, Any]
+    #: The ``engine:`` section: the space's own engine (``engine.default``) and each engine's options.
+    engine: EngineSection
     engine_args: Mapping[str, Any]
     workload: Workload
     modes: tuple[str, ...]
@@ -432,16 +431,15 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     """Validate an already-parsed mapping (see :func:`load_space`)."""
     v = _Validator(source, base_dir or Path.cwd())
     top = v.mapping(raw, "top level")
-    check_shape(top, source)
-    name = str(top.get("name") or Path(source).stem)
-    engine = dict(top.get("engine") or {})
-    v.finite(engine, "engine")
+    model = check_shape(top, source)
+    # Engine options are the engine's to validate (when it is made), but no section of a space holds NaN or 1e300.
+    v.finite(top.get("engine"), "engine")
     v.finite(top["workload"].get("dataset"), "workload.dataset")
     v.finite(top["search"].get("engine_args"), "search.engine_args")
     engine_args = v.engine_args(top["engine_args"])
     slo = parse_slo(top.get("slo"), v.fail)
     workload = parse_workload(top["workload"], v.fail, v.base_dir, slo)
-    objective = str(top.get("objective", "throughput"))
+    objective = model.objective
     if objective == "goodput" and not any(key.split("_p", 1)[0] in GOODPUT_METRICS for key, _ in slo):
         raise SpaceError(source, "slo", "objective: goodput counts requests meeting the slo limits, but none is set",
                          "add e.g. slo: {tpot_p99_ms: 50, ttft_p99_ms: 500} (ttft, tpot or e2el limits)")
@@ -453,11 +451,11 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
                                  "use a tpot limit instead, or objective: throughput to constrain percentiles")
     workload = dataclasses.replace(workload, objective=objective)
     search = top["search"]
-    modes = v.modes(search.get("cudagraph_mode", [DEFAULT]))
-    sizes = v.sizes(search.get("capture_sizes"))
-    k_low, k_high = v.k_range(search.get("num_speculative_tokens", {}))
+    modes = v.modes(model.search.cudagraph_mode)
+    sizes = v.sizes(model.search.capture_sizes)
+    k_spec = model.search.num_speculative_tokens
+    k_low, k_high = k_spec.low, k_spec.high
     drafts = v.drafts(search.get("drafts", {}))
-    k_spec = search.get("num_speculative_tokens", {})
     schedules = parse_schedules(k_spec, v.fail, workload.max_concurrency, drafts, K_HARD_MAX)
     if k_high > 0 and not drafts:
         raise SpaceError(source, "search.drafts", "is empty but num_speculative_tokens allows K > 0",
@@ -478,8 +476,9 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
                          f"use an output_len below {max_model_len}, or raise engine_args.max_model_len")
     prompts_digest = read_dataset(workload.dataset, v.fail, max_model_len)
     space = SearchSpace(
-        name=name, source=source, engine=engine, engine_args=engine_args, workload=workload, modes=modes,
-        sizes=sizes, k_low=k_low, k_high=k_high, drafts=drafts, raw=top, description=str(top.get("description", "")),
+        name=str(model.name or Path(source).stem), source=source, engine=model.engine or EngineSection(),
+        engine_args=engine_args, workload=workload, modes=modes, sizes=sizes, k_low=k_low, k_high=k_high,
+        drafts=drafts, raw=top, description="" if model.description is None else str(model.description),
         objective=objective, engine_dims=engine_dims, prompts_digest=prompts_digest, schedules=schedules,
         derive_schedule=derive_enabled(k_spec, workload.levels, k_high, v.fail),
     )
@@ -489,16 +488,17 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     return space
 
 
-def check_shape(top: Mapping[str, Any], source: str) -> None:
+def check_shape(top: Mapping[str, Any], source: str) -> SpaceFile:
     """Validate the file's keys and types against :class:`~autotune.config._models.SpaceFile` (the schema
-    ``autotune schema`` prints); the first problem becomes a one-line :class:`SpaceError`."""
+    ``autotune schema`` prints) and return the typed file; the first problem becomes a one-line
+    :class:`SpaceError`."""
     data = dict(top)
     workload = data.get("workload")
     if isinstance(workload, dict):
         # Workload.to_dict()'s shape (a stored workload read back): an unset key is null, no limits is {}.
         data["workload"] = {k: v for k, v in workload.items() if v is not None and not (k == "slo" and v == {})}
     try:
-        SpaceFile.model_validate(data)
+        return SpaceFile.model_validate(data)
     except ValidationError as exc:
         raise SpaceError(source, *first_problem(exc, data)) from None
 
@@ -527,12 +527,6 @@ class _Validator:
         if value < minimum:
             raise self.fail(field, f"must be >= {minimum}, got {value}", f"use a value >= {minimum}")
         return value
-
-    def capture_size(self, size: int, field: str) -> int:
-        if size > MAX_CAPTURE_SIZE:
-            raise self.fail(field, f"capture size {size} is above {MAX_CAPTURE_SIZE}",
-                            f"use sizes up to {MAX_CAPTURE_SIZE} (vLLM captures no batch above max_num_batched_tokens)")
-        return size
 
     def finite(self, value: Any, field: str) -> None:
         """Free-form sections (vLLM's own arguments, draft, dataset and engine options) hold no NaN, infinity or
@@ -568,48 +562,31 @@ class _Validator:
                             f"list some of: {', '.join(CUDAGRAPH_MODES)}")
         out = [DEFAULT]
         for i, m in enumerate(value):
-            mode = str(m)
-            if mode != DEFAULT and mode.upper() not in CUDAGRAPH_MODES:
+            if m != DEFAULT and m.upper() not in CUDAGRAPH_MODES:
                 raise self.fail(f"search.cudagraph_mode[{i}]", f"unknown mode {m!r}",
                                 f"use one of: {', '.join(CUDAGRAPH_MODES)}")
-            mode = DEFAULT if mode == DEFAULT else mode.upper()
+            mode = DEFAULT if m == DEFAULT else m.upper()
             if mode not in out:
                 out.append(mode)
         return tuple(out)
 
-    def sizes(self, data: dict[str, Any] | None) -> tuple[SizeOption, ...]:
+    def sizes(self, data: Mapping[str, list[int] | SizePattern | None] | None) -> tuple[SizeOption, ...]:
+        """The typed ``capture_sizes`` (each list non-empty, each size bounded) with ``default`` first."""
         out = [SizeOption(DEFAULT)]
         for name, spec in (data or {}).items():
             field = f"search.capture_sizes.{name}"
-            name = str(name)
             if name == DEFAULT:
                 if spec is not None:
                     raise self.fail(field, "'default' is reserved for the engine's own sizes",
                                     "give this list another name")
-                continue
-            if isinstance(spec, list):
-                if not spec:
-                    raise self.fail(field, "is an empty list", "list at least one capture size, e.g. [1, 2, 4, 8]")
-                sizes = tuple(self.capture_size(s, f"{field}[{i}]") for i, s in enumerate(spec))
-                out.append(SizeOption(name, sizes=sizes))
-            elif isinstance(spec, dict):
-                out.append(SizeOption(name, pattern=spec["pattern"],
-                                      max=self.capture_size(spec["max"], f"{field}.max")))
-            else:
-                raise self.fail(field, f"must be a list of sizes or {{pattern, max}}, got {spec!r}",
+            elif isinstance(spec, SizePattern):
+                out.append(SizeOption(name, pattern=spec.pattern, max=spec.max))
+            elif spec is None:
+                raise self.fail(field, "must be a list of sizes or {pattern, max}, got None",
                                 "write e.g. [1, 2, 4, 8] or {pattern: pow2, max: 64}")
+            else:
+                out.append(SizeOption(name, sizes=tuple(spec)))
         return tuple(out)
-
-    def k_range(self, data: dict[str, int]) -> tuple[int, int]:
-        field = "search.num_speculative_tokens"
-        low, high = data.get("low", 0), data.get("high", 0)
-        if low > K_HARD_MAX:
-            raise self.fail(f"{field}.low", f"K={low} is out of range", f"use at most {K_HARD_MAX} draft tokens")
-        if high < low:
-            raise self.fail(f"{field}.high", f"is below low ({high} < {low})", "make high >= low")
-        if high > K_HARD_MAX:
-            raise self.fail(f"{field}.high", f"K={high} is out of range", f"use at most {K_HARD_MAX} draft tokens")
-        return low, high
 
     def drafts(self, data: dict[str, Any] | None) -> tuple[DraftOption, ...]:
         out = []

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import Any
 
 from autotune.engines._base import EngineBackend, EngineError
+from autotune.engines._options import EngineOptions
 
-__all__ = ["ENGINES", "EngineBackend", "EngineError", "make_engine"]
+__all__ = ["ENGINES", "EngineBackend", "EngineError", "EngineOptions", "engine_settings", "make_engine"]
 
 #: Registry name -> "module:Class", imported lazily so that e.g. ``sim`` never imports vLLM helpers.
 ENGINES: dict[str, str] = {
@@ -17,16 +19,29 @@ ENGINES: dict[str, str] = {
 }
 
 
-def make_engine(name: str, cache_dir: str | None = None, **options: Any) -> EngineBackend:
-    """Build the engine registered as ``name``.
-
-    Raises:
-        EngineError: unknown name.
-    """
+def _engine_class(name: str) -> Any:
     try:
         target = ENGINES[name]
     except KeyError:
         raise EngineError(f"unknown engine {name!r}: choose one of {', '.join(sorted(ENGINES))}") from None
     module_name, class_name = target.split(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(cache_dir=cache_dir, **options)
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def make_engine(name: str, cache_dir: str | None = None, **options: Any) -> EngineBackend:
+    """Build the engine registered as ``name``; its options are validated here, once (``engine.settings``).
+
+    Raises:
+        EngineError: unknown name, or a bad option naming ``engine.<name>.<key>``.
+    """
+    return _engine_class(name)(cache_dir=cache_dir, **options)
+
+
+def engine_settings(name: str, options: Mapping[str, Any]) -> EngineOptions:
+    """``options`` validated by the model the engine ``name`` validates them with (what ``engine.settings`` would
+    be), without making the engine: for commands that read the options but start nothing (``doctor``).
+
+    Raises:
+        EngineError: as :func:`make_engine`.
+    """
+    return _engine_class(name).Settings.parse(options)

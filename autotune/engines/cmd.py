@@ -41,7 +41,7 @@ import shlex
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal
 
@@ -49,16 +49,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.core import facts as F
 from autotune.engines._base import EngineBackend, EngineError
+from autotune.engines._options import CmdOptions
 from autotune.engines._output_check import check_request, output_facts, skip_reason
 from autotune.engines.process import EngineProcess, engine_leftovers
-from autotune.machine import MemoryNotSettled, StartSafety, parse_page_cache, wait_seconds
+from autotune.machine import MemoryNotSettled, StartSafety
 from autotune.core.records import EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus, Workload
 
 __all__ = ["CmdEngine", "ProtocolError", "parse_result_line"]
 
-DEFAULT_TIMEOUT_S = 1800.0
-#: Seconds between SIGTERM and SIGKILL when a restart times out.
-DEFAULT_KILL_GRACE_S = 5.0
 #: Lines of output kept in ``log_tail``.
 TAIL_LINES = 40
 #: Longest excerpt of a bad line quoted in an error.
@@ -85,35 +83,29 @@ class CmdEngine(EngineBackend):
             :mod:`autotune.machine`.
 
     Raises:
-        EngineError: ``command`` missing or malformed, or a bad timeout, naming ``engine.<key>``.
+        EngineError: ``command`` missing or malformed, or any bad option (:class:`~autotune.engines._options.CmdOptions`),
+            naming ``engine.cmd.<key>``.
     """
 
     name = "cmd"
-    OPTIONS = ("command", "timeout_s", "kill_grace_s", "memory_floor_gib", "settle_timeout_s", "page_cache")
+    #: The options model (:mod:`autotune.engines._options`); an engine's ``settings``.
+    Settings = CmdOptions
 
     def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
         super().__init__(cache_dir, **options)
-        unknown = sorted(set(options) - set(self.OPTIONS))
-        if unknown:
-            valid = ", ".join(f"engine.{k}" for k in self.OPTIONS)
-            raise EngineError(f"cmd engine: unknown option engine.{unknown[0]}; valid keys: {valid}")
-        self.command = _command(options.get("command"))
-        self.timeout_s = _seconds("timeout_s", options.get("timeout_s", DEFAULT_TIMEOUT_S))
-        self.kill_grace_s = _seconds("kill_grace_s", options.get("kill_grace_s", DEFAULT_KILL_GRACE_S))
-        floor = options.get("memory_floor_gib")
-        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not floor >= 0):
-            raise EngineError(f"cmd engine: engine.memory_floor_gib must be a number of GiB (0: no floor), got {floor!r}")
-        try:
-            page_cache = parse_page_cache(options.get("page_cache"))
-        except ValueError as exc:
-            raise EngineError(f"cmd engine: {exc}") from None
+        self.settings: CmdOptions = CmdOptions.parse(options)
         # The level memory must come back to before each start is measured now, when the study begins. A leftover
         # is a process of ours that no live EngineProcess holds (another engine's forkserver host is not one).
         try:
-            self.safety = StartSafety(floor, _seconds("settle_timeout_s", options.get("settle_timeout_s", 300.0)),
-                                      leftovers=engine_leftovers, page_cache=page_cache)
+            self.safety = StartSafety(self.settings.memory_floor_gib, self.settings.settle_timeout_s,
+                                      leftovers=engine_leftovers, page_cache=self.settings.page_cache)
         except ValueError as exc:  # a floor the machine cannot meet (issue 32)
             raise EngineError(f"cmd engine: {exc}") from None
+
+    @property
+    def command(self) -> list[str]:
+        """The command each restart runs (``engine.cmd.command``, a shell-style string split)."""
+        return list(self.settings.command)
 
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         """Run the command once; never raises for a failing restart. The restart's memory and machine facts
@@ -149,8 +141,9 @@ class CmdEngine(EngineBackend):
         if trip is not None:
             return RestartResult.failure(RestartStatus.FAILED, trip.reason(), log_tail=tail, **common)
         if timed_out:
-            return RestartResult.failure(RestartStatus.TIMEOUT, f"cmd engine: no result within {self.timeout_s:g}s; "
-                                         "killed the process group", log_tail=tail, **common)
+            return RestartResult.failure(RestartStatus.TIMEOUT, f"cmd engine: no result within "
+                                         f"{self.settings.timeout_s:g}s; killed the process group", log_tail=tail,
+                                         **common)
         try:
             data = parse_result_line(stdout)
         except ProtocolError as exc:
@@ -211,10 +204,10 @@ class CmdEngine(EngineBackend):
                                                              env=self._env(restart, seed)) as proc:
                 guard.attach(proc.kill_now)  # the group, and a container it started, at once
                 try:
-                    returncode: int | None = proc.wait(timeout=self.timeout_s)
+                    returncode: int | None = proc.wait(timeout=self.settings.timeout_s)
                 except subprocess.TimeoutExpired:
                     returncode = None
-                survivors = proc.stop(grace_s=self.kill_grace_s)
+                survivors = proc.stop(grace_s=self.settings.kill_grace_s)
             out.seek(0)
             err.seek(0)
             stderr = err.read()
@@ -420,31 +413,6 @@ def _at(data: Any, loc: tuple[Any, ...]) -> Any:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
-
-
-def _command(value: Any) -> list[str]:
-    if value is None:
-        raise EngineError("cmd engine: engine.command is missing; set it to the command that runs one restart, "
-                          "e.g. command: [python, examples/cmd_engine_example.py]")
-    if isinstance(value, str):
-        try:
-            parts = shlex.split(value)
-        except ValueError as exc:
-            raise EngineError(f"cmd engine: engine.command cannot be split ({exc}); quote it properly") from None
-    elif isinstance(value, Sequence) and all(isinstance(p, str) for p in value):
-        parts = list(value)
-    else:
-        raise EngineError(f"cmd engine: engine.command must be a list of strings or a string, got {value!r}")
-    if not parts:
-        raise EngineError("cmd engine: engine.command is empty; give the command that runs one restart")
-    return parts
-
-
-def _seconds(key: str, value: Any) -> float:
-    try:
-        return wait_seconds(value, key)  # the rule every engine applies to its waits (issue 32)
-    except ValueError as exc:
-        raise EngineError(f"cmd engine: {exc}") from None
 
 
 def _last_line(text: str) -> str:

@@ -28,6 +28,7 @@ from autotune.engines._sim_passes import simulate_passes
 from autotune.engines._sim_schedule import at_level
 from autotune.core import facts as F
 from autotune.engines._base import EngineBackend, EngineError
+from autotune.engines._options import SimOptions
 from autotune.engines._sim_memory import HostWedged
 # The vLLM runner's latency summary (stdlib only), so simulated and real restarts report the same figures.
 from autotune.engines.vllm._dataset import latency_summary, request_timing
@@ -37,22 +38,8 @@ from autotune.core.records import (GOODPUT_METRICS, EngineConfig, EngineFacts, L
 
 __all__ = ["HostWedged", "SimEngine"]
 
-#: Engine options (the space file's ``engine: sim:`` section) and their defaults.
-DEFAULT_OPTIONS: dict[str, Any] = {
-    "profile": "h200",
-    "model_profile": "dense",
-    "engine_version": "0.26.0",
-    "noise": None,  # None: the hardware profile's restart-to-restart sd
-    "time_scale": 0.0,  # real seconds per simulated second of a restart's wall time (0: return at once)
-    "landscape_seed": 0,  # profile "random" only: which landscape of the family (see _sim_landscape)
-    "landscape_shift": 0.0,  # profile "random" only: that landscape moved within its family (log-scale sd)
-    "unified_memory": False,  # true: a unified-memory profile (gb10) runs each restart on its simulated host;
-    # other profiles have GPU memory of their own and ignore it
-    "memory_floor_gib": None,  # with unified memory: the guard's floor (None: the default; 0: off, the host can wedge)
-    "page_cache": None,  # with unified memory: keep, drop or warm before each start (None: warm, the unified default)
-}
 #: The profile that draws its landscape from ``landscape_seed`` instead of using the physics model's constants.
-RANDOM_PROFILE = "random"
+RANDOM_PROFILE = SimOptions.RANDOM
 #: Directory under ``cache_dir`` that holds one marker file per compiled configuration.
 COMPILE_CACHE_DIR = "sim-compile-cache"
 
@@ -82,39 +69,26 @@ class SimEngine(EngineBackend):
     """
 
     name = "sim"
+    #: The options model (:mod:`autotune.engines._options`); an engine's ``settings``.
+    Settings = SimOptions
 
     def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
         super().__init__(cache_dir, **options)
-        unknown = sorted(set(options) - set(DEFAULT_OPTIONS))
-        if unknown:
-            valid = ", ".join(f"engine.{k}" for k in DEFAULT_OPTIONS)
-            raise EngineError(f"sim engine: unknown option engine.{unknown[0]}; valid keys: {valid}")
-        opts = {**DEFAULT_OPTIONS, **options}
+        self.settings: SimOptions = SimOptions.parse(options)
+        opts = self.settings
         self.landscape: landscapes.Landscape | None = None
-        if str(opts["profile"]) == RANDOM_PROFILE:
-            seed = opts["landscape_seed"]
-            if isinstance(seed, bool) or not isinstance(seed, int):
-                raise EngineError(f"sim engine: engine.landscape_seed must be an integer (e.g. 7), got {seed!r}")
-            shift = opts["landscape_shift"]
-            if isinstance(shift, bool) or not isinstance(shift, (int, float)) or not 0 <= shift < 2:
-                raise EngineError(f"sim engine: engine.landscape_shift must be a number from 0 to 2 (e.g. 0.1), got "
-                                  f"{shift!r}")
-            self.landscape = landscapes.draw_landscape(seed, float(shift))
+        if opts.profile == RANDOM_PROFILE:
+            self.landscape = landscapes.draw_landscape(opts.landscape_seed, opts.landscape_shift)
             self.hardware = self.landscape.hardware
         else:
-            self.hardware = _choice("profile", opts["profile"], {**model.HARDWARE, RANDOM_PROFILE: None})
-        self.model = _choice("model_profile", opts["model_profile"], model.MODELS)
-        self.engine_version = str(opts["engine_version"])
-        try:
-            self.version = model.parse_version(self.engine_version)
-        except ValueError:
-            raise EngineError(f"sim engine: engine.engine_version {opts['engine_version']!r} is not a version; "
-                              "write e.g. \"0.26.0\"") from None
-        self.noise_sd = _noise(opts["noise"], self.hardware.noise_sd)
-        self.time_scale = _time_scale(opts["time_scale"])
+            self.hardware = model.HARDWARE[opts.profile]
+        self.model = model.MODELS[opts.model_profile]
+        self.engine_version = opts.engine_version
+        self.version = model.parse_version(opts.engine_version)
+        self.noise_sd = self.hardware.noise_sd if opts.noise is None else opts.noise
+        self.time_scale = opts.time_scale
         #: The simulated unified-memory host, read by the real memory guard and settle (None: not unified).
-        self.host = _host(opts["unified_memory"], opts["memory_floor_gib"], opts["page_cache"], self.hardware,
-                          self.model.name)
+        self.host = _host(opts, self.hardware, self.model.name)
         #: How a restart's scaled wall time passes; the scaling benchmark swaps in a simulated clock.
         self.sleep = time.sleep
         self._compiled: set[str] = set()
@@ -284,8 +258,8 @@ class SimEngine(EngineBackend):
         return EngineFacts(name=self.name, version=self.engine_version, gpu=self.hardware.gpu_name, simulated=True,
                            extra={"profile": self.hardware.name, "model_profile": self.model.name,
                                   **({} if self.landscape is None else {"landscape_seed": self.landscape.seed}),
-                                  **({"landscape_shift": self.options["landscape_shift"]}
-                                     if self.options.get("landscape_shift") else {})})
+                                  **({"landscape_shift": self.settings.landscape_shift}
+                                     if self.settings.landscape_shift else {})})
 
     # -- internals -----------------------------------------------------------------------------------------
     def _plan(self, config: EngineConfig) -> model.Plan:
@@ -382,52 +356,19 @@ class SimEngine(EngineBackend):
         return min(measured, 1.0 + k)
 
 
-def _choice(key: str, value: Any, table: dict[str, Any]) -> Any:
-    try:
-        return table[str(value)]
-    except KeyError:
-        raise EngineError(f"sim engine: engine.{key} {value!r} is unknown; choose one of "
-                          f"{', '.join(sorted(table))}") from None
-
-
-def _host(unified: Any, floor: Any, page_cache: Any, hardware: model.HardwareProfile,
-          model_profile: str) -> memory.SimulatedHost | None:
-    if not isinstance(unified, bool):
-        raise EngineError(f"sim engine: engine.unified_memory must be true or false, got {unified!r}")
-    if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not floor >= 0
-                              or not math.isfinite(floor)):
-        raise EngineError(f"sim engine: engine.memory_floor_gib must be a number of GiB (0: no floor), got {floor!r}")
-    try:
-        # Resolved as a real engine resolves it on unified memory (warm by default); the simulated host may drop
-        # its own simulated cache, so the default never falls back to keep for want of root.
-        policy = plan_page_cache(page_cache, unified=True, root=True).policy
-    except ValueError as exc:
-        raise EngineError(f"sim engine: {exc}") from None
+def _host(opts: SimOptions, hardware: model.HardwareProfile, model_profile: str) -> memory.SimulatedHost | None:
+    # Resolved as a real engine resolves it on unified memory (warm by default); the simulated host may drop its
+    # own simulated cache, so the default never falls back to keep for want of root.
+    policy = plan_page_cache(opts.page_cache, unified=True, root=True).policy
     # Opt-in (search_spaces/gb10.yaml turns it on): a space written for the throughput landscape alone, and the
     # benchmark's landscapes, keep measuring throughput without a host that can refuse their configurations. It
     # turns on the profile's unified memory: a profile with memory of its own (h200) has none to model.
-    if not (unified and hardware.unified_memory):
+    if not (opts.unified_memory and hardware.unified_memory):
         return None
     try:
-        return memory.SimulatedHost(memory.UnifiedMemory(), None if floor is None else float(floor), model_profile,
-                                    page_cache=policy)
+        return memory.SimulatedHost(memory.UnifiedMemory(), opts.memory_floor_gib, model_profile, page_cache=policy)
     except ValueError as exc:  # a floor the simulated host cannot meet (issue 32)
         raise EngineError(f"sim engine: {exc}") from None
-
-
-def _noise(value: Any, default: float) -> float:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
-        raise EngineError(f"sim engine: engine.noise must be a relative sd >= 0 (e.g. 0.03), got {value!r}")
-    return float(value)
-
-
-def _time_scale(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
-        raise EngineError(f"sim engine: engine.time_scale must be a number >= 0 (real seconds per simulated "
-                          f"second, e.g. 0.01), got {value!r}")
-    return float(value)
 
 
 def _jitter(rng: random.Random) -> float:

@@ -254,18 +254,18 @@ def test_missing_executable_is_a_failed_restart(tmp_path):
 
 
 def test_options_are_validated():
-    with pytest.raises(EngineError, match=r"engine\.command is missing"):
+    with pytest.raises(EngineError, match=r"engine\.cmd\.command is missing"):
         make_engine("cmd")
-    with pytest.raises(EngineError, match=r"engine\.command"):
+    with pytest.raises(EngineError, match=r"engine\.cmd\.command must be"):
         CmdEngine(command=[1, 2])
-    with pytest.raises(EngineError, match=r"engine\.timeout_s"):
+    with pytest.raises(EngineError, match=r"engine\.cmd\.timeout_s"):
         CmdEngine(command="true", timeout_s=0)
-    with pytest.raises(EngineError, match=r"engine\.retries.*engine\.command"):
+    with pytest.raises(EngineError, match=r"engine\.cmd\.retries.*engine\.cmd\.command"):
         CmdEngine(command="true", retries=2)
     engine = make_engine("cmd", command="python3 -m my_engine --flag 'a b'")
     assert isinstance(engine, CmdEngine)
     assert engine.command == ["python3", "-m", "my_engine", "--flag", "a b"]
-    assert engine.timeout_s == 1800 and engine.describe().to_dict() == {"engine": "cmd", "command": engine.command}
+    assert engine.settings.timeout_s == 1800 and engine.describe().to_dict() == {"engine": "cmd", "command": engine.command}
 
 
 def test_example_wrapper_reproduces_the_sim_engine(tmp_path):

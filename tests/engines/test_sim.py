@@ -422,15 +422,15 @@ def test_flat_profile_has_no_winner(model_profile):
 
 
 def test_options_are_validated():
-    with pytest.raises(EngineError, match=r"engine\.speed.*engine\.profile"):
+    with pytest.raises(EngineError, match=r"unknown option engine\.sim\.speed; valid keys: .*engine\.sim\.profile"):
         make_engine("sim", speed=2)
-    with pytest.raises(EngineError, match=r"engine\.profile 'a100'.*flat, gb10, h200"):
+    with pytest.raises(EngineError, match=r"engine\.sim\.profile must be one of flat, gb10, h200, random, got 'a100'"):
         sim("a100")
-    with pytest.raises(EngineError, match=r"engine\.model_profile"):
+    with pytest.raises(EngineError, match=r"engine\.sim\.model_profile"):
         sim(model_profile="mamba")
-    with pytest.raises(EngineError, match=r"engine\.engine_version"):
+    with pytest.raises(EngineError, match=r"engine\.sim\.engine_version"):
         sim(engine_version="latest")
-    with pytest.raises(EngineError, match=r"engine\.noise"):
+    with pytest.raises(EngineError, match=r"engine\.sim\.noise"):
         sim(noise=-1)
 
 
@@ -465,7 +465,7 @@ def test_time_scale_makes_a_restart_take_its_scaled_wall_time():
 
 @pytest.mark.parametrize("bad", [-1, "fast", float("nan"), True])
 def test_time_scale_must_be_a_non_negative_number(bad):
-    with pytest.raises(EngineError, match=r"engine\.time_scale must be a number >= 0"):
+    with pytest.raises(EngineError, match=r"engine\.sim\.time_scale must be a number >= 0"):
         sim(time_scale=bad)
 
 

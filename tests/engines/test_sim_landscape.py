@@ -68,7 +68,7 @@ def test_the_family_has_silent_changes_and_no_fixed_winner():
 
 
 def test_landscape_seed_is_validated_and_described():
-    with pytest.raises(EngineError, match="engine.landscape_seed"):
+    with pytest.raises(EngineError, match=r"engine\.sim\.landscape_seed"):
         SimEngine(profile="random", landscape_seed="seven")
     with pytest.raises(EngineError, match="random"):
         SimEngine(profile="tpu")

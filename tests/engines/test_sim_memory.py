@@ -86,7 +86,7 @@ def test_the_page_cache_policy_gives_every_start_the_same_cache():
     engine = gb10()
     assert all(not engine.run_restart(BIG, SPACE.workload, restart=r, seed=0).ok for r in range(3))
     assert engine.true_lowest_available_gib(BIG) < engine.memory_floor_gib() < engine.true_lowest_available_gib(SMALL)
-    with pytest.raises(EngineError, match=r"engine\.page_cache"):
+    with pytest.raises(EngineError, match=r"engine\.sim\.page_cache"):
         gb10(page_cache="cold")
 
 
@@ -106,7 +106,7 @@ def test_only_unified_profiles_get_a_host_and_bad_options_are_one_line():
     plain = gb10(unified_memory=False)
     assert all(plain.run_restart(BIG, SPACE.workload, restart=r, seed=0).ok for r in range(2))  # the same config, no host to overflow
     for bad in ({"memory_floor_gib": -1}, {"memory_floor_gib": "8"}, {"unified_memory": "yes"}):
-        with pytest.raises(EngineError, match=r"engine\.(memory_floor_gib|unified_memory)"):
+        with pytest.raises(EngineError, match=r"engine\.sim\.(memory_floor_gib|unified_memory)"):
             gb10(**bad)
 
 

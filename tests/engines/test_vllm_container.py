@@ -26,8 +26,8 @@ RECIPE = REPO / "search_spaces" / "gb10.yaml"
 
 def _recipe_engine(study_dir: Path) -> VllmEngine:
     space = load_space(str(RECIPE))
-    assert space.engine["name"] == "vllm"
-    return make_engine("vllm", cache_dir=str(study_dir), **space.engine["vllm"])
+    assert space.engine.name == "vllm"
+    return make_engine("vllm", cache_dir=str(study_dir), **space.engine.vllm)
 
 
 def _mounts(argv: list[str]) -> list[tuple[str, str, str]]:
@@ -141,10 +141,10 @@ def test_tune_with_the_recipe_and_no_docker_on_path_fails_at_preflight_in_one_li
 
 
 @pytest.mark.parametrize(("options", "needle"), [
-    ({"launcher": ["docker", "run", "{nope}", "python3"]}, "engine.launcher: unknown placeholder {nope}"),
-    ({"launcher": ["docker", "run", "{image}", "python3"]}, "uses {image} but engine.image is not set"),
-    ({"image": "img", "launcher": ["docker", "run", "img", "python3"]}, "engine.image is set but engine.launcher"),
-    ({"env": {"HF_HOME": "{home}/hf"}}, "engine.env.HF_HOME: unknown placeholder {home}"),
+    ({"launcher": ["docker", "run", "{nope}", "python3"]}, "engine.vllm.launcher: unknown placeholder {nope}"),
+    ({"launcher": ["docker", "run", "{image}", "python3"]}, "uses {image} but engine.vllm.image is not set"),
+    ({"image": "img", "launcher": ["docker", "run", "img", "python3"]}, "engine.vllm.image is set but engine.vllm.launcher"),
+    ({"env": {"HF_HOME": "{home}/hf"}}, "engine.vllm.env.HF_HOME: unknown placeholder {home}"),
 ])
 def test_bad_placeholders_are_refused_when_the_engine_is_made(options, needle):
     with pytest.raises(EngineError) as info:
@@ -162,7 +162,7 @@ def test_checking_the_recipe_before_the_study_has_its_directory_leaves_nothing_i
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     space = load_space(str(RECIPE))
-    engine = make_engine("vllm", **space.engine["vllm"])  # as `autotune tune` makes it: no cache_dir yet
+    engine = make_engine("vllm", **space.engine.vllm)  # as `autotune tune` makes it: no cache_dir yet
     engine.check(type("S", (), {"check_model_paths": lambda self: None})())
     assert engine.describe().version == "0.31.0", "the probe ran"
     assert sorted(p.name for p in scratch.iterdir()) == []

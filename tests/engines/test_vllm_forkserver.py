@@ -161,7 +161,7 @@ def test_startup_deadline_kills_the_forked_group_and_the_host_serves_the_next_re
     assert _wait_gone(stuck) == [], "the restart and its SIGTERM-ignoring grandchild are gone"
 
     # Room for a loaded test machine: what matters is that the same host serves the next restart.
-    engine.settings = dataclasses.replace(engine.settings, startup_timeout_s=60)
+    engine.settings = engine.settings.model_copy(update={"startup_timeout_s": 60})
     after = engine.run_restart(_config("ok"), WORKLOAD, restart=1, seed=1)
     assert after.status == RestartStatus.OK, after.error
     assert len(_importers(files["imports"])) == 1, "the same forkserver served both restarts"
@@ -350,9 +350,9 @@ def test_a_launcher_means_spawn_and_says_so_once(tmp_path: Path, capsys: pytest.
 @pytest.mark.parametrize(
     ("options", "needle"),
     [
-        ({"start_method": "fork"}, "engine.start_method 'fork' is unknown; use one of: forkserver, spawn"),
+        ({"start_method": "fork"}, "engine.vllm.start_method must be one of forkserver, spawn, got 'fork'"),
         ({"start_method": "forkserver", "launcher": ["docker", "run", "-i", "img", "python3"]},
-         "use engine.start_method spawn"),
+         "use engine.vllm.start_method spawn"),
     ],
 )
 def test_bad_start_method_is_rejected_by_name(options: dict, needle: str) -> None:

@@ -341,13 +341,13 @@ def test_startup_timeout_is_a_timeout_restart(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("options", "needle"),
     [
-        ({"bogus": 1}, "engine.bogus"),
-        ({"python": "/x/python", "launcher": ["docker", "run", "img", "python3"]}, "engine.python and engine.launcher"),
-        ({"mode": "batch"}, "engine.mode 'batch'"),
-        ({"startup_timeout_s": 0}, "engine.startup_timeout_s"),
-        ({"env": ["A=1"]}, "engine.env"),
-        ({"extra_args": {"compilation_config": {}}}, "engine.extra_args.compilation_config"),
-        ({"launcher": []}, "engine.launcher"),
+        ({"bogus": 1}, "unknown option engine.vllm.bogus"),
+        ({"python": "/x/python", "launcher": ["docker", "run", "img", "python3"]}, "engine.vllm.python and engine.vllm.launcher"),
+        ({"mode": "batch"}, "engine.vllm.mode must be one of offline, serve, got 'batch'"),
+        ({"startup_timeout_s": 0}, "engine.vllm.startup_timeout_s must be a number of seconds over 0"),
+        ({"env": ["A=1"]}, "engine.vllm.env must be"),
+        ({"extra_args": {"compilation_config": {}}}, "engine.vllm.extra_args.compilation_config"),
+        ({"launcher": []}, "engine.vllm.launcher must be"),
     ],
 )
 def test_bad_options_are_rejected_by_name(options: dict, needle: str) -> None:
@@ -574,6 +574,32 @@ def test_audit_reports_silent_capture_size_rounding(tmp_path: Path, monkeypatch:
     # Without --strict the same finding is printed but the exit status is 0.
     assert run_audit(space, params, options, False, io.StringIO(), engine="vllm",
                      cache_dir=str(tmp_path / "work")) == 0
+
+
+def test_audit_reads_the_model_runner_from_the_spaces_engine_env(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The audit's configured model runner is the engine's own env (the space's engine.vllm.env with --engine-opt
+    over it), not --engine-opt alone: a space asking for v2 that the engine resolves as v1 is a changed row."""
+    import io
+
+    from autotune.cli.audit import run_audit
+    from autotune.config.space import load_space
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(textwrap.dedent(FAKE_AUDIT))
+    text = (root / "search_spaces" / "cpu-tiny.yaml").read_text()
+    text = text.replace("OMP_NUM_THREADS: 1}", "OMP_NUM_THREADS: 1, VLLM_USE_V2_MODEL_RUNNER: 1}")
+    assert "VLLM_USE_V2_MODEL_RUNNER" in text
+    (tmp_path / "space.yaml").write_text(text)
+    space = load_space(tmp_path / "space.yaml")
+    out = io.StringIO()
+    json_path = tmp_path / "audit.json"
+    run_audit(space, {"cudagraph_mode": "FULL_AND_PIECEWISE", "capture_sizes": [1, 2, 4, 8], "K": 3},
+              {"launcher": [sys.executable, str(script)]}, False, out, engine="vllm",
+              cache_dir=str(tmp_path / "work"), json_path=str(json_path))
+    assert "model_runner" in json.loads(json_path.read_text())["changed"], out.getvalue()
 
 
 def test_every_serve_pass_argument_is_one_vllm_bench_serve_accepts(tmp_path: Path) -> None:

@@ -37,7 +37,6 @@ import dataclasses
 import json
 import os
 import re
-import shlex
 import sys
 import tempfile
 import time
@@ -58,10 +57,11 @@ from autotune.engines.vllm._launcher import LaunchResult, launch
 from autotune.engines.vllm._phases import restart_phases
 from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
 from autotune.engines.vllm._kvfacts import KvFacts, kv_audit, log_facts
+from autotune.engines.vllm._options import VllmOptions
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
 from autotune.config.workload import default_dataset
-from autotune.machine import MemoryNotSettled, StartSafety, hub_cache_dir, parse_page_cache, wait_seconds
+from autotune.machine import MemoryNotSettled, StartSafety, hub_cache_dir
 
 if TYPE_CHECKING:
     from autotune.config.space import SearchSpace
@@ -70,11 +70,7 @@ __all__ = ["RUNNER_PATH", "KvFacts", "VllmEngine", "VllmOptions", "kv_audit"]
 
 #: The runner script, executed by path in the engine's interpreter (it imports only the stdlib and vLLM).
 RUNNER_PATH = Path(__file__).resolve().with_name("_runner.py")
-MODES = ("offline", "serve")
-START_METHODS = ("forkserver", "spawn")
 _PROBE_TIMEOUT_S = 180.0
-#: Keys the search owns: setting them through extra_args would silently override the searched value.
-_SEARCHED_KEYS = ("compilation_config", "speculative_config")
 # Imports vLLM and reports versions and the accelerator; run with `python -c` in the engine's interpreter.
 _PROBE_SOURCE = r"""
 import json, subprocess
@@ -90,153 +86,6 @@ if torch.cuda.is_available():
         facts["driver"] = None
 print("AUTOTUNE_RESULT " + json.dumps(facts), flush=True)
 """
-
-
-@dataclasses.dataclass(frozen=True)
-class VllmOptions:
-    """Validated engine options (see the module docstring)."""
-
-    python: str | None = None
-    launcher: tuple[str, ...] | None = None
-    mode: str = "offline"
-    start_method: str | None = None
-    startup_timeout_s: float = 900.0
-    measure_timeout_s: float = 900.0
-    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    cache_root: str | None = None
-    extra_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    memory_floor_gib: float | None = None
-    settle_timeout_s: float = 300.0
-    page_cache: str | None = None
-    image: str | None = None
-
-    @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> VllmOptions:
-        """Validate raw options.
-
-        Raises:
-            EngineError: an unknown key or a bad value, naming ``engine.<key>`` and the fix.
-        """
-        fields = {f.name for f in dataclasses.fields(cls)}
-        for key in options:
-            if key not in fields:
-                raise EngineError(f"vllm engine: unknown option engine.{key}; use one of: {', '.join(sorted(fields))}")
-        kwargs: dict[str, Any] = {}
-        if options.get("python") is not None:
-            kwargs["python"] = _text(options["python"], "python", "a path like /opt/venv/bin/python")
-        if options.get("launcher") is not None:
-            kwargs["launcher"] = _command(options["launcher"])
-        if "python" in kwargs and "launcher" in kwargs:
-            raise EngineError("vllm engine: engine.python and engine.launcher are both set; the launcher already "
-                              "ends in its interpreter (e.g. [docker, run, -i, IMAGE, python3]): keep one")
-        if options.get("mode") is not None:
-            mode = str(options["mode"])
-            if mode not in MODES:
-                raise EngineError(f"vllm engine: engine.mode {mode!r} is unknown; use one of: {', '.join(MODES)}")
-            kwargs["mode"] = mode
-        if options.get("start_method") is not None:
-            method = str(options["start_method"])
-            if method not in START_METHODS:
-                raise EngineError(f"vllm engine: engine.start_method {method!r} is unknown; use one of: "
-                                  f"{', '.join(START_METHODS)}")
-            if method == "forkserver" and "launcher" in kwargs:
-                raise EngineError("vllm engine: engine.start_method forkserver needs a local interpreter, but "
-                                  "engine.launcher is set (a launcher such as docker cannot fork restarts); "
-                                  "use engine.start_method spawn, or engine.python instead of the launcher")
-            kwargs["start_method"] = method
-        floor = options.get("memory_floor_gib")
-        if floor is not None:
-            if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not floor >= 0:
-                raise EngineError(f"vllm engine: engine.memory_floor_gib must be a number of GiB (0: no floor), "
-                                  f"got {floor!r}")
-            kwargs["memory_floor_gib"] = float(floor)
-        for key in ("startup_timeout_s", "measure_timeout_s", "settle_timeout_s"):
-            if options.get(key) is not None:
-                kwargs[key] = _positive(options[key], key)
-        if options.get("env") is not None:
-            kwargs["env"] = _env(options["env"])
-        if options.get("cache_root") is not None:
-            kwargs["cache_root"] = _text(options["cache_root"], "cache_root", "a directory path")
-        if options.get("extra_args") is not None:
-            kwargs["extra_args"] = _extra_args(options["extra_args"])
-        try:
-            kwargs["page_cache"] = parse_page_cache(options.get("page_cache"))
-        except ValueError as exc:
-            raise EngineError(f"vllm engine: {exc}") from None
-        if options.get("image") is not None:
-            kwargs["image"] = _text(options["image"], "image", "a container image, e.g. nvcr.io/nvidia/vllm:25.11-py3")
-        _check_container(kwargs)
-        return cls(**kwargs)
-
-    def interpreter(self) -> list[str]:
-        """The command prefix that runs Python where vLLM lives."""
-        if self.launcher:
-            return list(self.launcher)
-        return [self.python or sys.executable]
-
-    def interpreter_label(self) -> str:
-        return shlex.join(self.interpreter())
-
-    def resolved_start_method(self) -> str:
-        """The option, else ``forkserver`` for a local interpreter and ``spawn`` for a launcher."""
-        return self.start_method or ("spawn" if self.launcher else "forkserver")
-
-
-def _text(value: Any, key: str, example: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise EngineError(f"vllm engine: engine.{key} must be {example}, got {value!r}")
-    return value
-
-
-def _command(value: Any) -> tuple[str, ...]:
-    parts = shlex.split(value) if isinstance(value, str) else value
-    if not isinstance(parts, (list, tuple)) or not parts or not all(isinstance(p, (str, int, float)) for p in parts):
-        raise EngineError("vllm engine: engine.launcher must be a command prefix ending in an interpreter, "
-                          f"e.g. [docker, run, -i, --rm, --gpus, all, IMAGE, python3]; got {value!r}")
-    return tuple(str(p) for p in parts)
-
-
-def _check_container(kwargs: Mapping[str, Any]) -> None:
-    """Placeholders in the launcher and in env values are known ones; ``engine.image`` is used where it is set."""
-    image = kwargs.get("image")
-    for part in kwargs.get("launcher") or ():
-        _container.check_placeholders(part, "engine.launcher", image=image)
-    for key, value in dict(kwargs.get("env") or {}).items():
-        _container.check_placeholders(value, f"engine.env.{key}", image=image)
-    if image and not any("{image}" in part for part in kwargs.get("launcher") or ()):
-        raise EngineError("vllm engine: engine.image is set but engine.launcher does not run it; put \"{image}\" in "
-                          "the launcher where the image goes (before the interpreter), or drop engine.image")
-
-
-def _positive(value: Any, key: str) -> float:
-    try:
-        return wait_seconds(value, key)  # the rule every engine applies to its waits (issue 32)
-    except ValueError as exc:
-        raise EngineError(f"vllm engine: {exc}") from None
-
-
-def _env(value: Any) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        raise EngineError(f"vllm engine: engine.env must be a mapping of NAME: value, got {value!r}")
-    out = {}
-    for key, val in value.items():
-        if isinstance(val, (Mapping, list, tuple)) or val is None:
-            raise EngineError(f"vllm engine: engine.env.{key} must be a string or number, got {val!r}")
-        out[str(key)] = str(val).lower() if isinstance(val, bool) else str(val)
-    return out
-
-
-def _extra_args(value: Any) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise EngineError(f"vllm engine: engine.extra_args must be a mapping of LLM arguments, got {value!r}")
-    out = {}
-    for key, val in value.items():
-        norm = str(key).replace("-", "_")
-        if norm in _SEARCHED_KEYS:
-            raise EngineError(f"vllm engine: engine.extra_args.{key} is set by the search; "
-                              "declare it under 'search:' in the space instead")
-        out[norm] = val
-    return out
 
 
 def _noise_field(prior: tuple[float, float] | None) -> dict[str, float] | None:
@@ -281,6 +130,8 @@ class VllmEngine(EngineBackend):
     """
 
     name = "vllm"
+    #: The options model (:mod:`autotune.engines._options`); an engine's ``settings``.
+    Settings = VllmOptions
     #: Issue 32: a third of the fastest start measured here, a forked warm restart of dummy weights on the H200
     #: (29.5 s, docs/measurements/h200-dummy-new.md); empirical.
     LEAST_START_S = 10.0

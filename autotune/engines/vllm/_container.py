@@ -40,14 +40,14 @@ def check_placeholders(text: str, field: str, *, image: str | None) -> None:
     """Every ``{name}`` in ``text`` is a known placeholder, and ``{image}`` only with ``engine.image`` set.
 
     Raises:
-        EngineError: one line naming ``field`` and the placeholders there are.
+        ValueError: one line naming ``field`` and the placeholders there are.
     """
     for name in _PATTERN.findall(text):
         if name not in PLACEHOLDERS:
-            raise EngineError(f"vllm engine: {field}: unknown placeholder {{{name}}}; use "
+            raise ValueError(f"{field}: unknown placeholder {{{name}}}; use "
                               f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
         if name == "image" and not image:
-            raise EngineError(f"vllm engine: {field} uses {{image}} but engine.image is not set; set engine.image "
+            raise ValueError(f"{field} uses {{image}} but engine.vllm.image is not set; set engine.vllm.image "
                               "to the container image, e.g. nvcr.io/nvidia/vllm:25.11-py3")
 
 
