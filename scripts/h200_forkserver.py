@@ -55,7 +55,7 @@ def main() -> int:
 
     space = load_space(args.space)
     config = space.baseline()  # engine defaults, no speculation
-    options = dict(space.engine.get("vllm") or {})
+    options = space.engine.options("vllm")
     engines = {method: make_engine("vllm", cache_dir=args.workdir, start_method=method, **options)
                for method in ("forkserver", "spawn")}
     # (No describe(): its probe imports vLLM in a fresh interpreter, 20 s of device time for facts env.txt has.)

@@ -67,7 +67,7 @@ def _close_engines():
 def _engine(space, cache_dir: str, **options):
     from autotune.engines import make_engine
 
-    engine = make_engine("vllm", cache_dir=cache_dir, **{**dict(space.engine["vllm"]), **options})
+    engine = make_engine("vllm", cache_dir=cache_dir, **{**space.engine.options("vllm"), **options})
     _OPEN_ENGINES.append(engine)
     return engine
 
