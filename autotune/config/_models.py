@@ -1,10 +1,12 @@
-"""The shape of a space file as pydantic models: what keys exist, their types and simple bounds.
+"""The shape of a space file as pydantic models: what keys exist, their types, bounds and defaults.
 
-The loader (:func:`autotune.config.space.parse_space`) validates a file against :class:`SpaceFile` first and turns
-the first error into the usual one line (``FILE: field.path: problem; fix: ...``, :func:`first_problem`); the
-rules that relate fields to each other (``high`` above ``low``, a baseline inside its range, a feasible space,
-a dataset file's rows) follow in the loader. ``autotune schema`` prints :func:`space_json_schema`, so an editor's
-YAML language server checks the same shape while the file is written.
+The loader (:func:`autotune.config.space.parse_space`) validates a file against :class:`SpaceFile` once, turns the
+first error into the usual one line (``FILE: field.path: problem; fix: ...``, :func:`first_problem`) and builds
+the space from the typed models, never from the file's dicts. A rule between the keys of one section (``high``
+above ``low``, a draft method that needs a model, load levels with an aggregate) is that model's validator,
+raising :func:`space_rule`; what spans sections or needs the file system (a feasible space, a dataset file's
+rows) follows in the loader. ``autotune schema`` prints :func:`space_json_schema`, so an editor's YAML language
+server checks the same shape while the file is written.
 
 Every model is strict (YAML's ``"8"`` is not the number 8) and forbids unknown keys, except the free-form
 sections that belong to other programs: ``engine`` options (each engine's own model checks them when the engine

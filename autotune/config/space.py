@@ -433,7 +433,7 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     v.finite(getattr(model.workload.dataset, "args", None), "workload.dataset.args")
     v.finite(top["search"].get("engine_args"), "search.engine_args")
     engine_args = v.engine_args(top["engine_args"])
-    slo = parse_slo(top.get("slo"), v.fail)
+    slo = parse_slo(model.slo, v.fail)
     workload = parse_workload(model.workload, v.fail, v.base_dir, slo)
     objective = model.objective
     if objective == "goodput" and not any(key.split("_p", 1)[0] in GOODPUT_METRICS for key, _ in slo):
@@ -500,9 +500,9 @@ def check_shape(top: Mapping[str, Any], source: str) -> SpaceFile:
 
 
 class _Validator:
-    """The rules the schema cannot say (one field against another, names that normalise alike, sizes that
-    generate); every failure is a :class:`SpaceError` naming the field and the fix. The keys and types were
-    checked against :class:`~autotune.config._models.SpaceFile` before."""
+    """The rules the models cannot say (names that normalise alike, numbers in free-form sections, paths relative
+    to the space file); every failure is a :class:`SpaceError` naming the field and the fix. The keys, types and
+    each section's own rules were checked against :class:`~autotune.config._models.SpaceFile` before."""
 
     def __init__(self, source: str, base_dir: Path) -> None:
         self.source = source
