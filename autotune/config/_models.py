@@ -1,10 +1,12 @@
-"""The shape of a space file as pydantic models: what keys exist, their types and simple bounds.
+"""The shape of a space file as pydantic models: what keys exist, their types, bounds and defaults.
 
-The loader (:func:`autotune.config.space.parse_space`) validates a file against :class:`SpaceFile` first and turns
-the first error into the usual one line (``FILE: field.path: problem; fix: ...``, :func:`first_problem`); the
-rules that relate fields to each other (``high`` above ``low``, a baseline inside its range, a feasible space,
-a dataset file's rows) follow in the loader. ``autotune schema`` prints :func:`space_json_schema`, so an editor's
-YAML language server checks the same shape while the file is written.
+The loader (:func:`autotune.config.space.parse_space`) validates a file against :class:`SpaceFile` once, turns the
+first error into the usual one line (``FILE: field.path: problem; fix: ...``, :func:`first_problem`) and builds
+the space from the typed models, never from the file's dicts. A rule between the keys of one section (``high``
+above ``low``, a draft method that needs a model, load levels with an aggregate) is that model's validator,
+raising :func:`space_rule`; what spans sections or needs the file system (a feasible space, a dataset file's
+rows) follows in the loader. ``autotune schema`` prints :func:`space_json_schema`, so an editor's YAML language
+server checks the same shape while the file is written.
 
 Every model is strict (YAML's ``"8"`` is not the number 8) and forbids unknown keys, except the free-form
 sections that belong to other programs: ``engine`` options (each engine's own model checks them when the engine
@@ -20,10 +22,10 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from autotune.core.records import AGGREGATES, LATENCY_METRICS, LATENCY_PERCENTILES, latency_key
+from autotune.core.records import AGGREGATES, LATENCY_METRICS, LATENCY_PERCENTILES, Workload, latency_key
 
-__all__ = ["ENGINE_NAMES", "EngineArgs", "EngineSection", "SpaceFile", "engine_arg_problem", "first_problem",
-           "space_json_schema"]
+__all__ = ["CUDAGRAPH_MODES", "DEFAULT", "ENGINE_NAMES", "EngineArgs", "EngineSection", "SpaceFile",
+           "engine_arg_problem", "first_problem", "space_json_schema"]
 
 SLO_KEYS = tuple(latency_key(m, p) for m in LATENCY_METRICS for p in LATENCY_PERCENTILES)
 _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
@@ -87,25 +89,61 @@ class DatasetSpec(_Model):
     args: dict[str, Scalar] | None = Field(None, description="vllm bench serve's --dataset options, without --")
 
 
-class WorkloadSpec(_Model):
-    """``workload:``: what one timed pass runs."""
+#: What a key left out of ``workload:`` is: the record's own default (:class:`~autotune.core.records.Workload`),
+#: so the file's schema, the loader and a workload built in code take one value, written once.
+_WORKLOAD = Workload()
 
-    num_prompts: Prompts | None = None
-    input_len: Tokens | None = None
-    output_len: Tokens | None = None
-    concurrency: Level | list[Level] | None = Field(None, description="one number, or load levels [1, 8, 32]")
-    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
-    warmup_passes: Passes | None = None
-    max_warmup_passes: Annotated[int, Field(ge=1, le=MAX_PASSES)] | None = None
-    timed_passes: Annotated[int, Field(ge=1, le=MAX_PASSES)] | None = None
-    pass_seconds: Annotated[float, Field(ge=0.0, le=MAX_SECONDS,
-                                         description="seconds a timed pass lasts (0: one round)")] | None = None
-    repetitive_prompts: bool | None = None
+
+class WorkloadSpec(_Model):
+    """``workload:``: what one timed pass runs. A key left out (or null) takes the field's default here; the
+    loader builds the :class:`~autotune.core.records.Workload` from every field, never from the file's keys."""
+
+    num_prompts: Prompts = _WORKLOAD.num_prompts
+    input_len: Tokens = _WORKLOAD.input_len
+    output_len: Tokens = _WORKLOAD.output_len
+    concurrency: Level | list[Level] = Field(_WORKLOAD.concurrency,
+                                             description="one number, or load levels [1, 8, 32]")
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = _WORKLOAD.seed
+    warmup_passes: Passes = _WORKLOAD.warmup_passes
+    max_warmup_passes: Annotated[int, Field(ge=1, le=MAX_PASSES)] = _WORKLOAD.max_warmup_passes
+    timed_passes: Annotated[int, Field(ge=1, le=MAX_PASSES)] = _WORKLOAD.timed_passes
+    pass_seconds: Annotated[float, Field(ge=0.0, le=MAX_SECONDS)] = Field(
+        _WORKLOAD.pass_seconds, description="seconds a timed pass lasts (0: one round)")
+    repetitive_prompts: bool = Field(_WORKLOAD.repetitive_prompts,
+                                     description="synthetic prompts from a repeated n-gram (ngram drafts can hit)")
     dataset: str | DatasetSpec | None = Field(None, description="a path, 'synthetic', or a mapping")
-    temperature: Annotated[float, Field(ge=0.0, le=100.0)] | None = None
-    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=100.0)] = _WORKLOAD.temperature
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = _WORKLOAD.top_p
     aggregate: Literal[AGGREGATES] | None = None  # type: ignore[valid-type]
     weights: list[Annotated[float, Field(gt=0.0, le=MAX_NUMBER)]] | None = None
+
+    @property
+    def levels(self) -> list[int]:
+        return self.concurrency if isinstance(self.concurrency, list) else [self.concurrency]
+
+    @model_validator(mode="after")
+    def _rules(self) -> WorkloadSpec:
+        """Keys that go together: load levels with a rule to combine them, weights with a mean, warm-up caps."""
+        levels = self.levels
+        if not levels:
+            raise space_rule("concurrency", "is an empty list", "give one number, or load levels such as [1, 8, 32]")
+        if len(set(levels)) != len(levels):
+            raise space_rule("concurrency", f"repeats a load level ({levels})", "list each level once")
+        if len(levels) > 1 and self.aggregate is None:
+            raise space_rule("aggregate", f"is missing: {len(levels)} load levels need a rule to make one value",
+                             "add aggregate: min (the worst level's value) or aggregate: mean")
+        if len(levels) == 1 and (self.aggregate is not None or self.weights):
+            key = "aggregate" if self.aggregate is not None else "weights"
+            raise space_rule(key, "applies to several load levels, but concurrency is one number",
+                             f"remove {key}, or give load levels such as concurrency: [1, 8, 32]")
+        if self.weights and self.aggregate != "mean":
+            raise space_rule("weights", "apply to aggregate: mean only", "set aggregate: mean, or remove weights")
+        if self.weights and len(self.weights) != len(levels):
+            raise space_rule("weights", f"has {len(self.weights)} weights for {len(levels)} load levels",
+                             "give one weight per level, in the order of concurrency")
+        if self.max_warmup_passes < self.warmup_passes:
+            raise space_rule("max_warmup_passes", "is below warmup_passes", "make it >= warmup_passes")
+        return self
 
 
 CaptureSize = Annotated[int, Field(ge=1, le=MAX_CAPTURE_SIZE)]
@@ -140,6 +178,10 @@ class KRange(_Model):
         return self
 
 
+#: Draft methods that run a draft model of their own (``model:``).
+_NEEDS_MODEL = ("draft_model", "eagle", "eagle3", "medusa")
+
+
 class Draft(BaseModel):
     """A vLLM ``speculative_config`` fragment; ``max_k`` caps K for this draft. Other keys go to vLLM as written."""
 
@@ -147,6 +189,27 @@ class Draft(BaseModel):
     method: Literal["ngram", "draft_model", "eagle", "eagle3", "mtp", "medusa", "suffix"]
     model: str | None = None
     max_k: Positive | None = None
+    prompt_lookup_min: Positive | None = Field(None, description="ngram: the shortest n-gram matched")
+    prompt_lookup_max: Positive | None = Field(None, description="ngram: the longest n-gram matched")
+
+    @model_validator(mode="after")
+    def _rules(self) -> Draft:
+        if "num_speculative_tokens" in (self.model_extra or {}):
+            raise space_rule("num_speculative_tokens", "is searched, not fixed per draft",
+                             "remove it and set search.num_speculative_tokens instead")
+        if self.method in _NEEDS_MODEL and not self.model:
+            raise space_rule("model", f"method {self.method} needs a draft model", "add model: PATH-OR-HUB-ID")
+        low, high = self.prompt_lookup_min, self.prompt_lookup_max
+        if low is not None and high is not None and high < low:
+            raise space_rule("prompt_lookup_max", "is below prompt_lookup_min",
+                             "make prompt_lookup_max >= prompt_lookup_min")
+        if self.max_k is not None and self.max_k > K_HARD_MAX:
+            raise space_rule("max_k", f"{self.max_k} is out of range", f"use at most {K_HARD_MAX}")
+        return self
+
+    def fragment(self) -> dict[str, Any]:
+        """The ``speculative_config`` keys as written, less ``max_k`` (autotune's own cap, not vLLM's)."""
+        return {k: v for k, v in self.model_dump(exclude_unset=True).items() if k != "max_k"}
 
 
 class EngineArgRange(_Model):
@@ -231,16 +294,37 @@ def _bounds(annotation: Any) -> tuple[Any, Any]:
     return low, high
 
 
+#: vLLM's ``CUDAGraphMode`` values.
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+#: The choice that leaves a setting to the engine (always a choice of ``cudagraph_mode`` and ``capture_sizes``).
+DEFAULT = "default"
+
+
 class SearchSpec(_Model):
     """``search:``: the dimensions the study explores."""
 
-    cudagraph_mode: list[str] = Field(["default"], description="some of NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, "
-                                                               "FULL_AND_PIECEWISE (default is always a choice)")
+    cudagraph_mode: Annotated[list[str], Field(min_length=1)] = Field(
+        [DEFAULT], description=f"some of {', '.join(CUDAGRAPH_MODES)} ({DEFAULT} is always a choice)")
     capture_sizes: dict[str, Annotated[list[CaptureSize], Field(min_length=1)] | SizePattern | None] | None = None
     num_speculative_tokens: KRange = KRange()
     drafts: dict[str, Draft] | None = None
     engine_args: dict[Annotated[str, AfterValidator(_searchable)], list[Scalar] | EngineArgRange] | None = Field(
         None, description="name: [choices] or name: {low, high, log, baseline}")
+
+    @model_validator(mode="after")
+    def _names(self) -> SearchSpec:
+        for i, mode in enumerate(self.cudagraph_mode):
+            if mode != DEFAULT and mode.upper() not in CUDAGRAPH_MODES:
+                raise space_rule(f"cudagraph_mode[{i}]", f"unknown mode {mode!r}",
+                                 f"use one of: {', '.join(CUDAGRAPH_MODES)}")
+        for name, spec in (self.capture_sizes or {}).items():
+            if name == DEFAULT and spec is not None:
+                raise space_rule(f"capture_sizes.{name}", f"'{DEFAULT}' is reserved for the engine's own sizes",
+                                 "give this list another name")
+            if name != DEFAULT and spec is None:
+                raise space_rule(f"capture_sizes.{name}", "must be a list of sizes or {pattern, max}, got None",
+                                 "write e.g. [1, 2, 4, 8] or {pattern: pow2, max: 64}")
+        return self
 
 
 class OutputCheckSpec(_Model):
@@ -310,7 +394,7 @@ def space_json_schema() -> dict[str, Any]:
 
 # -- errors --------------------------------------------------------------------------------------------------
 
-_MODES = "NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE"
+_MODES = ", ".join(CUDAGRAPH_MODES)
 _WEIGHTS_FIX = "give every load level a positive weight, or drop the level"
 _CAPTURE_SIZE_HINT = ("capture size {v!r} is above " + str(MAX_CAPTURE_SIZE), f"use sizes up to {MAX_CAPTURE_SIZE} "
                       "(vLLM captures no batch above max_num_batched_tokens)")

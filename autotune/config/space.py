@@ -40,8 +40,8 @@ from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
 from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
 from autotune.config._engine_args import EngineArgDim, search_dims, spelled
 from autotune.config._models import MAX_CAPTURE_SIZE  # noqa: F401 (the bound's old home; the models hold it now)
-from autotune.config._models import (K_HARD_MAX, MAX_NUMBER, EngineSection, SizePattern, SpaceFile, first_problem,
-                                     space_json_schema)
+from autotune.config._models import (CUDAGRAPH_MODES, DEFAULT, K_HARD_MAX, MAX_NUMBER, Draft, EngineSection,
+                                     SearchSpec, SizePattern, SpaceFile, first_problem, space_json_schema)
 from autotune.config._schedule import FIXED, SCHEDULE_PARAM, derive_enabled, k_limit, parse_schedules, schedule_problem
 from autotune.config._yaml import load_yaml, read_text
 from autotune.core.schedule import SCHEDULE_KEY, KSchedule
@@ -64,10 +64,6 @@ __all__ = [
     "space_json_schema",
 ]
 
-#: vLLM's ``CUDAGraphMode`` values.
-CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
-#: The choice that leaves a setting to the engine.
-DEFAULT = "default"
 #: What a study maximises: output tokens/s subject to the ``slo:`` limits when there are any (``throughput``), or
 #: requests/s that meet every limit (``goodput``, which needs limits to count against).
 OBJECTIVES = RECORD_OBJECTIVES
@@ -434,11 +430,11 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     model = check_shape(top, source)
     # Engine options are the engine's to validate (when it is made), but no section of a space holds NaN or 1e300.
     v.finite(top.get("engine"), "engine")
-    v.finite(top["workload"].get("dataset"), "workload.dataset")
+    v.finite(getattr(model.workload.dataset, "args", None), "workload.dataset.args")
     v.finite(top["search"].get("engine_args"), "search.engine_args")
     engine_args = v.engine_args(top["engine_args"])
-    slo = parse_slo(top.get("slo"), v.fail)
-    workload = parse_workload(top["workload"], v.fail, v.base_dir, slo)
+    slo = parse_slo(model.slo, v.fail)
+    workload = parse_workload(model.workload, v.fail, v.base_dir, slo)
     objective = model.objective
     if objective == "goodput" and not any(key.split("_p", 1)[0] in GOODPUT_METRICS for key, _ in slo):
         raise SpaceError(source, "slo", "objective: goodput counts requests meeting the slo limits, but none is set",
@@ -451,11 +447,11 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
                                  "use a tpot limit instead, or objective: throughput to constrain percentiles")
     workload = dataclasses.replace(workload, objective=objective)
     search = top["search"]
-    modes = v.modes(model.search.cudagraph_mode)
-    sizes = v.sizes(model.search.capture_sizes)
+    modes = _modes(model.search)
+    sizes = _sizes(model.search)
     k_spec = model.search.num_speculative_tokens
     k_low, k_high = k_spec.low, k_spec.high
-    drafts = v.drafts(search.get("drafts", {}))
+    drafts = v.drafts(model.search.drafts or {})
     schedules = parse_schedules(k_spec, v.fail, workload.max_concurrency, drafts, K_HARD_MAX)
     if k_high > 0 and not drafts:
         raise SpaceError(source, "search.drafts", "is empty but num_speculative_tokens allows K > 0",
@@ -504,9 +500,9 @@ def check_shape(top: Mapping[str, Any], source: str) -> SpaceFile:
 
 
 class _Validator:
-    """The rules the schema cannot say (one field against another, names that normalise alike, sizes that
-    generate); every failure is a :class:`SpaceError` naming the field and the fix. The keys and types were
-    checked against :class:`~autotune.config._models.SpaceFile` before."""
+    """The rules the models cannot say (names that normalise alike, numbers in free-form sections, paths relative
+    to the space file); every failure is a :class:`SpaceError` naming the field and the fix. The keys, types and
+    each section's own rules were checked against :class:`~autotune.config._models.SpaceFile` before."""
 
     def __init__(self, source: str, base_dir: Path) -> None:
         self.source = source
@@ -518,14 +514,6 @@ class _Validator:
     def mapping(self, value: Any, field: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.fail(field, f"must be a mapping, got {type(value).__name__}", "write it as 'key: value' lines")
-        return value
-
-    def integer(self, value: Any, field: str, minimum: int = 0) -> int:
-        """For keys the schema leaves free (a draft's vLLM options)."""
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(field, f"must be an integer, got {value!r}", f"write a whole number >= {minimum}")
-        if value < minimum:
-            raise self.fail(field, f"must be >= {minimum}, got {value}", f"use a value >= {minimum}")
         return value
 
     def finite(self, value: Any, field: str) -> None:
@@ -556,63 +544,35 @@ class _Validator:
             out[norm] = val
         return out
 
-    def modes(self, value: list[str]) -> tuple[str, ...]:
-        if not value:
-            raise self.fail("search.cudagraph_mode", "must be a non-empty list",
-                            f"list some of: {', '.join(CUDAGRAPH_MODES)}")
-        out = [DEFAULT]
-        for i, m in enumerate(value):
-            if m != DEFAULT and m.upper() not in CUDAGRAPH_MODES:
-                raise self.fail(f"search.cudagraph_mode[{i}]", f"unknown mode {m!r}",
-                                f"use one of: {', '.join(CUDAGRAPH_MODES)}")
-            mode = DEFAULT if m == DEFAULT else m.upper()
-            if mode not in out:
-                out.append(mode)
-        return tuple(out)
-
-    def sizes(self, data: Mapping[str, list[int] | SizePattern | None] | None) -> tuple[SizeOption, ...]:
-        """The typed ``capture_sizes`` (each list non-empty, each size bounded) with ``default`` first."""
-        out = [SizeOption(DEFAULT)]
-        for name, spec in (data or {}).items():
-            field = f"search.capture_sizes.{name}"
-            if name == DEFAULT:
-                if spec is not None:
-                    raise self.fail(field, "'default' is reserved for the engine's own sizes",
-                                    "give this list another name")
-            elif isinstance(spec, SizePattern):
-                out.append(SizeOption(name, pattern=spec.pattern, max=spec.max))
-            elif spec is None:
-                raise self.fail(field, "must be a list of sizes or {pattern, max}, got None",
-                                "write e.g. [1, 2, 4, 8] or {pattern: pow2, max: 64}")
-            else:
-                out.append(SizeOption(name, sizes=tuple(spec)))
-        return tuple(out)
-
-    def drafts(self, data: dict[str, Any] | None) -> tuple[DraftOption, ...]:
+    def drafts(self, data: Mapping[str, Draft]) -> tuple[DraftOption, ...]:
+        """The typed drafts (their rules checked by :class:`~autotune.config._models.Draft`) with a relative draft
+        model path made absolute, as the engines run elsewhere."""
         out = []
-        for name, spec in (data or {}).items():
-            field = f"search.drafts.{name}"
-            self.finite(spec, field)
-            frag = dict(spec)
-            method = frag["method"]
-            if "num_speculative_tokens" in frag:
-                raise self.fail(f"{field}.num_speculative_tokens", "is searched, not fixed per draft",
-                                "remove it and set search.num_speculative_tokens instead")
-            if method in ("draft_model", "eagle", "eagle3", "medusa") and not frag.get("model"):
-                raise self.fail(f"{field}.model", f"method {method} needs a draft model",
-                                "add model: PATH-OR-HUB-ID")
-            if method == "ngram":
-                lo = frag.get("prompt_lookup_min", 1)
-                hi = frag.get("prompt_lookup_max", lo)
-                self.integer(lo, f"{field}.prompt_lookup_min", 1)
-                if self.integer(hi, f"{field}.prompt_lookup_max", 1) < lo:
-                    raise self.fail(f"{field}.prompt_lookup_max", "is below prompt_lookup_min",
-                                    "make prompt_lookup_max >= prompt_lookup_min")
-            max_k = frag.pop("max_k", None)
-            if max_k is not None and max_k > K_HARD_MAX:
-                raise self.fail(f"{field}.max_k", f"{max_k} is out of range", f"use at most {K_HARD_MAX}")
-            model = frag.get("model")
-            if isinstance(model, str) and model.startswith("."):
-                frag["model"] = str((self.base_dir / model).resolve())
-            out.append(DraftOption(str(name), frag, max_k))
+        for name, spec in data.items():
+            frag = spec.fragment()
+            self.finite(frag, f"search.drafts.{name}")
+            if isinstance(spec.model, str) and spec.model.startswith("."):
+                frag["model"] = str((self.base_dir / spec.model).resolve())
+            out.append(DraftOption(str(name), frag, spec.max_k))
         return tuple(out)
+
+
+def _modes(search: SearchSpec) -> tuple[str, ...]:
+    """The checked ``cudagraph_mode`` choices in vLLM's spelling, once each, with ``default`` first."""
+    out = [DEFAULT]
+    for m in search.cudagraph_mode:
+        mode = DEFAULT if m == DEFAULT else m.upper()
+        if mode not in out:
+            out.append(mode)
+    return tuple(out)
+
+
+def _sizes(search: SearchSpec) -> tuple[SizeOption, ...]:
+    """The checked ``capture_sizes`` choices (each list non-empty, each size bounded) with ``default`` first."""
+    out = [SizeOption(DEFAULT)]
+    for name, spec in (search.capture_sizes or {}).items():
+        if isinstance(spec, SizePattern):
+            out.append(SizeOption(name, pattern=spec.pattern, max=spec.max))
+        elif spec is not None:  # (``default: null`` is the engine's own sizes, already first)
+            out.append(SizeOption(name, sizes=tuple(spec)))
+    return tuple(out)

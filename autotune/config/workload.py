@@ -28,7 +28,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.core.records import LATENCY_METRICS, LATENCY_PERCENTILES, Dataset, Workload, latency_key
 
@@ -53,67 +53,32 @@ VLLM_DATASETS = ("sharegpt", "burstgpt", "random", "hf", "custom", "prefix_repet
 #: Limits a ``slo:`` section may set: every latency percentile, in milliseconds.
 SLO_KEYS = tuple(latency_key(m, p) for m in LATENCY_METRICS for p in LATENCY_PERCENTILES)
 
+if TYPE_CHECKING:  # the engines import this module: it needs no pydantic at run time
+    from autotune.config._models import DatasetSpec, WorkloadSpec
+
 Fail = Callable[[str, str, str], Exception]
 #: What a dataset file can be, for the fix of every refused one.
 SUPPORTED = ("use a format autotune reads: jsonl (one {\"prompt\": ...} or {\"messages\": [...]} object a line), "
              "sharegpt (a .json list of {conversations: [...]}), or a vLLM dataset (dataset: {vllm: NAME, path: FILE})")
 
 
-def parse_workload(value: Any, fail: Fail, base_dir: Path, slo: tuple[tuple[str, float], ...] = ()) -> Workload:
-    """Build a ``workload:`` mapping whose keys and types the space's schema (:mod:`autotune.config._models`)
-    has checked; what relates one key to another is checked here. ``fail(field, problem, fix)`` builds the
-    one-line error raised."""
-    kwargs: dict[str, Any] = {"slo": slo}
-    for key, val in value.items():
-        if val is None or (key == "slo" and val == {}):
-            continue  # Workload.to_dict()'s shape: an unset dataset, no limits
-        if key == "dataset":
-            kwargs[key] = parse_dataset(val, fail, base_dir)
-        elif key in ("temperature", "top_p", "pass_seconds"):
-            kwargs[key] = float(val)
-        elif key == "concurrency" and isinstance(val, list):
-            kwargs[key] = _levels(val, fail)
-        elif key == "weights":
-            kwargs[key] = tuple(float(w) for w in val)
-        else:
-            kwargs[key] = val
-    workload = Workload(**kwargs)
-    _check_levels(workload, fail)
-    if workload.max_warmup_passes < workload.warmup_passes:
-        raise fail("workload.max_warmup_passes", "is below warmup_passes", "make it >= warmup_passes")
-    if "repetitive_prompts" in value and workload.dataset is not None and workload.dataset.is_text:
+def parse_workload(spec: WorkloadSpec, fail: Fail, base_dir: Path, slo: tuple[tuple[str, float], ...] = ()) -> Workload:
+    """The :class:`Workload` of a validated ``workload:`` section (:class:`~autotune.config._models.WorkloadSpec`:
+    its keys, types, defaults and the rules between its keys); what needs the file system or the built dataset is
+    checked here. ``fail(field, problem, fix)`` builds the one-line error raised."""
+    dataset = None if spec.dataset is None else parse_dataset(spec.dataset, fail, base_dir)
+    if "repetitive_prompts" in spec.model_fields_set and dataset is not None and dataset.is_text:
         raise fail("workload.repetitive_prompts", "applies to synthetic prompts only, but a text dataset is set",
                    "remove repetitive_prompts, or set dataset: synthetic")
-    return workload
+    return Workload(
+        num_prompts=spec.num_prompts, input_len=spec.input_len, output_len=spec.output_len,
+        concurrency=tuple(spec.levels), seed=spec.seed, warmup_passes=spec.warmup_passes,
+        max_warmup_passes=spec.max_warmup_passes, timed_passes=spec.timed_passes, pass_seconds=spec.pass_seconds,
+        repetitive_prompts=spec.repetitive_prompts, dataset=dataset, temperature=spec.temperature, top_p=spec.top_p,
+        slo=slo, aggregate=spec.aggregate, weights=tuple(spec.weights or ()))
 
 
-def _levels(value: list[int], fail: Fail) -> tuple[int, ...]:
-    field = "workload.concurrency"
-    if not value:
-        raise fail(field, "is an empty list", "give one number, or load levels such as [1, 8, 32]")
-    if len(set(value)) != len(value):
-        raise fail(field, f"repeats a load level ({value})", "list each level once")
-    return tuple(value)
-
-
-def _check_levels(workload: Workload, fail: Fail) -> None:
-    """``aggregate`` and ``weights`` go with load levels, and weights with a mean, one per level."""
-    levels = workload.levels
-    if len(levels) > 1 and workload.aggregate is None:
-        raise fail("workload.aggregate", f"is missing: {len(levels)} load levels need a rule to make one value",
-                   "add aggregate: min (the worst level's value) or aggregate: mean")
-    if len(levels) == 1 and (workload.aggregate is not None or workload.weights):
-        key = "aggregate" if workload.aggregate is not None else "weights"
-        raise fail(f"workload.{key}", "applies to several load levels, but concurrency is one number",
-                   f"remove {key}, or give load levels such as concurrency: [1, 8, 32]")
-    if workload.weights and workload.aggregate != "mean":
-        raise fail("workload.weights", "apply to aggregate: mean only", "set aggregate: mean, or remove weights")
-    if workload.weights and len(workload.weights) != len(levels):
-        raise fail("workload.weights", f"has {len(workload.weights)} weights for {len(levels)} load levels",
-                   "give one weight per level, in the order of concurrency")
-
-
-def parse_dataset(value: Any, fail: Fail, base_dir: Path) -> Dataset:
+def parse_dataset(value: str | DatasetSpec, fail: Fail, base_dir: Path) -> Dataset:
     """``synthetic``, a path (``.json`` is ShareGPT, anything else JSONL), or ``{format|vllm, path, args}``."""
     field = "workload.dataset"
     if isinstance(value, str):
@@ -121,25 +86,25 @@ def parse_dataset(value: Any, fail: Fail, base_dir: Path) -> Dataset:
             return Dataset("synthetic")
         fmt = "sharegpt" if value.endswith(".json") else "jsonl"
         return Dataset(fmt, path=_existing(value, field, fail, base_dir))
-    if "vllm" in value:
-        name = value["vllm"]
-        if name not in VLLM_DATASETS:
-            raise fail(f"{field}.vllm", f"unknown vLLM dataset {name!r}", f"use one of: {', '.join(VLLM_DATASETS)}")
-        if value.get("format", "vllm") != "vllm":
+    if "vllm" in value.model_fields_set:
+        if value.vllm not in VLLM_DATASETS:
+            raise fail(f"{field}.vllm", f"unknown vLLM dataset {value.vllm!r}",
+                       f"use one of: {', '.join(VLLM_DATASETS)}")
+        if value.format not in (None, "vllm"):
             raise fail(f"{field}.format", "conflicts with vllm:", "remove format when naming a vLLM dataset")
-        path = None if value.get("path") is None else _existing(value["path"], f"{field}.path", fail, base_dir)
-        return Dataset("vllm", path=path, name=str(name), args=_args(value.get("args")))
-    fmt = value.get("format")
+        path = None if value.path is None else _existing(value.path, f"{field}.path", fail, base_dir)
+        return Dataset("vllm", path=path, name=value.vllm, args=_args(value.args))
+    fmt = value.format
     if fmt not in ("synthetic", "jsonl", "sharegpt"):
         raise fail(f"{field}.format", f"unknown format {fmt!r}",
                    "use jsonl, sharegpt or synthetic, or name a vLLM dataset with vllm: NAME")
-    if value.get("args"):
+    if value.args:
         raise fail(f"{field}.args", "only applies to vLLM datasets", "remove it, or name the dataset with vllm:")
     if fmt == "synthetic":
         return Dataset("synthetic")
-    if value.get("path") is None:
+    if value.path is None:
         raise fail(f"{field}.path", "is missing", f"give the {fmt} file's path")
-    return Dataset(fmt, path=_existing(value["path"], f"{field}.path", fail, base_dir))
+    return Dataset(fmt, path=_existing(value.path, f"{field}.path", fail, base_dir))
 
 
 def read_dataset(dataset: Dataset | None, fail: Fail, max_model_len: Any = None) -> str | None:
