@@ -139,3 +139,18 @@ def test_the_import_check_through_the_recipes_container_leaves_nothing_in_tmpdir
     assert facts.vllm_version == "0.31.0", facts.vllm_error
     assert any(str(scratch) in part for part in facts.interpreter), "the mount named the throw-away directory"
     assert sorted(p.name for p in scratch.iterdir()) == []
+
+
+def test_the_import_checks_reason_is_the_clients_error_not_its_usage_hint(tmp_path):
+    """A docker launcher with no daemon: the reason doctor gives is "Cannot connect to the Docker daemon", not the
+    "Run 'docker run --help'" line the client prints after it."""
+    import sys
+
+    from autotune.cli.doctor import vllm_version
+
+    script = tmp_path / "client.py"
+    script.write_text("import sys\nsys.stderr.write('docker: Cannot connect to the Docker daemon at "
+                      "unix:///var/run/docker.sock. Is the docker daemon running?\\n\\nRun \\'docker run --help\\' "
+                      "for more information\\n')\nsys.exit(125)\n")
+    version, why = vllm_version([sys.executable, str(script)])
+    assert version is None and why.startswith("docker: Cannot connect to the Docker daemon")

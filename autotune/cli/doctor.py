@@ -163,8 +163,11 @@ def vllm_version(interpreter: Sequence[str]) -> tuple[str | None, str | None]:
         return None, f"importing vllm took more than {IMPORT_TIMEOUT_S:g} s"
     if code == 0 and stdout.strip():
         return stdout.strip().splitlines()[-1], None
-    last = (stderr.strip().splitlines() or [f"exit status {code}"])[-1]
-    return None, last[:200]
+    # The reason is the last line, but not a client's usage hint: ``docker run`` with no daemon ends on "Run 'docker
+    # run --help' for more information" after the line that matters ("Cannot connect to the Docker daemon ...").
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    reasons = [line for line in lines if not (line.startswith("Run '") and "--help" in line)]
+    return None, (reasons or lines or [f"exit status {code}"])[-1][:200]
 
 
 def _governors() -> tuple[str, ...]:
