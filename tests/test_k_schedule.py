@@ -376,3 +376,21 @@ def test_queued_fixed_k_configurations_stay_fixed_in_a_space_with_named_schedule
     labels = {t["label"] for t in json.loads((tmp_path / "r.json").read_text())["search_trials"]}
     assert {"default-mode default-sizes no-spec", "default-mode default-sizes ngram K=4",
             "default-mode default-sizes ngram K=4|2 @ 1-8|9-32"} <= labels, labels
+
+
+def test_the_h200_schedules_recorded_log_reads_as_a_downgrade_to_piecewise() -> None:
+    """The start-up log of the K schedule's first H200 start (vLLM 0.26.0, docs/measurements/h200-moe-schedule.md),
+    as recorded: vLLM's "Overriding cudagraph_mode from FULL_AND_PIECEWISE to PIECEWISE" for dynamic K is read as the
+    mode it ran, with the line kept as a note."""
+    import tarfile
+
+    from autotune.engines.vllm._logparse import parse_startup_log
+
+    with tarfile.open(REPO / "docs" / "measurements" / "h200-moe-schedule" / "sched" / "engine-logs.tar.gz") as tar:
+        logs = [tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()]
+    scheduled = [text for text in logs if "Dynamic speculative decoding" in text]
+    assert scheduled, "the recorded logs hold the schedule's start"
+    findings = parse_startup_log(scheduled[0])
+    assert findings.mode_changes[-1] == "PIECEWISE"
+    assert any(note.startswith("Dynamic speculative decoding changes the target verification length")
+               for note in findings.notes)
