@@ -1,4 +1,5 @@
-"""A study written by an older autotune (commit 6d3c415, tests/data/README.md) opens, reports and resumes here.
+"""Studies written by older autotunes open, report and resume here: commit 6d3c415 (before the package move) and
+commit 2650b8d (main before issue 32's typed boundary), both described in tests/data/README.md.
 
 Stored dict shapes and the fingerprint must read back unchanged: a user upgrading autotune keeps their studies.
 """
@@ -14,17 +15,19 @@ from autotune.cli._main import raw_main
 from autotune.core.exit_status import ExitStatus
 from autotune.store.ledger import load
 
-FIXTURE = Path(__file__).parent / "data" / "study-6d3c415.db"
+DATA = Path(__file__).parent / "data"
+#: Each older autotune's unfinished study (the same command wrote both).
+FIXTURES = [DATA / "study-6d3c415.db", DATA / "study-2650b8d.db"]
 STUDY = "old-study"
 #: The command that wrote the fixture, less its storage and workdir (tests/data/README.md).
 TUNE = ["tune", "--space", "search_spaces/gb10.yaml", "--engine", "sim", "--study", STUDY, "--trials", "5",
         "--top-k", "1", "--verify-restarts", "2", "--no-mlflow", "--quiet"]
 
 
-@pytest.fixture
-def storage(tmp_path: Path) -> str:
+@pytest.fixture(params=FIXTURES, ids=lambda p: p.stem)
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     db = tmp_path / "old.db"
-    shutil.copyfile(FIXTURE, db)  # the fixture itself is never written
+    shutil.copyfile(request.param, db)  # the fixture itself is never written
     return f"sqlite:///{db}"
 
 
