@@ -218,8 +218,14 @@ def test_with_one_counted_restart_a_study_counts_cold_starts_provisionally_once_
 
 
 def test_a_study_whose_cold_starts_are_slow_stops_counting_them_and_screens_with_them(tmp_path):
+    import io
+
+    from autotune.observers.progress import ProgressPrinter
+
     engine = SteadyEngine(by_params(TRUTH), noise=0.02, cold_first=True, cold_factor=0.6)
-    ledger = run_study(parse_space(SMALL_SPACE), engine, _options(tmp_path, trials=14))
+    progress = io.StringIO()
+    ledger = run_study(parse_space(SMALL_SPACE), engine, _options(tmp_path, trials=14),
+                       observers=[ProgressPrinter(stream=progress)])
     assert ledger.cold_verdict().state == "differ"
     for t in ledger.study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED)):
         restarts = ledger.restarts(t)
@@ -229,6 +235,10 @@ def test_a_study_whose_cold_starts_are_slow_stops_counting_them_and_screens_with
     for t in screened:
         assert [r.cold for r in ledger.restarts(t)] == [True] and not t.intermediate_values
         assert ledger.summary(t).values == ()  # never a verification candidate
+        # The live line says why it stopped (the H100 MoE study printed "done: no successful restarts" here).
+        assert re.search(rf"trial {t.number} screened on its cold start: warm throughput predicted at \d+\.\d "
+                         r"tok/s", progress.getvalue())
+    assert "no successful restarts" not in progress.getvalue()
     text = render_report(build_report(ledger))
     assert re.search(r"Cold starts ran -[34]\d\.\d% against warm restarts .* recorded, not counted", text)
 

@@ -81,6 +81,11 @@ class ProgressPrinter(StudyObserver):
         summary = record.summary
         state = {"COMPLETE": "done", "PRUNED": "raced out", "FAIL": "FAILED"}.get(record.state, record.state)
         text = f"trial {record.number} {state}: {summary.describe() if summary else ''}"
+        if record.state == "COMPLETE" and summary is not None and not summary.values and record.value is not None:
+            # Screened: its cold start alone showed it cannot be the best, so no warm rerun was paid for. Optuna was
+            # told the predicted warm throughput; "no successful restarts" would read as a failure.
+            text = (f"trial {record.number} screened on its cold start: warm throughput predicted at "
+                    f"{record.value:.1f} {summary.unit}, its bound below the incumbent's mean (no warm rerun)")
         if record.reason:
             text += f" - {record.reason}"
         self._write(text)
