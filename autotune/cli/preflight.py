@@ -173,7 +173,13 @@ def check_output_path(path: str, flag: str, protected: Iterable[Protected] = (),
     """``path`` can be written at the end of the run: its directory exists and takes files, it is not a directory,
     and it is none of the ``protected`` paths (:func:`protected_paths`), through a symbolic or a hard link or not;
     with ``links``, it is no symbolic link at all (a first check before the protected paths are known leaves
-    links to the second, which names what a link reaches)."""
+    links to the second, which names what a link reaches). ``-`` is refused: only ``report --json -`` means stdout
+    (its caller handles it before this check), elsewhere stdout carries the command's own output and a file named
+    ``-`` is never what was meant."""
+    if path == "-":
+        name = "report.json" if flag == "--json" else "winner.yaml"
+        raise PreflightError(f"{flag} -: this command writes {flag} to a file, not to stdout (which carries its own "
+                             f"output); give a file path, e.g. {flag} {name}")
     clash = _clash(path, protected)
     if clash is not None:
         shown = path if os.path.realpath(path) == os.path.realpath(clash.path) else \
