@@ -63,3 +63,28 @@ def test_report_json_dash_still_writes_json_to_stdout(capsys, _stored):
                              "-"], capsys)
     assert status == ExitStatus.SUCCESS and err == ""
     assert json.loads(out)["format"].startswith("autotune.report/")
+
+
+# -- principle 6: the store tells the truth: a lost race to create a new store's tables is not a broken store ------
+
+def test_two_commands_creating_one_new_store_at_once_is_not_a_broken_store(tmp_path, capsys, monkeypatch):
+    """Two ``tune`` commands started at once on a new SQLite file race to create Optuna's tables; the loser's
+    first open fails with ``UNIQUE constraint failed: alembic_version.version_num`` (measured: the second of two
+    ``tune`` processes started together said ``--storage ...: cannot be used (...); check the URL, the server and
+    permissions`` and exited 2). Every opener tries again, as the workers' opener always did."""
+    import optuna
+    import sqlalchemy.exc
+
+    real, lost = optuna.get_all_study_summaries, []
+
+    def racing(storage, *args, **kwargs):
+        if not lost:  # the other command was creating the tables as this one read them
+            lost.append(storage)
+            raise sqlalchemy.exc.IntegrityError("INSERT INTO alembic_version", {}, Exception(
+                "UNIQUE constraint failed: alembic_version.version_num"))
+        return real(storage, *args, **kwargs)
+
+    monkeypatch.setattr(optuna, "get_all_study_summaries", racing)
+    status, out, err = _run(_tune(tmp_path, _space(tmp_path)), capsys)
+    assert lost and status == ExitStatus.SUCCESS, err
+    assert "cannot be used" not in err and "Search ended" in out, (out, err)

@@ -15,6 +15,7 @@ import math
 import os
 import sqlite3
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -339,8 +340,7 @@ def check_storage(url: str, write: bool) -> Any:
     try:
         from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-        storage = optuna.storages.RDBStorage(url, heartbeat_interval=None)
-        optuna.get_all_study_summaries(storage)
+        storage = _open_rdb(url)
     except (ArgumentError, ValueError) as exc:
         raise PreflightError(f"--storage {shown}: not a database URL Optuna can open ({_first_line(exc)}); use e.g. "
                              "sqlite:///mlruns/optuna.db") from None
@@ -353,6 +353,26 @@ def check_storage(url: str, write: bool) -> Any:
         raise PreflightError(f"--storage {shown}: cannot be used ({_first_line(exc)}); check the URL, the server "
                              "and permissions") from None
     return storage
+
+
+def _open_rdb(url: str) -> Any:
+    """Optuna's storage at ``url``, read once; a lost race to create a new database's tables is tried again, as
+    :func:`autotune.store.ledger.make_storage` does (two commands started at once are not a broken store)."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from autotune.store.ledger import creation_race
+
+    for attempt in range(3):
+        try:
+            storage = optuna.storages.RDBStorage(url, heartbeat_interval=None)
+            optuna.get_all_study_summaries(storage)
+            return storage
+        except SQLAlchemyError as exc:
+            if attempt == 2 or not creation_race(exc):
+                raise
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")
 
 
 def check_tracking_store(uri: str) -> None:
