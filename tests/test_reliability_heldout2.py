@@ -88,3 +88,74 @@ def test_two_commands_creating_one_new_store_at_once_is_not_a_broken_store(tmp_p
     status, out, err = _run(_tune(tmp_path, _space(tmp_path)), capsys)
     assert lost and status == ExitStatus.SUCCESS, err
     assert "cannot be used" not in err and "Search ended" in out, (out, err)
+
+
+# -- principle 4: the output check applies to the winner, or the report says why not -----------------------------
+
+#: A cmd engine whose speculating configurations are twice as fast and answer the output check per ``MODE``.
+_OUTPUTS_ENGINE = '''
+import json, sys
+mode, req = sys.argv[1], json.load(sys.stdin)
+k = req["config"]["params"].get("num_speculative_tokens") or 0
+cc = req["config"].get("compilation_config") or {}
+v = 100.0 + 50 * k
+r = {"status": "ok", "passes_tok_s": [v, v], "startup_s": 1.0, "cold": False,
+     "resolved": {"cudagraph_mode": cc.get("cudagraph_mode") or "FULL_AND_PIECEWISE",
+                  "cudagraph_capture_sizes": cc.get("cudagraph_capture_sizes") or [1, 2]}}
+oc = req.get("output_check")
+if oc:
+    tokens = {str(i): [7] * oc["tokens"] for i in oc["prompts"]}
+    if k and mode == "silent-challenger":
+        tokens = None
+    if k and mode == "other-prompts":
+        tokens = {"999": [7]}
+    if not k and mode == "silent-baseline":
+        tokens = None
+    r["output_tokens"] = tokens
+print(json.dumps(r))
+'''
+
+
+def _cmd_space(tmp_path: Path, mode: str) -> Path:
+    import sys
+
+    import yaml
+
+    script = tmp_path / "engine.py"
+    script.write_text(_OUTPUTS_ENGINE)
+    space = {"name": "oc", "engine": {"name": "cmd", "cmd": {"command": [sys.executable, str(script), mode],
+                                                             "memory_floor_gib": 0}},
+             "engine_args": {"model": "org/model", "max_num_seqs": 4},
+             "workload": {"num_prompts": 4, "input_len": 16, "output_len": 16, "concurrency": 4, "timed_passes": 2},
+             "search": {"num_speculative_tokens": {"low": 0, "high": 2},
+                        "drafts": {"ngram": {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4}}}}
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(space))
+    return path
+
+
+@pytest.mark.parametrize(("mode", "why"), [
+    ("silent-challenger", "its restarts reported no outputs for the checked prompts"),
+    ("other-prompts", "its outputs answered none of the prompts the baseline's did"),
+    ("silent-baseline", "the baseline reported no outputs to compare with"),
+    ("all-answer", None),
+])
+def test_a_winner_whose_outputs_were_never_compared_is_said_so(tmp_path, capsys, mode, why):
+    """The engine checks outputs (some restart answered the request), but the winner's were never compared with the
+    baseline's: before, the report said FASTER and nothing about outputs; now a WARNING line says why."""
+    argv = ["tune", "--space", str(_cmd_space(tmp_path, mode)), "--trials", "3", "--no-mlflow", "--quiet",
+            "--storage", f"sqlite:///{tmp_path}/o.db", "--workdir", str(tmp_path / "w"), "--study", "oc",
+            "--verify-restarts", "2", "--verify-rounds", "0", "--enqueue", "num_speculative_tokens=2,draft=ngram"]
+    status, out, err = _run(argv, capsys)
+    assert status == ExitStatus.SUCCESS and "Verdict: FASTER" in out, (out, err)
+    warned = [line for line in out.splitlines() if line.startswith("WARNING: the output check did not apply")]
+    if why is None:
+        assert warned == [], warned
+    else:
+        assert len(warned) == 1 and why in warned[0], out
+        # The same in the report's JSON, and read back from it.
+        import json
+
+        status, out, _ = _run(["report", "--storage", f"sqlite:///{tmp_path}/o.db", "--study", "oc", "--json", "-"],
+                              capsys)
+        assert json.loads(out)["output_check"]["winner_unchecked"] == why
