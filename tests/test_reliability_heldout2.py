@@ -159,3 +159,26 @@ def test_a_winner_whose_outputs_were_never_compared_is_said_so(tmp_path, capsys,
         status, out, _ = _run(["report", "--storage", f"sqlite:///{tmp_path}/o.db", "--study", "oc", "--json", "-"],
                               capsys)
         assert json.loads(out)["output_check"]["winner_unchecked"] == why
+
+
+# -- principle 4: the reason names the measurement there was, not one that never ran ------------------------------
+
+def test_a_baseline_the_floor_made_infeasible_in_the_search_is_not_called_unsuccessful_in_verification(tmp_path):
+    """The engine defaults hit the memory floor twice in the search (infeasible by the floor rule, so verification
+    runs none of their restarts). Measured on the gb10 space with ``gpu_memory_utilization: 0.90`` on the
+    simulator: ``the baseline ... was not measured in verification: no restart succeeded`` with ``verification: 0
+    starts``. The reason is now the search's, and says no verification restart ran."""
+    from autotune.config.space import parse_space
+    from autotune.machine import GUARD_PREFIX
+    from autotune.report._build import build_report
+    from autotune.study import run_study
+    from tests.conftest import SMALL_SPACE, FakeEngine
+    from tests.test_reliability_transient import TRIP, _options, _speed
+
+    space = parse_space(SMALL_SPACE)
+    base = space.baseline().key()
+    engine = FakeEngine(_speed, fail=lambda c: TRIP if c.key() == base else None)
+    report = build_report(run_study(space, engine, _options(tmp_path)))
+    assert report.no_result is not None and "no restart succeeded" not in report.no_result, report.no_result
+    assert "none of its restarts ran" in report.no_result and GUARD_PREFIX in report.no_result
+    assert "infeasible" in report.no_result
