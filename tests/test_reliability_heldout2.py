@@ -182,3 +182,51 @@ def test_a_baseline_the_floor_made_infeasible_in_the_search_is_not_called_unsucc
     assert report.no_result is not None and "no restart succeeded" not in report.no_result, report.no_result
     assert "none of its restarts ran" in report.no_result and GUARD_PREFIX in report.no_result
     assert "infeasible" in report.no_result
+
+
+# -- principle 6: a file autotune did not create is not written by reading it, nor taken over --------------------
+
+def _foreign(tmp_path: Path, tables: bool) -> Path:
+    import sqlite3
+
+    db = tmp_path / ("app.db" if tables else "empty.db")
+    if tables:
+        con = sqlite3.connect(db)
+        con.execute("CREATE TABLE users (name TEXT)")
+        con.commit()
+        con.close()
+    else:
+        db.write_bytes(b"")
+    return db
+
+
+@pytest.mark.parametrize("tables", [True, False], ids=["another-programs-database", "empty-file"])
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_a_read_command_never_writes_optunas_tables_into_a_file_without_them(tmp_path, capsys, tables, command):
+    """Before: ``report --storage sqlite:///app.db`` said "no studies" after Optuna had written its schema into
+    the file (its bytes changed). Now one line, exit 2, and the file's bytes as they were."""
+    db = _foreign(tmp_path, tables)
+    before = db.read_bytes()
+    status, _, err = _run([command, "--storage", f"sqlite:///{db}"], capsys)
+    line = _one_line(err)
+    assert status == ExitStatus.BAD_INPUT and "no studies" in line and "no Optuna tables" in line, line
+    assert db.read_bytes() == before
+
+
+def test_tune_does_not_add_its_tables_to_another_programs_database(tmp_path, capsys):
+    db = _foreign(tmp_path, tables=True)
+    before = db.read_bytes()
+    status, _, err = _run(["tune", "--space", str(_space(tmp_path)), "--engine", "sim", "--trials", "1",
+                           "--no-verify", "--no-mlflow", "--quiet", "--storage", f"sqlite:///{db}", "--workdir",
+                           str(tmp_path / "w")], capsys)
+    line = _one_line(err)
+    assert status == ExitStatus.BAD_INPUT and "another program's SQLite database" in line and "users" in line, line
+    assert db.read_bytes() == before
+
+
+def test_tune_still_starts_a_new_store_in_an_empty_file(tmp_path, capsys):
+    db = _foreign(tmp_path, tables=False)
+    status, out, err = _run(["tune", "--space", str(_space(tmp_path)), "--engine", "sim", "--trials", "1",
+                             "--no-verify", "--no-mlflow", "--quiet", "--storage", f"sqlite:///{db}", "--workdir",
+                             str(tmp_path / "w")], capsys)
+    assert status == ExitStatus.SUCCESS, err

@@ -304,6 +304,32 @@ def check_sqlite_writable(db: Path, what: str) -> None:
         check_sqlite_file(db, what, write=True)
 
 
+def _check_foreign_sqlite(db: Path, what: str, write: bool) -> None:
+    """An existing SQLite file without Optuna's tables is left as it is: a command that only reads never writes
+    Optuna's schema into it (an empty file included), and ``tune`` does not add its tables to another program's
+    database (tables of its own, none of Optuna's). Read through a read-only connection."""
+    if not db.exists():
+        return
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=LOCK_WAIT_S)
+        try:
+            tables = [row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return  # check_sqlite_file has said what is wrong with the file
+    if "studies" in tables:
+        return
+    if not write:
+        raise PreflightError(f"{what}: no studies in {db} (it holds no Optuna tables; nothing was written to it): "
+                             "run `autotune tune` first, or pass the --storage the study was run with")
+    if tables:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise PreflightError(f"{what}: {db} is another program's SQLite database (tables {shown}; none of "
+                             "Optuna's), which autotune will not add its tables to: pass a new file, e.g. "
+                             "sqlite:///mlruns/optuna.db")
+
+
 def check_storage(url: str, write: bool) -> Any:
     """Open the Optuna storage at ``url`` once, so a bad URL or a broken store is one line, not a traceback.
 
@@ -334,6 +360,7 @@ def check_storage(url: str, write: bool) -> Any:
                                  "`autotune tune` first, or pass the --storage the study was run with")
         else:
             check_sqlite_file(db, f"--storage {shown}", write=False)
+        _check_foreign_sqlite(db, f"--storage {shown}", write)
     from autotune.store.ledger import check_optuna_schema
 
     check_optuna_schema(url)  # another Optuna's table schema: one line naming it, before Optuna touches the file
