@@ -304,6 +304,10 @@ def check_sqlite_writable(db: Path, what: str) -> None:
         check_sqlite_file(db, what, write=True)
 
 
+#: Tables only Optuna's storage has (any one of them: a store, perhaps being created by another command now).
+_OPTUNA_TABLES = frozenset({"studies", "version_info", "alembic_version", "trials", "study_directions"})
+
+
 def _check_foreign_sqlite(db: Path, what: str, write: bool) -> None:
     """An existing SQLite file without Optuna's tables is left as it is: a command that only reads never writes
     Optuna's schema into it (an empty file included), and ``tune`` does not add its tables to another program's
@@ -318,8 +322,8 @@ def _check_foreign_sqlite(db: Path, what: str, write: bool) -> None:
             con.close()
     except sqlite3.Error:
         return  # check_sqlite_file has said what is wrong with the file
-    if "studies" in tables:
-        return
+    if _OPTUNA_TABLES & set(tables):
+        return  # Optuna's store (or one another command is creating now: its tables come one at a time)
     if not write:
         raise PreflightError(f"{what}: no studies in {db} (it holds no Optuna tables; nothing was written to it): "
                              "run `autotune tune` first, or pass the --storage the study was run with")
