@@ -71,6 +71,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """The ``audit`` subcommand."""
     space = load_space_for(args)
+    if args.json:
+        # Before the engine starts (issue 32, principle 7): never over the space, the dataset or the engine's logs.
+        from autotune.cli.preflight import check_output_path, dataset_path, protected_paths
+
+        check_output_path(args.json, "--json", protected_paths(
+            space_file=space.source, dataset=dataset_path(space.workload), study_dir=args.workdir))
     params = parse_params(args.params, "--params")
     options = parse_kv(args.engine_opt, "--engine-opt")
     return run_audit(space, params, options, args.strict, out, engine=args.engine, cache_dir=args.workdir,

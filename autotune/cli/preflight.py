@@ -15,6 +15,7 @@ import math
 import os
 import sqlite3
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -173,7 +174,13 @@ def check_output_path(path: str, flag: str, protected: Iterable[Protected] = (),
     """``path`` can be written at the end of the run: its directory exists and takes files, it is not a directory,
     and it is none of the ``protected`` paths (:func:`protected_paths`), through a symbolic or a hard link or not;
     with ``links``, it is no symbolic link at all (a first check before the protected paths are known leaves
-    links to the second, which names what a link reaches)."""
+    links to the second, which names what a link reaches). ``-`` is refused: only ``report --json -`` means stdout
+    (its caller handles it before this check), elsewhere stdout carries the command's own output and a file named
+    ``-`` is never what was meant."""
+    if path == "-":
+        name = "report.json" if flag == "--json" else "winner.yaml"
+        raise PreflightError(f"{flag} -: this command writes {flag} to a file, not to stdout (which carries its own "
+                             f"output); give a file path, e.g. {flag} {name}")
     clash = _clash(path, protected)
     if clash is not None:
         shown = path if os.path.realpath(path) == os.path.realpath(clash.path) else \
@@ -297,6 +304,36 @@ def check_sqlite_writable(db: Path, what: str) -> None:
         check_sqlite_file(db, what, write=True)
 
 
+#: Tables only Optuna's storage has (any one of them: a store, perhaps being created by another command now).
+_OPTUNA_TABLES = frozenset({"studies", "version_info", "alembic_version", "trials", "study_directions"})
+
+
+def _check_foreign_sqlite(db: Path, what: str, write: bool) -> None:
+    """An existing SQLite file without Optuna's tables is left as it is: a command that only reads never writes
+    Optuna's schema into it (an empty file included), and ``tune`` does not add its tables to another program's
+    database (tables of its own, none of Optuna's). Read through a read-only connection."""
+    if not db.exists():
+        return
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=LOCK_WAIT_S)
+        try:
+            tables = [row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return  # check_sqlite_file has said what is wrong with the file
+    if _OPTUNA_TABLES & set(tables):
+        return  # Optuna's store (or one another command is creating now: its tables come one at a time)
+    if not write:
+        raise PreflightError(f"{what}: no studies in {db} (it holds no Optuna tables; nothing was written to it): "
+                             "run `autotune tune` first, or pass the --storage the study was run with")
+    if tables:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise PreflightError(f"{what}: {db} is another program's SQLite database (tables {shown}; none of "
+                             "Optuna's), which autotune will not add its tables to: pass a new file, e.g. "
+                             "sqlite:///mlruns/optuna.db")
+
+
 def check_storage(url: str, write: bool) -> Any:
     """Open the Optuna storage at ``url`` once, so a bad URL or a broken store is one line, not a traceback.
 
@@ -327,14 +364,14 @@ def check_storage(url: str, write: bool) -> Any:
                                  "`autotune tune` first, or pass the --storage the study was run with")
         else:
             check_sqlite_file(db, f"--storage {shown}", write=False)
+        _check_foreign_sqlite(db, f"--storage {shown}", write)
     from autotune.store.ledger import check_optuna_schema
 
     check_optuna_schema(url)  # another Optuna's table schema: one line naming it, before Optuna touches the file
     try:
         from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-        storage = optuna.storages.RDBStorage(url, heartbeat_interval=None)
-        optuna.get_all_study_summaries(storage)
+        storage = _open_rdb(url)
     except (ArgumentError, ValueError) as exc:
         raise PreflightError(f"--storage {shown}: not a database URL Optuna can open ({_first_line(exc)}); use e.g. "
                              "sqlite:///mlruns/optuna.db") from None
@@ -347,6 +384,26 @@ def check_storage(url: str, write: bool) -> Any:
         raise PreflightError(f"--storage {shown}: cannot be used ({_first_line(exc)}); check the URL, the server "
                              "and permissions") from None
     return storage
+
+
+def _open_rdb(url: str) -> Any:
+    """Optuna's storage at ``url``, read once; a lost race to create a new database's tables is tried again, as
+    :func:`autotune.store.ledger.make_storage` does (two commands started at once are not a broken store)."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from autotune.store.ledger import creation_race
+
+    for attempt in range(3):
+        try:
+            storage = optuna.storages.RDBStorage(url, heartbeat_interval=None)
+            optuna.get_all_study_summaries(storage)
+            return storage
+        except SQLAlchemyError as exc:
+            if attempt == 2 or not creation_race(exc):
+                raise
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")
 
 
 def check_tracking_store(uri: str) -> None:

@@ -76,7 +76,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
 
-    from autotune.cli.preflight import check_storage
+    from autotune.cli.preflight import check_output_path, check_storage, dataset_path, protected_paths
     from autotune.config.space import load_space, load_space_text
     from autotune.engines import make_engine
     from autotune.report.lineage import render_recheck
@@ -88,6 +88,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         raise UsageError(f"--restarts must be >= 2 (an interval needs two restarts a side), got {args.restarts}")
     if args.budget_minutes is not None and not args.budget_minutes > 0:
         raise UsageError(f"--budget-minutes must be > 0, got {args.budget_minutes}")
+    if args.json:
+        check_output_path(args.json, "--json", links=False)
     check_storage(args.storage, write=True)
     ledger = load(args.study, args.storage)
     if ledger.verification() is None:
@@ -97,6 +99,13 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     meta = ledger.meta()
     if meta.engine.name is None:
         raise UsageError(f"study {args.study!r} recorded no engine (an older autotune ran it): it cannot be rechecked")
+    if args.json:
+        # Before any restart (issue 32, principle 7): never over the stores, the space, the dataset or the study's logs.
+        from autotune.observers.mlflow import resolve_tracking_uri
+
+        check_output_path(args.json, "--json", protected_paths(
+            storage=args.storage, tracking_uri=resolve_tracking_uri(args.tracking_uri), space_file=meta.space_file,
+            dataset=dataset_path(meta.workload), study_dir=os.path.join(args.workdir, args.study)))
     # The study's own engine caches and logs (its compile caches are today's too): the directory the study owns.
     cache_dir = str(prepare_study_dir(args.workdir, args.study))
     if args.space:

@@ -479,7 +479,8 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                                                                                            if table else ()))],
                                         meta.workload),
                   phases=phase_totals(ledger.restarts_spent()),
-                  output_checks=output_checks(ledger, records, space),
+                  output_checks=output_checks(ledger, records, space, None if winner is None or winner.is_baseline
+                                              else winner.config.key()),
                   interrupted=listed(outcomes, INTERRUPTED), search_end=ledger.search_end(), lineage=lineage_of(ledger),
                   schedule=schedule_note(ledger, v, meta.objective, meta.workload.get("concurrency")))
 

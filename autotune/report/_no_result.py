@@ -30,6 +30,8 @@ class VerifiedRow(Protocol):
     def n(self) -> int: ...
     @property
     def failure(self) -> str | None: ...
+    @property
+    def restarts(self) -> Sequence[Any]: ...
 
 __all__ = ["compared_in_search", "no_result_reason"]
 
@@ -59,8 +61,14 @@ def no_result_reason(counts: TrialCounts, failures: Sequence[FailedTrial], winne
     """
     if verified:
         if baseline is None or baseline.status != "ok" or not baseline.n:
-            why = (baseline.failure if baseline is not None else None) or "no restart succeeded"
             label = baseline.label if baseline is not None else "engine defaults"
+            why = baseline.failure if baseline is not None else None
+            if not why and (baseline is None or not baseline.restarts):
+                # Verification ran none of its restarts: the reason is the search's (the floor rule's infeasible
+                # baseline), never "no restart succeeded" of restarts that did not run.
+                why = next((f"none of its restarts ran: in the search, {f.reason}" for f in failures
+                            if f.label == label), "none of its restarts ran")
+            why = why or "no restart succeeded"
             return f"the baseline ({label}) was not measured in verification: {why}; without it no speedup can be claimed"
         if winner is None or winner.status != "ok" or not winner.n:
             why = (winner.failure if winner is not None else None) or "no restart succeeded"

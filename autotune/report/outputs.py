@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from autotune.config.output_check import min_agreement, min_agreement_from_yaml
-from autotune.core.facts import OUTPUT_AGREEMENT, OUTPUT_CHECK_SKIPPED
+from autotune.core.facts import OUTPUT_AGREEMENT, OUTPUT_CHECK_SKIPPED, OUTPUT_DIGESTS
 from autotune.decisions.outputs import DIFFERS, OutputCheck, check_outputs, reference_digests
 from autotune.store import TrialRecord
 from autotune.store.ledger import Ledger
@@ -39,6 +39,9 @@ class OutputChecks:
 
     threshold: float
     trials: tuple[TrialOutputs, ...] = ()
+    #: Why the verified winner's outputs were never compared with the baseline's, in a study whose engine checks
+    #: outputs (``None``: they were, the check is off, or the winner is the baseline). Said, never silent.
+    winner_unchecked: str | None = None
 
     @property
     def differ(self) -> tuple[TrialOutputs, ...]:
@@ -49,11 +52,16 @@ class OutputChecks:
 
     def to_dict(self) -> dict[str, Any]:
         return {"min_agreement": self.threshold, "differ": [t.trial for t in self.differ],
-                "trials": [t.to_dict() for t in self.trials]}
+                "trials": [t.to_dict() for t in self.trials], "winner_unchecked": self.winner_unchecked}
 
 
-def output_checks(ledger: Ledger, records: Sequence[TrialRecord], space: Any = None) -> OutputChecks | None:
-    """The study's output checks; ``None`` when no restart ran or skipped the check (an engine without it)."""
+def output_checks(ledger: Ledger, records: Sequence[TrialRecord], space: Any = None,
+                  winner: str | None = None) -> OutputChecks | None:
+    """The study's output checks; ``None`` when no restart ran or skipped the check (an engine without it).
+
+    ``winner``: the verified winner's configuration key (``None``: none, or the baseline won); when the engine
+    checked outputs (some restart reported them) but the winner's were never compared, :attr:`OutputChecks.
+    winner_unchecked` says why (issue 32, principle 4: the output check applies or says why not)."""
     if not any(r.facts for rec in records for r in rec.restarts):
         return None
     threshold = min_agreement(space) if space is not None else min_agreement_from_yaml(ledger.space_yaml())
@@ -70,14 +78,40 @@ def output_checks(ledger: Ledger, records: Sequence[TrialRecord], space: Any = N
                         if OUTPUT_CHECK_SKIPPED in r.facts), None)
         if check.agreement is not None or skipped:
             out.append(TrialOutputs(rec.number, rec.config.label(), check, skipped))
-    return OutputChecks(threshold, tuple(out)) if out else None
+    unchecked = _unchecked(records, reference, threshold, winner, {t.trial: t for t in out})
+    return OutputChecks(threshold, tuple(out), unchecked) if out or unchecked else None
+
+
+def _unchecked(records: Sequence[TrialRecord], reference: dict[int, str], threshold: float, winner: str | None,
+               checked: dict[int, TrialOutputs]) -> str | None:
+    """Why the winner's outputs were not compared, when the engine checks outputs; ``None`` when they were."""
+    if winner is None or threshold <= 0 or not any(OUTPUT_DIGESTS in r.facts for rec in records
+                                                   for r in rec.restarts):
+        return None  # no winner to judge, the check turned off, or an engine without outputs (the simulator)
+    mine = [rec for rec in records if rec.config.key() == winner and rec.duplicate_of is None]
+    if any(rec.number in checked and checked[rec.number].check.agreement is not None for rec in mine):
+        return None
+    skipped = next((checked[rec.number].skipped for rec in mine if rec.number in checked), None)
+    if skipped:
+        return f"the check was skipped for it ({skipped})"
+    if not reference:
+        return "the baseline reported no outputs to compare with"
+    if not any(OUTPUT_DIGESTS in r.facts for rec in mine for r in rec.restarts if r.ok):
+        return "its restarts reported no outputs for the checked prompts"
+    return "its outputs answered none of the prompts the baseline's did"
 
 
 def render_outputs(checks: OutputChecks | None) -> list[str]:
     """The report's lines: the flagged configurations, each with its agreement."""
-    if checks is None or not checks.differ:
+    if checks is None:
         return []
-    lines = ["", f"Outputs differ from the baseline ({OUTPUT_AGREEMENT} below {checks.threshold:.0%} on the checked "
+    lines = []
+    if checks.winner_unchecked:
+        lines += ["", f"WARNING: the output check did not apply to the winner: {checks.winner_unchecked}; its "
+                      "outputs were never compared with the baseline's, so they may differ"]
+    if not checks.differ:
+        return lines
+    lines += ["", f"Outputs differ from the baseline ({OUTPUT_AGREEMENT} below {checks.threshold:.0%} on the checked "
                  "prompts, greedy): these could not win:"]
     for t in checks.differ:
         lines.append(f"  ! trial {t.trial} {t.label}: {DIFFERS} ({t.check.agreement:.0%} of prompts agree)")

@@ -93,15 +93,20 @@ def make_storage(url: str | optuna.storages.BaseStorage,
             driver = "pip install 'autotune[postgres]'" if url.startswith("postgres") else "install its driver"
             raise LedgerError(f"storage {redact(url)}: the database driver is missing ({exc}): {driver}") from None
         except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors: first line only, never the URL's password
-            # Workers that start at once on a new database race to create Optuna's tables: the loser's second
-            # attempt finds them there.
-            message = str(exc)
-            if attempt < 2 and any(m in message for m in ("already exists", "UNIQUE constraint", "duplicate key")):
+            if attempt < 2 and creation_race(exc):
                 time.sleep(0.5 + attempt)
                 continue
             first = redact((str(exc).strip().splitlines() or [""])[0])[:300]
             raise LedgerError(f"storage {redact(url)} cannot be opened: {type(exc).__name__}: {first}") from None
     raise AssertionError("unreachable")
+
+
+def creation_race(exc: BaseException) -> bool:
+    """``exc`` is the loser's error when processes that start at once on a new database race to create Optuna's
+    tables (``tune`` and its workers, two ``tune`` commands, a ``tune`` and a ``report``): a second attempt finds
+    the tables there. Every opener of a storage retries it (not a damaged store, not bad input)."""
+    message = str(exc)
+    return any(m in message for m in ("already exists", "UNIQUE constraint", "duplicate key"))
 
 
 def _optuna_schemas() -> tuple[list[str], str]:

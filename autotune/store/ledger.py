@@ -62,8 +62,8 @@ from autotune.store.search_end import SearchEnd
 from autotune.store._owners import owner_id, pid_dead as _pid_dead
 from autotune.store._storage import (  # noqa: F401 - _serialize_sqlite: tests name it here
     DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_STORE_DIR, DEFAULT_WORKDIR, GRACE_FACTOR, MAX_RETRIES,
-    SQLITE_BUSY_TIMEOUT_S, LedgerError, _serialize_sqlite, check_optuna_schema, ensure_sqlite_dir, latest_study_name,
-    make_storage, study_names,
+    SQLITE_BUSY_TIMEOUT_S, LedgerError, _serialize_sqlite, check_optuna_schema, creation_race, ensure_sqlite_dir,
+    latest_study_name, make_storage, study_names,
 )
 from autotune.store._trials import TrialRecord, over_floor, trial_failed
 from autotune.store.fingerprint import Fingerprint
@@ -73,7 +73,7 @@ __all__ = [
     "DEFAULT_STORAGE", "DEFAULT_STORE_DIR", "DEFAULT_WORKDIR", "FINISH_JOB", "GRACE_FACTOR", "MAX_RETRIES",
     "MLFLOW_PARENT_JOB", "SCHEMA_VERSION", "SQLITE_BUSY_TIMEOUT_S", "VERIFY_CONCLUDE_JOB", "VERIFY_REDO_JOB", "Ledger", "LedgerError",
     "SearchEnd", "StudyMeta", "TrialRecord", "over_floor", "trial_failed", "create_or_load", "ensure_sqlite_dir", "latest_study_name", "load", "claim_attrs",
-    "check_optuna_schema", "claim_holder_gone", "claim_job", "make_storage", "owner_id", "record_claim_restarts", "redact", "study_names",
+    "check_optuna_schema", "claim_holder_gone", "creation_race", "claim_job", "make_storage", "owner_id", "record_claim_restarts", "redact", "study_names",
 ]
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
