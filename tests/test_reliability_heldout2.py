@@ -230,3 +230,23 @@ def test_tune_still_starts_a_new_store_in_an_empty_file(tmp_path, capsys):
                              "--no-verify", "--no-mlflow", "--quiet", "--storage", f"sqlite:///{db}", "--workdir",
                              str(tmp_path / "w")], capsys)
     assert status == ExitStatus.SUCCESS, err
+
+
+def test_a_baseline_that_lost_its_place_after_measured_restarts_is_not_called_unmeasured() -> None:
+    # Two floor hits on two different verification seeds make the baseline infeasible after one restart ran: the
+    # verdict is NONE (no baseline, no speedup), and the reason says how many of its restarts were measured.
+    import types
+
+    from autotune.report._counts import TrialCounts
+    from autotune.report._no_result import no_result_reason
+
+    def row(n: int, status: str, failure: str | None) -> types.SimpleNamespace:
+        return types.SimpleNamespace(label="default-mode default-sizes no-spec", config=None, is_baseline=True,
+                                     status=status, n=n, failure=failure, restarts=[object()] * (n + 2))
+
+    why = "memory guard: a configuration that hits the floor twice is infeasible"
+    lost = no_result_reason(TrialCounts(), [], None, row(1, "infeasible", why), verified=True)
+    assert lost is not None and "lost its place in verification after 1 measured restart(s)" in lost
+    assert why in lost and "not measured" not in lost
+    never = no_result_reason(TrialCounts(), [], None, row(0, "infeasible", why), verified=True)
+    assert never is not None and "was not measured in verification" in never

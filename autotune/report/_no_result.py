@@ -69,6 +69,11 @@ def no_result_reason(counts: TrialCounts, failures: Sequence[FailedTrial], winne
                 why = next((f"none of its restarts ran: in the search, {f.reason}" for f in failures
                             if f.label == label), "none of its restarts ran")
             why = why or "no restart succeeded"
+            if baseline is not None and baseline.n:
+                # Some of its restarts ran (then, say, a second floor hit made it infeasible): "not measured" would
+                # misstate the record.
+                return (f"the baseline ({label}) lost its place in verification after {baseline.n} measured "
+                        f"restart(s): {why}; without it no speedup can be claimed")
             return f"the baseline ({label}) was not measured in verification: {why}; without it no speedup can be claimed"
         if winner is None or winner.status != "ok" or not winner.n:
             why = (winner.failure if winner is not None else None) or "no restart succeeded"
