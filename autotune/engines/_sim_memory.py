@@ -255,11 +255,14 @@ class SimulatedHost:
         lowest_t = min(times, key=self.available_gib) if len(times) > 1 else end
         if self.available_gib(lowest_t) < self.spec.wedge_gib:
             self.now = lowest_t
+            # With a floor set, the guard was on: the fall outran its samples (a fall of tens of GiB a second, as
+            # GB10 users report), which "no memory guard" would misstate.
+            guard = (f"faster than the memory guard's samples could catch it (floor {self.safety.floor / GIB:.1f} GiB)"
+                     if self.safety.floor > 0 else "with no memory guard to stop it (no floor set)")
             self.wedged = (f"sim engine: host wedged: MemAvailable fell to {self.available_gib(lowest_t):.1f} GiB "
                            f"(the host stops under {self.spec.wedge_gib:g} GiB) {lowest_t - self.engine_started:.1f} s "
-                           f"into the start of {self._wedge_context} with no memory guard to stop it "
-                           f"(floor {self.safety.floor / GIB:.1f} GiB); the simulated host is gone and nothing more can "
-                           "run: a real GB10 would need a power cycle (keep engine.memory_floor_gib above "
+                           f"into the start of {self._wedge_context} {guard}; the simulated host is gone and "
+                           "nothing more can run: a real GB10 would need a power cycle (keep engine.memory_floor_gib above "
                            f"{self.spec.wedge_gib:g} or unset)")
             raise HostWedged(self.wedged)
         self.now = end

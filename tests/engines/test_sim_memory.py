@@ -93,10 +93,22 @@ def test_the_page_cache_policy_gives_every_start_the_same_cache():
 def test_without_the_floor_the_host_wedges_and_stays_wedged():
     engine = gb10(memory_floor_gib=0, page_cache="keep")
     assert engine.run_restart(BIG, SPACE.workload, restart=0, seed=0).ok  # cold: the page cache left room
-    with pytest.raises(HostWedged, match="host wedged"):
+    with pytest.raises(HostWedged, match=r"host wedged.* with no memory guard to stop it \(no floor set\)"):
         engine.run_restart(BIG, SPACE.workload, restart=1, seed=0)
     with pytest.raises(HostWedged, match="host wedged"):
         engine.run_restart(SMALL, SPACE.workload, restart=2, seed=0)
+
+
+def test_a_fall_that_outruns_the_guards_samples_is_not_called_unguarded():
+    # The guard is on (the profile's floor), but a 0.93 budget's fall passes between two of its samples: the
+    # message said "with no memory guard to stop it" (a held-out probe, issue 32).
+    engine = gb10()
+    with pytest.raises(HostWedged) as wedged:
+        for r in range(3):
+            engine.run_restart(config(BIG.compilation_config["cudagraph_capture_sizes"], "FULL_AND_PIECEWISE", 0.93),
+                               SPACE.workload, restart=r, seed=0)
+    assert "faster than the memory guard's samples could catch it (floor 8.5 GiB)" in str(wedged.value)
+    assert "no memory guard" not in str(wedged.value)
 
 
 def test_only_unified_profiles_get_a_host_and_bad_options_are_one_line():
