@@ -70,7 +70,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """The ``audit`` subcommand."""
+    from autotune.cli.preflight import check_output_path, dataset_path, protected_paths
+
     space = load_space_for(args)
+    if args.json:  # before the engine starts, never over the space or its dataset
+        check_output_path(args.json, "--json", protected_paths(space_file=space.source,
+                                                                dataset=dataset_path(space.workload)))
     params = parse_params(args.params, "--params")
     options = parse_kv(args.engine_opt, "--engine-opt")
     return run_audit(space, params, options, args.strict, out, engine=args.engine, cache_dir=args.workdir,

@@ -84,10 +84,14 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.store.studydir import prepare_study_dir
     from autotune.study import RecheckError, RecheckOptions, recheck
 
+    from autotune.cli.preflight import MAX_RESTARTS, check_budget, check_count, check_output_path, protected_paths
+
     if args.restarts is not None and args.restarts < 2:
         raise UsageError(f"--restarts must be >= 2 (an interval needs two restarts a side), got {args.restarts}")
-    if args.budget_minutes is not None and not args.budget_minutes > 0:
-        raise UsageError(f"--budget-minutes must be > 0, got {args.budget_minutes}")
+    check_count("--restarts", args.restarts, 2, MAX_RESTARTS)
+    check_budget(None, args.budget_minutes)  # tune's rule: finite, over 0, at most a year
+    if args.json:  # before any restart is measured, never over the store or the space
+        check_output_path(args.json, "--json", protected_paths(storage=args.storage, space_file=args.space))
     check_storage(args.storage, write=True)
     ledger = load(args.study, args.storage)
     if ledger.verification() is None:

@@ -1,0 +1,159 @@
+"""Issue 32's boundary, probed by a held-out checker: flags and files a new user might give, in every command.
+
+Each case is one line naming the flag (or file) and the fix, exit 2, before any engine starts or any store is made,
+and within seconds (a case that hung or ran out of memory before its fix is run with a deadline).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.cli._main import raw_main
+from autotune.core.exit_status import ExitStatus
+
+SIM = ["--space", "search_spaces/gb10.yaml", "--engine", "sim", "--no-mlflow", "--quiet"]
+#: Every case here is refused before any work: well under this, where the unbounded ones took minutes or all memory.
+DEADLINE_S = 30
+
+
+def _run(argv: list[str], capsys) -> tuple[ExitStatus, str, str]:
+    out = io.StringIO()
+    start = time.monotonic()
+    status = raw_main(argv, out=out)
+    assert time.monotonic() - start < DEADLINE_S
+    return status, out.getvalue(), capsys.readouterr().err
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def _tune(tmp_path: Path, capsys, *extra: str) -> tuple[ExitStatus, str, str]:
+    argv = ["tune", *SIM, "--storage", f"sqlite:///{tmp_path}/optuna.db", "--workdir", str(tmp_path / "w"),
+            "--study", "s", "--trials", "2", *extra]
+    return _run(argv, capsys)
+
+
+def _no_study(tmp_path: Path) -> bool:
+    db = tmp_path / "optuna.db"
+    return not db.exists() or not optuna.get_all_study_summaries(f"sqlite:///{db}")
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> str:
+    """A finished sim study's storage URL, for the commands that read one."""
+    root = tmp_path_factory.mktemp("stored")
+    url = f"sqlite:///{root}/optuna.db"
+    status = raw_main(["tune", *SIM, "--storage", url, "--workdir", str(root / "w"), "--study", "base",
+                       "--trials", "2", "--no-verify"], out=io.StringIO())
+    assert status == ExitStatus.SUCCESS
+    return url
+
+
+# -- principle 2: every count a flag gives is finite and plausible, and 0 is a value ------------------------
+
+
+@pytest.mark.parametrize("flags, words", [
+    # Before: planned 3 x 10**9 verification starts in a list before anything ran (busy until killed).
+    (["--top-k", "1000000000"], "--top-k must be between 1 and 100"),
+    # Before: ran a million verification restarts a configuration.
+    (["--verify-restarts", "1000000"], "--verify-restarts must be between 1 and 1000"),
+    (["--trials", "1000000000000"], "--trials must be between 1 and 100000"),
+    (["--restarts", "1000000", "--max-restarts", "1000000"], "--restarts must be between 1 and 1000"),
+    (["--verify-rounds", "1000000000"], "--verify-rounds must be between 0 and 1000"),
+    (["--budget-restarts", "100000000000000"], "--budget-restarts must be between 1 and 1000000"),
+    (["--budget-minutes", "1e300"], "at most 525600 (a year)"),
+    (["--heartbeat", "1000000000"], "--heartbeat must be between 1 and 86400"),
+    # Before: 0 was read as "unset" and the default taken, exit 0.
+    (["--verify-restarts", "0"], "--verify-restarts must be >= 1, got 0"),
+    (["--min-effect", "0"], "--min-effect must be a speedup above 1"),
+    (["--power", "0"], "--power must be at least 0.5"),
+    # Before: --gpus-per-trial without --gpus was dropped in silence; -1 or a typo hid every GPU from the worker.
+    (["--gpus-per-trial", "0"], "--gpus-per-trial must be >= 1"),
+    (["--gpus-per-trial", "2"], "--gpus-per-trial 2 splits the GPUs --gpus lists: add --gpus LIST"),
+    (["--gpus", "-1"], "'-1' is not a GPU index or UUID"),
+    (["--gpus", "0,gpu1"], "'gpu1' is not a GPU index or UUID"),
+], ids=["top-k-huge", "verify-restarts-huge", "trials-huge", "restarts-huge", "verify-rounds-huge",
+        "budget-restarts-huge", "budget-minutes-huge", "heartbeat-huge", "verify-restarts-0", "min-effect-0", "power-0",
+        "gpus-per-trial-0", "gpus-per-trial-without-gpus", "gpus-minus-1", "gpus-typo"])
+def test_a_count_flag_out_of_its_range_is_one_line_before_anything_runs(tmp_path, capsys, flags, words):
+    status, _, err = _tune(tmp_path, capsys, *flags)
+    assert status == ExitStatus.BAD_INPUT and words in _one_line(err)
+    assert _no_study(tmp_path)
+
+
+@pytest.mark.parametrize("argv, words", [
+    # Before: a million restarts a side (busy until killed); inf minutes accepted.
+    (["--restarts", "1000000"], "--restarts must be between 2 and 1000"),
+    (["--budget-minutes", "inf"], "--budget-minutes must be a positive number of minutes"),
+], ids=["restarts-huge", "budget-minutes-inf"])
+def test_recheck_counts_follow_the_same_rule(tmp_path, capsys, stored, argv, words):
+    status, _, err = _run(["recheck", "--study", "base", "--storage", stored, "--no-mlflow",
+                           "--workdir", str(tmp_path / "w"), *argv], capsys)
+    assert status == ExitStatus.BAD_INPUT and words in _one_line(err)
+
+
+def test_worker_takes_the_same_gpu_and_heartbeat_rules(tmp_path, capsys, stored):
+    for argv, words in ((["--gpus-per-trial", "0"], "--gpus-per-trial must be >= 1"),
+                        (["--heartbeat", "1000000000"], "--heartbeat must be between 1 and 86400")):
+        status, _, err = _run(["worker", "--study", "base", "--storage", stored, "--no-mlflow",
+                               "--workdir", str(tmp_path / "w"), *argv], capsys)
+        assert status == ExitStatus.BAD_INPUT and words in _one_line(err)
+
+
+def test_a_huge_schema_indent_is_refused(capsys):
+    # Before: gigabytes of spaces, killed for memory.
+    status, out, err = _run(["schema", "--indent", "1000000000"], capsys)
+    assert status == ExitStatus.BAD_INPUT and "--indent must be between 0 and 16" in _one_line(err) and not out
+
+
+def test_plausible_counts_still_run(tmp_path, capsys):
+    status, _, err = _tune(tmp_path, capsys, "--top-k", "1", "--verify-restarts", "2", "--verify-rounds", "0",
+                           "--min-effect", "1.1", "--power", "0.9", "--heartbeat", "60")
+    assert status == ExitStatus.SUCCESS, err
+
+
+# -- principle 7: every command's --workdir, --json and --out are checked before it runs -------------------
+
+
+def _audit(tmp_path: Path, *extra: str) -> list[str]:
+    return ["audit", "--space", "search_spaces/gb10.yaml", "--engine", "sim", "--workdir", str(tmp_path / "w"),
+            *extra]
+
+
+@pytest.mark.parametrize("command", ["tune", "audit", "recheck", "worker"])
+def test_a_workdir_that_is_a_file_is_one_line_in_every_command(tmp_path, capsys, stored, command):
+    # Before: tune and worker ended in a NotADirectoryError traceback; the file was left as it was.
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    argv = {"tune": ["tune", *SIM, "--storage", f"sqlite:///{tmp_path}/optuna.db", "--study", "s"],
+            "audit": _audit(tmp_path),
+            "recheck": ["recheck", "--study", "base", "--storage", stored, "--no-mlflow"],
+            "worker": ["worker", "--study", "base", "--storage", stored, "--no-mlflow"]}[command]
+    for workdir, words in ((afile, "is a file, not a directory"), (afile / "sub", f"is inside {afile}, which is a file")):
+        status, _, err = _run([*argv, "--workdir", str(workdir)], capsys)
+        assert status == ExitStatus.BAD_INPUT and words in _one_line(err) and "--workdir" in err
+    assert afile.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("command", ["audit", "recheck", "bench-scaling"])
+def test_a_json_path_in_a_missing_directory_is_refused_before_the_engine_starts(tmp_path, capsys, stored, command):
+    # Before: audit started the engine, then failed on the write with a FileNotFoundError traceback; recheck and
+    # bench-scaling ran their whole measurement first.
+    target = tmp_path / "missing" / "out.json"
+    argv = {"audit": _audit(tmp_path),
+            "recheck": ["recheck", "--study", "base", "--storage", stored, "--no-mlflow", "--workdir",
+                        str(tmp_path / "w")],
+            "bench-scaling": ["bench-scaling", "--seeds", "1"]}[command]
+    status, out, err = _run([*argv, "--json", str(target)], capsys)
+    assert status == ExitStatus.BAD_INPUT and "directory" in _one_line(err) and "does not exist" in err
+    assert not out and not (tmp_path / "w").exists()
