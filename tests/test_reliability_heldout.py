@@ -157,3 +157,63 @@ def test_a_json_path_in_a_missing_directory_is_refused_before_the_engine_starts(
     status, out, err = _run([*argv, "--json", str(target)], capsys)
     assert status == ExitStatus.BAD_INPUT and "directory" in _one_line(err) and "does not exist" in err
     assert not out and not (tmp_path / "w").exists()
+
+
+# -- principles 1 and 3: every input file is a regular file, read to a bound -------------------------------
+
+
+def _fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("command", ["tune", "doctor", "audit"])
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "huge"])
+def test_a_space_that_is_a_fifo_a_device_or_huge_is_one_line_at_once(tmp_path, capsys, command, kind):
+    # Before: a FIFO held every command in open() until killed; /dev/zero was read until the machine ran out of
+    # memory (killed); a 20 MB file was parsed for 20 s, then called a space without an engine_args section.
+    if kind == "huge":
+        space = tmp_path / "huge.yaml"
+        space.write_text("name: " + "x" * (17 * 1024 * 1024) + "\n")
+    else:
+        space = _fifo(tmp_path) if kind == "fifo" else Path("/dev/zero")
+    argv = {"tune": ["tune", *SIM[2:], "--storage", f"sqlite:///{tmp_path}/optuna.db", "--workdir",
+                     str(tmp_path / "w")],
+            "doctor": ["doctor"], "audit": ["audit", "--engine", "sim", "--workdir", str(tmp_path / "w")]}[command]
+    status, _, err = _run([*argv, "--space", str(space)], capsys)
+    words = {"fifo": "is a FIFO (named pipe), not a file", "dev-zero": "is a character device, not a file",
+             "huge": "more than the 16 MiB such a file may have"}[kind]
+    assert status == ExitStatus.BAD_INPUT and words in _one_line(err) and str(space) in err
+    assert _no_study(tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_report_from_json_of_a_fifo_or_a_device_is_one_line(tmp_path, capsys, kind):
+    # Before: /dev/zero read until killed for memory; a FIFO waited in open() for ever.
+    path = _fifo(tmp_path) if kind == "fifo" else Path("/dev/zero")
+    status, _, err = _run(["report", "--from-json", str(path)], capsys)
+    assert status == ExitStatus.BAD_INPUT and "not a file" in _one_line(err) and str(path) in err
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "sharegpt"])
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_dataset_that_is_a_fifo_or_a_device_is_named_as_such(tmp_path, capsys, fmt, kind):
+    # Before: "file '/dev/zero' does not exist" (it does: it is no regular file).
+    path = _fifo(tmp_path) if kind == "fifo" else Path("/dev/zero")
+    space = tmp_path / "space.yaml"
+    space.write_text(Path("search_spaces/gb10.yaml").read_text().replace(
+        "workload:\n", f"workload:\n  dataset: {{path: {path}, format: {fmt}}}\n", 1))
+    status, _, err = _tune(tmp_path, capsys, "--space", str(space), "--no-verify")
+    assert status == ExitStatus.BAD_INPUT and "workload.dataset.path" in _one_line(err) and "not a file" in err
+
+
+def test_a_dataset_row_longer_than_any_context_is_one_line(tmp_path, capsys):
+    # Before: the 70 MB row was read whole and taken as a prompt.
+    data = tmp_path / "giant.jsonl"
+    data.write_text('{"prompt": "' + "x" * (65 * 1024 * 1024) + '"}\n')
+    space = tmp_path / "space.yaml"
+    space.write_text(Path("search_spaces/gb10.yaml").read_text().replace(
+        "workload:\n", f"workload:\n  dataset: {{path: {data}, format: jsonl}}\n", 1))
+    status, _, err = _tune(tmp_path, capsys, "--space", str(space), "--no-verify")
+    assert status == ExitStatus.BAD_INPUT and f"{data}:1: the row is longer than" in _one_line(err)
