@@ -217,3 +217,15 @@ def test_a_dataset_row_longer_than_any_context_is_one_line(tmp_path, capsys):
         "workload:\n", f"workload:\n  dataset: {{path: {data}, format: jsonl}}\n", 1))
     status, _, err = _tune(tmp_path, capsys, "--space", str(space), "--no-verify")
     assert status == ExitStatus.BAD_INPUT and f"{data}:1: the row is longer than" in _one_line(err)
+
+
+@pytest.mark.parametrize("item, words", [
+    ("num_speculative_tokens=1e300", "num_speculative_tokens='1e300': must be a whole number from 0 to 16"),
+    ("K=99", "num_speculative_tokens=99: must be a whole number from 0 to 16"),
+    ("K=-1", "num_speculative_tokens=-1: must be a whole number"),
+    ("capture_sizes=[1,a]", "list whole numbers >= 1"),
+], ids=["k-text", "k-99", "k-negative", "sizes-text"])
+def test_audit_params_take_the_values_vllm_takes(tmp_path, capsys, item, words):
+    # Before: a ValueError traceback from int() (k-text, sizes-text); K=99 and K=-1 ran the engine, exit 0.
+    status, out, err = _run(_audit(tmp_path, "--params", item), capsys)
+    assert status == ExitStatus.BAD_INPUT and words in _one_line(err) and "--params" in err and not out
