@@ -70,11 +70,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """The ``audit`` subcommand."""
+    from autotune.cli.preflight import check_output_path, dataset_path, protected_paths
+
     space = load_space_for(args)
     if args.json:
         # Before the engine starts (issue 32, principle 7): never over the space, the dataset or the engine's logs.
-        from autotune.cli.preflight import check_output_path, dataset_path, protected_paths
-
         check_output_path(args.json, "--json", protected_paths(
             space_file=space.source, dataset=dataset_path(space.workload), study_dir=args.workdir))
     params = parse_params(args.params, "--params")
@@ -148,8 +148,20 @@ def config_for_audit(space: Any, params: Mapping[str, Any]) -> EngineConfig:
 
     A speculative configuration without ``draft`` uses the space's first draft.
     """
+    from autotune.cli._common import UsageError
+    from autotune.config import K_HARD_MAX
+
     norm = canonical_params(params)
+    # The typed values the space's own K and sizes take (--enqueue checks them against the space; audit may go
+    # outside it, not outside what vLLM takes): one line naming the flag, never a ValueError from int().
+    k = norm.get("num_speculative_tokens", 0)
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= K_HARD_MAX):
+        raise UsageError(f"--params num_speculative_tokens={k!r}: must be a whole number from 0 to {K_HARD_MAX}")
     literal_sizes = norm.get("capture_sizes") if isinstance(norm.get("capture_sizes"), list) else None
+    if literal_sizes is not None and not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1
+                                             for s in literal_sizes):
+        raise UsageError(f"--params capture_sizes={literal_sizes!r}: list whole numbers >= 1, e.g. [1, 2, 4, 8], or "
+                         "name a preset of the space")
     if literal_sizes is not None:
         norm["capture_sizes"] = "default"
     if int(norm.get("num_speculative_tokens", 0) or 0) > 0 and "draft" not in norm and space.drafts:

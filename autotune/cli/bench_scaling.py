@@ -50,6 +50,10 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
             return ExitStatus.BAD_INPUT
         print(render(summarize(stored)), file=out)
         return ExitStatus.SUCCESS
+    if args.json:  # before the runs, not after them
+        from autotune.cli.preflight import check_output_path
+
+        check_output_path(args.json, "--json")
     workers = [int(w) for w in str(args.workers).split(",") if w.strip()]
     if 1 not in workers:
         workers = [1, *workers]  # the speedup is over one worker

@@ -45,6 +45,12 @@ def gpu_groups(gpus: str, per_trial: int = 1) -> list[str]:
     devices = [d.strip() for d in gpus.split(",")]
     if not gpus.strip() or any(not d for d in devices):
         raise GpuSpecError(f"--gpus {gpus!r}: expected a comma-separated list of GPU indices or UUIDs, e.g. 0,1,2,3")
+    # CUDA_VISIBLE_DEVICES takes an index or a UUID (nvidia-smi -L); anything else (-1, a typo) hides every GPU
+    # from the worker, which would then run on none.
+    odd = [d for d in devices if not (d.isdigit() or d.startswith(("GPU-", "MIG-")))]
+    if odd:
+        raise GpuSpecError(f"--gpus {gpus!r}: {odd[0]!r} is not a GPU index or UUID; list indices (0,1,2,3) or the "
+                           "UUIDs nvidia-smi -L prints (GPU-...)")
     repeated = sorted({d for d in devices if devices.count(d) > 1})
     if repeated:
         raise GpuSpecError(f"--gpus {gpus!r}: GPU {repeated[0]} is listed twice; list each GPU once")

@@ -31,6 +31,8 @@ __all__ = [
     "Protected",
     "check_budget",
     "check_budget_covers",
+    "check_command_paths",
+    "check_count",
     "check_fresh",
     "check_output_path",
     "check_page_cache",
@@ -59,9 +61,29 @@ def check_study_name_flag(name: str) -> None:
                              "(no '/'), e.g. --study my-model-h200")
 
 
+#: The most a counting flag takes: far over any study a person runs, low enough that a slip of the keyboard (a few
+#: zeros too many) is refused at once instead of planning, or running, a million engine starts. ``--top-k`` times
+#: ``--verify-restarts`` is what verification plans before anything runs: 100 x 1000 entries stay instant.
+MAX_TRIALS = 100_000
+MAX_RESTARTS = 1_000
+MAX_TOP_K = 100
+MAX_BUDGET_RESTARTS = 1_000_000
+#: A year of engine time.
+MAX_BUDGET_MINUTES = 365 * 24 * 60
+#: A worker silent for four heartbeats is taken for dead: a day between them is already no liveness check.
+MAX_HEARTBEAT_S = 24 * 3600
+
+
+def check_count(flag: str, value: int | None, low: int, high: int, why: str = "") -> None:
+    """A counting flag, when given, within ``[low, high]``: one rule for every command's counts."""
+    if value is not None and not low <= value <= high:
+        raise PreflightError(f"{flag} must be between {low} and {high}{why}, got {value}")
+
+
 def check_top_k(top_k: int | None) -> None:
     if top_k is not None and top_k < 1:
         raise PreflightError(f"--top-k must be >= 1, got {top_k}; use --no-verify to skip verification")
+    check_count("--top-k", top_k, 1, MAX_TOP_K, " (configurations verified at the end)")
 
 
 def check_seed(seed: int) -> None:
@@ -73,8 +95,31 @@ def check_budget(budget_restarts: int | None, budget_minutes: float | None) -> N
     """A budget, when given, is positive."""
     if budget_restarts is not None and budget_restarts < 1:
         raise PreflightError(f"--budget-restarts must be >= 1, got {budget_restarts}")
-    if budget_minutes is not None and not (math.isfinite(budget_minutes) and budget_minutes > 0):
-        raise PreflightError(f"--budget-minutes must be a positive number of minutes, got {budget_minutes:g}")
+    check_count("--budget-restarts", budget_restarts, 1, MAX_BUDGET_RESTARTS, " engine starts")
+    if budget_minutes is not None and not (math.isfinite(budget_minutes) and 0 < budget_minutes <= MAX_BUDGET_MINUTES):
+        raise PreflightError(f"--budget-minutes must be a positive number of minutes, at most {MAX_BUDGET_MINUTES} "
+                             f"(a year), got {budget_minutes:g}")
+
+
+def check_command_paths(args: Any) -> None:
+    """The ``--workdir`` every command that takes one is given, checked before the command runs (issue 32): a
+    directory, or a path one can be made at. (Output flags are each command's to check, with what it must not
+    overwrite: :func:`check_output_path`.)"""
+    workdir = getattr(args, "workdir", None)
+    if isinstance(workdir, str):
+        _check_workdir(workdir)
+
+
+def _check_workdir(workdir: str) -> None:
+    """``--workdir`` names a directory, or a path one can be made at: no part of it is a file."""
+    path = Path(workdir)
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                what = "is a file" if part == path else f"is inside {part}, which is a file"
+                raise PreflightError(f"--workdir {workdir}: {what}, not a directory; give a directory (made if "
+                                     "missing), e.g. --workdir mlruns/autotune")
+            return
 
 
 def check_budget_covers(budget_restarts: int | None, needed: int, why: str) -> None:

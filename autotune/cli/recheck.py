@@ -76,7 +76,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
 
-    from autotune.cli.preflight import check_output_path, check_storage, dataset_path, protected_paths
+    from autotune.cli.preflight import (MAX_RESTARTS, check_budget, check_count, check_output_path, check_storage,
+                                        dataset_path, protected_paths)
     from autotune.config.space import load_space, load_space_text
     from autotune.engines import make_engine
     from autotune.report.lineage import render_recheck
@@ -86,9 +87,9 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
 
     if args.restarts is not None and args.restarts < 2:
         raise UsageError(f"--restarts must be >= 2 (an interval needs two restarts a side), got {args.restarts}")
-    if args.budget_minutes is not None and not args.budget_minutes > 0:
-        raise UsageError(f"--budget-minutes must be > 0, got {args.budget_minutes}")
-    if args.json:
+    check_count("--restarts", args.restarts, 2, MAX_RESTARTS)
+    check_budget(None, args.budget_minutes)  # tune's rule: finite, over 0, at most a year
+    if args.json:  # a first check before the study is read; the protected paths are checked once they are known
         check_output_path(args.json, "--json", links=False)
     check_storage(args.storage, write=True)
     ledger = load(args.study, args.storage)

@@ -28,5 +28,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: IO[str]) -> int:
     """Print the schema as JSON."""
+    from autotune.cli.preflight import check_count
+
+    # JSON's indentation is written on every line: a huge one is gigabytes of spaces (the count rule of every flag).
+    check_count("--indent", args.indent, 0, 16, " spaces")
     out.write(json.dumps(space_json_schema(), indent=args.indent) + "\n")
     return ExitStatus.SUCCESS

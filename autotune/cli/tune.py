@@ -115,12 +115,19 @@ def enqueue_params(space: Any, item: str) -> dict[str, Any]:
 
 def _check_flags(args: argparse.Namespace, options: Any) -> None:
     """The counts the study's options were built from, each with the flag that set it."""
+    from autotune.cli.preflight import MAX_RESTARTS, MAX_TRIALS, check_count
+
     for flag, value in (("--trials", options.trials), ("--max-restarts", args.max_restarts),
                         ("--verify-restarts", options.verify_restarts), ("--heartbeat", options.heartbeat_s)):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if options.verify_sequential_rounds < 0:
         raise UsageError(f"--verify-rounds must be >= 0 (0: fixed verification), got {options.verify_sequential_rounds}")
+    # Upper bounds too: a count is planned (and run) as given, so a few zeros too many is no study at all.
+    check_count("--trials", args.trials, 1, MAX_TRIALS)
+    for flag, value in (("--restarts", args.restarts), ("--max-restarts", args.max_restarts),
+                        ("--verify-restarts", args.verify_restarts), ("--verify-rounds", args.verify_rounds)):
+        check_count(flag, value, 0 if flag == "--verify-rounds" else 1, MAX_RESTARTS)
     if not (1.0 < options.min_effect <= 10.0):
         raise UsageError(f"--min-effect must be a speedup above 1 and at most 10 (1.05 is 5%), got {options.min_effect:g}")
     if not (0.5 <= options.power < 1.0):
@@ -150,6 +157,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     options = StudyOptions.from_cli_args(args, study_name=study_name, command=command_line(),
                                          enqueue=[enqueue_params(space, item) for item in args.enqueue or ()])
     _check_flags(args, options)
+    worker.check_worker_args(args)
     output = StudyOutput.from_cli_args(args)
     # Everything the study needs but the engine never sees is checked before the first engine start.
     preflight.check_budget_covers(options.budget_restarts, smallest_restart_budget(space, options),

@@ -51,6 +51,23 @@ def add_worker_args(p: argparse.ArgumentParser) -> None:
                         "this is taken for dead and its trial retried (default: %(default)s)")
 
 
+def check_worker_args(args: argparse.Namespace) -> None:
+    """``--heartbeat`` and ``--gpus-per-trial``, the same rule in ``tune`` and ``worker``, whether ``--gpus`` is given
+    or not: a flag that would be ignored is refused rather than silently dropped."""
+    from autotune.cli.preflight import MAX_HEARTBEAT_S, check_count
+
+    if args.heartbeat < 1:
+        raise UsageError(f"--heartbeat must be >= 1, got {args.heartbeat}")
+    check_count("--heartbeat", args.heartbeat, 1, MAX_HEARTBEAT_S, " seconds")
+    if args.gpus_per_trial < 1:
+        raise UsageError(f"--gpus-per-trial must be >= 1, got {args.gpus_per_trial}")
+    if args.gpus is None and args.gpus_per_trial != 1:
+        raise UsageError(f"--gpus-per-trial {args.gpus_per_trial} splits the GPUs --gpus lists: add --gpus LIST "
+                         "(e.g. --gpus 0,1,2,3), or drop --gpus-per-trial")
+    if args.gpus is not None:
+        gpu_groups_of(args)
+
+
 def gpu_groups_of(args: argparse.Namespace) -> list[str]:
     from autotune.cli.gpu_workers import GpuSpecError, gpu_groups
 
@@ -182,8 +199,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.store import ledger
     from autotune.study import StudyOptions
 
-    if args.heartbeat < 1:
-        raise UsageError(f"--heartbeat must be >= 1, got {args.heartbeat}")
+    check_worker_args(args)
     try:
         study = ledger.load(args.study, args.storage)
     except ledger.LedgerError as exc:

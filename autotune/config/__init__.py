@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MAX_NUMBER", "load_yaml"]
+__all__ = ["K_HARD_MAX", "MAX_NUMBER", "load_yaml"]
 
 
 def __getattr__(name: str) -> Any:
     # Imported on first use: the engines import config.workload, which needs neither pydantic nor YAML, and the face
     # would otherwise make them pay for both (~0.13 s of a 0.3 s import of the simulator).
+    if name == "K_HARD_MAX":
+        from autotune.config._models import K_HARD_MAX
+
+        return K_HARD_MAX
     if name == "MAX_NUMBER":
         from autotune.config._models import MAX_NUMBER
 

@@ -18,7 +18,12 @@ from typing import Any
 
 import yaml
 
+from autotune.core.inputs import InputFileError, read_input
+
 __all__ = ["MAX_NODES", "read_text", "load_yaml"]
+
+#: Bytes a space file may have: the largest shipped space is 4 KB, and MAX_NODES values written out fit in a few MiB.
+MAX_SPACE_BYTES = 16 * 1024 * 1024
 
 #: Nodes a space file may hold with every alias expanded. The largest shipped space has a few hundred; a space with
 #: a generated list of a thousand sizes still fits.
@@ -99,7 +104,10 @@ def read_text(path: str | os.PathLike[str], fail: Fail, what: str = "space file"
     not UTF-8 text."""
     target = Path(path)
     try:
-        return target.read_text(encoding="utf-8")
+        body = read_input(target, MAX_SPACE_BYTES)  # a FIFO, a device or a huge file: one line, at once
+        return body.decode("utf-8")
+    except InputFileError as exc:
+        raise fail("file", exc.problem, exc.fix) from None
     except FileNotFoundError:
         raise fail("file", "does not exist", f"pass an existing file, e.g. {example}") from None
     except IsADirectoryError:
@@ -108,7 +116,7 @@ def read_text(path: str | os.PathLike[str], fail: Fail, what: str = "space file"
         raise fail("file", "cannot be read (permission denied)",
                    f"make it readable (chmod u+r {target}) or pass a copy you can read") from None
     except UnicodeDecodeError as exc:
-        line = target.read_bytes()[:exc.start].count(b"\n") + 1
+        line = body[:exc.start].count(b"\n") + 1
         raise fail(f"line {line}", "is not UTF-8 text", "save the file as UTF-8") from None
     except OSError as exc:
         raise fail("file", f"cannot be read ({exc.strerror or exc})", f"pass a readable {what}") from None

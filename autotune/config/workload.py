@@ -25,11 +25,13 @@ tokenizer (:func:`default_dataset`).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.core.inputs import InputFileError, open_input, read_input
 from autotune.core.records import LATENCY_METRICS, LATENCY_PERCENTILES, Dataset, Workload, latency_key
 
 __all__ = [
@@ -107,6 +109,12 @@ def parse_dataset(value: str | DatasetSpec, fail: Fail, base_dir: Path) -> Datas
     return Dataset(fmt, path=_existing(value.path, f"{field}.path", fail, base_dir))
 
 
+#: Bytes a dataset file may have: ShareGPT's largest common file is ~650 MiB, read whole.
+MAX_DATASET_BYTES = 4 * 1024 * 1024 * 1024
+#: Characters one JSONL row may have: far over any model's context in text (a 10M-token context is ~40M characters).
+MAX_ROW_CHARS = 64 * 1024 * 1024
+
+
 def read_dataset(dataset: Dataset | None, fail: Fail, max_model_len: Any = None) -> str | None:
     """Read the dataset file at load and check every row; a digest of its prompts for the study's identity.
 
@@ -125,7 +133,9 @@ def read_dataset(dataset: Dataset | None, fail: Fail, max_model_len: Any = None)
     if dataset.source == "jsonl":
         return _digest(_jsonl_rows(dataset.path, field, fail, limit))
     try:
-        body = Path(dataset.path).read_bytes()
+        body = read_input(dataset.path, MAX_DATASET_BYTES)  # a FIFO or /dev/zero: one line at once, not a hang
+    except InputFileError as exc:
+        raise fail(field, f"{dataset.path}: {exc.problem}", exc.fix) from None
     except OSError as exc:
         raise fail(field, f"cannot read {dataset.path}: {exc.strerror or exc}", "give a readable file") from None
     if dataset.source == "sharegpt":
@@ -157,14 +167,20 @@ def _jsonl_rows(path: str, field: str, fail: Fail, max_model_len: int | None) ->
     """Every row of a JSONL prompts file as ``[prompt or messages, output_len or None]``, each checked."""
     rows: list[Any] = []
     try:
-        fh = open(path, encoding="utf-8")  # noqa: SIM115 - closed below; a decode error names the line
+        # A regular file (a FIFO would block, /dev/zero never end), read a line at a time, each line bounded.
+        fh = io.TextIOWrapper(open_input(path, MAX_DATASET_BYTES), encoding="utf-8")
+    except InputFileError as exc:
+        raise fail(field, f"{path}: {exc.problem}", exc.fix) from None
     except OSError as exc:
         raise fail(field, f"cannot read {path}: {exc.strerror or exc}", "give a readable file") from None
     fix = "correct or remove that row (a bad row is never skipped or filled in)"
     with fh:
         number = 0
         try:
-            for number, line in enumerate(fh, 1):
+            for number, line in enumerate(iter(lambda: fh.readline(MAX_ROW_CHARS + 1), ""), 1):
+                if len(line) > MAX_ROW_CHARS:
+                    raise fail(field, f"{path}:{number}: the row is longer than {MAX_ROW_CHARS} characters",
+                               "a prompt is at most a model's context: check the file, or split the row")
                 if not line.strip():
                     continue
                 try:
@@ -274,6 +290,13 @@ def _existing(path: Any, field: str, fail: Fail, base_dir: Path) -> str:
             return str(candidate.resolve())
         if candidate.is_dir():
             raise fail(field, f"{path!r} is a directory", f"give a dataset file inside it; {SUPPORTED}")
+        if candidate.exists():  # a FIFO or a device: the reader's own line (core.inputs), not "does not exist"
+            try:
+                open_input(candidate, MAX_DATASET_BYTES).close()
+            except InputFileError as exc:
+                raise fail(field, f"{path!r} {exc.problem}", exc.fix) from None
+            except OSError as exc:
+                raise fail(field, f"cannot read {path!r}: {exc.strerror or exc}", "give a readable file") from None
     raise fail(field, f"file {path!r} does not exist",
                "give an existing file (relative paths: to the working directory or the space file)")
 

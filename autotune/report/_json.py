@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from autotune.core.inputs import InputFileError, read_input
 from autotune.report._build import Report
 
 __all__ = ["REPORT_FORMAT", "ReportFormatError", "read_report", "report_from_json", "report_json"]
@@ -29,6 +30,8 @@ _NAME, _VERSION = "autotune.report", 1
 #: The ``format`` of every report JSON this autotune writes. A change a reader of ``record`` would misread (a
 #: field renamed, or its meaning changed) raises the number; a new field with a default does not.
 REPORT_FORMAT = f"{_NAME}/{_VERSION}"
+#: A report of thousands of trials is a few MiB; far over that is another file.
+MAX_REPORT_BYTES = 256 * 1024 * 1024
 _AGAIN = "write it again with `autotune report --study NAME --json PATH`"
 
 
@@ -101,8 +104,9 @@ def read_report(path: str | os.PathLike[str]) -> Report:
     """
     where = os.fspath(path)
     try:
-        with open(where, "rb") as fh:
-            raw = fh.read()
+        raw = read_input(where, MAX_REPORT_BYTES)  # a FIFO or /dev/zero: one line at once, not a hang
+    except InputFileError as exc:
+        raise ReportFormatError(f"{where}: {exc.problem}; {exc.fix}") from None
     except IsADirectoryError:
         raise ReportFormatError(f"{where}: is a directory; give the report's JSON file, e.g. "
                                 f"{os.path.join(where, 'report.json')}") from None

@@ -119,10 +119,11 @@ class StudyOptions:
             study_name=study_name, storage=args.storage, workdir=args.workdir, trials=trials,
             policy=RacingPolicy(min_restarts=restarts, max_restarts=max(restarts, args.max_restarts),
                                 racing=not args.no_racing),
-            top_k=args.top_k, verify_restarts=args.verify_restarts or default.verify_restarts,
+            # A flag given as 0 is a value (refused by the caller's range check), never "unset".
+            top_k=args.top_k, verify_restarts=_given(args.verify_restarts, default.verify_restarts),
             verify_planned=args.verify_restarts is None,
-            min_effect=getattr(args, "min_effect", None) or default.min_effect,
-            power=getattr(args, "power", None) or default.power, budget_restarts=args.budget_restarts,
+            min_effect=_given(getattr(args, "min_effect", None), default.min_effect),
+            power=_given(getattr(args, "power", None), default.power), budget_restarts=args.budget_restarts,
             verify_sequential_rounds=getattr(args, "verify_rounds", default.verify_sequential_rounds),
             verify_margin=getattr(args, "verify_margin", default.verify_margin),
             budget_minutes=args.budget_minutes, sampler=args.sampler, seed=args.seed,
@@ -230,3 +231,8 @@ class StudyOptions:
         is where a budget of tens of starts is short (docs/benchmarks.md).
         """
         return (self.verify_top_k + 1) * self.verify_restarts if self.verify else 0
+
+
+def _given(value: Any, default: Any) -> Any:
+    """``value`` unless the flag was left unset (``None``): 0 is what the user typed, not a request for the default."""
+    return default if value is None else value
