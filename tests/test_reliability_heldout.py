@@ -229,3 +229,49 @@ def test_audit_params_take_the_values_vllm_takes(tmp_path, capsys, item, words):
     # Before: a ValueError traceback from int() (k-text, sizes-text); K=99 and K=-1 ran the engine, exit 0.
     status, out, err = _run(_audit(tmp_path, "--params", item), capsys)
     assert status == ExitStatus.BAD_INPUT and words in _one_line(err) and "--params" in err and not out
+
+
+def test_a_flag_argparse_refuses_is_one_line_in_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: argparse printed the whole usage block (17 lines for `tune --heartbeat nan`) above its error line.
+    from autotune.cli._main import SUBCOMMANDS, build_parser
+
+    cases = [["tune", "--heartbeat", "nan"], ["tune", "--trials", "abc"], ["nosuch"], []]
+    cases += [[command.name, "--no-such-flag"] for command in SUBCOMMANDS]
+    for argv in cases:
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2, argv
+        assert err.count("\n") == 1 and "error:" in err and "--help" in err, (argv, err)
+
+
+_SPACE = """name: probe
+engine_args: {model: m}
+search:
+  cudagraph_mode: [NONE, PIECEWISE]
+workload: {num_prompts: 4, input_len: 8, output_len: 8, concurrency: 2}
+"""
+
+
+@pytest.mark.parametrize("command", ["tune", "doctor", "audit"])
+@pytest.mark.parametrize(("old", "new", "words"), [
+    # A misspelled section beside the missing one: before, "workload: section is missing" (the typo unnamed), and a
+    # capitalised key was taken for a pydantic union tag ("top level: unknown key; fix: remove it").
+    ("workload:", "Workload:",
+     "Workload: unknown key; fix: use one of: name, description, engine, engine_args, workload"),
+    ("workload:", "wörkload:", "wörkload: unknown key; fix: use one of: name, description, engine, engine_args"),
+    ("search:\n", "search:\n  Drafts: {}\n",
+     "search.Drafts: unknown key; fix: use one of: cudagraph_mode, capture_sizes"),
+    ("search:\n", "search:\n  capture_sizes: {tiny: {Pattern: pow2, max: 8}}\n",
+     "search.capture_sizes.tiny.Pattern: unknown key; fix: use one of: pattern, max"),
+], ids=["capitalised-section", "non-ascii-section", "capitalised-search-key", "capitalised-pattern-key"])
+def test_a_misspelled_key_is_named_in_every_command(tmp_path, capsys, command, old, new, words):
+    space = tmp_path / "space.yaml"
+    assert old in _SPACE
+    space.write_text(_SPACE.replace(old, new, 1))
+    argv = {"tune": ["tune", "--engine", "sim", "--no-mlflow", "--storage", f"sqlite:///{tmp_path}/optuna.db",
+                     "--workdir", str(tmp_path / "w")],
+            "doctor": ["doctor"], "audit": ["audit", "--engine", "sim", "--workdir", str(tmp_path / "w")]}[command]
+    status, _, err = _run([*argv, "--space", str(space)], capsys)
+    assert status == ExitStatus.BAD_INPUT and words in _one_line(err), err
+    assert _no_study(tmp_path)

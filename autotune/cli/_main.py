@@ -15,7 +15,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import IO
+from typing import IO, NoReturn
 
 from autotune import __version__
 from autotune.cli import audit, bench, bench_scaling, doctor, export, recheck, report, schema, track, tune, ui, worker
@@ -62,8 +62,16 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
 # -- main ------------------------------------------------------------------------------------------------
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad input is one line naming the flag and the fix (the project's rule for every input): argparse's own error
+    prints the whole usage block first, burying the line that matters under a dozen of flags."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="autotune",
         description="Bayesian-optimisation autotuner for vLLM: CUDA-graph capture x speculative decoding, "
         "measured across fresh restarts, verified against the baseline.",

@@ -510,7 +510,9 @@ def _branch_errors(errors: list[dict[str, Any]], raw: Any) -> tuple[list[dict[st
     """
     while True:
         loc = tuple(errors[0]["loc"])
-        i = next((n for n, part in enumerate(loc) if _is_tag(part)), None)
+        # An unknown key ends its location: it is the user's word, never a union's tag (`Drafts:` looks like one).
+        tags = loc[:-1] if errors[0]["type"] == "extra_forbidden" else loc
+        i = next((n for n, part in enumerate(tags) if _is_tag(part)), None)
         if i is None:
             return errors, None
         prefix = loc[:i]
@@ -570,10 +572,18 @@ def first_problem(exc: ValidationError, raw: Any) -> tuple[str, str, str]:
     errors, unmatched = _branch_errors(exc.errors(include_url=False), raw)
     # NaN or infinity fails every member of a union of scalars; "not finite" is the one that says why.
     first = next((e for e in errors if e["type"] == "finite_number"), errors[0])
+    # A required key missing beside an unknown key at the same level is most often that key misspelled (`Workload:`,
+    # `wörkload:`): the unknown key, with the keys allowed there, is the line that names the fix.
+    if first["type"] == "missing":
+        level = tuple(first["loc"])[:-1]
+        first = next((e for e in errors if e["type"] == "extra_forbidden" and tuple(e["loc"])[:-1] == level), first)
     if first is not errors[0]:
         unmatched = None
     loc = tuple(first["loc"])
     field = _path(loc)
+    if first["type"] == "extra_forbidden":
+        # The unknown key is the user's word, never a union's tag, however it is spelled (`Workload:` looks like one).
+        field = f"{_path(loc[:-1])}.{loc[-1]}" if _path(loc[:-1]) != "top level" else str(loc[-1])
     if first["type"] == "space_rule":
         ctx = first["ctx"]
         return f"{field}.{ctx['field']}", ctx["problem"], ctx["fix"]
@@ -599,7 +609,7 @@ def _generic(loc: tuple[Any, ...], field: str, kind: str, ctx: dict[str, Any], v
     if unmatched:
         return f"has the wrong type ({value!r})", "see `autotune schema` for the shape"
     if kind == "extra_forbidden":
-        parent, _ = _field_info(loc)
+        parent, _ = _field_info((*loc[:-1], "unknown key"))  # the unknown key itself may look like a union's tag
         allowed = list(parent.model_fields) if parent is not None else []
         return "unknown key", f"use one of: {', '.join(allowed)}" if allowed else "remove it"
     if kind == "missing":
