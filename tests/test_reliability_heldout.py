@@ -275,3 +275,23 @@ def test_a_misspelled_key_is_named_in_every_command(tmp_path, capsys, command, o
     status, _, err = _run([*argv, "--space", str(space)], capsys)
     assert status == ExitStatus.BAD_INPUT and words in _one_line(err), err
     assert _no_study(tmp_path)
+
+
+@pytest.mark.parametrize(("url", "words"), [
+    ("mysql://u:pw-secret-1@localhost/db", "its database driver 'MySQLdb' is not installed; install it"),
+    # SQLAlchemy 2.1 reads postgresql:// as psycopg 3; autotune ships psycopg2.
+    ("postgresql://u:pw-secret-1@localhost:5432/db",
+     "its database driver 'psycopg' is not installed; psycopg2 is installed here: name it in the URL, "
+     "postgresql+psycopg2://"),
+], ids=["mysql", "postgresql-default-driver"])
+def test_a_storage_url_without_its_driver_names_the_module_and_never_the_password(capsys, url, words):
+    # Before: "its database driver 'Failed to import DB access module for the specified storage URL. Please install
+    # appropriate one.' is not installed" - Optuna's sentence where the module's name belongs.
+    import importlib.util
+
+    pytest.importorskip("psycopg2")
+    if importlib.util.find_spec("MySQLdb" if url.startswith("mysql") else "psycopg") is not None:
+        pytest.skip("the driver is installed here")
+    status, _, err = _run(["report", "--storage", url, "--study", "x"], capsys)
+    assert status == ExitStatus.BAD_INPUT and words in _one_line(err)
+    assert "pw-secret-1" not in err and "Failed to import" not in err

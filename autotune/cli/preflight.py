@@ -421,14 +421,27 @@ def check_storage(url: str, write: bool) -> Any:
         raise PreflightError(f"--storage {shown}: not a database URL Optuna can open ({_first_line(exc)}); use e.g. "
                              "sqlite:///mlruns/optuna.db") from None
     except ImportError as exc:
-        driver = exc.name or _first_line(exc)
-        raise PreflightError(f"--storage {shown}: its database driver {driver!r} is not installed; install it into "
-                             "autotune's environment, or use sqlite:///...") from None
+        # Optuna re-raises the driver's ImportError with a sentence of its own: the module is the cause's name.
+        driver = getattr(exc.__cause__, "name", None) or exc.name or _first_line(exc)
+        raise PreflightError(f"--storage {shown}: its database driver {driver!r} is not installed; "
+                             f"{_driver_fix(url)}") from None
     except SQLAlchemyError as exc:
         raise_if_disk_full(exc, storage=url)  # a full disk is not bad input: its own line (issue 22, FS01)
         raise PreflightError(f"--storage {shown}: cannot be used ({_first_line(exc)}); check the URL, the server "
                              "and permissions") from None
     return storage
+
+
+def _driver_fix(url: str) -> str:
+    """Install the missing driver, or name one that is installed: SQLAlchemy picks a default driver per database
+    (``postgresql://`` means psycopg 3 with SQLAlchemy 2.1), and autotune ships psycopg2
+    (``postgresql+psycopg2://``)."""
+    import importlib.util
+
+    scheme = url.split("://", 1)[0]
+    if scheme == "postgresql" and importlib.util.find_spec("psycopg2") is not None:
+        return "psycopg2 is installed here: name it in the URL, postgresql+psycopg2://USER@HOST:PORT/DB"
+    return "install it into autotune's environment, or use sqlite:///..."
 
 
 def _open_rdb(url: str) -> Any:
