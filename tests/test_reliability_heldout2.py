@@ -11,16 +11,9 @@ import pytest
 from autotune.cli._main import raw_main
 from autotune.core.exit_status import ExitStatus
 from autotune.engines.sim import SimEngine
-from tests.test_reliability_boundaries import _one_line, _run, _space, _tune
+from tests.test_reliability_boundaries import _one_line, _run, _space, _stored_study, _tune  # noqa: F401
 
 
-@pytest.fixture(scope="module")
-def _stored(tmp_path_factory) -> Path:
-    """A finished two-trial sim study with verification (study ``one``), once for the module."""
-    root = tmp_path_factory.mktemp("stored")
-    argv = [a for a in _tune(root, _space(root)) if a != "--no-verify"] + ["--verify-restarts", "2", "--top-k", "1"]
-    assert raw_main(argv, out=io.StringIO()) == ExitStatus.SUCCESS
-    return root
 
 
 # -- principle 7: every output flag is checked before the work, "-" included -------------------------------------
@@ -39,7 +32,8 @@ def _output_commands(tmp: Path, stored: Path) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("command", ["tune", "audit", "recheck", "export"])
 @pytest.mark.parametrize("where", ["dash", "missing-directory"])
-def test_every_output_flag_is_checked_before_any_engine_start(tmp_path, capsys, monkeypatch, _stored, command, where):
+def test_every_output_flag_is_checked_before_any_engine_start(tmp_path, capsys, monkeypatch, _stored_study, command,
+                                                               where):
     """``--json -`` (or ``--out -``) where stdout carries the command's own output, and a path in a directory that
     does not exist: one line naming the flag, exit 2, before any restart; no file named ``-`` is written."""
     monkeypatch.chdir(tmp_path)
@@ -47,7 +41,7 @@ def test_every_output_flag_is_checked_before_any_engine_start(tmp_path, capsys, 
     real = SimEngine.run_restart
     monkeypatch.setattr(SimEngine, "run_restart", lambda self, *a, **kw: starts.append(a) or real(self, *a, **kw))
     value = "-" if where == "dash" else str(tmp_path / "no-such-dir" / "out.yaml")
-    status, _, err = _run([*_output_commands(tmp_path, _stored)[command], value], capsys)
+    status, _, err = _run([*_output_commands(tmp_path, _stored_study)[command], value], capsys)
     line = _one_line(err)
     assert status == ExitStatus.BAD_INPUT, (status, line)
     assert ("--json" in line or "--out" in line) and (value in line or "-:" in line), line
@@ -55,12 +49,12 @@ def test_every_output_flag_is_checked_before_any_engine_start(tmp_path, capsys, 
     assert not (tmp_path / "-").exists()
 
 
-def test_report_json_dash_still_writes_json_to_stdout(capsys, _stored):
+def test_report_json_dash_still_writes_json_to_stdout(capsys, _stored_study):
     """``report --json -`` is the one output flag whose ``-`` means stdout (the report is its only output)."""
     import json
 
-    status, out, err = _run(["report", "--storage", f"sqlite:///{_stored}/optuna.db", "--study", "one", "--json",
-                             "-"], capsys)
+    status, out, err = _run(["report", "--storage", f"sqlite:///{_stored_study}/optuna.db", "--study", "one",
+                             "--json", "-"], capsys)
     assert status == ExitStatus.SUCCESS and err == ""
     assert json.loads(out)["format"].startswith("autotune.report/")
 
