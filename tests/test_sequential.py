@@ -55,8 +55,10 @@ def _pair(speedup: float, cv: float) -> tuple[FakeEngine, list[Candidate], objec
     winner = space.config_from_params(BETTER)
 
     def value(config, restart, seed):
-        truth = 1000.0 * (speedup if config.key() == winner.key() else 1.0)
-        rng = np.random.default_rng([seed, int(truth)])
+        side = int(config.key() == winner.key())
+        truth = 1000.0 * (speedup if side else 1.0)
+        # Each side its own noise on a seed (a speedup of 1 must not give the two sides equal restarts).
+        rng = np.random.default_rng([seed, int(truth), side])
         return truth * math.exp(float(rng.normal(0.0, cv)))
 
     engine = FakeEngine(value=value)

@@ -176,6 +176,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     if sources:
         options = _warm_started(options, sources, space, engine)
     preflight.check_page_cache(engine, out)
+    _say_what_the_budget_can_prove(options, engine, out)
     if args.gpus is None:
         return worker.run_here(space, engine, options, output, out)
     groups = worker.gpu_groups_of(args)
@@ -187,6 +188,18 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     finally:
         engine.close()
     return worker.run_local_workers_for(options, output, engine_opts, groups, out, engine, space)
+
+
+def _say_what_the_budget_can_prove(options: Any, engine: Any, out: IO[str]) -> None:
+    """Before the first start: the smallest speedup the budget can prove at the machine's prior noise, and whether
+    --min-effect is in reach (issue 41): a study that cannot resolve what the user asks should say so before the GPU
+    is spent, not after."""
+    from autotune.core.records import EngineFacts
+    from autotune.study import budget_reach_for
+
+    reach = budget_reach_for(options, EngineFacts.of(engine.describe()).to_dict())
+    if reach is not None:
+        out.write(("WARNING: " if not reach.in_reach else "") + "budget: " + reach.describe() + "\n")
 
 
 def _warm_start_sources(args: argparse.Namespace, study_name: str) -> list[Any]:

@@ -37,10 +37,12 @@ from typing import Any
 
 import numpy as np
 
+from autotune.decisions.noise import DEFAULT_CV
 from autotune.stats import scipy_stats
 
-__all__ = ["DEFAULT_CV", "DEFAULT_MIN_EFFECT", "DEFAULT_POWER", "MAX_SHARE", "NoiseEstimate", "RestartPlan",
-           "closing_restarts", "estimate_noise", "plan_restarts", "pooled_log_variance", "power"]
+__all__ = ["DEFAULT_CV", "DEFAULT_MIN_EFFECT", "DEFAULT_POWER", "MAX_SHARE", "BudgetReach", "NoiseEstimate",
+           "RestartPlan", "budget_reach", "closing_restarts", "estimate_noise", "paired_power", "plan_restarts",
+           "plan_rounds", "pooled_log_variance", "power", "resolvable_paired"]
 
 #: The smallest effect worth detecting, by default (a setting: ``--min-effect``).
 DEFAULT_MIN_EFFECT = 1.05
@@ -48,8 +50,6 @@ DEFAULT_MIN_EFFECT = 1.05
 DEFAULT_POWER = 0.8
 #: The prior's weight, in degrees of freedom (empirical; see the module's docstring).
 PRIOR_DF = 2.0
-#: The prior CV before any configuration of the study has two counted restarts (empirical).
-DEFAULT_CV = 0.10
 #: The search's effect is discounted to this power of itself before a plan is sized for it (empirical: the search's
 #: best is the luckiest of many noisy means; on the H200 MoE study it read 1.60x where verification measured 1.23x,
 #: and on the replayed H200 restarts, docs/benchmarks.md, planning for the square root (1.26x) left 30% of draws
@@ -243,6 +243,11 @@ class RestartPlan:
     search_effect: float | None = None
     min_effect_needs: tuple[int, int] | None = None
     minutes: float | None = None
+    #: Rounds of every side, analysed by round (:func:`plan_rounds`); ``False``: the unpaired Welch plan of studies
+    #: before issue 41.
+    paired: bool = False
+    #: Where the planned noise came from (the plan line states it): the prior's source and the restarts behind it.
+    noise_source: str = ""
 
     @property
     def starts(self) -> int:
@@ -250,6 +255,8 @@ class RestartPlan:
 
     def describe(self) -> str:
         """``verification: 3 winner + 8 baseline restarts planned, baseline CV 12%, winner CV 2%, to resolve ...``."""
+        if self.paired:
+            return self._describe_paired()
         who = "winner" if self.challengers == 1 else f"per challenger (x{self.challengers})"
         text = (f"verification: {self.challenger} {who} + {self.baseline} baseline restarts planned, baseline CV "
                 f"{100 * self.baseline_cv:.0f}%, challenger CV {100 * self.challenger_cv:.0f}%, to resolve "
@@ -260,6 +267,21 @@ class RestartPlan:
         elif self.basis == "budget":
             text += (f" (what the budget's share pays for; {self.min_effect:.2f}x would need "
                      f"{_needs(self.min_effect_needs)})")
+        if self.minutes is not None:
+            text += f", ~{self.minutes:.1f} min"
+        return text
+
+    def _describe_paired(self) -> str:
+        who = "the winner" if self.challengers == 1 else f"{self.challengers} challengers"
+        text = (f"verification: {self.baseline} rounds of {who} and the baseline planned, paired by round, "
+                f"restart CV {100 * self.baseline_cv:.0f}% baseline / {100 * self.challenger_cv:.0f}% challenger "
+                f"planned ({self.noise_source}), to resolve {self.effect:.2f}x at {100 * self.power:.0f}% power")
+        if self.basis == "search" and self.search_effect is not None:
+            text += (f" (the search saw {self.search_effect:.2f}x, discounted to its cube root for its selection bias; "
+                     f"{self.min_effect:.2f}x would need {_rounds_needed(self.min_effect_needs)})")
+        elif self.basis == "budget":
+            text += (f" (what the budget's share pays for; {self.min_effect:.2f}x would need "
+                     f"{_rounds_needed(self.min_effect_needs)})")
         if self.minutes is not None:
             text += f", ~{self.minutes:.1f} min"
         return text
@@ -278,6 +300,12 @@ class RestartPlan:
         kw["min_effect_needs"] = None if needs is None else (int(needs[0]), int(needs[1]))
         kw["resolvable"] = math.inf if kw.get("resolvable") is None else float(kw["resolvable"])
         return cls(**kw)
+
+
+def _rounds_needed(needs: tuple[int, int] | None) -> str:
+    if needs is None:
+        return f"more than {MAX_RESTARTS} rounds"
+    return f"{needs[1]} rounds"
 
 
 def _needs(needs: tuple[int, int] | None) -> str:
@@ -361,3 +389,171 @@ def closing_restarts(challenger: Sequence[float], baseline: Sequence[float], alp
         if best is not None:
             return best
     return None
+
+
+# -- the paired plan (issue 41) ----------------------------------------------------------------------------------
+#
+# Verification runs rounds: every side once on the round's seed, a minute or two apart, analysed by round
+# (:func:`autotune.stats.intervals.compare_paired`). A round's pair shares the machine's level, so the drift that
+# moved both sides 15-18% between the H100 study's search and its verification cancels. Every side gets the same
+# number of rounds (a round without one side gives no pair), so the plan is one number: the rounds.
+# The pair's variance is planned as the sum of the two sides' (no credit for the correlation a round gives, which
+# the search cannot measure): conservative where rounds do correlate, right where they do not.
+
+
+def paired_power(rounds: int | np.ndarray, var_d: float, effect: float, alpha: float) -> np.ndarray | float:
+    """Power of the two-sided paired t test on ``rounds`` pairs with log-ratio variance ``var_d`` to find
+    ``effect`` at level ``alpha`` (noncentral t at ``rounds - 1`` degrees of freedom)."""
+    stats = scipy_stats()
+    n = np.asarray(rounds, dtype=float)
+    df = np.maximum(1.0, n - 1.0)
+    if var_d <= 0.0:
+        out = np.where(n >= 2, 1.0 if effect != 1.0 else 0.0, 0.0)
+        return float(out) if out.ndim == 0 else out
+    ncp = abs(math.log(effect)) / np.sqrt(var_d / np.maximum(n, 1.0))
+    crit = stats.t.isf(alpha / 2.0, df)
+    out = np.where(n >= 2, stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp), 0.0)
+    return float(out) if out.ndim == 0 else out
+
+
+_ROUNDS = np.arange(MIN_RESTARTS, MAX_RESTARTS + 1)
+
+
+def _fewest_rounds(var_d: float, effect: float, target: float, alpha: float, most: int = MAX_RESTARTS) -> int | None:
+    """The fewest rounds (at least :data:`MIN_RESTARTS`) with ``target`` power, up to ``most`` (``None``: more)."""
+    counts = _ROUNDS if most == MAX_RESTARTS else np.arange(MIN_RESTARTS, most + 1)
+    ok = np.nonzero(np.asarray(paired_power(counts, var_d, effect, alpha)) >= target)[0]
+    return None if ok.size == 0 else int(counts[ok[0]])
+
+
+def resolvable_paired(rounds: int, var_d: float, target: float, alpha: float) -> float:
+    """The smallest speedup ``rounds`` pairs find with ``target`` power (``inf``: none up to 20x)."""
+    if rounds < 2:
+        return math.inf
+    logs = np.linspace(0.0005, 3.0, 6000)
+    if var_d <= 0.0:
+        return math.exp(float(logs[0]))
+    stats = scipy_stats()
+    df = rounds - 1
+    crit = float(stats.t.isf(alpha / 2.0, df))
+    ncp = logs / math.sqrt(var_d / rounds)
+    powers = stats.nct.sf(crit, df, ncp)
+    hit = np.nonzero(powers >= target)[0]
+    return math.inf if hit.size == 0 else math.exp(float(logs[hit[0]]))
+
+
+def plan_rounds(challenger_var: float, baseline_var: float, *, challengers: int = 1,
+                min_effect: float = DEFAULT_MIN_EFFECT, target_power: float = DEFAULT_POWER, alpha: float = 0.05,
+                search_effect: float | None = None, max_minutes: float | None = None,
+                challenger_minutes: float = 1.0, baseline_minutes: float = 1.0,
+                challenger_cv: float | None = None, baseline_cv: float | None = None,
+                noise_source: str = "") -> RestartPlan:
+    """The rounds a paired verification needs: the fewest whose paired t test (Bonferroni over ``challengers``) has
+    ``target_power`` for ``min_effect`` within ``max_minutes``; else for the search's effect discounted to its cube
+    root; else the most rounds the budget pays for, stating the effect they resolve. Variances are the planning
+    values of :func:`autotune.decisions.noise.planning_noise`.
+    """
+    k = max(1, int(challengers))
+    level = alpha / k
+    var_d = challenger_var + baseline_var
+    per_round = k * challenger_minutes + baseline_minutes
+    budgeted = max_minutes is not None
+    cap = max_minutes if max_minutes is not None else UNBUDGETED * per_round
+    fits = max(0, int(math.floor(cap / per_round + 1e-9)))
+
+    needed = _fewest_rounds(var_d, min_effect, target_power, level)
+    basis, effect, rounds = "min-effect", min_effect, needed
+    if rounds is None or rounds > fits:
+        rounds = None
+        if search_effect is not None and search_effect > min_effect:
+            effect = max(min_effect, search_effect ** SEARCH_EFFECT_POWER)
+            found = _fewest_rounds(var_d, effect, target_power, level)
+            if found is not None and found <= fits:
+                basis, rounds = "search", found
+    if rounds is None:
+        basis = "budget"
+        rounds = max(MIN_RESTARTS, min(fits, MAX_RESTARTS))
+    resolvable = resolvable_paired(rounds, var_d, target_power, level)
+    if basis == "budget":
+        effect = resolvable
+    needs = None if needed is None else (needed, needed)
+    return RestartPlan(rounds, rounds, k, challenger_cv if challenger_cv is not None else math.sqrt(math.expm1(challenger_var)),
+                       baseline_cv if baseline_cv is not None else math.sqrt(math.expm1(baseline_var)),
+                       effect, min_effect, target_power, level, resolvable, basis, search_effect,
+                       needs if basis != "min-effect" else None,
+                       rounds * per_round if budgeted else None, paired=True, noise_source=noise_source)
+
+
+#: How far :func:`budget_reach` looks for the rounds ``min_effect`` needs.
+REACH_ROUNDS = 2000
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetReach:
+    """What a study's budget can prove before anything runs (issue 41): the smallest speedup its verification share
+    resolves at the prior's noise, and what ``min_effect`` would need.
+
+    Attributes:
+        cv: The noise assumed (the prior's planning value).
+        source: Where it came from.
+        minutes: The budget (``None``: a restart budget; ``rounds`` then counts starts).
+        rounds: Rounds of one challenger and the baseline the verification share pays for.
+        resolvable: The smallest speedup they resolve at ``power``.
+        min_effect: The smallest effect asked for.
+        min_effect_rounds: Rounds it needs (``None``: more than :data:`MAX_RESTARTS`).
+        min_effect_minutes: Engine-minutes a study needs for it (``None``: not priced).
+        power: The power.
+    """
+
+    cv: float
+    source: str
+    minutes: float | None
+    rounds: int
+    resolvable: float
+    min_effect: float
+    min_effect_rounds: int | None
+    min_effect_minutes: float | None
+    power: float
+
+    @property
+    def in_reach(self) -> bool:
+        return self.resolvable <= self.min_effect + 1e-9
+
+    def describe(self) -> str:
+        budget = f"{self.minutes:g} minutes" if self.minutes is not None else "this budget"
+        can = ("nothing (too few rounds for an interval)" if not math.isfinite(self.resolvable)
+               else f"about {self.resolvable:.2f}x")
+        text = (f"at ~{100 * self.cv:.0f}% restart noise ({self.source}), {budget} can prove {can} at "
+                f"{100 * self.power:.0f}% power")
+        if self.in_reach:
+            return text + f"; --min-effect {self.min_effect:g} is in reach"
+        if self.min_effect_rounds is None:
+            return text + f"; {self.min_effect:g}x needs more than {REACH_ROUNDS} rounds: out of reach"
+        need = (f"about {_duration(self.min_effect_minutes)}" if self.min_effect_minutes is not None
+                else f"{self.min_effect_rounds} rounds")
+        return text + f"; {self.min_effect:g}x needs {need}: --min-effect is out of reach of this budget"
+
+
+def _duration(minutes: float) -> str:
+    if minutes >= 90:
+        return f"{minutes / 60:.1f} hours"
+    return f"{minutes:.0f} minutes"
+
+
+def budget_reach(prior_var: float, source: str, *, budget_minutes: float | None, budget_starts: int | None,
+                 restart_minutes: float, min_effect: float = DEFAULT_MIN_EFFECT,
+                 target_power: float = DEFAULT_POWER, alpha: float = 0.05, share: float = MAX_SHARE) -> BudgetReach:
+    """:class:`BudgetReach` for one challenger against the baseline, both at ``prior_var`` (a planning value), a
+    round costing two restarts of ``restart_minutes`` each; the verification gets ``share`` of the budget (what
+    the search holds back for it)."""
+    var_d = 2.0 * prior_var
+    per_round = 2.0 * restart_minutes if budget_minutes is not None else 2.0
+    total = budget_minutes if budget_minutes is not None else float(budget_starts or 0)
+    rounds = min(MAX_RESTARTS, int(math.floor(share * total / per_round + 1e-9)))
+    resolvable = resolvable_paired(rounds, var_d, target_power, alpha)
+    need = _fewest_rounds(var_d, min_effect, target_power, alpha, most=REACH_ROUNDS)
+    need_minutes = None
+    if need is not None and budget_minutes is not None:
+        need_minutes = need * per_round / share
+    return BudgetReach(math.sqrt(math.expm1(prior_var)), source, budget_minutes, rounds, resolvable, min_effect,
+                       need, need_minutes, target_power)

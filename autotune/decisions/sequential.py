@@ -23,7 +23,7 @@ from typing import Any
 
 from autotune.core.records import RestartResult
 from autotune.core.transient import standing
-from autotune.stats.intervals import Comparison, Verdict, compare
+from autotune.stats.intervals import Comparison, Verdict, compare, compare_paired, matched_pairs
 from autotune.stats.sequential import SPENDING, look_levels, obrien_fleming_spent
 
 __all__ = ["DEFAULT_MARGIN", "SequentialLook", "SequentialPlan", "continues", "read_look", "sequential_lines"]
@@ -69,6 +69,9 @@ class SequentialPlan:
     comparisons: int = 1
     margin: float = DEFAULT_MARGIN
     first_alpha: float = 0.0
+    #: The looks compare the winner with the baseline round by round (``n_winner`` = ``n_baseline`` = the pairs at
+    #: the first look; information grows with the pairs); ``False``: unpaired, as studies before issue 41.
+    paired: bool = False
 
     @property
     def total_alpha(self) -> float:
@@ -82,8 +85,12 @@ class SequentialPlan:
     def fraction(self, extra: int) -> float:
         """Information at the look after ``extra`` rounds, as a fraction of the planned maximum.
 
-        The variance of a difference of means goes as ``1/n_a + 1/n_b``; its inverse is the information.
+        The variance of a difference of means goes as ``1/n_a + 1/n_b``; its inverse is the information. Paired,
+        the variance of the mean log ratio goes as ``1/pairs``.
         """
+        if self.paired:
+            return (self.n_winner + extra) / (self.n_winner + self.extra_rounds)
+
         def info(k: int) -> float:
             return 1.0 / (1.0 / (self.n_winner + k) + 1.0 / (self.n_baseline + k))
 
@@ -154,6 +161,14 @@ def _inside_margin(c: Comparison, margin: float) -> bool:
     return (not math.isnan(c.ci_low) and c.ci_low >= 1.0 / (1.0 + margin) and c.ci_high <= 1.0 + margin)
 
 
+def _values(plan: SequentialPlan, winner: Sequence[RestartResult], baseline: Sequence[RestartResult]
+            ) -> tuple[list[float], list[float]]:
+    """What the looks read: the pairs of matched rounds (paired), else each side's counted restarts."""
+    if plan.paired:
+        return matched_pairs(standing(winner), standing(baseline))
+    return _counted(winner), _counted(baseline)
+
+
 def _look(plan: SequentialPlan, winner: Sequence[float], baseline: Sequence[float]) -> tuple[Comparison, int, float]:
     """The comparison at the last look these values reach, its look number and its nominal level."""
     extra = max(0, min(len(winner) - plan.n_winner, len(baseline) - plan.n_baseline, plan.extra_rounds))
@@ -163,7 +178,10 @@ def _look(plan: SequentialPlan, winner: Sequence[float], baseline: Sequence[floa
                    else look_levels([plan.fraction(k) for k in range(1, extra + 1)], plan.alpha)[-1])
     else:
         nominal = look_levels([plan.fraction(k) for k in range(extra + 1)], plan.alpha)[-1]
-    c = compare(winner[: plan.n_winner + extra], baseline[: plan.n_baseline + extra], alpha=nominal)
+    if plan.paired:
+        c = compare_paired(winner[: plan.n_winner + extra], baseline[: plan.n_baseline + extra], alpha=nominal)
+    else:
+        c = compare(winner[: plan.n_winner + extra], baseline[: plan.n_baseline + extra], alpha=nominal)
     # The interval is the repeated confidence interval: its stated level is the design's, not the nominal one.
     stated = dataclasses.replace(c, confidence=1.0 - plan.total_alpha, comparisons=plan.comparisons)
     return stated, extra + 1, nominal
@@ -172,7 +190,7 @@ def _look(plan: SequentialPlan, winner: Sequence[float], baseline: Sequence[floa
 def read_look(plan: SequentialPlan, winner: Sequence[RestartResult],
               baseline: Sequence[RestartResult]) -> tuple[Comparison, SequentialLook]:
     """The winner's comparison with the baseline at the last look its restarts reach, and the design's state."""
-    comparison, look, nominal = _look(plan, _counted(winner), _counted(baseline))
+    comparison, look, nominal = _look(plan, *_values(plan, winner, baseline))
     equivalent = _inside_margin(comparison, plan.margin)
     failed = any(not r.ok for r in (*standing(winner), *standing(baseline)))  # a rerun transient failure is none
     if comparison.verdict != Verdict.NOT_SIGNIFICANT:
@@ -203,7 +221,7 @@ def continues(plan: SequentialPlan, winner: Sequence[RestartResult], baseline: S
     done = rnd - plan.first_round
     if done < 0 or done >= plan.extra_rounds or any(not r.ok for r in (*standing(winner), *standing(baseline))):
         return False
-    w, b = _counted(winner), _counted(baseline)
+    w, b = _values(plan, winner, baseline)
     if len(w) != plan.n_winner + done or len(b) != plan.n_baseline + done:
         return False
     comparison, _, _ = _look(plan, w, b)

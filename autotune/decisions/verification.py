@@ -26,7 +26,9 @@ import numpy as np
 from autotune.decisions.planning import RestartPlan
 from autotune.decisions.schedule import prefer_fixed_k
 from autotune.decisions.sequential import SequentialLook, SequentialPlan, read_look
-from autotune.stats.intervals import Comparison, TrialSummary, Verdict, compare, shrunk_means, summarize
+from autotune.stats.intervals import (
+    Comparison, TrialSummary, Verdict, compare, compare_paired, matched_pairs, shrunk_means, summarize,
+)
 from autotune.stats.latency import SloCheck, check_slo, meets_slo, summarize_latency
 from autotune.core.records import EngineConfig, RestartResult
 from autotune.core.transient import TRANSIENT_RUNS_AGAIN, is_transient, standing
@@ -268,10 +270,38 @@ class Verification:
 
     @property
     def verdict(self) -> str:
-        """``faster`` / ``no significant difference`` / ``slower`` for the winner against the baseline."""
+        """``faster`` / ``no significant difference`` / ``slower`` for the winner against the baseline (the
+        comparison's own reading of its interval; :attr:`answer` is what the study says)."""
         if self.winner.candidate.role == BASELINE or self.winner.comparison is None:
             return Verdict.NOT_SIGNIFICANT
         return self.winner.comparison.verdict
+
+    @property
+    def deciding(self) -> VerifiedConfig | None:
+        """The comparison the answer reads: the winner's; when the baseline won, the best challenger's (the one
+        with the highest speedup interval), whose comparison says whether the defaults are really ahead."""
+        if self.winner.candidate.role != BASELINE:
+            return self.winner if self.winner.comparison is not None else None
+        compared = [e for e in self.entries if e.candidate.role != BASELINE and e.comparison is not None
+                    and not e.dropped and e.comparison.ci_low == e.comparison.ci_low]
+        return max(compared, key=lambda e: e.comparison.speedup) if compared else None  # type: ignore[union-attr]
+
+    def answer(self, margin: float) -> str:
+        """The study's answer, never a bare "no significant difference" (issue 41): ``faster`` (the winner's
+        interval lies above 1), ``slower`` (the best challenger's lies below 1: keep the defaults), ``equivalent``
+        (the interval lies inside ``[1/(1+margin), 1+margin]``), or ``undecided`` (the report says what more
+        rounds would likely give)."""
+        entry = self.deciding
+        if entry is None or entry.comparison is None:
+            return Verdict.UNDECIDED
+        c = entry.comparison
+        if self.winner.candidate.role != BASELINE and c.verdict == Verdict.FASTER:
+            return Verdict.FASTER
+        if c.verdict == Verdict.SLOWER:
+            return Verdict.SLOWER
+        if c.ci_low == c.ci_low and c.ci_low >= 1.0 / (1.0 + margin) and c.ci_high <= 1.0 + margin:
+            return Verdict.EQUIVALENT
+        return Verdict.UNDECIDED
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -487,9 +517,15 @@ def conclude(
     slo: Mapping[str, float] | None = None,
     unit: str = "tok/s",
     sequential: SequentialPlan | None = None,
+    paired: bool = False,
 ) -> Verification:
     """The verification's outcome from its restarts: every configuration summarised, the winner (the highest
     verified mean that may win) and its comparison with the baseline.
+
+    ``paired``: each challenger is compared with the baseline round by round (:func:`compare_paired` on the
+    restarts of matched seeds, :func:`~autotune.stats.intervals.matched_pairs`), so a level shift of the machine
+    that hits a round's restarts alike cancels (issue 41); a round a side lost gives no pair, and the rest keep the
+    level. Off: Welch on the two sides' pooled restarts (studies whose plan was made before it).
 
     With a ``sequential`` plan that ran rounds after the first look, the winner is the plan's (picked at the first
     look) and its comparison is the design's interval at the last look (:func:`read_look`).
@@ -511,7 +547,12 @@ def conclude(
         s = summaries[cand.config.key()]
         dropped = cand.role != BASELINE and cand.config.key() not in kept
         comparison = None
-        if cand.role != BASELINE and not dropped and s.status == "ok" and base_summary.status == "ok" and s.values:
+        if paired and cand.role != BASELINE and not dropped and s.status == "ok" and s.values:
+            # A baseline that failed some restarts still gives a verdict from the rounds both ran (issue 44): the
+            # pairs are counted, and its failures stated, in the report.
+            a, b = matched_pairs(standing(per_key[cand.config.key()]), standing(per_key[base.config.key()]))
+            comparison = compare_paired(a, b, alpha=alpha, comparisons=max(1, len(kept)))
+        elif cand.role != BASELINE and not dropped and s.status == "ok" and base_summary.status == "ok" and s.values:
             # Bonferroni over the challengers that went on. The kept one's first-round restart also took part in
             # the cut (first_round_cut): a selection on one restart in three, between near-ties, that the
             # benchmark's speedup-interval coverage measures (docs/benchmarks.md). Counting the dropped one too

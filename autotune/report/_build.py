@@ -30,7 +30,7 @@ from autotune.report.lineage import Lineage, lineage_of, render_lineage
 from autotune.report._machine import MachineNotes, machine_notes, render_machine
 from autotune.report.outputs import OutputChecks, output_checks, render_outputs
 from autotune.decisions.planning import RestartPlan
-from autotune.decisions.sequential import SequentialLook, sequential_lines
+from autotune.decisions.sequential import DEFAULT_MARGIN, SequentialLook, sequential_lines
 from autotune.report._no_result import compared_in_search, no_result_reason
 from autotune.report._verdict import open_verdict_note
 from autotune.report._counts import (FAILED, INTERRUPTED, FailedTrial, TrialCounts, classify_trials, count_outcomes,
@@ -57,6 +57,21 @@ __all__ = [
 _SHOWN_WARNINGS, _SHOWN_FAILURES = 8, 5
 
 
+def _baseline_won(report: Report, table: VerificationTable) -> str:
+    """What the best challenger's comparison says when the baseline won: slower for sure, the same within the
+    margin, or not yet known (the study's answer, :meth:`Verification.answer`)."""
+    best = max((e for e in table.entries if not e.is_baseline and e.speedup is not None and e.speedup.has_interval),
+               key=lambda e: e.speedup.speedup, default=None)  # type: ignore[union-attr]
+    if best is None or best.speedup is None:
+        return ""
+    text = f" ({best.label}: {best.speedup.oneliner()}"
+    if report.verdict == Verdict.SLOWER:
+        return text + ", slower)"
+    if report.verdict == Verdict.EQUIVALENT:
+        return text + ", equivalent within the margin)"
+    return text + ", undecided)"
+
+
 def _finite_or_none(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else value
 
@@ -81,11 +96,13 @@ class CompareResult:
     verdict: str
     p_value: float | None = None
     comparisons: int = 1
+    #: Rounds the comparison paired (None: unpaired, Welch on each side's restarts).
+    pairs: int | None = None
 
     @classmethod
     def from_comparison(cls, c: Comparison) -> CompareResult:
         return cls(c.speedup, _finite_or_none(c.ci_low), _finite_or_none(c.ci_high), c.confidence, c.verdict,
-                   _finite_or_none(c.p_value), c.comparisons)
+                   _finite_or_none(c.p_value), c.comparisons, c.pairs)
 
     @property
     def has_interval(self) -> bool:
@@ -102,11 +119,13 @@ class CompareResult:
         if not self.has_interval:
             return ""
         family = f", Bonferroni over {self.comparisons} challengers" if self.comparisons > 1 else ""
-        return f" [{self.ci_low:.2f}, {self.ci_high:.2f}] ({self.confidence * 100:.1f}% CI{family})"
+        paired = f", paired over {self.pairs} rounds" if self.pairs is not None else ""
+        return f" [{self.ci_low:.2f}, {self.ci_high:.2f}] ({self.confidence * 100:.1f}% CI{family}{paired})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high, "p_value": self.p_value,
-                "confidence": self.confidence, "comparisons": self.comparisons, "verdict": self.verdict}
+                "confidence": self.confidence, "comparisons": self.comparisons, "verdict": self.verdict,
+                "pairs": self.pairs}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,7 +468,7 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                                   v.baseline_restarts, v.extension)
         winner = rows[v.winner_index]
         baseline = next(r for r in rows if r.is_baseline)
-        verdict = v.verdict
+        verdict = v.answer(meta.verify_margin if meta.verify_margin is not None else DEFAULT_MARGIN)
         warnings += _verification_warnings(rows, warnings)
         if engine is not None and space is not None:
             check = simulator_check(engine, space, winner.config)
@@ -649,7 +668,8 @@ def _verification_lines(report: Report, winner: VerifiedRow, table: Verification
     elif report.slo_outcome is not None and not report.slo_outcome.any_met:
         lines.append("Verdict: no configuration met the latency limits, the baseline included (below).")
     elif report.winner_is_baseline:
-        lines.append("Verdict: no configuration beat the baseline - keep the engine defaults.")
+        lines.append("Verdict: no configuration beat the baseline - keep the engine defaults"
+                     + _baseline_won(report, table) + ".")
     else:
         sp = winner.speedup
         speedup = float("nan") if sp is None else sp.speedup

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import math
 
+from autotune.decisions.noise import SIDE_PRIOR_DF
 from autotune.decisions.planning import RestartPlan, estimate_noise, pooled_log_variance, power
-from autotune.decisions.sequential import SequentialPlan
+from autotune.decisions.sequential import DEFAULT_MARGIN, SequentialPlan
 from autotune.decisions.verification import BASELINE, Verification
-from autotune.stats.intervals import Verdict
+from autotune.stats import scipy_stats
+from autotune.stats.intervals import Verdict, matched_pairs
 from autotune.stats.sequential import look_levels
 from autotune.store.ledger import Ledger, StudyMeta
 from autotune.study import StartCosts
 
-__all__ = ["open_verdict_note"]
+__all__ = ["decision_chance", "open_verdict_note"]
 
 #: Measured noise this much above the planned noise counts as "larger than planned" (between-restart CVs from three
 #: restarts vary by about this much between draws at the H200's noise: an empirical line, not a test).
@@ -46,11 +48,15 @@ def open_verdict_note(ledger: Ledger, meta: StudyMeta, v: Verification) -> str |
         return None
     if v.sequential is not None and v.sequential.equivalent:
         return None
+    if v.answer(meta.verify_margin if meta.verify_margin is not None else DEFAULT_MARGIN) != Verdict.UNDECIDED:
+        return None
     design = ledger.verify_sequential()
     plan = v.plan
     if plan is None:
         return _legacy_note(ledger, meta, v, design)
     base = next(e for e in v.entries if e.candidate.role == BASELINE)
+    if plan.paired:
+        return _paired_note(ledger, meta, v, design, plan)
     w, b = _counted(entry), _counted(base)
     why = _why_open(plan, w, b, comparison.speedup)
     close = _what_closes(ledger, meta, design, entry.candidate.config.key(), base.candidate.config.key(), w, b,
@@ -140,3 +146,88 @@ def _legacy_note(ledger: Ledger, meta: StudyMeta, v: Verification, design: Seque
     return (f"No sequential round ran: the interval still straddles 1, and the budget left paid for none of the up to "
             f"{meta.verify_sequential_rounds} rounds that could have settled it"
             + (f" ({'; '.join(spent)})" if spent else "") + ".")
+
+
+# -- the paired design's note (issue 41) --------------------------------------------------------------------------
+
+#: The prior sd of a true speedup's log (about 1.16x): the advice shrinks the effect seen toward none by it
+#: (empirical: the speedups verified on real GPUs, docs/measurements/, lie between 1.1x and 1.6x; a prior this wide
+#: keeps a lucky early look, 1.21x on the H100 where 1.13x was true, from promising a quick close).
+ADVICE_PRIOR_SD = 0.15
+#: The advice names the fewest more rounds that give at least this chance of a decision.
+ADVICE_TARGET = 0.8
+
+
+def decision_chance(d: list[float], var_d: float, extra: int, level: float, margin: float,
+                    prior_sd: float = ADVICE_PRIOR_SD) -> float:
+    """The chance that ``extra`` more rounds end in a decision ("faster"/"slower", or "equivalent" within
+    ``margin``) at the final look's nominal ``level``, from the pairs' log ratios ``d`` so far: the predictive
+    probability under the effect's posterior (a normal prior of sd ``prior_sd`` around no effect, the pairs'
+    mean with variance ``var_d / n``), not the power at the effect seen (which assumes the luckiest look is true).
+    """
+    n0 = len(d)
+    if n0 == 0 or var_d <= 0.0:
+        return 0.0
+    mean = sum(d) / n0
+    post_var = 1.0 / (1.0 / prior_sd ** 2 + n0 / var_d)
+    post_mean = post_var * n0 * mean / var_d
+    total = n0 + extra
+    mu = (n0 * mean + extra * post_mean) / total
+    sd = extra * math.sqrt(post_var + var_d / max(extra, 1)) / total if extra else 0.0
+    stats = scipy_stats()
+    half = float(stats.t.isf(level / 2.0, max(1, total - 1))) * math.sqrt(var_d / total)
+    bound = math.log1p(margin) - half
+    if sd == 0.0:
+        return float(abs(mu) > half or abs(mu) < bound)
+    norm = stats.norm
+    decided = norm.sf((half - mu) / sd) + norm.cdf((-half - mu) / sd)
+    equivalent = max(0.0, norm.cdf((bound - mu) / sd) - norm.cdf((-bound - mu) / sd)) if bound > 0 else 0.0
+    return float(min(1.0, decided + equivalent))
+
+
+def _paired_note(ledger: Ledger, meta: StudyMeta, v: Verification, design: SequentialPlan | None,
+                 plan: RestartPlan) -> str:
+    """``Undecided: ...; about N more rounds (~M min) would give a P% chance of a decision: run ...``."""
+    entry = v.entries[v.winner_index]
+    base = next(e for e in v.entries if e.candidate.role == BASELINE)
+    w, b = matched_pairs(entry.restarts, base.restarts)
+    d = [math.log(x) - math.log(y) for x, y in zip(w, b)]
+    planned = math.log1p(plan.challenger_cv ** 2) + math.log1p(plan.baseline_cv ** 2)
+    seen = (sum((x - sum(d) / len(d)) ** 2 for x in d) / (len(d) - 1)) if len(d) > 1 else planned
+    # The pairs' noise moderated by the plan's (worth SIDE_PRIOR_DF): a few pairs that agreed by luck don't promise.
+    var_d = (SIDE_PRIOR_DF * planned + (len(d) - 1) * seen) / (SIDE_PRIOR_DF + len(d) - 1) if d else planned
+    why = (f"{len(d)} rounds paired, the rounds' log ratios varied {100 * math.sqrt(max(seen, 0.0)):.0f}% where "
+           f"{100 * math.sqrt(planned):.0f}% was planned")
+    if len(d) < plan.baseline:
+        why += f"; the budget or failures cut the {plan.baseline} planned rounds to {len(d)}"
+    margin = meta.verify_margin if meta.verify_margin is not None else DEFAULT_MARGIN
+    if design is None or design.extra_rounds == 0:
+        return f"Undecided: {why}. No rounds were kept for an extension of this verification."
+    done = max(0, len(d) - design.n_winner)
+    left = design.extra_rounds - done
+    if left <= 0:
+        return (f"Undecided: {why}. All {design.extra_rounds} rounds kept for an extension have run: the difference, "
+                "if any, is below what this study can resolve.")
+    chances = []
+    for k in range(1, left + 1):
+        level = look_levels([design.fraction(j) for j in range(1, done + k + 1)], design.alpha)[-1]
+        chances.append(decision_chance(d, var_d, k, level, margin))
+    need = next((k for k, p in enumerate(chances, 1) if p >= ADVICE_TARGET), None)
+    k = need if need is not None else left
+    chance = chances[k - 1]
+    pair_min = StartCosts.of(ledger).forecast([(entry.candidate.config.key(), False),
+                                               (base.candidate.config.key(), False)])
+    minutes = k * pair_min
+    text = (f"Undecided: {why}. About {k} more round{'s' if k != 1 else ''} of the winner and the baseline "
+            f"(~{minutes:.0f} min) would give a {100 * chance:.0f}% chance of a decision")
+    if meta.budget_minutes is not None:
+        _, used = ledger.budget_used()
+        text += f": run the same command with --budget-minutes {math.ceil(used + minutes + 0.5)}"
+    elif meta.budget_restarts is not None:
+        starts, _ = ledger.budget_used()
+        text += f": run the same command with --budget-restarts {starts + 2 * k}"
+    else:
+        text += ": run the same command again"
+    if need is None:
+        text += f" (the {left} rounds kept for an extension are all there is)"
+    return text + "."

@@ -31,9 +31,12 @@ __all__ = [
     "UNSTABLE_CV",
     "Verdict",
     "compare",
+    "compare_paired",
     "format_mean",
     "interval",
     "log_ratio_interval",
+    "matched_pairs",
+    "paired_log_ratio_interval",
     "shrunk_means",
     "summarize",
 ]
@@ -43,11 +46,19 @@ UNSTABLE_CV = 0.10
 
 
 class Verdict:
-    """The three verdicts a comparison can give."""
+    """The verdicts a comparison can give (its interval against 1), and the two a study's answer adds.
+
+    A comparison's own verdict reads only its interval: ``faster``/``slower`` when it excludes 1, else
+    ``no significant difference``. A study never stops at that: its answer (:attr:`Verification.answer
+    <autotune.decisions.verification.Verification.answer>`) is ``faster``, ``slower``, ``equivalent`` (the interval
+    lies inside the equivalence margin) or ``undecided`` (with what more rounds would likely give).
+    """
 
     FASTER = "faster"
     NOT_SIGNIFICANT = "no significant difference"
     SLOWER = "slower"
+    EQUIVALENT = "equivalent"
+    UNDECIDED = "undecided"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -140,6 +151,66 @@ def log_ratio_interval(
     half = _t_quantile(0.5 + confidence / 2.0, df) * se
     p = float(2.0 * scipy_stats().t.sf(abs(diff) / se, df))
     return _exp(diff - half), _exp(diff + half), p
+
+
+def matched_pairs(challenger: Sequence[RestartResult], reference: Sequence[RestartResult]
+                  ) -> tuple[list[float], list[float]]:
+    """The counted values of ``challenger`` and ``reference`` on matched seeds, as two aligned lists.
+
+    A verification round runs every configuration on the round's seed, a minute or two apart: restarts close in time
+    share the machine's level (on an H100 the level wandered ~10% over minutes and log throughput of a round's two
+    restarts correlated 0.54, issue 41), so a round is a block and its pair is the unit of analysis. A round where
+    either side has no counted restart (a failure, a budget cut, a side not scheduled) gives no pair; that loss is
+    independent of the values, so the pairs that remain keep the level. A seed seen twice on one side pairs in
+    order (a resumed round that ran again).
+    """
+    ref: dict[int, list[float]] = {}
+    for r in reference:
+        if r.ok and not r.cold and r.value:
+            ref.setdefault(r.seed, []).append(float(r.value))
+    a: list[float] = []
+    b: list[float] = []
+    used: dict[int, int] = {}
+    for r in challenger:
+        if not (r.ok and not r.cold and r.value):
+            continue
+        k = used.get(r.seed, 0)
+        if k < len(ref.get(r.seed, ())):
+            a.append(float(r.value))
+            b.append(ref[r.seed][k])
+            used[r.seed] = k + 1
+    return a, b
+
+
+def paired_log_ratio_interval(challenger: Sequence[float], reference: Sequence[float], confidence: float = 0.95
+                              ) -> tuple[float, float, float]:
+    """Interval for the ratio of ``challenger`` to ``reference`` from aligned pairs (one pair a round):
+    ``(low, high, p_value)``.
+
+    The one-sample t on the within-pair log ratios ``d_r = log a_r - log b_r``, ``n - 1`` degrees of freedom. A level
+    shift of the machine that hits both restarts of a round cancels in ``d_r``; what is left is each restart's own
+    noise. It estimates the ratio of geometric means, which equals the ratio of arithmetic means when both sides'
+    log spreads are alike (the Cox term of :func:`log_ratio_interval` is half their difference, below 0.5% at 10% CV
+    a side). ``p_value`` is the two-sided test of no difference on the same statistic.
+
+    Returns:
+        ``(nan, nan, nan)`` with fewer than two pairs or a non-positive value.
+    """
+    a = np.asarray(challenger, dtype=float)
+    b = np.asarray(reference, dtype=float)
+    if a.size != b.size:
+        raise ValueError(f"paired values need equal lengths, not {a.size} and {b.size}")
+    if a.size < 2 or min(float(a.min()), float(b.min())) <= 0.0:
+        return math.nan, math.nan, math.nan
+    d = np.log(a) - np.log(b)
+    mean, n = float(d.mean()), d.size
+    sd = float(d.std(ddof=1))
+    if sd == 0.0:
+        return math.exp(mean), math.exp(mean), 0.0 if mean != 0.0 else 1.0
+    se = sd / math.sqrt(n)
+    half = _t_quantile(0.5 + confidence / 2.0, n - 1) * se
+    p = float(2.0 * scipy_stats().t.sf(abs(mean) / se, n - 1))
+    return _exp(mean - half), _exp(mean + half), p
 
 
 def shrunk_means(groups: Sequence[Sequence[float]]) -> list[float]:
@@ -324,6 +395,8 @@ class Comparison:
         confidence: The interval's coverage, already Bonferroni-corrected for ``comparisons``.
         comparisons: How many challengers were compared against the same reference.
         verdict: One of :class:`Verdict`; ``faster``/``slower`` exactly when the interval excludes 1.
+        pairs: Rounds paired in the analysis (:func:`compare_paired`); ``None``: the two sides' restarts were
+            compared unpaired (Welch, :func:`compare`).
     """
 
     speedup: float
@@ -333,6 +406,7 @@ class Comparison:
     confidence: float
     comparisons: int
     verdict: str
+    pairs: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v)
@@ -343,7 +417,8 @@ class Comparison:
         kw = dict(data)
         for key in ("speedup", "ci_low", "ci_high", "p_value"):
             kw[key] = math.nan if kw.get(key) is None else float(kw[key])
-        return cls(**kw)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in kw.items() if k in names})
 
     def describe(self) -> str:
         if math.isnan(self.ci_low):
@@ -382,3 +457,31 @@ def compare(
     else:  # the interval holds 1, or there is none (fewer than two restarts a side)
         verdict = Verdict.NOT_SIGNIFICANT
     return Comparison(speedup, low, high, p, confidence, comparisons, verdict)
+
+
+def _verdict_of(low: float, high: float) -> str:
+    if low > 1.0:
+        return Verdict.FASTER
+    if high < 1.0:
+        return Verdict.SLOWER
+    return Verdict.NOT_SIGNIFICANT  # the interval holds 1, or there is none
+
+
+def compare_paired(
+    challenger: Sequence[float],
+    reference: Sequence[float],
+    alpha: float = 0.05,
+    comparisons: int = 1,
+) -> Comparison:
+    """Speedup of ``challenger`` over ``reference`` from aligned pairs (:func:`matched_pairs`): the within-round
+    analysis (:func:`paired_log_ratio_interval`), Bonferroni over ``comparisons`` as :func:`compare`.
+
+    The speedup is the geometric mean of the pairs' ratios, the centre of the interval.
+    """
+    confidence = 1.0 - alpha / max(1, comparisons)
+    a = np.asarray(challenger, dtype=float)
+    b = np.asarray(reference, dtype=float)
+    speedup = (float(np.exp(np.mean(np.log(a) - np.log(b)))) if a.size and a.size == b.size
+               and min(float(a.min()), float(b.min())) > 0.0 else math.nan)
+    low, high, p = paired_log_ratio_interval(a, b, confidence)
+    return Comparison(speedup, low, high, p, confidence, comparisons, _verdict_of(low, high), pairs=int(a.size))

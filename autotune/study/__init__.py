@@ -19,6 +19,7 @@ starts), ``_verification`` (the verification phase), ``_recheck`` (``autotune re
 
 from autotune.study._budget import BudgetTooSmall, StartCosts, smallest_restart_budget
 from autotune.study._open import prepare_study
+from autotune.study._planning import budget_reach_for
 from autotune.study._recheck import RecheckError, RecheckOptions, recheck
 from autotune.study._run import Interrupted, run_study
 from autotune.study._verification import EXTENSION_SHARE, run_verification
@@ -34,6 +35,7 @@ __all__ = [
     "StartCosts",
     "StudyOptions",
     "WarmStart",
+    "budget_reach_for",
     "carry_noise",
     "plan_warm_start",
     "prepare_study",

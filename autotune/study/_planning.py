@@ -9,16 +9,62 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from autotune.config.space import SearchSpace
-from autotune.decisions.planning import MAX_SHARE, RestartPlan, estimate_noise, plan_restarts, pooled_log_variance
+from autotune.decisions.noise import NoisePrior, planning_noise, study_prior
+from autotune.decisions.planning import MAX_SHARE, BudgetReach, RestartPlan, budget_reach, plan_rounds
 from autotune.decisions.verification import BASELINE, Candidate
 from autotune.stats.intervals import shrunk_means
+from autotune.store.history import recorded_noise
 from autotune.store.ledger import Ledger
 from autotune.study.options import StudyOptions
 
-__all__ = ["plan_for", "verification_counts"]
+__all__ = ["UNPRICED_RESTART_MINUTES", "budget_reach_for", "machine_prior", "plan_for", "verification_counts"]
+
+
+def machine_prior(ledger: Ledger | None, options: StudyOptions, engine: Mapping[str, Any] | None = None) -> NoisePrior:
+    """The machine's restart noise before this study: earlier studies on this store and machine
+    (:func:`autotune.store.history.recorded_noise`), else the default (:class:`NoisePrior`)."""
+    if engine is None and ledger is not None:
+        stored = ledger.fingerprint()
+        engine = stored.engine if stored is not None else None
+    if not engine or isinstance(options.storage, str) and options.storage in ("memory", ":memory:"):
+        return NoisePrior.default()
+    record = recorded_noise(options.storage, options.study_name, engine)
+    if not record.groups:
+        return NoisePrior.default()
+    gpu = engine.get("gpu") or engine.get("profile") or engine.get("engine")
+    return NoisePrior.recorded(record.groups, f"{record.studies} earlier "
+                               f"stud{'y' if record.studies == 1 else 'ies'} on {gpu}")
+
+
+#: The price of a warm restart before any was measured on the machine (empirical: warm vLLM restarts with their
+#: timed passes took 0.5-1.0 engine-minutes on the H100 and H200 studies, docs/measurements/).
+UNPRICED_RESTART_MINUTES = 1.0
+
+
+def budget_reach_for(options: StudyOptions, engine: Mapping[str, Any]) -> BudgetReach | None:
+    """What the study's budget can prove at the machine's prior noise, before the first start (issue 41); ``None``
+    without a budget or verification. A warm restart is priced from earlier studies on the machine, else at
+    :data:`UNPRICED_RESTART_MINUTES`."""
+    if not options.verify or (options.budget_minutes is None and options.budget_restarts is None):
+        return None
+    prior = machine_prior(None, options, engine)
+    record = (recorded_noise(options.storage, options.study_name, engine)
+              if isinstance(options.storage, str) and options.storage not in ("memory", ":memory:") else None)
+    minutes = (sorted(record.warm_minutes)[len(record.warm_minutes) // 2] if record and record.warm_minutes
+               else UNPRICED_RESTART_MINUTES)
+    source = prior.source
+    if options.budget_minutes is not None and not (record and record.warm_minutes):
+        source += f"; a warm restart priced at ~{minutes:g} min until one is measured"
+    # The prior's own value, as the line states it ("at ~10% restart noise"); the plan made at verification reads
+    # the noise then measured at an upper credible value, and says so in its own line.
+    return budget_reach(prior.variance, source, budget_minutes=options.budget_minutes,
+                        budget_starts=options.budget_restarts, restart_minutes=minutes,
+                        min_effect=options.min_effect, target_power=options.power,
+                        alpha=1.0 - options.confidence, share=MAX_SHARE)
 
 
 def verification_counts(plan: RestartPlan | None, options: StudyOptions) -> tuple[int, int]:
@@ -59,7 +105,7 @@ def plan_for(ledger: Ledger, space: SearchSpace, options: StudyOptions, challeng
     if not options.verify or not options.verify_planned:
         return None
     values = _search_values(ledger)
-    prior, _ = pooled_log_variance(list(values.values()))
+    prior = study_prior(list(values.values()), machine_prior(ledger, options))
     base_key = space.baseline().key()
     base_values = values.get(base_key, [])
     if candidates is not None:
@@ -89,9 +135,11 @@ def plan_for(ledger: Ledger, space: SearchSpace, options: StudyOptions, challeng
         cap = left if final else min(share, left)
     else:
         cap = None
-    plan = plan_restarts(estimate_noise(lead, prior), estimate_noise(base_values, prior), challengers=challengers,
-                         min_effect=options.min_effect, target_power=options.power, alpha=1.0 - options.confidence,
-                         search_effect=effect, max_minutes=cap, challenger_minutes=max(cost_c, 1e-6),
-                         baseline_minutes=max(cost_b, 1e-6))
+    # Each side's noise at an upper credible value of its moderated estimate (autotune.decisions.noise): two
+    # restarts that agree by luck cannot plan a verification on no noise.
+    plan = plan_rounds(planning_noise(lead, prior), planning_noise(base_values, prior), challengers=challengers,
+                       min_effect=options.min_effect, target_power=options.power, alpha=1.0 - options.confidence,
+                       search_effect=effect, max_minutes=cap, challenger_minutes=max(cost_c, 1e-6),
+                       baseline_minutes=max(cost_b, 1e-6), noise_source=prior.source)
     # Under a restart budget the plan's cost is in starts, not minutes.
     return plan if options.budget_minutes is not None else dataclasses.replace(plan, minutes=None)

@@ -38,25 +38,27 @@ def plan(loop: VerificationLoop) -> SequentialPlan | None:
         return stored
     fixed = _before(loop.book.rounds(), loop.tie_end).progress()
     first = conclude(loop.candidates, fixed, loop.common, loop.confidence, loop.interval_method, loop.alpha,
-                     max_restarts=loop.cap, slo=loop.slo or {}, unit=loop.unit)
+                     max_restarts=loop.cap, slo=loop.slo or {}, unit=loop.unit, paired=loop.paired)
     winner, comparison = first.winner, first.winner.comparison
     if winner.candidate.role == BASELINE or comparison is None or comparison.ci_low != comparison.ci_low:
         return None
     pair = [winner.candidate, first.baseline.candidate]
     most = loop.sequential_rounds
+    # Paired, the information is the rounds both sides ran (a round one side lost gives none).
+    n_w = comparison.pairs if loop.paired and comparison.pairs is not None else winner.summary.n
+    n_b = comparison.pairs if loop.paired and comparison.pairs is not None else first.baseline.summary.n
     alpha = round(1.0 - comparison.confidence, 12)
     if loop.extension_share > 0.0:
         # A planned verification: the rounds after the first look are fixed now, whatever the budget pays for
         # today, so that a resume with a larger budget runs rounds of this same design (their alpha was kept).
-        made = SequentialPlan(winner.candidate.config.key(), most, loop.tie_end, winner.summary.n,
-                              first.baseline.summary.n, round(alpha * loop.extension_share, 12),
-                              comparison.comparisons, loop.margin,
-                              first_alpha=round(alpha * (1.0 - loop.extension_share), 12))
+        made = SequentialPlan(winner.candidate.config.key(), most, loop.tie_end, n_w, n_b,
+                              round(alpha * loop.extension_share, 12), comparison.comparisons, loop.margin,
+                              first_alpha=round(alpha * (1.0 - loop.extension_share), 12), paired=loop.paired)
         loop.book.record_sequential_plan(made)
         return made
     extra = most if loop.rounds_fit is None else max(0, min(most, loop.rounds_fit(pair, most)))
-    made = SequentialPlan(winner.candidate.config.key(), extra, loop.tie_end, winner.summary.n,
-                          first.baseline.summary.n, alpha, comparison.comparisons, loop.margin)
+    made = SequentialPlan(winner.candidate.config.key(), extra, loop.tie_end, n_w, n_b, alpha,
+                          comparison.comparisons, loop.margin, paired=loop.paired)
     loop.book.record_sequential_plan(made)
     return made
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -172,6 +173,11 @@ class VerificationLoop:
     #: ``infeasible(keys)``: those the memory floor rule made infeasible (two hits, search and verification
     #: together): like a failed configuration, they get no more starts (a guard trip alone is no failure).
     infeasible: Callable[[Sequence[str]], set[str]] | None = None
+    #: Compare each challenger with the baseline round by round (issue 41; :func:`conclude`'s ``paired``).
+    paired: bool = False
+    #: Seeds the order of each round (a round's participants run in an order drawn from it, so a drift inside the
+    #: round favours no side); ``None``: the candidates' order (A B C base), as before.
+    order_seed: int | None = None
 
     @property
     def common_rounds(self) -> int:
@@ -237,6 +243,11 @@ class VerificationLoop:
         never failed (a broken configuration gets no more starts)."""
         rounds = self.book.rounds()
         failed = rounds.failed()
+        base = next((c.config.key() for c in self.candidates if c.role == BASELINE), None)
+        if self.paired and base in failed and not _baseline_broken(rounds.progress().get(base, ())):
+            # The baseline is the reference every pair needs: a failure of it is data (stated in the report), and
+            # it runs on unless most of its restarts fail (issue 44: a verdict from the rounds that ran).
+            failed.discard(base)
         if self.infeasible is not None:
             failed |= self.infeasible([c.config.key() for c in participants])
         done = rounds.round(rnd)
@@ -247,7 +258,7 @@ class VerificationLoop:
         """Round ``rnd`` here: one counted restart of every participant still to run it, in order (A B C base), on
         the round's seed; what an earlier holder of the round ran is kept."""
         mine: dict[str, list[RestartResult]] = {}
-        for cand in self._todo(participants, rnd):
+        for cand in self._ordered(self._todo(participants, rnd), rnd):
 
             def record(result: RestartResult, cand: Candidate = cand) -> None:
                 mine.setdefault(cand.config.key(), []).append(result)
@@ -257,18 +268,36 @@ class VerificationLoop:
 
             self.run_restart(cand, rnd, record)
 
+    def _ordered(self, todo: Sequence[Candidate], rnd: int) -> list[Candidate]:
+        """``todo`` in the round's order: drawn from ``order_seed`` and the round, so every worker and a resume run
+        a round in the same order, and the baseline is not always last (a level that drifts inside a round would
+        then always favour the same side)."""
+        if self.order_seed is None or len(todo) < 2:
+            return list(todo)
+        rng = random.Random(self.order_seed * 1_000_003 + rnd)
+        order = sorted(todo, key=lambda c: c.config.key())  # the candidates' own order may differ by worker
+        rng.shuffle(order)
+        return order
+
     def _conclude(self) -> Verification | None:
         claim = None if self.book.concluded() else self.book.wait_conclusion()
         if claim is None:
             return None
         verification = conclude(self.candidates, self.book.rounds().progress(), self.common, self.confidence,
                                 self.interval_method, self.alpha, max_restarts=self.cap, slo=self.slo or {},
-                                unit=self.unit, sequential=self.book.sequential_plan())
+                                unit=self.unit, sequential=self.book.sequential_plan(), paired=self.paired)
         verification = dataclasses.replace(verification, plan=self.plan, baseline_restarts=self.baseline_restarts,
                                            extension=self.extension)
         self.book.record_verification(verification)
         claim.complete()
         return verification
+
+
+def _baseline_broken(results: Sequence[RestartResult]) -> bool:
+    """The baseline failed in at least two restarts and in more than half of them: a reference that cannot be
+    measured, which gets no more starts."""
+    failed = sum(1 for r in results if not r.ok)
+    return failed >= 2 and 2 * failed > len(results)
 
 
 @contextlib.contextmanager
@@ -379,6 +408,8 @@ def run_verification(
     margin: float = DEFAULT_MARGIN,
     baseline_restarts: int | None = None,
     extension_share: float = 0.0,
+    paired: bool = True,
+    order_seed: int | None = None,
 ) -> Verification:
     """The verification phase in one process, in memory: :class:`VerificationLoop` on a :class:`MemoryRounds`.
 
@@ -399,6 +430,8 @@ def run_verification(
         margin: Equivalence margin that ends them.
         baseline_restarts: Counted restarts of the baseline (default: ``restarts``; see :class:`VerificationLoop`).
         extension_share: Share of ``alpha`` kept for the sequential rounds (see :class:`VerificationLoop`).
+        paired: Compare by round (issue 41); ``False``: Welch on pooled restarts, the design before it.
+        order_seed: Seeds each round's order (``None``: the candidates' order).
     """
     earlier = Rounds.from_progress({k: [RestartResult.from_dict(d) for d in v] for k, v in (done or {}).items()})
 
@@ -413,7 +446,7 @@ def run_verification(
                             workload.unit, None if may_start is None else (lambda todo: may_start(len(todo))),
                             on_result, sequential_rounds, margin,
                             None if may_start is None else (lambda pair, most: _fit(may_start, len(pair), most)),
-                            baseline_restarts, extension_share)
+                            baseline_restarts, extension_share, paired=paired, order_seed=order_seed)
     verification = loop.run()
     assert verification is not None  # one process concludes what it runs
     return verification
@@ -512,7 +545,10 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         rounds_fit=lambda pair, most: _sequential.rounds_fit(ledger, options, pair, most),
         baseline_restarts=base_n if plan is not None else None,
         extension_share=EXTENSION_SHARE if plan is not None else 0.0, plan=plan,
-        extension=extension, infeasible=lambda keys: infeasible_keys(ledger, keys))
+        extension=extension, infeasible=lambda keys: infeasible_keys(ledger, keys),
+        # Rounds are blocks: analysed by round unless a stored plan from before issue 41 gave the sides unequal,
+        # spread-out restarts (it concludes as it was planned).
+        paired=plan is None or plan.paired, order_seed=options.seed)
     return loop.run()
 
 
