@@ -195,9 +195,18 @@ def _say_what_the_budget_can_prove(options: Any, engine: Any, out: IO[str]) -> N
     --min-effect is in reach (issue 41): a study that cannot resolve what the user asks should say so before the GPU
     is spent, not after."""
     from autotune.core.records import EngineFacts
-    from autotune.study import budget_reach_for
+    from autotune.store.ledger import LedgerError, load
+    from autotune.study import StartCosts, budget_reach_for
 
-    reach = budget_reach_for(options, EngineFacts.of(engine.describe()).to_dict())
+    ledger = price = None
+    if not options.fresh and options.storage != "memory":
+        try:  # a resume: its measured prices and noise, not the defaults
+            ledger = load(options.study_name, options.storage)
+            costs = StartCosts.of(ledger)
+            price = costs.price((None, False)) if costs.warm else None
+        except LedgerError:
+            ledger = None
+    reach = budget_reach_for(options, EngineFacts.of(engine.describe()).to_dict(), ledger, price)
     if reach is not None:
         out.write(("WARNING: " if not reach.in_reach else "") + "budget: " + reach.describe() + "\n")
 

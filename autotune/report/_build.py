@@ -9,7 +9,6 @@ tool exists for), failures, and the budget spent.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,22 +19,22 @@ from autotune.report._simcheck import SimulatorCheck, simulator_check
 from autotune.report.phases import PhaseTotals, phase_totals, render_phases
 from autotune.store.ledger import Ledger, SearchEnd, StudyMeta, TrialRecord
 from autotune.study import StartCosts
-from autotune.stats.intervals import Comparison, TrialSummary, Verdict, format_mean
-from autotune.stats.latency import LatencyStat, SloCheck, meets_slo, summarize_latency
-from autotune.core.records import OBJECTIVE_UNITS, EngineConfig, RestartResult, speculation_plan_change
+from autotune.stats.intervals import TrialSummary
+from autotune.core.records import OBJECTIVE_UNITS, RestartResult, speculation_plan_change
 from autotune.report.latency import (Prompts, SloOutcome, TrialLatency, prompts_note, render_latency, search_latency,
                                      slo_outcome)
 from autotune.report.levels import LevelBest, ScheduleNote, level_bests, render_levels, schedule_note
 from autotune.report.lineage import Lineage, lineage_of, render_lineage
 from autotune.report._machine import MachineNotes, machine_notes, render_machine
 from autotune.report.outputs import OutputChecks, output_checks, render_outputs
-from autotune.decisions.planning import RestartPlan
-from autotune.decisions.sequential import DEFAULT_MARGIN, SequentialLook, sequential_lines
+from autotune.decisions.sequential import DEFAULT_MARGIN
 from autotune.report._no_result import compared_in_search, no_result_reason
 from autotune.report._verdict import open_verdict_note
+from autotune.report._verification_text import verification_lines
+from autotune.report._rows import CompareResult, VerificationTable, VerifiedRow, finite_or_none, restart_dict
 from autotune.report._counts import (FAILED, INTERRUPTED, FailedTrial, TrialCounts, classify_trials, count_outcomes,
                                      listed)
-from autotune.decisions.verification import BASELINE, Verification, VerifiedConfig
+from autotune.decisions.verification import Verification
 
 __all__ = [
     "Budget",
@@ -55,167 +54,6 @@ __all__ = [
 
 #: Warnings and failures the table lists before pointing at ``--json``.
 _SHOWN_WARNINGS, _SHOWN_FAILURES = 8, 5
-
-
-def _baseline_won(report: Report, table: VerificationTable) -> str:
-    """What the best challenger's comparison says when the baseline won: slower for sure, the same within the
-    margin, or not yet known (the study's answer, :meth:`Verification.answer`)."""
-    best = max((e for e in table.entries if not e.is_baseline and e.speedup is not None and e.speedup.has_interval),
-               key=lambda e: e.speedup.speedup, default=None)  # type: ignore[union-attr]
-    if best is None or best.speedup is None:
-        return ""
-    text = f" ({best.label}: {best.speedup.oneliner()}"
-    if report.verdict == Verdict.SLOWER:
-        return text + ", slower)"
-    if report.verdict == Verdict.EQUIVALENT:
-        return text + ", equivalent within the margin)"
-    return text + ", undecided)"
-
-
-def _finite_or_none(value: float | None) -> float | None:
-    return None if value is None or math.isnan(value) else value
-
-
-@dataclasses.dataclass(frozen=True)
-class CompareResult:
-    """A verified configuration against the baseline: speedup, its interval, and the verdict (pyperf style).
-
-    Attributes:
-        speedup: mean(configuration) / mean(baseline).
-        ci_low, ci_high: The speedup's interval at ``confidence`` (``None`` with too few restarts).
-        confidence: The interval's coverage, Bonferroni-corrected for the number of challengers.
-        verdict: ``faster``, ``no significant difference`` or ``slower``.
-        p_value: Welch's t-test on log throughput.
-        comparisons: Challengers compared with the same baseline.
-    """
-
-    speedup: float
-    ci_low: float | None
-    ci_high: float | None
-    confidence: float
-    verdict: str
-    p_value: float | None = None
-    comparisons: int = 1
-    #: Rounds the comparison paired (None: unpaired, Welch on each side's restarts).
-    pairs: int | None = None
-
-    @classmethod
-    def from_comparison(cls, c: Comparison) -> CompareResult:
-        return cls(c.speedup, _finite_or_none(c.ci_low), _finite_or_none(c.ci_high), c.confidence, c.verdict,
-                   _finite_or_none(c.p_value), c.comparisons, c.pairs)
-
-    @property
-    def has_interval(self) -> bool:
-        return self.ci_low is not None and self.ci_high is not None
-
-    def oneliner(self) -> str:
-        """``x1.52 [1.33, 1.66]`` (``x1.52`` without an interval)."""
-        if not self.has_interval:
-            return f"x{self.speedup:.2f}"
-        return f"x{self.speedup:.2f} [{self.ci_low:.2f}, {self.ci_high:.2f}]"
-
-    def interval_text(self) -> str:
-        """`` [1.33, 1.66] (98.3% CI)``, or nothing without an interval."""
-        if not self.has_interval:
-            return ""
-        family = f", Bonferroni over {self.comparisons} challengers" if self.comparisons > 1 else ""
-        paired = f", paired over {self.pairs} rounds" if self.pairs is not None else ""
-        return f" [{self.ci_low:.2f}, {self.ci_high:.2f}] ({self.confidence * 100:.1f}% CI{family}{paired})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high, "p_value": self.p_value,
-                "confidence": self.confidence, "comparisons": self.comparisons, "verdict": self.verdict,
-                "pairs": self.pairs}
-
-
-@dataclasses.dataclass(frozen=True)
-class VerifiedRow:
-    """One configuration of the verification table: its fresh restarts summarised, and its speedup."""
-
-    label: str
-    role: str
-    trial_number: int | None
-    config: EngineConfig
-    search_mean: float | None
-    mean: float | None
-    std: float | None
-    ci_low: float | None
-    ci_high: float | None
-    values: tuple[float, ...]
-    unstable: bool
-    status: str
-    failure: str | None
-    accept_len: float | None
-    differences: tuple[str, ...]
-    speedup: CompareResult | None = None
-    search_estimate: float | None = None
-    shares_slot_with: tuple[int, ...] = ()
-    latency: Mapping[str, LatencyStat] = dataclasses.field(default_factory=dict)
-    slo_checks: tuple[SloCheck, ...] = ()
-    #: The runner-up or a challenger it displaced, dropped after the first round (autotune.decisions.verification.first_round_cut).
-    dropped: bool = False
-
-    @property
-    def meets_slo(self) -> bool:
-        """No latency limit keeps this configuration from winning (always true without limits)."""
-        return meets_slo(self.slo_checks)
-    #: Every verification restart of the configuration (cold and failed ones included).
-    restarts: tuple[RestartResult, ...] = ()
-    #: The capture mode the configuration's restarts resolved to.
-    resolved_mode: str | None = None
-    #: The unit of ``values`` (the study's objective: ``tok/s`` or goodput's ``req/s``).
-    unit: str = "tok/s"
-
-    @classmethod
-    def from_verified(cls, entry: VerifiedConfig) -> VerifiedRow:
-        s, cand = entry.summary, entry.candidate
-        return cls(
-            label=cand.config.label(), role=cand.role, trial_number=cand.trial_number, config=cand.config,
-            search_mean=cand.search_mean, search_estimate=cand.estimate,
-            shares_slot_with=tuple(cand.shares_slot_with), mean=_finite_or_none(s.mean), std=_finite_or_none(s.std),
-            ci_low=_finite_or_none(s.ci_low), ci_high=_finite_or_none(s.ci_high), values=tuple(s.values),
-            unstable=s.unstable, status=s.status, failure=s.failure, accept_len=s.accept_len,
-            differences=tuple(s.differences),
-            speedup=None if entry.comparison is None else CompareResult.from_comparison(entry.comparison),
-            latency=summarize_latency(entry.restarts), slo_checks=tuple(entry.slo_checks),
-            restarts=tuple(entry.restarts), resolved_mode=s.resolved_mode, unit=s.unit, dropped=entry.dropped,
-        )
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    @property
-    def is_baseline(self) -> bool:
-        return self.role == BASELINE
-
-    def describe(self) -> str:
-        """``mean ± std UNIT (n=…), 95% CI [low, high]``."""
-        return format_mean(self.values, math.nan if self.ci_low is None else self.ci_low,
-                           math.nan if self.ci_high is None else self.ci_high, self.unstable, self.unit)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {"label": self.label, "role": self.role, "trial_number": self.trial_number,
-               "config": self.config.to_dict(), "search_mean": self.search_mean, "search_estimate": self.search_estimate,
-               "shares_slot_with": list(self.shares_slot_with), "mean": self.mean, "std": self.std,
-               "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n, "values": list(self.values),
-               "unstable": self.unstable, "status": self.status, "failure": self.failure,
-               "accept_len": self.accept_len, "differences": list(self.differences), "text": self.describe(),
-               "unit": self.unit, "dropped": self.dropped,
-               "restarts": [_restart_dict(r) for r in self.restarts]}
-        if self.speedup is not None:
-            out["speedup"] = self.speedup.to_dict()
-        out["latency"] = {k: v.to_dict() for k, v in self.latency.items()}
-        out["slo_checks"] = [c.to_dict() for c in self.slo_checks]
-        out["meets_slo"] = self.meets_slo
-        return out
-
-
-def _restart_dict(r: RestartResult, counted_cold_seeds: frozenset[int] = frozenset()) -> dict[str, Any]:
-    out = r.to_dict()
-    out["value"] = r.value
-    out["counted"] = bool(r.ok and (not r.cold or r.seed in counted_cold_seeds))
-    return out
 
 
 def _counted_cold_seeds(restarts: Sequence[RestartResult], summary: TrialSummary | None) -> frozenset[int]:
@@ -249,7 +87,7 @@ class SearchTrial:
             "label": r.config.label(),
             "params": dict(r.config.params),
             "config": r.config.to_dict(),
-            "value": _finite_or_none(r.value),
+            "value": finite_or_none(r.value),
             "summary": None if s is None else s.to_dict(),
             "resolved": None if s is None else {
                 "cudagraph_mode": s.resolved_mode,
@@ -258,7 +96,7 @@ class SearchTrial:
             "reason": r.reason,
             "duplicate_of": r.duplicate_of,
             "interrupted": r.interrupted,
-            "restarts": [_restart_dict(x, _counted_cold_seeds(r.restarts, s)) for x in r.restarts],
+            "restarts": [restart_dict(x, _counted_cold_seeds(r.restarts, s)) for x in r.restarts],
         }
 
 
@@ -302,35 +140,6 @@ class SearchBest:
     trial: int
     label: str | None
     mean: float
-
-
-@dataclasses.dataclass(frozen=True)
-class VerificationTable:
-    entries: tuple[VerifiedRow, ...]
-    restarts_per_config: int
-    restarts_used: int
-    minutes_used: float
-    max_restarts: int | None = None
-    #: The sequential design at the conclusion (autotune.decisions.sequential.SequentialLook); None: fixed design.
-    sequential: SequentialLook | None = None
-    #: Why the verdict is open and what would close it (:func:`~autotune.report._verdict.open_verdict_note`);
-    #: None when it is settled.
-    no_sequential: str | None = None
-    #: The restarts each side was planned from the search's noise (None: the fixed design).
-    plan: RestartPlan | None = None
-    #: Counted restarts of the baseline in the common rounds (None: as every configuration's).
-    baseline_restarts: int | None = None
-    #: Which extension concluded this verification (0: the first conclusion).
-    extension: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"entries": [e.to_dict() for e in self.entries], "restarts_per_config": self.restarts_per_config,
-                "max_restarts": self.max_restarts,
-                "restarts_used": self.restarts_used, "minutes_used": self.minutes_used,
-                "sequential": None if self.sequential is None else self.sequential.to_dict(),
-                "no_sequential": self.no_sequential,
-                "plan": None if self.plan is None else self.plan.to_dict(),
-                "baseline_restarts": self.baseline_restarts, "extension": self.extension}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -577,7 +386,7 @@ def render_report(report: Report) -> str:
             lines.append(f"Search best so far (unverified, biased upwards): trial {sb.trial} {sb.label} "
                          f"{sb.mean:.{1 if report.unit == 'tok/s' else 3}f} {report.unit}")
     else:
-        lines += _verification_lines(report, winner, table)
+        lines += verification_lines(report, winner, table)
     lines += render_levels(report.levels) + ([] if report.schedule is None else report.schedule.lines())
     lines += render_latency(report)
     lines += render_machine(report.machine)
@@ -627,63 +436,3 @@ def render_report(report: Report) -> str:
                      + ("; the winner's true latency misses them." if sc.under_slo and not sc.winner_meets_slo
                         else "."))
     return "\n".join(lines)
-
-
-def _aggregate_text(report: Report) -> str:
-    """``min over concurrency 1, 8, 32`` or ``mean (weights 1, 2, 1) over ...``, from the stored workload."""
-    workload = report.meta.workload
-    raw = workload.get("concurrency")
-    levels = ", ".join(str(c) for c in (raw if isinstance(raw, list) else [raw]))
-    weights = workload.get("weights")
-    how = str(workload.get("aggregate"))
-    if weights:
-        how += f" (weights {', '.join(f'{w:g}' for w in weights)})"
-    return f"{how} over concurrency {levels}"
-
-
-def _verification_lines(report: Report, winner: VerifiedRow, table: VerificationTable) -> list[str]:
-    lines: list[str] = []
-    width = max(len(e.label) for e in table.entries)
-    what = "goodput" if report.objective == "goodput" else "throughput"
-    levels = "" if not report.levels else f", load levels combined by {_aggregate_text(report)}"
-    lines.append(f"{'':10}{'configuration':<{width}}  {what} (fresh interleaved restarts{levels})")
-    for e in table.entries:
-        is_winner = not report.no_result and (e is winner or e.label == winner.label)
-        tag = "WINNER" if is_winner else ("baseline" if e.is_baseline else "")
-        extra = "" if e.speedup is None else f"  {e.speedup.oneliner()}"
-        text = e.describe().replace('95% CI', 'CI')
-        if e.dropped and e.status == "ok" and e.mean is not None:
-            # One restart has no spread: say what it was and why it stopped there.
-            text = (f"{e.mean:.1f} {e.unit} (n={e.n}), dropped after round 1: the lowest geometric mean of its "
-                    "search and round-1 restarts")
-        if e.status != "ok":
-            extra += f"  FAILED: {e.failure}"
-        lines.append(f"{tag:<10}{e.label:<{width}}  {text}{extra}")
-    n_family = len(table.entries)
-    lines.append(f"(intervals hold jointly at 95% for these {n_family} configurations: each is a "
-                 f"{100 - 5 / n_family:.2f}% interval, so picking the best does not shrink the winner's)")
-    lines.append("")
-    if report.no_result:
-        lines.append(f"Verdict: NONE - {report.no_result}.")
-    elif report.slo_outcome is not None and not report.slo_outcome.any_met:
-        lines.append("Verdict: no configuration met the latency limits, the baseline included (below).")
-    elif report.winner_is_baseline:
-        lines.append("Verdict: no configuration beat the baseline - keep the engine defaults"
-                     + _baseline_won(report, table) + ".")
-    else:
-        sp = winner.speedup
-        speedup = float("nan") if sp is None else sp.speedup
-        ci = "" if sp is None else sp.interval_text()
-        lines.append(f"Verdict: {str(report.verdict).upper()} - winner is {speedup:.2f}x the baseline{ci}")
-        if table.sequential is not None:
-            lines += sequential_lines(table.sequential)
-        if table.no_sequential is not None:
-            lines.append(table.no_sequential)
-    if table.plan is not None:
-        lines.append(table.plan.describe()
-                     + (f"; extended {table.extension} time{'s' if table.extension != 1 else ''} by a resume with a "
-                        "larger budget" if table.extension else ""))
-    if winner.differences:
-        lines.append("WARNING: the winner itself did not run as configured: " + "; ".join(winner.differences)
-                     + ". Its throughput is what the engine resolved to; export it knowing that.")
-    return lines

@@ -45,19 +45,26 @@ def machine_prior(ledger: Ledger | None, options: StudyOptions, engine: Mapping[
 UNPRICED_RESTART_MINUTES = 1.0
 
 
-def budget_reach_for(options: StudyOptions, engine: Mapping[str, Any]) -> BudgetReach | None:
+def budget_reach_for(options: StudyOptions, engine: Mapping[str, Any], ledger: Ledger | None = None,
+                     price: float | None = None) -> BudgetReach | None:
     """What the study's budget can prove at the machine's prior noise, before the first start (issue 41); ``None``
-    without a budget or verification. A warm restart is priced from earlier studies on the machine, else at
-    :data:`UNPRICED_RESTART_MINUTES`."""
+    without a budget or verification. A warm restart is priced at ``price`` (what a resumed study measured), else
+    from earlier studies on the machine, else at :data:`UNPRICED_RESTART_MINUTES`; a resumed study (``ledger``) adds
+    the noise its search measured to the prior, as its plan will."""
     if not options.verify or (options.budget_minutes is None and options.budget_restarts is None):
         return None
     prior = machine_prior(None, options, engine)
+    if ledger is not None:
+        prior = study_prior(list(_search_values(ledger).values()), prior)
     record = (recorded_noise(options.storage, options.study_name, engine)
               if isinstance(options.storage, str) and options.storage not in ("memory", ":memory:") else None)
-    minutes = (sorted(record.warm_minutes)[len(record.warm_minutes) // 2] if record and record.warm_minutes
-               else UNPRICED_RESTART_MINUTES)
+    minutes = UNPRICED_RESTART_MINUTES
     source = prior.source
-    if options.budget_minutes is not None and not (record and record.warm_minutes):
+    if price:
+        minutes = price
+    elif record and record.warm_minutes:
+        minutes = sorted(record.warm_minutes)[len(record.warm_minutes) // 2]
+    elif options.budget_minutes is not None:
         source += f"; a warm restart priced at ~{minutes:g} min until one is measured"
     # The prior's own value, as the line states it ("at ~10% restart noise"); the plan made at verification reads
     # the noise then measured at an upper credible value, and says so in its own line.
