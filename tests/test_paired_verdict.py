@@ -153,6 +153,18 @@ def test_a_baseline_that_fails_a_third_of_its_restarts_still_gives_a_verdict_fro
     assert v.answer(0.03) == Verdict.FASTER
 
 
+def test_the_report_states_the_baselines_failures_beside_the_verdict(tmp_path):
+    from autotune.report._rows import VerificationTable, VerifiedRow
+    from autotune.report._verification_text import _failures_behind
+
+    engine, candidates, workload = _pair(1.3, 0.03, fail_baseline_on=(2, 5))
+    v = run_verification(engine, workload, candidates, 6, seed_for=lambda r: r)
+    rows = tuple(VerifiedRow.from_verified(e) for e in v.entries)
+    lines = _failures_behind(VerificationTable(rows, 6, v.restarts_used, v.minutes_used), 4)
+    assert lines == ["the baseline failed 2 of its 6 verification restarts (engine died (test)); the verdict reads "
+                     "the 4 rounds both sides ran"]
+
+
 # -- 7. the three-way answer ---------------------------------------------------------------------------------------
 
 

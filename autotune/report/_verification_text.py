@@ -47,6 +47,20 @@ def _baseline_won(report: ReportView, table: VerificationTable) -> str:
     return text + ", undecided)"
 
 
+def _failures_behind(table: VerificationTable, pairs: int | None) -> list[str]:
+    """A verdict read from fewer rounds than ran, because a side failed some restarts, says so (issue 44: a verdict
+    from the restarts that ran, their count and the failures stated)."""
+    out = []
+    for e in table.entries:
+        failed = sum(1 for r in e.restarts if not r.ok)
+        if failed and not e.dropped:
+            who = "the baseline" if e.is_baseline else e.label
+            out.append(f"{who} failed {failed} of its {len(e.restarts)} verification restarts"
+                       + (f" ({e.failure})" if e.failure else "")
+                       + (f"; the verdict reads the {pairs} rounds both sides ran" if pairs is not None else ""))
+    return out
+
+
 def verification_lines(report: ReportView, winner: VerifiedRow, table: VerificationTable) -> list[str]:
     lines: list[str] = []
     width = max(len(e.label) for e in table.entries)
@@ -81,6 +95,7 @@ def verification_lines(report: ReportView, winner: VerifiedRow, table: Verificat
         speedup = float("nan") if sp is None else sp.speedup
         ci = "" if sp is None else sp.interval_text()
         lines.append(f"Verdict: {str(report.verdict).upper()} - winner is {speedup:.2f}x the baseline{ci}")
+        lines += _failures_behind(table, sp.pairs if sp is not None else None)
         if table.sequential is not None:
             lines += sequential_lines(table.sequential)
         if table.no_sequential is not None:
