@@ -36,13 +36,14 @@ from scipy import stats
 
 from autotune.core.records import EngineConfig, Resolved, RestartResult, Workload
 from autotune.decisions import planning
-from autotune.decisions.planning import estimate_noise, plan_restarts, pooled_log_variance
+from autotune.decisions.noise import NoisePrior, planning_noise, study_prior
+from autotune.decisions.planning import estimate_noise, plan_restarts, plan_rounds, pooled_log_variance
 from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate
 from autotune.study import EXTENSION_SHARE, run_verification
 
 __all__ = ["Model", "load_models", "main", "replay_cell"]
 
-POLICIES = ("fixed", "sequential", "plan")
+POLICIES = ("fixed", "sequential", "plan", "paired")
 BUDGETS = (20.0, 30.0, 60.0)
 MARGIN = 0.03
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "measurements"))
@@ -169,8 +170,17 @@ def replay_cell(info: dict[str, Any], policy: str, budget: float, draws: int, se
     out = {"conclusive": 0, "faster": 0, "starts": 0, "configs": 0.0, "over": 0.0}
     others = [g for g in info["others"] if len(g) >= 2]
     for _ in range(draws):
-        kw: dict[str, Any] = {}
-        if policy == "plan":
+        kw: dict[str, Any] = {"paired": policy == "paired"}
+        if policy == "paired":
+            # Issue 41's design: the noise prior that cannot collapse (the default machine prior, the study's pooled
+            # search noise on it, each side at its upper credible value), rounds planned for the paired test.
+            sb, sw = models[bkey].draw(rng, "search", 2), models[wkey].draw(rng, "search", 2)
+            prior = study_prior([list(sb), list(sw)] + others, NoisePrior.default())
+            effect = math.exp(np.mean(np.log(sw)) - np.mean(np.log(sb)))
+            pargs = (planning_noise(list(sw), prior), planning_noise(list(sb), prior))
+            pk = dict(search_effect=effect, challenger_minutes=pw, baseline_minutes=pb)
+            reserve = plan_rounds(*pargs, max_minutes=share * budget, **pk).minutes or 0.0
+        elif policy == "plan":
             sb, sw = models[bkey].draw(rng, "search", 2), models[wkey].draw(rng, "search", 2)
             prior, _ = pooled_log_variance([list(sb), list(sw)] + others)
             effect = math.exp(np.mean(np.log(sw)) - np.mean(np.log(sb)))
@@ -182,14 +192,18 @@ def replay_cell(info: dict[str, Any], policy: str, budget: float, draws: int, se
             reserve = 3 * (pw + pb)
         configs = max(2, int((budget - reserve) // q))
         spent = configs * q
-        if policy == "plan":
+        if policy == "paired":
+            final = plan_rounds(*pargs, max_minutes=max(0.0, budget - spent), **pk)
+            kw |= dict(restarts=final.challenger, baseline_restarts=final.baseline, sequential_rounds=5,
+                       extension_share=EXTENSION_SHARE, order_seed=int(rng.integers(1 << 30)))
+        elif policy == "plan":
             final = plan_restarts(*args, max_minutes=max(0.0, budget - spent), **pk)
-            kw = dict(restarts=final.challenger, baseline_restarts=final.baseline, sequential_rounds=5,
-                      extension_share=EXTENSION_SHARE)
+            kw |= dict(restarts=final.challenger, baseline_restarts=final.baseline, sequential_rounds=5,
+                       extension_share=EXTENSION_SHARE)
         elif policy == "sequential":
-            kw = dict(restarts=3, sequential_rounds=5)
+            kw |= dict(restarts=3, sequential_rounds=5)
         else:
-            kw = dict(restarts=3)
+            kw |= dict(restarts=3)
         engine = _Engine(fake, rng, spent)
         v = run_verification(engine, Workload(), candidates, seed_for=lambda r: r, margin=MARGIN,
                              may_start=lambda n, e=engine: e.spent + n * (pw + pb) / 2 <= budget + 1e-9, **kw)
