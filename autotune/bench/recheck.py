@@ -215,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--draws", type=int, default=10, help="rechecks per study")
     parser.add_argument("--seeds", type=int, default=6, help="studies per profile (seeds 0..N-1)")
     parser.add_argument("--cmd-draws", type=int, default=10, help="rechecks per cmd-engine study (0: none)")
-    parser.add_argument("--cmd-seeds", type=int, default=2, help="cmd-engine studies (h200, seeds 0..N-1)")
+    parser.add_argument("--cmd-seeds", type=int, default=3, help="cmd-engine studies (h200, seeds from --cmd-first-seed)")
     parser.add_argument("--cmd-first-seed", type=int, default=0, help="first cmd-engine study seed")
     parser.add_argument("--cmd-only", action="store_true", help="only the cmd engine's A/A rows")
     parser.add_argument("--restarts", type=int, default=None, help="most rounds per recheck (default: planned)")
