@@ -106,6 +106,9 @@ def render_lineage(lineage: Lineage | None, unit: str = "tok/s") -> list[str]:
     if lineage.rechecks:
         lines += ["", f"Rechecks ({len(lineage.rechecks)}; the verdict above is the study's own, never changed):"]
         for r in lineage.rechecks:
-            lines.append(f"  {r.when}  {r.kind:<8}  {r.verdict:<42} now {_speedup(r.now)}")
+            change = r.change_test
+            against = "" if change is None or change.ratio is None else (
+                f"; x{change.ratio:.2f} [{_num(change.low, 2)}, {_num(change.high, 2)}] of the stored speedup")
+            lines.append(f"  {r.when}  {r.kind:<8}  {r.verdict:<42} now {_speedup(r.now)}{against}")
         lines += ["", *render_recheck(lineage.rechecks[-1], unit)]
     return lines
