@@ -114,8 +114,9 @@ WARMSTART_ARGS ?=
 bench-warmstart: install
 	$(PY) -m autotune.bench.warmstart $(WARMSTART_ARGS)
 
-# autotune recheck in repeated draws: interval coverage of the true and the stored speedup on an unchanged engine,
-# and the verdicts on the simulated 0.29.0 (docs/benchmarks.md, "Rechecking a winner").
+# autotune recheck in repeated draws: false alarms on an unchanged engine (A/A, the simulator and the cmd engine), power
+# on an injected 20% regression, the simulated 0.29.0 (docs/benchmarks.md, "Recheck: false alarms and power (issue
+# 44)"). RECHECK_ARGS="--seeds 2 --draws 5 --cmd-draws 0" for a quick look.
 RECHECK_ARGS ?=
 bench-recheck: install
 	$(PY) -m autotune.bench.recheck $(RECHECK_ARGS)

@@ -2,7 +2,7 @@
 
 The stored study ran the simulator's h200/dense profile on vLLM 0.26.0; its winner is ngram K=3 at 1.52x the
 baseline. The simulated 0.29.0 runs speculation with full graphs PIECEWISE on sizes rounded to 8s
-(engines/_sim_model.py), which takes the winner's lead away: the recheck must say "no longer faster" and name the
+(engines/_sim_model.py), which takes the winner's lead away: the recheck must say "changed: now slower" and name the
 changed resolved configuration.
 """
 
@@ -18,7 +18,7 @@ import yaml
 from autotune.cli._main import raw_main
 from autotune.core.exit_status import ExitStatus
 from autotune.decisions import recheck as rules
-from autotune.decisions.recheck import RecheckRecord, recheck_verdict
+from autotune.decisions.recheck import ChangeTest, RecheckRecord, change_test, recheck_verdict
 from autotune.stats.intervals import Verdict
 from autotune.store.ledger import load
 
@@ -58,12 +58,14 @@ def test_an_unchanged_engine_keeps_the_verdict_and_the_stored_verification(
     before = load(STUDY, storage).verification()
     status, out, err = _run(_recheck(storage, tmp_path), capsys)
     assert status == ExitStatus.SUCCESS, err
-    assert "Verdict: STILL FASTER" in out and "WARNING" not in out
+    # Nothing changed: no change the data support (the fixture's 3 stored restarts a side leave it undecided).
+    assert "Verdict: UNDECIDED" in out and "WARNING" not in out and "Change test (95% anytime-valid" in out
     assert "then" in out and "now" in out and "x1.52 [1.35, 1.71]" in out  # the stored speedup beside today's
     ledger = load(STUDY, storage)
     assert ledger.verification() == before  # the study's own verdict is never touched
     (stored,) = [RecheckRecord.from_dict(r) for r in ledger.rechecks()]
-    assert stored.verdict == rules.STILL_FASTER and stored.kind == rules.BASELINE_KIND
+    assert stored.verdict in (rules.UNDECIDED, rules.UNCHANGED) and stored.kind == rules.BASELINE_KIND
+    assert stored.change_test is not None and stored.change_test.low < 1.0 < stored.change_test.high
     assert stored.now["verdict"] == Verdict.FASTER and stored.restarts_per_config >= 3
     assert not stored.resolved_changes and not stored.differences
 
@@ -72,13 +74,14 @@ def test_a_shifted_engine_is_no_longer_faster_and_the_changed_configuration_is_n
         storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = _run(_recheck(storage, tmp_path, "--space", _space_at(tmp_path, storage, "0.29.0")), capsys)
     assert status == ExitStatus.NO_LONGER_FASTER, err
-    assert "Verdict: NO LONGER FASTER" in out
+    assert "Verdict: CHANGED: NOW SLOWER" in out and "changed: now slower by " in out
     assert "WARNING: engine changed the configuration" in out
     assert "cudagraph_mode FULL_AND_PIECEWISE -> PIECEWISE" in out
     assert "cudagraph_capture_sizes [4, 8, 16, 24, 32] -> [8, 16, 24, 32]" in out
     assert "engine_version: 0.26.0 -> 0.29.0" in out
     (stored,) = load(STUDY, storage).rechecks()
-    assert stored["verdict"] == rules.NO_LONGER_FASTER and stored["resolved_changes"]
+    assert stored["verdict"] == rules.CHANGED_SLOWER and stored["resolved_changes"]
+    assert stored["change"]["high"] < 1 / 1.05 and stored["change"]["stopped"] == "decided"
 
 
 def test_two_engines_in_the_same_rounds_give_one_answer_with_an_interval(
@@ -101,20 +104,24 @@ def test_an_unchanged_second_engine_holds(storage: str, tmp_path: Path, capsys: 
     assert rules.NEW_SAME.upper() in out or rules.NEW_FASTER.upper() in out
 
 
+def _change(verdict: str, now_high: float = 1.2) -> ChangeTest:
+    return ChangeTest(verdict, 1.0, 0.9, 1.1, 0.05, 0.05, now_low=0.8, now_high=now_high)
+
+
 def test_each_verdict_has_its_exit_status() -> None:
     from autotune.cli.recheck import EXIT_FOR_VERDICT
 
-    F, N, S = Verdict.FASTER, Verdict.NOT_SIGNIFICANT, Verdict.SLOWER
-    assert recheck_verdict(F, F, False) == rules.STILL_FASTER
-    assert recheck_verdict(F, N, False) == rules.NO_LONGER_FASTER
-    assert recheck_verdict(F, N, True) == rules.NO_LONGER_FASTER  # the speed first; the change is a warning
-    assert recheck_verdict(F, S, True) == rules.NOW_SLOWER
-    assert recheck_verdict(F, F, True) == rules.CONFIG_CHANGED
-    assert recheck_verdict(N, N, False) == rules.STILL_NOT_FASTER
-    assert recheck_verdict(N, F, False) == rules.NOW_FASTER
+    assert recheck_verdict(_change(rules.UNCHANGED), False) == rules.UNCHANGED
+    assert recheck_verdict(_change(rules.UNDECIDED), False) == rules.UNDECIDED
+    assert recheck_verdict(_change(rules.CHANGED_SLOWER), True) == rules.CHANGED_SLOWER  # the speed first
+    assert recheck_verdict(_change(rules.CHANGED_SLOWER, now_high=0.9), True) == rules.SLOWER_THAN_BASELINE
+    assert recheck_verdict(_change(rules.CHANGED_FASTER), False) == rules.CHANGED_FASTER
+    assert recheck_verdict(_change(rules.UNCHANGED), True) == rules.CONFIG_CHANGED
+    assert recheck_verdict(_change(rules.UNDECIDED), True, fails_now=True) == rules.FAILS_NOW
     assert {v: int(s) for v, s in EXIT_FOR_VERDICT.items()} == {
-        rules.STILL_FASTER: 0, rules.STILL_NOT_FASTER: 0, rules.NEW_FASTER: 0, rules.NEW_SAME: 0,
-        rules.CONFIG_CHANGED: 3, rules.NO_LONGER_FASTER: 5, rules.NOW_SLOWER: 6, rules.NOW_FASTER: 7}
+        rules.UNCHANGED: 0, rules.UNDECIDED: 0, rules.NEW_FASTER: 0, rules.NEW_SAME: 0, rules.CONFIG_CHANGED: 3,
+        rules.CHANGED_SLOWER: 5, rules.FAILS_NOW: 5, rules.SLOWER_THAN_BASELINE: 6, rules.NOW_SLOWER: 6,
+        rules.CHANGED_FASTER: 7}
 
 
 def test_a_study_without_verification_has_nothing_to_recheck(tmp_path: Path,
@@ -143,7 +150,7 @@ def test_recheck_records_survive_a_resume_and_report_shows_the_history(
     status, out, err = _run(["report", "--study", STUDY, "--storage", storage], capsys)
     assert status == ExitStatus.SUCCESS, err
     assert "Rechecks (2; the verdict above is the study's own, never changed):" in out
-    assert rules.STILL_FASTER in out and rules.NO_LONGER_FASTER.upper() in out
+    assert rules.UNDECIDED in out and rules.CHANGED_SLOWER.upper() in out
     status, _, err = _run(["report", "--study", STUDY, "--storage", storage, "--json", str(tmp_path / "r.json")],
                           capsys)
     import json
@@ -164,7 +171,7 @@ def test_recheck_is_a_nested_run_of_the_study_parent(storage: str, tmp_path: Pat
     client = mlflow.MlflowClient(uri)
     runs = client.search_runs([client.get_run(parent).info.experiment_id],
                               filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and tags.`autotune.kind` = 'recheck'")
-    assert len(runs) == 1 and runs[0].data.tags["verdict"] == rules.STILL_FASTER
+    assert len(runs) == 1 and runs[0].data.tags["verdict"] in (rules.UNDECIDED, rules.UNCHANGED)
     assert runs[0].data.metrics["now.speedup"] > 1.3 and runs[0].data.metrics["holds"] == 1.0
 
 
@@ -224,15 +231,18 @@ def test_a_warm_start_from_a_missing_study_is_one_line(storage: str, tmp_path: P
 # -- the benchmarks ----------------------------------------------------------------------------------------------
 
 
-def test_the_recheck_benchmark_scores_draws_on_ground_truth() -> None:
-    from autotune.bench.recheck import draw_rechecks
+def test_the_recheck_benchmark_counts_alarms_and_detections() -> None:
+    from autotune.bench.recheck import REGRESSION, draw_rechecks, upper_bound
 
-    same = draw_rechecks("h200", 6, seed=0, restarts=3)
-    assert same["draws"] == 6 and same["level"] == pytest.approx(0.95) and same["coverage_true"] >= 0.5
-    assert same["verdicts"] == {rules.STILL_FASTER: 6} and same["changed_resolved"] == 0
-    shifted = draw_rechecks("h200", 6, seed=0, version="0.29.0", restarts=3)
-    assert shifted["true_speedup"] < 1.0 and shifted["changed_resolved"] == 1.0
-    assert set(shifted["verdicts"]) <= {rules.NO_LONGER_FASTER, rules.NOW_SLOWER}
+    same = draw_rechecks("h200", 4, seed=0, restarts=4)
+    assert same["draws"] == 4 and same["alarms"] == 0 and same["coverage_change"] == 1.0
+    assert sum(same["verdicts"].values()) == 4
+    regressed = draw_rechecks("h200", 4, seed=0, restarts=6, regress=REGRESSION)
+    assert regressed["true_speedup"] == pytest.approx(same["true_speedup"] * REGRESSION)
+    assert regressed["slower"] == regressed["alarms"] == 4  # the h200 profile's noise is low: seen every time
+    shifted = draw_rechecks("h200", 3, seed=0, version="0.29.0", restarts=4)
+    assert shifted["true_speedup"] < 1.0 and shifted["slower"] == 3
+    assert upper_bound(0, 200) == pytest.approx(1 - 0.05 ** (1 / 200)) and upper_bound(3, 3) == 1.0
 
 
 def test_the_warm_start_benchmark_runs_cold_and_warm_on_both_targets() -> None:
@@ -290,7 +300,7 @@ def test_a_configuration_that_fails_today_is_named(storage: str) -> None:
     ledger = load(STUDY, storage)
     space = parse_space(yaml.safe_load(ledger.space_yaml()))
     record = recheck(ledger, space, NoDrafter(profile="h200", model_profile="dense"), RecheckOptions(restarts=3))
-    assert record.verdict == rules.NO_LONGER_FASTER
+    assert record.verdict == rules.FAILS_NOW
     assert any("fails now: " in c and "ngram drafter missing" in c for c in record.resolved_changes)
 
 
@@ -306,6 +316,144 @@ def test_runner_ups_and_a_minutes_budget(storage: str, tmp_path: Path, capsys: p
     small = plan_recheck_restarts(stored, 2, budget_minutes=per_start * 8)
     assert small[:2] == (3, 3) and small[0] + small[1] <= n_c + n_b
     status, out, err = _run(_recheck(storage, tmp_path, "--runner-ups", "--restarts", "2"), capsys)
-    assert status in (ExitStatus.SUCCESS, ExitStatus.NO_LONGER_FASTER), err
+    assert status == ExitStatus.SUCCESS, err
     record = RecheckRecord.from_dict(load(STUDY, storage).rechecks()[-1])
     assert len(record.now["means"]) == len(stored.entries) == 3  # the dropped runner-up measured again too
+
+
+# -- issue 44, principle 1: "did it change?" ---------------------------------------------------------------------
+
+
+def _lognormal(rng, ratio: float, cv: float, n: int) -> list[float]:
+    import numpy as np
+
+    return list(np.exp(rng.normal(np.log(2000.0 * ratio), cv, n)))
+
+
+def test_the_issues_unchanged_rechecks_are_no_alarm() -> None:
+    """The issue's cases, as figures: a winner stored at x1.14 [1.02, 1.28] rechecked at x1.13 [1.00, 1.28] (the old
+    rule: "no longer faster", exit 5), and a study whose baseline won, x0.92 then and x0.94 now (the old rule: "now
+    slower", exit 6). Neither is a change the data support."""
+    import numpy as np
+
+    from autotune.cli.recheck import EXIT_FOR_VERDICT
+
+    then_w = [2280.0, 2150.0, 2420.0, 2330.0, 2210.0]
+    then_b = [2000.0, 1930.0, 2070.0, 1990.0, 2010.0]
+    now_w = [2260.0, 2090.0, 2430.0]
+    now_b = [2000.0, 1960.0, 2050.0]
+    assert 1.1 < np.mean(then_w) / np.mean(then_b) < 1.2 and 1.1 < np.mean(now_w) / np.mean(now_b) < 1.2
+    test = change_test((then_w, then_b), (now_w, now_b))
+    assert test.verdict == rules.UNDECIDED and test.low < 1.0 < test.high
+    assert EXIT_FOR_VERDICT[recheck_verdict(test, False)] == ExitStatus.SUCCESS
+    base_won = change_test(([1840.0, 1790.0, 1880.0], [2000.0, 1990.0, 2010.0]),
+                           ([1880.0, 1860.0, 1900.0], [2000.0, 1980.0, 2010.0]))
+    assert EXIT_FOR_VERDICT[recheck_verdict(base_won, False)] == ExitStatus.SUCCESS
+
+
+def test_a_change_beyond_the_margin_is_named_with_its_size_and_interval() -> None:
+    rng = __import__("numpy").random.default_rng(7)
+    then = (_lognormal(rng, 1.5, 0.03, 5), _lognormal(rng, 1.0, 0.03, 5))
+    slower = change_test(then, (_lognormal(rng, 1.2, 0.03, 6), _lognormal(rng, 1.0, 0.03, 6)))
+    assert slower.verdict == rules.CHANGED_SLOWER and slower.high < 1 / 1.05 and 0.7 < slower.ratio < 0.9
+    assert "changed: now slower by " in slower.describe() and "[" in slower.describe()
+    worse = change_test(then, (_lognormal(rng, 0.8, 0.03, 6), _lognormal(rng, 1.0, 0.03, 6)))
+    assert recheck_verdict(worse, False) == rules.SLOWER_THAN_BASELINE  # today slower than the baseline too
+    faster = change_test(then, (_lognormal(rng, 1.9, 0.03, 6), _lognormal(rng, 1.0, 0.03, 6)))
+    assert faster.verdict == rules.CHANGED_FASTER
+    # Tight restarts on both sides, nothing changed: shown unchanged within the margin.
+    tight = (_lognormal(rng, 1.5, 0.005, 8), _lognormal(rng, 1.0, 0.005, 8))
+    same = change_test(tight, (_lognormal(rng, 1.5, 0.005, 8), _lognormal(rng, 1.0, 0.005, 8)))
+    assert same.verdict == rules.UNCHANGED and 1 / 1.05 <= same.low <= same.high <= 1.05
+    # Undecided says how many more rounds would decide it (or that none would).
+    open_ = change_test(then, (_lognormal(rng, 1.38, 0.03, 2), _lognormal(rng, 1.0, 0.03, 2)))
+    assert open_.verdict == rules.UNDECIDED and "undecided: " in open_.describe()
+
+
+def test_the_change_sequence_holds_its_level_at_every_look() -> None:
+    """A/A rechecks looked at after every round, up to 16: the share whose sequence ever misses the true change (0)
+    stays under alpha. A fixed-n t interval read at every look would not (that is why a sequence)."""
+    import numpy as np
+
+    from autotune.stats.anytime import change_sequence
+
+    rng = np.random.default_rng(44)
+    runs, missed, fixed_missed = 400, 0, 0
+    for _ in range(runs):
+        then = (_lognormal(rng, 1.2, 0.06, 4), _lognormal(rng, 1.0, 0.06, 4))
+        now_w, now_b = _lognormal(rng, 1.2, 0.06, 16), _lognormal(rng, 1.0, 0.06, 16)
+        seqs = [change_sequence(*then, now_w[:m], now_b[:m]) for m in range(1, 17)]
+        missed += any(not (s.low <= 0.0 <= s.high) for s in seqs)
+        # The same difference and standard error, read as a fixed-n 95% interval at every look.
+        fixed_missed += any(abs(s.estimate) > 1.96 * s.se for s in seqs[1:])
+    assert missed / runs <= 0.05
+    assert fixed_missed / runs > 0.05
+
+
+def test_rechecks_in_a_row_of_an_unchanged_study_never_alarm(
+        storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    statuses = [_run(_recheck(storage, tmp_path, "--restarts", "4"), capsys)[0] for _ in range(5)]
+    assert statuses == [ExitStatus.SUCCESS] * 5
+    records = [RecheckRecord.from_dict(r) for r in load(STUDY, storage).rechecks()]
+    assert len(records) == 5 and len({r.seed_base for r in records}) == 5
+
+
+# -- issue 44, principle 7: concurrent rechecks, --budget-minutes ------------------------------------------------
+
+
+def test_two_rechecks_started_together_measure_on_distinct_seeds_and_both_are_kept(
+        storage: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    argv = [sys.executable, "-m", "autotune", *_recheck(storage, tmp_path, "--restarts", "3")]
+    procs = [subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for _ in range(2)]
+    errors = [p.communicate(timeout=300)[1].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    records = [RecheckRecord.from_dict(r) for r in load(STUDY, storage).rechecks()]
+    assert len(records) == 2  # neither overwrote the other's record
+    seeds = [{r.seed for e in rec.verification.entries for r in e.restarts} for rec in records]
+    assert records[0].seed_base != records[1].seed_base and not seeds[0] & seeds[1]
+
+
+def test_a_claimed_recheck_index_is_never_handed_out_twice(storage: str) -> None:
+    from autotune.study._recheck import _claim_index
+
+    ledger = load(STUDY, storage)
+    (first, a), (second, b) = _claim_index(ledger), _claim_index(ledger)
+    assert a != b  # both held at once: two rechecks running together
+    first.complete()
+    second.complete()
+    assert _claim_index(ledger)[1] not in (a, b)  # used indexes stay used
+
+
+def test_a_recheck_budget_too_small_for_one_round_is_refused_before_any_start(
+        storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = _run(_recheck(storage, tmp_path, "--budget-minutes", "0.01"), capsys)
+    assert status == ExitStatus.BAD_INPUT and not out
+    assert len(err.strip().splitlines()) == 1 and "--budget-minutes 0.01 is too small" in err and "or more" in err
+    assert load(STUDY, storage).rechecks() == []
+
+
+def test_a_recheck_stops_starting_engines_once_its_budget_is_spent(
+        storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from autotune.study import StartCosts
+
+    ledger = load(STUDY, storage)
+    costs = StartCosts.of(ledger)
+    warm = max(costs.price((None, False)), max(costs.warm))
+    budget = 2 * costs.price((None, True)) + 4 * warm  # a round and a bit, far less than --restarts 10
+    status, out, err = _run(_recheck(storage, tmp_path, "--restarts", "10", "--budget-minutes", f"{budget:.4f}"),
+                            capsys)
+    assert status == ExitStatus.SUCCESS, err
+    record = RecheckRecord.from_dict(load(STUDY, storage).rechecks()[-1])
+    spent = sum(r.wall_s for e in record.verification.entries for r in e.restarts) / 60.0
+    assert record.minutes_used == pytest.approx(spent, abs=1e-3)
+    # tune's rule: at most the one start begun within the budget goes past it.
+    assert spent <= budget + max(costs.cold + costs.warm) + 1e-9
+    assert record.change_test.stopped in ("budget", "decided") and record.change_test.restarts[2] < 10
+    assert "engine minutes" in out

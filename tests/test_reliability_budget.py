@@ -105,3 +105,101 @@ def test_challengers_that_lost_their_race_in_the_search_are_a_comparison(tmp_pat
     assert report.trials.pruned >= 1 and report.winner_is_baseline, render_report(report)
     assert [r.is_baseline for r in report.verification.entries] == [True], render_report(report)
     assert report.no_result is None and "keep the engine defaults" in render_report(report)
+
+
+# -- issue 44, principle 7: worker deaths and races never overrun the start budget ------------------------------
+
+
+def _token_worker(url: str, budget: int, out: str) -> None:
+    """One worker taking start tokens until none is left (what every engine start of a study does first)."""
+    import optuna
+
+    from autotune.store.claims import Claims, StartTokens
+    from autotune.store.heartbeat import Heartbeat
+    from autotune.store.ledger import make_storage, owner_id
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    store = make_storage(url, heartbeat_s=1)
+    study = optuna.load_study(study_name="tokens", storage=store)
+    tokens = StartTokens(Claims(study, Heartbeat(store), owner_id()), budget)
+    got = []
+    while (token := tokens.take()) is not None:
+        got.append(token.job)
+        token.complete()
+    Path(out).write_text(json.dumps(got))
+
+
+def test_workers_racing_for_the_last_starts_take_each_start_of_the_budget_once(tmp_path):
+    """Four processes take start tokens as fast as they can: together exactly the budget, no token twice. (The
+    stored-count check that came before a start let two workers both take the last one: 41 starts on 40.)"""
+    import multiprocessing
+
+    import optuna
+
+    from autotune.store.ledger import make_storage
+
+    url = f"sqlite:///{tmp_path}/t.db"
+    optuna.create_study(study_name="tokens", storage=make_storage(url, heartbeat_s=1))
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_token_worker, args=(url, 12, str(tmp_path / f"w{i}.json"))) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0] * 4
+    taken = [job for i in range(4) for job in json.loads((tmp_path / f"w{i}.json").read_text())]
+    assert sorted(taken) == sorted(f"start-{i}" for i in range(12))
+
+
+def _take_and_die(url: str) -> None:
+    import optuna
+
+    from autotune.store.claims import Claims, StartTokens
+    from autotune.store.heartbeat import Heartbeat
+    from autotune.store.ledger import make_storage, owner_id
+
+    store = make_storage(url, heartbeat_s=1)
+    study = optuna.load_study(study_name="tokens", storage=store)
+    token = StartTokens(Claims(study, Heartbeat(store), owner_id()), 2).take()
+    assert token is not None
+    os._exit(0)  # as kill -9 mid-start: the token is held, the engine start never recorded
+
+
+def test_a_token_whose_holder_died_mid_start_goes_to_the_next_start(tmp_path):
+    import multiprocessing
+
+    import optuna
+
+    from autotune.store.claims import Claims, StartTokens
+    from autotune.store.heartbeat import Heartbeat
+    from autotune.store.ledger import make_storage, owner_id
+
+    url = f"sqlite:///{tmp_path}/t.db"
+    store = make_storage(url, heartbeat_s=1)
+    study = optuna.create_study(study_name="tokens", storage=store)
+    child = multiprocessing.get_context("spawn").Process(target=_take_and_die, args=(url,))
+    child.start()
+    child.join(120)
+    tokens = StartTokens(Claims(study, Heartbeat(store), owner_id()), 2)
+    first, second = tokens.take(), tokens.take()
+    assert {first.job, second.job} == {"start-0", "start-1"}  # the dead holder's token is free again
+    first.complete()
+    second.complete()
+    assert tokens.take() is None
+
+
+def test_a_study_never_starts_more_engines_than_its_budget_even_when_every_check_saw_room(tmp_path, monkeypatch):
+    """The race's outcome, made certain: every stored-count check of the budget says there is room (as two workers
+    that both saw the last start free). The start tokens still hold the study to its budget, search and
+    verification together."""
+    from autotune.study import _optimize, _trial, _verification
+
+    monkeypatch.setattr(_trial, "_search_may_start", lambda *a, **k: True)
+    monkeypatch.setattr(_optimize, "_search_may_start", lambda *a, **k: True)
+    monkeypatch.setattr(_verification, "_starts_fit", lambda *a, **k: True)
+    monkeypatch.setattr(_verification, "_verify_may_start", lambda *a, **k: True)
+    space = parse_space(SMALL_SPACE)
+    engine = FakeEngine(lambda c: 100.0 + 10.0 * len(c.key()) % 7)
+    budget = 16
+    ledger = run_study(space, engine, _options(tmp_path, trials=30, budget_restarts=budget))
+    assert len(engine.calls) <= budget and ledger.budget_used()[0] <= budget

@@ -1,18 +1,26 @@
-"""``autotune recheck``: does a study's stored verdict still hold on today's engine and machine?
+"""``autotune recheck``: did a study's stored speedup change on today's engine and machine?
 
 Re-measures the stored winner and baseline (``--runner-ups``: the other verified challengers too) in fresh
 interleaved matched-seed restarts, prints them side by side with the stored result, stores a recheck record in the
 study (its own verdict untouched), logs it to MLflow as a nested run of the study's parent, and exits with a status
-a cron job or CI can act on:
+a cron job or CI can act on. The verdict answers "did it change?": today's speedup of the winner over the baseline
+(measured today, on fresh seeds) against the stored one, each with its own uncertainty, through an anytime-valid
+confidence sequence looked at after every round (the rounds stop once it decides). Only a change the data support
+beyond the equivalence margin (``--margin``, default 5%) exits non-zero; a study whose baseline won is tested the
+same way on its best challenger's ratio:
 
 ====  ==========================================================================================================
-0     the verdict holds: "still faster" (or, for a study whose baseline won, "still not faster"); two engines:
-      the new engine is as fast or faster
-3     "engine changed the configuration": the engine resolves the winner or the baseline differently now
+0     no change the data support: "unchanged" (today's speedup is within +-margin of the stored one) or
+      "undecided" (neither shown yet: the output says how many more rounds would decide); two engines: the new
+      engine is as fast or faster
+3     "engine changed the configuration": the speed did not change, but the engine resolves the winner or the
+      baseline differently now
 4     nothing to recheck: the study has no verification yet
-5     "no longer faster": the stored winner is no longer significantly faster than the baseline
-6     "now slower": significantly slower than the baseline (two engines: slower on the new engine)
-7     "now faster": the study's best challenger was not faster then and is now
+5     "changed: now slower": the speedup fell by more than the margin (a change the data support), or the
+      winner or the baseline fails today ("changed: fails now")
+6     "changed: now slower than the baseline": as 5, and today the winner is slower than the baseline (two
+      engines: slower on the new engine)
+7     "changed: now faster": the speedup rose by more than the margin
 ====  ==========================================================================================================
 
 ``--space FILE`` rechecks on the engine that file configures (a new image, a new interpreter, a simulated
@@ -23,6 +31,7 @@ study's engine beside the winner on that engine changed by the options, in the s
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import IO
@@ -34,24 +43,26 @@ from autotune.core.exit_status import ExitStatus
 
 __all__ = ["EXIT_FOR_VERDICT", "HELP", "configure_parser", "run"]
 
-HELP = "Re-measure a study's winner and baseline on today's engine and machine: does the verdict still hold?"
+HELP = "Re-measure a study's winner and baseline on today's engine and machine: did its speedup change?"
 
 
 def _exit_for_verdict() -> dict[str, ExitStatus]:
     from autotune.decisions import recheck as r
 
-    return {r.STILL_FASTER: ExitStatus.SUCCESS, r.STILL_NOT_FASTER: ExitStatus.SUCCESS,
-            r.NEW_FASTER: ExitStatus.SUCCESS, r.NEW_SAME: ExitStatus.SUCCESS, r.CONFIG_CHANGED: ExitStatus.CHANGED,
-            r.NO_LONGER_FASTER: ExitStatus.NO_LONGER_FASTER, r.NOW_SLOWER: ExitStatus.NOW_SLOWER,
-            r.NOW_FASTER: ExitStatus.NOW_FASTER}
+    return {r.UNCHANGED: ExitStatus.SUCCESS, r.UNDECIDED: ExitStatus.SUCCESS, r.NEW_FASTER: ExitStatus.SUCCESS,
+            r.NEW_SAME: ExitStatus.SUCCESS, r.CONFIG_CHANGED: ExitStatus.CHANGED,
+            r.CHANGED_SLOWER: ExitStatus.NO_LONGER_FASTER, r.FAILS_NOW: ExitStatus.NO_LONGER_FASTER,
+            r.SLOWER_THAN_BASELINE: ExitStatus.NOW_SLOWER, r.NOW_SLOWER: ExitStatus.NOW_SLOWER,
+            r.CHANGED_FASTER: ExitStatus.NOW_FASTER}
 
 
 EXIT_FOR_VERDICT = _exit_for_verdict()
 
 
-EPILOG = ("exit status: 0 the verdict holds (still faster; still not faster; two engines: as fast or faster), "
-          "3 engine changed the configuration, 4 no verification yet, 5 no longer faster, 6 now slower, 7 now faster "
-          "(the study's best challenger was not faster then), 2 bad input")
+EPILOG = ("exit status: 0 no change the data support (unchanged within the margin, or undecided; two engines: as "
+          "fast or faster), 3 engine changed the configuration, 4 no verification yet, 5 changed: now slower (the "
+          "speedup fell beyond the margin, or a configuration fails today), 6 changed: now slower than the baseline "
+          "(two engines: slower on the new engine), 7 changed: now faster, 2 bad input")
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -66,12 +77,26 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                         "these options (e.g. python=/path/new-venv/bin/python, image=...), repeatable")
     p.add_argument("--restarts", type=int, help="counted restarts per configuration (default: sized from the "
                                                 "study's verification and its recorded noise)")
-    p.add_argument("--budget-minutes", type=float, help="engine wall minutes the recheck may take")
+    p.add_argument("--budget-minutes", type=float, help="engine wall minutes the recheck may take (tune's rule: no "
+                                                        "start once the next one's measured price does not fit)")
+    p.add_argument("--margin", type=float, default=None, metavar="FRACTION",
+                   help="equivalence margin of the change test: today's speedup within +-FRACTION of the stored one "
+                        "is unchanged (default 0.05)")
     p.add_argument("--runner-ups", action="store_true", help="re-measure the study's other verified challengers too")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or "
                                                         "sqlite:///mlruns/mlflow.db)")
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     p.add_argument("--json", metavar="PATH", help="also write the recheck record as JSON to PATH")
+
+
+def _margin(value: float | None) -> float:
+    from autotune.decisions.recheck import DEFAULT_MARGIN
+
+    if value is None:
+        return DEFAULT_MARGIN
+    if not math.isfinite(value) or not 0.0 < value < 1.0:
+        raise UsageError(f"--margin must be a fraction between 0 and 1 (0.05: +-5%), got {value:g}")
+    return value
 
 
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
@@ -89,6 +114,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         raise UsageError(f"--restarts must be >= 2 (an interval needs two restarts a side), got {args.restarts}")
     check_count("--restarts", args.restarts, 2, MAX_RESTARTS)
     check_budget(None, args.budget_minutes)  # tune's rule: finite, over 0, at most a year
+    margin = _margin(args.margin)
     if args.json:  # a first check before the study is read; the protected paths are checked once they are known
         check_output_path(args.json, "--json", links=False)
     check_storage(args.storage, write=True)
@@ -127,7 +153,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         new_engine = make_engine(meta.engine.name, cache_dir=os.path.join(cache_dir, "recheck-new-engine"), **options)
         new_engine.check(space)
     try:
-        record = recheck(ledger, space, engine, RecheckOptions(args.restarts, args.budget_minutes, args.runner_ups),
+        record = recheck(ledger, space, engine, RecheckOptions(args.restarts, args.budget_minutes, args.runner_ups,
+                                                                      margin=margin),
                          new_engine=new_engine)
     except RecheckError as exc:
         raise UsageError(str(exc)) from None

@@ -20,12 +20,13 @@ class ExitStatus(enum.IntEnum):
     CHANGED = 3
     #: Nothing to act on yet, e.g. ``export`` or ``recheck`` of a study whose verification has not finished.
     NO_RESULT = 4
-    #: ``recheck``: the stored winner was faster than the baseline and is no longer significantly so.
+    #: ``recheck``: a change the data support: the winner's speedup over the baseline fell by more than the margin
+    #: ("changed: now slower"), or the winner or the baseline fails today ("changed: fails now").
     NO_LONGER_FASTER = 5
-    #: ``recheck``: the stored winner is now significantly slower than the baseline (or than the study's engine,
-    #: when two engines are compared).
+    #: ``recheck``: as 5, and today the winner is slower than the baseline ("changed: now slower than the baseline";
+    #: two engines compared: slower on the new engine).
     NOW_SLOWER = 6
-    #: ``recheck``: the study found nothing faster than the baseline, and its best challenger is now faster.
+    #: ``recheck``: a change the data support: the speedup rose by more than the margin ("changed: now faster").
     NOW_FASTER = 7
     #: SIGHUP (the terminal or ssh session closed), handled exactly like Ctrl-C: saved, resumable. 128 + 1, the
     #: status a shell gives a process its hangup ended.

@@ -67,6 +67,13 @@ def render_recheck(record: RecheckRecord, unit: str = "tok/s") -> list[str]:
             lines.append(f"  {label:<50} {_num(then_means.get(label)):>12} {_num(now_means.get(label)):>12} {unit}")
         lines.append(f"  speedup of {record.checked}: then {_speedup(record.then)} ({record.stored_verdict}), "
                      f"now {_speedup(record.now)} ({record.now.get('verdict')})")
+    change = record.change_test
+    if change is not None:
+        rounds = f"{change.looks} look(s), rounds ended: {change.stopped}"
+        if record.budget_minutes is not None:
+            rounds += f", {record.minutes_used:.2f} of {record.budget_minutes:g} engine minutes"
+        lines.append(f"  Change test ({(1 - change.alpha) * 100:.0f}% anytime-valid, margin +-{change.margin:.0%}; "
+                     f"{rounds}): {change.describe()}")
     lines.append(f"  Verdict: {record.verdict.upper()}")
     if record.resolved_changes:
         lines.append(f"  WARNING: {CONFIG_CHANGED}: what the engine resolves is not what the study measured:")
@@ -99,6 +106,9 @@ def render_lineage(lineage: Lineage | None, unit: str = "tok/s") -> list[str]:
     if lineage.rechecks:
         lines += ["", f"Rechecks ({len(lineage.rechecks)}; the verdict above is the study's own, never changed):"]
         for r in lineage.rechecks:
-            lines.append(f"  {r.when}  {r.kind:<8}  {r.verdict:<42} now {_speedup(r.now)}")
+            change = r.change_test
+            against = "" if change is None or change.ratio is None else (
+                f"; x{change.ratio:.2f} [{_num(change.low, 2)}, {_num(change.high, 2)}] of the stored speedup")
+            lines.append(f"  {r.when}  {r.kind:<8}  {r.verdict:<42} now {_speedup(r.now)}{against}")
         lines += ["", *render_recheck(lineage.rechecks[-1], unit)]
     return lines

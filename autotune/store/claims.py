@@ -33,7 +33,10 @@ from autotune.store.heartbeat import Heartbeat
 from autotune.store.ledger import CLAIMS_SUFFIX, claim_attrs, claim_holder_gone, claim_job, record_claim_restarts
 from autotune.core.records import RestartResult
 
-__all__ = ["Claim", "Claims"]
+__all__ = ["START_JOB", "Claim", "Claims", "StartTokens"]
+
+#: The claims that make up the engine-start budget: ``start-<i>``, one per engine start (:class:`StartTokens`).
+START_JOB = "start-"
 
 _LIVE = (TrialState.RUNNING, TrialState.COMPLETE)
 
@@ -125,3 +128,50 @@ class Claims:
             if claim is not None:
                 return claim
             sleep(poll_s)
+
+
+class StartTokens:
+    """The engine-start budget (``--budget-restarts``) as numbered claims, so that no number of workers, however
+    they race or die, starts more engines than it.
+
+    Every engine start of a study first takes a token: the lowest free claim ``start-<i>`` with ``i`` below the
+    budget, held (RUNNING, kept alive by the holder's heartbeat) while the engine runs and completed when it
+    returns, before its restart is recorded. Checking the budget and taking the start is then one atomic step
+    across workers: the claim's lowest-number rule gives each token one holder, so two workers that both saw room
+    for the last start cannot both take it (issue 44: a check of the stored counts followed by a start let a study
+    start 41 engines on a budget of 40 under load with workers killed). A holder that dies mid-start loses its
+    token with its heartbeat (or at once, on its machine): its start was never recorded, and the token goes to the
+    next start. A token completed by a holder that dies before recording its restart stays spent: the budget is
+    then under-used by one, never overrun.
+
+    The stored counts (``Ledger.budget_used`` and what running trials announce) still plan what to start; the
+    tokens only guarantee the ceiling. Starts recorded without a token (a study run by autotune before issue 44)
+    are taken off the budget when the tokens are opened.
+
+    Args:
+        claims: The study's claims (this worker's heartbeat keeps its held token alive).
+        budget: ``--budget-restarts``.
+        recorded: Engine starts the study has on record now (``Ledger.budget_used()[0]``).
+    """
+
+    def __init__(self, claims: Claims, budget: int, recorded: int = 0) -> None:
+        self.claims = claims
+        spent = sum(1 for t in self._tokens() if t.state == TrialState.COMPLETE)
+        self.limit = max(0, int(budget) - max(0, int(recorded) - spent))
+
+    def _tokens(self) -> list[FrozenTrial]:
+        return [t for t in self.claims.study.get_trials(deepcopy=False) if (claim_job(t) or "").startswith(START_JOB)]
+
+    def take(self) -> Claim | None:
+        """A token for one engine start (complete it once the engine returned, give it up if it did not), or
+        ``None``: every start the budget allows is taken or done."""
+        self.claims.refresh()
+        taken = {claim_job(t) for t in self._tokens() if t.state in _LIVE}
+        for i in range(self.limit):
+            job = f"{START_JOB}{i}"
+            if job in taken:
+                continue
+            claim = self.claims.try_claim(job)
+            if claim is not None:
+                return claim
+        return None

@@ -556,11 +556,21 @@ class Ledger(WorkerRecords, VerificationRecords):
         self._set_study(_MLFLOW_PARENT_RUN_KEY, run_id)
 
     def rechecks(self) -> list[dict[str, Any]]:
-        """Every ``autotune recheck`` of the study, oldest first (``RecheckRecord`` dicts; empty for older studies)."""
-        return self._read(None, _RECHECKS_KEY, list_of(mapping), [])
+        """Every ``autotune recheck`` of the study, oldest first (``RecheckRecord`` dicts; empty for older studies):
+        those stored in one list by autotune before issue 44, then each stored under its own index."""
+        listed = self._read(None, _RECHECKS_KEY, list_of(mapping), [])
+        prefix = self._key(_RECHECKS_KEY) + ":"
+        indexed = sorted((int(name[len(prefix):]), value) for name, value in self.study.user_attrs.items()
+                         if name.startswith(prefix) and name[len(prefix):].isdigit())
+        return [*listed, *(decoded(value, mapping, f"{prefix}{i}", self.name, None) for i, value in indexed)]
 
-    def record_recheck(self, record: Mapping[str, Any]) -> None:
-        self._set_study(_RECHECKS_KEY, [*self.rechecks(), dict(record)])
+    def record_recheck(self, record: Mapping[str, Any], index: int | None = None) -> None:
+        """Store a recheck; under ``index`` (its claimed index) as a value of its own, so two rechecks that end
+        together never overwrite each other's record (a read-modify-write of one list would lose one)."""
+        if index is None:
+            self._set_study(_RECHECKS_KEY, [*self._read(None, _RECHECKS_KEY, list_of(mapping), []), dict(record)])
+            return
+        self.study.set_user_attr(f"{self._key(_RECHECKS_KEY)}:{int(index)}", redact(dict(record)))
 
     # -- budget ------------------------------------------------------------------------------------------
 

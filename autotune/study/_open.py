@@ -20,7 +20,7 @@ from autotune.engines import EngineBackend
 from autotune.engines.process import stop_orphans
 from autotune.store import ledger as _ledger
 from autotune.store import storage
-from autotune.store.claims import Claims
+from autotune.store.claims import Claims, StartTokens
 from autotune.store.fingerprint import check_resume, fingerprint
 from autotune.store.heartbeat import Heartbeat
 from autotune.store.ledger import Ledger, StudyMeta
@@ -117,8 +117,12 @@ def _open(space: SearchSpace, engine: EngineBackend, options: StudyOptions, work
             engine.learn_noise(result)
     heartbeat = Heartbeat(storage(ledger.study))
     owner = _ledger.owner_id(worker, gpus, cache_dir)
-    ctx = StudyContext(options, space, engine, facts, ledger, resumed,
-                       claims=Claims(ledger.study, heartbeat, owner), owner=owner, poll_s=poll_s, sleep=sleep)
+    claims = Claims(ledger.study, heartbeat, owner)
+    # Every engine start takes a token first: no race between workers (or death of one) overruns the start budget.
+    tokens = None if options.budget_restarts is None else StartTokens(claims, options.budget_restarts,
+                                                                     ledger.budget_used()[0])
+    ctx = StudyContext(options, space, engine, facts, ledger, resumed, claims=claims, owner=owner, poll_s=poll_s,
+                       sleep=sleep, start_tokens=tokens)
     if not resumed or not ledger.baselines_enqueued():
         # The process that created the study queues its first trials (a worker that joins finds them queued).
         for params in [*space.baseline_params(), *options.enqueue]:

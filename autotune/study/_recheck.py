@@ -1,8 +1,10 @@
 """``autotune recheck``: a study's stored winner and baseline measured again on today's engine and machine.
 
-The restarts are the verification phase's own (:func:`autotune.study._verification.run_verification`: fresh
-processes, interleaved, matched seeds, the same conclusion), on seeds no restart of the study ran on. The rules
-(sizing, the verdict then against now, what differs) are :mod:`autotune.decisions.recheck`'s. The result is a
+The restarts are the verification phase's own (:class:`autotune.study._verification.VerificationLoop`: fresh
+processes, interleaved, matched seeds, the same conclusion), on seeds no restart of the study (nor another recheck,
+a concurrent one included) ran on. The change test looks after every round and the rounds stop once it decides, or
+once ``--budget-minutes`` has no room for the next start. The rules (sizing, the change test then against now,
+what differs) are :mod:`autotune.decisions.recheck`'s. The result is a
 :class:`~autotune.decisions.recheck.RecheckRecord`, stored beside the study's verification, which stays as it was.
 
 Two kinds:
@@ -17,7 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from autotune.config.space import SearchSpace
@@ -26,7 +29,13 @@ from autotune.decisions import recheck as rules
 from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, Verification
 from autotune.stats.intervals import Verdict
 from autotune.store.ledger import Ledger
-from autotune.study._verification import _runnable, run_verification
+from autotune.store import storage
+from autotune.store.claims import Claims
+from autotune.store.heartbeat import Heartbeat
+from autotune.store.ledger import owner_id
+from autotune.study._budget import StartCosts
+from autotune.study._restart import measure_restart
+from autotune.study._verification import MemoryRounds, VerificationLoop, _runnable
 from autotune.study.options import SEED_STRIDE
 
 __all__ = ["NEW_ENGINE_ARG", "RECHECK_SEED_OFFSET", "RecheckError", "RecheckOptions", "recheck"]
@@ -34,6 +43,8 @@ __all__ = ["NEW_ENGINE_ARG", "RECHECK_SEED_OFFSET", "RecheckError", "RecheckOpti
 #: Recheck rounds use seeds no search (offset < 50 000) or verification (50 000 + round) restart ran on: recheck
 #: ``i`` of a study starts at ``RECHECK_SEED_OFFSET + 1000 * i``.
 RECHECK_SEED_OFFSET = 70_000
+#: The claim that gives a recheck its index (``recheck-<i>``), and with it its seeds.
+RECHECK_JOB = "recheck"
 #: The engine argument that marks the new engine's side in an ``engines`` recheck (it gives that side its own
 #: configuration key in the rounds); it is removed before the new engine sees the configuration.
 NEW_ENGINE_ARG = "autotune_recheck_engine"
@@ -51,14 +62,17 @@ class RecheckOptions:
         restarts: Counted restarts per configuration (``None``: :func:`~autotune.decisions.recheck.plan_recheck_restarts`).
         budget_minutes: Engine minutes the recheck may take (caps the planned restarts).
         runner_ups: Measure the study's other verified challengers too.
-        index: Which recheck of the study this is, for its seeds (default: the number stored before it; the
-            benchmark's repeated draws, which store nothing, count their own).
+        index: Which recheck of the study this is, for its seeds (default: claimed, the first from the number
+            stored before it that no other recheck holds; the benchmark's repeated draws, which store nothing, count
+            their own).
+        margin: The change test's equivalence margin on the ratio of today's speedup to the stored one.
     """
 
     restarts: int | None = None
     budget_minutes: float | None = None
     runner_ups: bool = False
     index: int | None = None
+    margin: float = rules.DEFAULT_MARGIN
 
 
 class _TwoEngines:
@@ -92,8 +106,14 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOpt
             store: bool = True) -> rules.RecheckRecord:
     """Recheck the study's stored verdict (``new_engine``: the winner on two engines) and store the record.
 
+    The rounds run as verification's, on seeds of their own (:func:`_claim_index`: a recheck running beside this
+    one gets other seeds); after each round the change test (:func:`~autotune.decisions.recheck.change_test`) looks
+    and the rounds stop once it decides. No engine starts once ``budget_minutes`` cannot pay for one more at the
+    study's measured price (``tune``'s rule: the recheck overruns by at most the one start it began within it).
+
     Raises:
-        RecheckError: no verification to recheck, or ``space`` no longer builds the stored configurations.
+        RecheckError: no verification to recheck, ``space`` no longer builds the stored configurations, or a
+            budget too small for one round.
     """
     stored = ledger.verification()
     if stored is None:
@@ -117,22 +137,159 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOpt
     else:
         candidates = [Candidate(CANDIDATE, _marked(winner)), Candidate(BASELINE, winner)]
         runner = _TwoEngines(engine, new_engine)
+    alpha = 1.0 - (meta.confidence or 0.95)
     n, n_base, why = rules.plan_recheck_restarts(stored, len(candidates), restarts=options.restarts,
-                                                 budget_minutes=options.budget_minutes)
-    seed_base = int(meta.seed or 0) * SEED_STRIDE + RECHECK_SEED_OFFSET + 1000 * (
-        len(ledger.rechecks()) if options.index is None else options.index)
-    now = run_verification(runner, space.workload, candidates, n, lambda r: seed_base + r, on_result=on_restart,
-                           confidence=meta.confidence or 0.95, interval_method=meta.interval_method or "t",
-                           slo=space.slo_constraints, baseline_restarts=n_base)
-    facts_old = EngineFacts.of(engine.describe())
-    if new_engine is None:
-        record = _baseline_record(stored, index, now, meta.engine, facts_old, n, why, seed_base)
-    else:
-        record = _engines_record(stored, index, now, facts_old, EngineFacts.of(new_engine.describe()), n, why,
-                                 seed_base)
-    if store:
-        ledger.record_recheck(record.to_dict())
+                                                 budget_minutes=options.budget_minutes, margin=options.margin,
+                                                 alpha=alpha)
+    budget = _RecheckBudget(StartCosts.of(ledger), options.budget_minutes)
+    budget.check_first_round(candidates)
+    claim, number = (None, options.index) if options.index is not None else _claim_index(ledger)
+    try:
+        seed_base = int(meta.seed or 0) * SEED_STRIDE + RECHECK_SEED_OFFSET + 1000 * number
+        then = (tuple(checked.summary.values), tuple(stored.baseline.summary.values))
+        looks = _Looks(then, winner.key(), base.key(), options.margin, alpha, decide=new_engine is None)
+        now = _run_rounds(runner, space, candidates, n, n_base, seed_base, meta, budget, looks, on_restart)
+        facts_old = EngineFacts.of(engine.describe())
+        if new_engine is None:
+            record = _baseline_record(stored, index, now, meta.engine, facts_old, n, why, seed_base,
+                                      looks.final(budget.stopped))
+        else:
+            record = _engines_record(stored, index, now, facts_old, EngineFacts.of(new_engine.describe()), n, why,
+                                     seed_base)
+        record = dataclasses.replace(record, budget_minutes=options.budget_minutes,
+                                     minutes_used=round(budget.spent, 4))
+        if store:
+            ledger.record_recheck(record.to_dict(), index=number)
+    finally:
+        if claim is not None:
+            claim.complete()  # the index is spent, stored or not: its seeds are never handed out again
     return record
+
+
+#: Most recheck indexes tried when claiming one (each a claim in the study's claims; far more than run at once).
+_MOST_INDEXES = 10_000
+
+
+def _claim_index(ledger: Ledger) -> tuple[Any, int]:
+    """The recheck's index, claimed for this process alone: the first from the number of stored rechecks that no
+    other recheck holds or used (a claim ``recheck-<i>`` in the study's claims, the lowest claimant its holder).
+    Two rechecks started together read the same stored count; the claim gives them different indexes, so their
+    rounds run on different seeds. Returns the claim (completed when the recheck ends) and the index."""
+    claims = Claims(ledger.study, Heartbeat(storage(ledger.study)), owner_id())
+    first = len(ledger.rechecks())
+    for number in range(first, first + _MOST_INDEXES):
+        claim = claims.try_claim(f"{RECHECK_JOB}-{number}")
+        if claim is not None:
+            return claim, number
+    raise RecheckError(f"study {ledger.name!r} has {_MOST_INDEXES} rechecks running or unfinished: wait for them")
+
+
+class _RecheckBudget:
+    """``--budget-minutes`` for a recheck, by ``tune``'s rule (:mod:`autotune.study._budget`): each start priced at
+    what the study's own starts of its kind cost; none starts once the minutes spent and its price exceed the
+    budget; a budget that cannot pay for the first round is refused before anything runs."""
+
+    def __init__(self, costs: StartCosts, minutes: float | None) -> None:
+        self.costs, self.minutes = costs, minutes
+        self.spent = 0.0
+        self.stopped: str | None = None
+        self.started: set[str] = set()
+
+    def _price(self, key: str, cold: bool) -> float:
+        return self.costs.price((key, cold))
+
+    def check_first_round(self, candidates: Sequence[Candidate]) -> None:
+        """Refuse a budget too small for one round: a cold start (an engine's first start of a configuration may
+        be) and a counted restart of each configuration."""
+        if self.minutes is None:
+            return
+        starts = [(c.config.key(), cold) for c in candidates for cold in (True, False)]
+        need = self.costs.forecast(starts)
+        if need > self.minutes:
+            cold = self._price(candidates[0].config.key(), True) * 60.0
+            warm = self._price(candidates[0].config.key(), False) * 60.0
+            raise RecheckError(f"--budget-minutes {self.minutes:g} is too small for a recheck's first round "
+                               f"({len(starts)} engine starts at the study's measured {cold:.0f} s per cold start and "
+                               f"{warm:.0f} s per warm one): use --budget-minutes {math.ceil(need * 100) / 100:g} "
+                               "or more")
+
+    def fits(self, key: str) -> bool:
+        """Whether the next start of ``key`` fits (its first start here priced cold: the engine may start it so)."""
+        if self.minutes is None:
+            return True
+        if self.spent + self._price(key, key not in self.started) > self.minutes:
+            self.stopped = "budget"
+            return False
+        return True
+
+    def spend(self, key: str, result: RestartResult) -> None:
+        self.started.add(key)
+        self.spent += float(result.wall_s or 0.0) / 60.0
+
+
+class _Looks:
+    """The change test after every round: the restarts so far by configuration, and whether it has decided."""
+
+    def __init__(self, then: tuple[Sequence[float], Sequence[float]], key: str, base_key: str, margin: float,
+                 alpha: float, decide: bool) -> None:
+        self.then, self.key, self.base_key = then, key, base_key
+        self.margin, self.alpha, self.decide = margin, alpha, decide
+        self.values: dict[str, list[float]] = {}
+        self.looked = 0
+        self.looks = 0
+        self.decided = False
+
+    def add(self, key: str, result: RestartResult) -> None:
+        if result.ok and not result.cold and result.value is not None:
+            self.values.setdefault(key, []).append(float(result.value))
+
+    def test(self, stopped: str = "planned") -> rules.ChangeTest:
+        now = (self.values.get(self.key, []), self.values.get(self.base_key, []))
+        return rules.change_test(self.then, now, self.margin, self.alpha, looks=self.looks, stopped=stopped)
+
+    def before_round(self, rnd: int) -> bool:
+        """Look once at the start of each round after the first; ``True`` once the test has decided."""
+        if self.decide and not self.decided and rnd > self.looked:
+            self.looked = rnd
+            if self.values.get(self.key) and self.values.get(self.base_key):
+                self.looks += 1
+                self.decided = self.test().decided
+        return self.decided
+
+    def final(self, budget_stop: str | None) -> rules.ChangeTest:
+        if not self.decided:
+            self.looks += 1  # the look after the last round
+        test = self.test()
+        stopped = "decided" if test.decided else (budget_stop or "planned")
+        return dataclasses.replace(test, stopped=stopped)
+
+
+def _run_rounds(runner: Any, space: SearchSpace, candidates: Sequence[Candidate], n: int, n_base: int,
+                seed_base: int, meta: Any, budget: _RecheckBudget, looks: _Looks,
+                on_restart: Callable[[Candidate, RestartResult], None] | None) -> Verification:
+    """Verification's loop over the recheck's rounds, in memory; a round the change test decided before, or the
+    budget has no room for, starts nothing (it concludes on what ran, as a budget-cut verification does)."""
+
+    def run(candidate: Candidate, rnd: int, on_result: Callable[[RestartResult], None]) -> object:
+        key = candidate.config.key()
+        if looks.before_round(rnd) or budget.stopped or not budget.fits(key):
+            return None
+        return measure_restart(runner, candidate.config, space.workload, restart=rnd, seed=seed_base + rnd,
+                               on_result=on_result, rerun_cold=lambda _cold: budget.fits(key),
+                               run_again=lambda _failed: budget.fits(key))
+
+    def landed(candidate: Candidate, result: RestartResult) -> None:
+        budget.spend(candidate.config.key(), result)
+        looks.add(candidate.config.key(), result)
+        if on_restart is not None:
+            on_restart(candidate, result)
+
+    loop = VerificationLoop(candidates, MemoryRounds(), run, n, n, confidence=meta.confidence or 0.95,
+                            interval_method=meta.interval_method or "t", slo=space.slo_constraints,
+                            unit=space.workload.unit, on_restart=landed, baseline_restarts=n_base)
+    verification = loop.run()
+    assert verification is not None  # one process concludes what it runs
+    return verification
 
 
 def _figures(v: Verification, key: str, names: dict[str, str]) -> dict[str, Any]:
@@ -166,7 +323,8 @@ def _stamp() -> str:
 
 
 def _baseline_record(stored: Verification, index: int, now: Verification, engine_then: EngineFacts,
-                     engine_now: EngineFacts, n: int, why: str, seed_base: int) -> rules.RecheckRecord:
+                     engine_now: EngineFacts, n: int, why: str, seed_base: int,
+                     change: rules.ChangeTest) -> rules.RecheckRecord:
     checked = stored.entries[index]
     key, base_key = checked.candidate.config.key(), stored.baseline.candidate.config.key()
     label = checked.candidate.config.label()
@@ -177,11 +335,12 @@ def _baseline_record(stored: Verification, index: int, now: Verification, engine
     changes += _failures(now)
     then_runs = [r for e in stored.entries for r in e.restarts]
     now_runs = [r for e in now.entries for r in e.restarts]
-    verdict = rules.recheck_verdict(stored.verdict, now_fig["verdict"], bool(changes))
+    fails_now = any(_entry(now, k).summary.status != "ok" for k in (key, base_key))
+    verdict = rules.recheck_verdict(change, bool(changes), fails_now)
     return rules.RecheckRecord(_stamp(), rules.BASELINE_KIND, verdict, stored.verdict, label, then_fig, now_fig, now,
                                engine_then.to_dict(), engine_now.to_dict(),
                                tuple(rules.fact_differences(engine_then, engine_now, then_runs, now_runs)),
-                               tuple(changes), n, why, seed_base)
+                               tuple(changes), n, why, seed_base, change.to_dict())
 
 
 def _engines_record(stored: Verification, index: int, now: Verification, old: EngineFacts, new: EngineFacts,

@@ -72,7 +72,7 @@ def redo_lost(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verifica
     if claim is None:
         return None  # another worker redid them
     run = restart_runner(ctx.engine, ctx.space.workload, options.verify_seed,
-                         lambda cand: _may_run_again(ledger, options, cand))
+                         lambda cand: _may_run_again(ledger, options, cand), ctx.start_tokens)
     mine: dict[str, list[RestartResult]] = {}
     with _given_up_unless_done(claim):
         for rnd, cand in lost():

@@ -5,6 +5,7 @@ Lives in the study, not in :mod:`autotune.stats`: it runs the engine, while the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,7 @@ def measure_restart(
     on_result: Callable[[RestartResult], None] | None = None,
     rerun_cold: Callable[[RestartResult], bool] | None = None,
     run_again: Callable[[RestartResult], bool] | None = None,
+    tokens: Any = None,
 ) -> list[RestartResult]:
     """One counted restart of ``config``, preceded by a warm-up restart when the engine reports it cold.
 
@@ -47,14 +49,21 @@ def measure_restart(
     failure, after ``on_result`` saw it) says the budget and the floor rule allow it: the search and verification
     both pass it, so neither loses a configuration, the baseline included, to one passing fault (issue 32).
 
+    With ``tokens`` (the study's :class:`~autotune.store.claims.StartTokens`, under ``--budget-restarts``) every
+    engine start first takes a token; when none is left no engine starts, and what ran so far is returned (empty:
+    nothing ran, the budget is spent).
+
     Returns:
         The restarts run (one, or a cold one followed by a warm one, and again after a transient failure), in
-        order.
+        order; empty when the start budget had no token left.
     """
     results: list[RestartResult] = []
     for again in range(TRANSIENT_RUNS_AGAIN + 1):
-        results += _start(engine, config, workload, restart=restart, seed=seed, on_result=on_result,
-                          rerun_cold=rerun_cold)
+        ran = _start(engine, config, workload, restart=restart, seed=seed, on_result=on_result,
+                     rerun_cold=rerun_cold, tokens=tokens)
+        results += ran
+        if not ran:
+            break  # no token: the start budget is spent
         last = results[-1]
         if again == TRANSIENT_RUNS_AGAIN or not is_transient(last) or run_again is None or not run_again(last):
             break
@@ -63,11 +72,22 @@ def measure_restart(
 
 def _start(engine: Any, config: EngineConfig, workload: Any, *, restart: int, seed: int,
            on_result: Callable[[RestartResult], None] | None,
-           rerun_cold: Callable[[RestartResult], bool] | None) -> list[RestartResult]:
+           rerun_cold: Callable[[RestartResult], bool] | None, tokens: Any = None) -> list[RestartResult]:
     """One counted restart, preceded by a warm-up restart when the engine reports it cold (see above)."""
     results = []
     for attempt in range(2):
-        result = engine.run_restart(config, workload, restart=restart, seed=seed)
+        token = None if tokens is None else tokens.take()
+        if tokens is not None and token is None:
+            break  # every start the budget allows is taken: this one is not started
+        try:
+            result = engine.run_restart(config, workload, restart=restart, seed=seed)
+        except BaseException:
+            if token is not None:
+                with contextlib.suppress(Exception):
+                    token.give_up()  # nothing recorded: the next start may have the token
+            raise
+        if token is not None:
+            token.complete()  # before the restart is recorded: a death in between under-uses the budget by one
         if hasattr(engine, "learn_noise"):
             engine.learn_noise(result)  # the warm-up noise prior the engine's next restarts warm up by
         if isinstance(workload, Workload):

@@ -121,7 +121,12 @@ class TrialMeasurement:
                     return  # budget: keep what we have
             ran = measure_restart(ctx.engine, self.config, ctx.space.workload, restart=j,
                                   seed=options.search_seed(j), on_result=self._on_result, rerun_cold=self._rerun_cold,
-                                  run_again=self._run_again)
+                                  run_again=self._run_again, tokens=ctx.start_tokens)
+            if not ran:
+                # Another worker took the last start of the budget between this worker's check and its start.
+                if not self.values:
+                    self._end(TrialState.PRUNED, "no counted restart: the engine-start budget was spent")
+                return
             last = ran[-1]
             if hit_floor(last) and self._floor_infeasible():
                 return

@@ -103,16 +103,18 @@ class RoundBook(Protocol):
 
 
 def restart_runner(engine: Any, workload: Workload, seed_for: Callable[[int], int],
-                   run_again: Callable[[Candidate], bool] | None = None) -> RunRestart:
+                   run_again: Callable[[Candidate], bool] | None = None, tokens: Any = None) -> RunRestart:
     """:data:`RunRestart` on ``engine``: round ``r`` on seed ``seed_for(r)``, the same for every configuration in the
     round (matched restarts). A restart that failed transiently (the memory guard, a lost restart) is run once more
     when ``run_again(candidate)`` says the budget and the floor rule allow it, as in the search
-    (:func:`measure_restart`): a passing fault never costs a configuration, the baseline included, its place."""
+    (:func:`measure_restart`): a passing fault never costs a configuration, the baseline included, its place.
+    ``tokens``: the study's start tokens (every start takes one first, :class:`autotune.store.claims.StartTokens`)."""
 
     def run(candidate: Candidate, rnd: int, on_result: Callable[[RestartResult], None]) -> object:
         return measure_restart(engine, candidate.config, workload, restart=rnd, seed=seed_for(rnd),
                                on_result=on_result,
-                               run_again=None if run_again is None else (lambda _failed: run_again(candidate)))
+                               run_again=None if run_again is None else (lambda _failed: run_again(candidate)),
+                               tokens=tokens)
 
     return run
 
@@ -535,7 +537,8 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
     loop = VerificationLoop(
         candidates, _StudyRounds(ctx, observers, extension),
         _budgeted_runner(ctx, restart_runner(ctx.engine, ctx.space.workload, options.verify_seed,
-                                             lambda cand: _may_run_again(ledger, options, cand))), common,
+                                             lambda cand: _may_run_again(ledger, options, cand),
+                                             ctx.start_tokens)), common,
         max(common, options.verify_max_restarts or common), options.confidence, options.interval_method,
         slo=ctx.space.slo_constraints, unit=ctx.space.workload.unit,
         may_start=lambda todo: _verify_may_start(ledger, options, todo),

@@ -35,6 +35,8 @@ class StudyContext:
         owner: This worker: host, pid, worker index, GPUs.
         poll_s: Seconds between looks at the study while waiting for other workers.
         sleep: How waiting passes (``time.sleep``; the scaling benchmark's simulated clock).
+        start_tokens: Under ``--budget-restarts``, the tokens every engine start takes first
+            (:class:`autotune.store.claims.StartTokens`): the start budget's atomic ceiling across workers.
     """
 
     options: StudyOptions
@@ -48,6 +50,7 @@ class StudyContext:
     owner: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     poll_s: float = 1.0
     sleep: Callable[[float], None] = time.sleep
+    start_tokens: Any = None
 
     @property
     def study(self) -> Any:

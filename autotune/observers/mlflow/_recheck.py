@@ -36,6 +36,10 @@ def _metrics(record: RecheckRecord) -> list[tuple[str, float, int]]:
         if isinstance(mean, (int, float)) and math.isfinite(mean):
             out.append((f"now.mean.{label}"[:250].replace("[", "(").replace("]", ")").replace(",", "_")
                         .replace("=", "-"), float(mean), 0))
+    for key in ("ratio", "low", "high"):  # the change test: today's speedup over the stored one (issue 44)
+        value = record.change.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            out.append((f"change.{key}", float(value), 0))
     out.append(("holds", 1.0 if record.holds else 0.0, 0))
     return out
 
