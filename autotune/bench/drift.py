@@ -41,8 +41,8 @@ from scipy import optimize, stats
 from autotune.core.records import RestartResult
 from autotune.engines.drift import PRESETS, DriftParams, window_g
 
-__all__ = ["FitResult", "Observation", "Series", "fit_drift", "fit_pass_sd", "fit_restarts", "issue41_series",
-           "load_series", "main", "simulate_series"]
+__all__ = ["PRESET_SESSIONS", "FitResult", "Observation", "Series", "fit_drift", "fit_pass_sd", "fit_preset",
+           "fit_restarts", "issue41_series", "load_series", "main", "simulate_series"]
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "measurements"))
 ISSUE41_FILE = "h100-issue41-verification.json"
@@ -52,8 +52,21 @@ PASS_TAU_S = -1.3 / math.log(0.64)
 SESSION_GAP_S = 1800.0
 #: Bounds of the restart fit: level sd (log), level correlation time (s), restart sd (log).
 BOUNDS = ((1e-3, 1.0), (20.0, 86400.0), (0.0, 0.5))
-#: Derived figures reported with intervals: a restart's total sd (10 s timed) and the correlation of two 60 s apart.
-DERIVED = ("restart_cv_10s", "corr_60s")
+#: The recorded sessions each preset of :data:`autotune.engines.drift.PRESETS` was fitted on, named so that a
+#: measurement added later does not move a preset without a refit: ``h100`` is issue 41's H100 session; ``pooled``
+#: every session recorded on an H100 or H200 when the presets were fitted.
+PRESET_SESSIONS: dict[str, tuple[str, ...]] = {
+    "h100": ("issue41-h100",),
+    "pooled": ("issue41-h100", "h100-moe-plan#0", "h200-b20#0", "h200-dummy#0", "h200-dummy-new#1", "h200-moe#0",
+               "h200-moe-levels#0", "h200-moe-plan#0", "h200-moe-schedule#0", "h200-moe30#0", "h200-moe30#1"),
+}
+#: Derived figures reported with intervals (10 s timed): a restart's total sd, the correlation of two restarts 60 s
+#: apart, and the sd of the log ratio of two restarts of one configuration 60 s and 10 minutes apart.
+DERIVED = ("restart_cv_10s", "corr_60s", "diff_sd_60s", "diff_sd_600s")
+
+
+def _derived(p: DriftParams) -> tuple[float, ...]:
+    return (math.sqrt(p.restart_var(10.0)), p.correlation(60.0, 10.0), p.diff_sd(60.0, 10.0), p.diff_sd(600.0, 10.0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,14 +381,15 @@ class FitResult:
 
 
 def fit_drift(series: Sequence[Series], bootstrap: int = 100, seed: int = 0, pass_tau_s: float = PASS_TAU_S,
-              pass_series: Sequence[Series] | None = None) -> FitResult:
+              aux_series: Sequence[Series] | None = None) -> FitResult:
     """Fit every parameter of :class:`~autotune.engines.drift.DriftParams` that the data identify (``pass_tau_s``
     is an input); ``bootstrap`` parametric redraws give the restart parameters' intervals (0: none).
-    ``pass_series``: where the passes are fitted from (default: ``series``)."""
-    pass_sd, pass_ci, dof = fit_pass_sd(series if pass_series is None else pass_series, pass_tau_s)
+    ``aux_series``: where the passes and the init coupling are fitted from (default: ``series``)."""
+    aux = series if aux_series is None else aux_series
+    pass_sd, pass_ci, dof = fit_pass_sd(aux, pass_tau_s)
     base = DriftParams(level_sd=0.0, level_tau_s=600.0, restart_sd=0.0, pass_sd=pass_sd, pass_tau_s=pass_tau_s)
     level_sd, tau, restart_sd = fit_restarts(series, base)
-    init = fit_init(series, dataclasses.replace(base, level_sd=level_sd))
+    init = fit_init(aux, dataclasses.replace(base, level_sd=level_sd, restart_sd=restart_sd))
     params = dataclasses.replace(base, level_sd=level_sd, level_tau_s=tau, restart_sd=restart_sd,
                                  init_coupling=init.get("init_coupling", 0.0), init_sd=init.get("init_sd", 0.0))
     intervals: dict[str, tuple[float, float]] = {"pass_sd": pass_ci}
@@ -387,8 +401,8 @@ def fit_drift(series: Sequence[Series], bootstrap: int = 100, seed: int = 0, pas
         for j, name in enumerate(("level_sd", "level_tau_s", "restart_sd")):
             intervals[name] = (float(np.percentile(draws[:, j], 2.5)), float(np.percentile(draws[:, j], 97.5)))
         # What the data pin down better than sd and tau apart: a restart's total sd and two restarts' correlation.
-        derived = [(math.sqrt(q.restart_var(10.0)), q.correlation(60.0, 10.0))
-                   for q in (dataclasses.replace(params, level_sd=a, level_tau_s=b, restart_sd=c) for a, b, c in draws)]
+        redrawn = (dataclasses.replace(params, level_sd=a, level_tau_s=b, restart_sd=c) for a, b, c in draws)
+        derived = [_derived(q) for q in redrawn]
         for j, name in enumerate(DERIVED):
             col = [d[j] for d in derived]
             intervals[name] = (float(np.percentile(col, 2.5)), float(np.percentile(col, 97.5)))
@@ -399,20 +413,33 @@ def render(fit: FitResult, series: Sequence[Series]) -> str:
     p = fit.params
     lines = [f"{fit.restarts} warm restarts in {fit.series} sessions; {fit.pass_dof} pass degrees of freedom", "",
              "| parameter | fitted | 95% interval |", "|---|---|---|"]
+    def interval(name: str) -> str:
+        if name not in fit.intervals:
+            return "(no bootstrap)"
+        lo, hi = fit.intervals[name]
+        return f"[{lo:.3g}, {hi:.3g}]"
+
     for name in ("level_sd", "level_tau_s", "restart_sd", "pass_sd"):
-        lo, hi = fit.intervals.get(name, (math.nan, math.nan))
-        lines.append(f"| {name} | {getattr(p, name):.4g} | [{lo:.4g}, {hi:.4g}] |")
+        lines.append(f"| {name} | {getattr(p, name):.3g} | {interval(name)} |")
     lines.append(f"| pass_tau_s | {p.pass_tau_s:.3g} | input (issue 41) |")
     init = fit.init
     if "corr" in init:
         lines.append(f"| init_coupling | {p.init_coupling:.3g} | moments, {int(init['n'])} residuals, "
                      f"corr {init['corr']:.2f} |")
         lines.append(f"| init_sd | {p.init_sd:.3g} | moments |")
-    for name, value in zip(DERIVED, (math.sqrt(p.restart_var(10.0)), p.correlation(60.0, 10.0))):
-        lo, hi = fit.intervals.get(name, (math.nan, math.nan))
-        lines.append(f"| {name} (derived) | {value:.3g} | [{lo:.3g}, {hi:.3g}] |")
+    for name, value in zip(DERIVED, _derived(p)):
+        lines.append(f"| {name} (derived) | {value:.3g} | {interval(name)} |")
     lines += ["", "sessions: " + ", ".join(f"{s.name} ({len(s.obs)})" for s in series)]
     return "\n".join(lines)
+
+
+def fit_preset(name: str, root: str = ROOT, bootstrap: int = 0, seed: int = 0) -> tuple[FitResult, list[Series]]:
+    """Refit the preset ``name`` (or ``studies``: every recorded study without issue 41) from the recorded sessions
+    it names in :data:`PRESET_SESSIONS`; passes and the init coupling come from every recorded session."""
+    every = load_series(root)
+    names = PRESET_SESSIONS.get(name)
+    series = [s for s in every if (s.name in names if names is not None else not s.name.startswith("issue41"))]
+    return fit_drift(series, bootstrap, seed, aux_series=every), series
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -420,19 +447,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--root", default=ROOT, help="where the recorded studies are (default: docs/measurements)")
     parser.add_argument("--bootstrap", type=int, default=200, help="parametric redraws for the intervals")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--only", choices=("all", "issue41", "studies"), default="all",
-                        help="fit on every series, issue 41's alone, or the recorded studies alone")
+    parser.add_argument("--sessions", choices=(*PRESET_SESSIONS, "studies"), nargs="+", default=list(PRESET_SESSIONS),
+                        help="what to fit: a preset's sessions, or every recorded study without issue 41 "
+                             "(default: every preset)")
     args = parser.parse_args(argv)
     if args.bootstrap < 0:
         print("autotune.bench.drift: error: --bootstrap must be >= 0", file=sys.stderr)
         return 2
-    every = load_series(args.root, include_issue41=args.only != "studies")
-    series = [s for s in every if s.name.startswith("issue41")] if args.only == "issue41" else every
-    # The passes come from every recorded study (issue 41's file has no passes).
-    fit = fit_drift(series, args.bootstrap, args.seed, pass_series=every)
-    sys.stdout.write(render(fit, series) + "\n")
-    preset = PRESETS["h100"]
-    sys.stdout.write(f"\npreset h100 now: {preset.to_dict()}\n")
+    for name in args.sessions:
+        fit, series = fit_preset(name, args.root, args.bootstrap, args.seed)
+        sys.stdout.write(f"## {name}\n\n{render(fit, series)}\n")
+        if name in PRESETS:
+            sys.stdout.write(f"\npreset {name} in autotune/engines/drift.py: {PRESETS[name].to_dict()}\n\n")
     return 0
 
 

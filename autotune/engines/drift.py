@@ -111,16 +111,28 @@ class DriftParams:
         """Correlation of the log values of two restarts ``dt_s`` apart, each over ``timed_s`` timed seconds."""
         return self.level_sd ** 2 * math.exp(-abs(dt_s) / self.level_tau_s) / self.restart_var(timed_s)
 
+    def diff_sd(self, dt_s: float, timed_s: float) -> float:
+        """Sd of the log ratio of two restarts of one configuration ``dt_s`` apart (each ``timed_s`` timed): what a
+        paired comparison at that distance in time meets. Better determined by short sessions than ``level_sd`` and
+        ``level_tau_s`` apart (they see the level's slope, ``level_sd**2 / level_tau_s``, more than its size)."""
+        level = self.level_sd ** 2 * (1.0 - math.exp(-abs(dt_s) / self.level_tau_s))
+        return math.sqrt(2.0 * (level + self.restart_sd ** 2 + self.window_var(timed_s)))
+
     def to_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)
 
 
-#: Named machines. ``h100``: fitted by ``python -m autotune.bench.drift`` from the restarts recorded on real GPUs
-#: (issue 41's 16 H100 verification restarts and the studies under ``docs/measurements/``); the fit, its
-#: uncertainty and which parts are empirical choices are in ``docs/simulator.md``, "A drifting machine".
+#: Named machines, fitted by ``python -m autotune.bench.drift`` (``make bench-drift``) from restarts recorded on real
+#: GPUs; the fits, their 95% intervals and which parts are empirical choices are in ``docs/simulator.md``, "A
+#: drifting machine". ``h100``: issue 41's 16 H100 verification restarts (level and restart parts); ``pooled``:
+#: those and every study under ``docs/measurements/`` (11 sessions, H100 and H200). Both take the pass wander and
+#: the init coupling from the recorded studies' passes and start-up seconds (issue 41's file has neither), and the
+#: pass wander's correlation time from issue 41's vLLM-only measurement.
 PRESETS: dict[str, DriftParams] = {
-    "h100": DriftParams(level_sd=0.095, level_tau_s=900.0, restart_sd=0.0, pass_sd=0.062, pass_tau_s=2.9,
-                        init_coupling=1.0, init_sd=0.05),
+    "h100": DriftParams(level_sd=0.0923, level_tau_s=105.0, restart_sd=0.0, pass_sd=0.0910, pass_tau_s=2.91,
+                        init_coupling=0.796, init_sd=0.197),
+    "pooled": DriftParams(level_sd=0.0779, level_tau_s=130.0, restart_sd=0.0620, pass_sd=0.0910, pass_tau_s=2.91,
+                          init_coupling=0.796, init_sd=0.197),
 }
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from autotune.bench.drift import Observation, Series, fit_drift, issue41_series, load_series
+from autotune.bench.drift import Observation, Series, fit_drift, fit_preset, issue41_series, load_series
 from autotune.core.records import EngineConfig, Workload
 from autotune.engines import EngineError
 from autotune.engines.drift import PRESETS, DriftNoise, DriftParams, drift_scenario, window_g
@@ -146,11 +146,6 @@ def test_an_unknown_drift_is_one_line_naming_the_option() -> None:
         SimEngine(cache_dir=None, drift="h300")
 
 
-def test_the_presets_are_machines_the_fit_could_give() -> None:
-    for p in PRESETS.values():
-        assert 0.0 < p.correlation(60.0, 10.0) < 1.0 and 0.05 < math.sqrt(p.restart_var(10.0)) < 0.3
-
-
 # -- the replay scenario ---------------------------------------------------------------------------------
 
 
@@ -178,3 +173,12 @@ def test_the_scenario_refuses_what_it_does_not_know() -> None:
         sc.draw("nope", 0.0)
     with pytest.raises(ValueError, match="effect"):
         drift_scenario(0.0)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_each_preset_is_the_fit_of_the_sessions_it_names(name: str) -> None:
+    fitted = fit_preset(name)[0].params
+    preset = PRESETS[name]
+    for field in ("level_sd", "level_tau_s", "pass_sd", "pass_tau_s", "init_coupling", "init_sd"):
+        assert getattr(preset, field) == pytest.approx(getattr(fitted, field), rel=0.01), field
+    assert preset.restart_sd == pytest.approx(fitted.restart_sd, abs=0.001)
