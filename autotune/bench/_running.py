@@ -57,7 +57,8 @@ class BenchConfig:
     def tasks(self) -> list[Task]:
         """Every (profile, strategy, budget, seed), the costliest first so the pool finishes together."""
         cost = {"naive-tpe": 3, "autotune": 2, "random": 1, "random-2": 0, "grid": 0}
-        out = [Task(p, s, b, seed, self.sampler, self.verify, self.drift) for p in self.profiles for s in self.strategies for b in self.budgets
+        out = [Task(p, s, b, seed, self.sampler, self.verify, self.drift)
+               for p in self.profiles for s in self.strategies for b in self.budgets
                for seed in range(self.first_seed, self.first_seed + self.seeds)]
         out.sort(key=lambda t: (-t.budget, -cost.get(t.strategy, 0)))
         return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -182,3 +183,15 @@ def test_each_preset_is_the_fit_of_the_sessions_it_names(name: str) -> None:
     for field in ("level_sd", "level_tau_s", "pass_sd", "pass_tau_s", "init_coupling", "init_sd"):
         assert getattr(preset, field) == pytest.approx(getattr(fitted, field), rel=0.01), field
     assert preset.restart_sd == pytest.approx(fitted.restart_sd, abs=0.001)
+
+
+def test_the_bench_runs_a_landscape_on_the_drifting_machine_only_when_asked() -> None:
+    from autotune.bench._bench import PROFILES, Task, make_engine, run_one
+
+    root = str(Path(__file__).resolve().parents[2])
+    off, on = (run_one(Task("h200", "random-2", 12, 3, drift=d), root) for d in ("off", "h100"))
+    assert off["drift"] == "off" and on["drift"] == "h100"
+    assert off["measured"] != on["measured"]
+    assert make_engine(PROFILES["h200"], 3).drift is None
+    engine = make_engine(PROFILES["h200"], 3, "h100")
+    assert engine.settings.drift_seed == 3 and engine.drift is not None
