@@ -293,6 +293,8 @@ class DriftScenario:
         self.params = params
         self.noise = DriftNoise(params, seed)
         self.timed_s, self.n_passes, self.restart_s, self.init_s = timed_s, n_passes, restart_s, init_s
+        #: Where :meth:`run` draws its next restart (seconds): a replay's engine runs restarts back to back.
+        self.clock_s = 0.0
 
     @property
     def effect(self) -> float:
@@ -307,6 +309,13 @@ class DriftScenario:
             raise KeyError(f"no configuration {config!r} in this scenario; it has {sorted(map(str, self.medians))}")
         start = t_s + max(self.restart_s - self.timed_s, 0.0)
         return self.noise.restart(median, start, self.timed_s, self.n_passes, self.init_s)
+
+    def run(self, config: Hashable, cost_s: float | None = None) -> RestartDraw:
+        """One restart of ``config`` at :attr:`clock_s`, which then moves on by ``cost_s`` (default ``restart_s``):
+        what a replay's fake engine calls from ``run_restart``."""
+        draw = self.draw(config, self.clock_s)
+        self.clock_s += self.restart_s if cost_s is None else float(cost_s)
+        return draw
 
     def study(self, search: Sequence[tuple[Hashable, float]], rounds: int,
               sides: Sequence[Hashable] = ("challenger", "baseline"), *, t0_s: float = 0.0,

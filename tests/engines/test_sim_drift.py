@@ -170,6 +170,8 @@ def test_the_scenario_draws_a_study_in_time_order_with_rounds_adjacent() -> None
 def test_the_scenario_refuses_what_it_does_not_know() -> None:
     sc = drift_scenario(1.13, seed=0)
     assert sc.effect == pytest.approx(1.13)
+    first = sc.run("baseline", 90.0)
+    assert sc.clock_s == 90.0 and first.value == drift_scenario(1.13, seed=0).draw("baseline", 0.0).value
     with pytest.raises(KeyError, match="no configuration"):
         sc.draw("nope", 0.0)
     with pytest.raises(ValueError, match="effect"):
