@@ -42,8 +42,9 @@ test: install
 	$(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR) )$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # A full study on the simulated GB10 (sparse MoE): search, racing, verification, report. About a minute.
+# DRIFT=h100 runs it on a drifting machine fitted from real GPUs (docs/simulator.md, issue 41).
 demo: install
-	$(PY) -m autotune tune --space search_spaces/gb10.yaml --engine sim --study demo-gb10 --fresh --trials 40
+	$(PY) -m autotune tune --space search_spaces/gb10.yaml --engine sim --study demo-gb10 --fresh --trials 40 $(if $(DRIFT),--engine-opt drift=$(DRIFT))
 
 # Throughput under latency limits on the simulator: max_num_seqs searched next to graphs and speculation, the
 # p99 TPOT/TTFT limits decide how far batching may go. About a minute.
@@ -73,14 +74,15 @@ export: install
 # and naive TPE, scored on the simulator's ground truth (docs/benchmarks.md): gb10/h200/flat/random landscapes x
 # budgets 20/30/60/120 x 20 seeds. BENCH_ARGS="--seeds 2 --budgets 30" for a quick look, "--no-mlflow" to skip MLflow.
 # bench-check: issue 9's targets on the held-out seeds 100-199; exit 1, listing them, when any is missed.
+# DRIFT=h100: every landscape on a drifting machine (docs/simulator.md, issue 41); default off, as before.
 BENCH_ARGS ?=
 bench: install
-	$(PY) -m autotune bench $(BENCH_ARGS)
+	$(PY) -m autotune bench $(if $(DRIFT),--drift $(DRIFT)) $(BENCH_ARGS)
 	$(PY) -m autotune.bench.warmstart $(WARMSTART_ARGS)
 
 .PHONY: bench-check
 bench-check: install
-	$(PY) -m autotune bench --check $(BENCH_ARGS)
+	$(PY) -m autotune bench --check $(if $(DRIFT),--drift $(DRIFT)) $(BENCH_ARGS)
 
 .PHONY: bench-redact
 
@@ -128,6 +130,12 @@ bench-recheck: install
 WARMUP_ARGS ?=
 bench-warmup: install
 	$(PY) -m autotune.bench.warmup $(WARMUP_ARGS)
+
+.PHONY: bench-drift
+# The drifting machine's parameters fitted from the restarts recorded on real GPUs, with 95% intervals
+# (docs/simulator.md, "A drifting machine"). DRIFT_ARGS="--bootstrap 20" for a quick look.
+bench-drift: install
+	$(PY) -m autotune.bench.drift $(DRIFT_ARGS)
 
 .PHONY: bench-replay
 

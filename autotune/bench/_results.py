@@ -142,7 +142,8 @@ def render_header(result: Mapping[str, Any]) -> str:
     seeds = f"seeds {cfg['first_seed']}-{cfg['first_seed'] + cfg['seeds'] - 1}"
     lines = [f"autotune bench: {seeds} x budgets {list(cfg['budgets'])} engine starts x "
              f"{len(cfg['strategies'])} strategies (autotune's sampler: {cfg.get('sampler', 'tpe')}), "
-             f"{result['wall_s']:.0f} s wall on {cfg['jobs']} processes"]
+             f"{result['wall_s']:.0f} s wall on {cfg['jobs']} processes"
+             + (f"; drifting machine: {cfg['drift']}" if cfg.get("drift", "off") != "off" else "")]
     for name, t in result["truth"].items():
         if t.get("per_seed"):
             lines.append(f"  {name}: {t['n_configs']} configurations; a landscape drawn per seed; baseline "

@@ -39,6 +39,8 @@ class BenchConfig:
         sampler: The sampler of the ``autotune`` strategy (``tpe``, its default, or ``gp``).
         verify: The studies' verification: ``planned`` from the search's noise (what ``autotune tune`` does), or
             ``fixed`` (three restarts a side, as before the plan).
+        drift: The simulator's machine: ``off`` (restarts independent, every landscape as before issue 41) or a
+            drifting machine's preset (``h100``), its level's path drawn from the run's seed.
     """
 
     profiles: tuple[str, ...] = tuple(PROFILES)
@@ -50,11 +52,13 @@ class BenchConfig:
     root: str = "."
     sampler: str = "tpe"
     verify: str = "planned"
+    drift: str = "off"
 
     def tasks(self) -> list[Task]:
         """Every (profile, strategy, budget, seed), the costliest first so the pool finishes together."""
         cost = {"naive-tpe": 3, "autotune": 2, "random": 1, "random-2": 0, "grid": 0}
-        out = [Task(p, s, b, seed, self.sampler, self.verify) for p in self.profiles for s in self.strategies for b in self.budgets
+        out = [Task(p, s, b, seed, self.sampler, self.verify, self.drift)
+               for p in self.profiles for s in self.strategies for b in self.budgets
                for seed in range(self.first_seed, self.first_seed + self.seeds)]
         out.sort(key=lambda t: (-t.budget, -cost.get(t.strategy, 0)))
         return out
@@ -70,6 +74,7 @@ class Task:
     seed: int
     sampler: str = "tpe"  # the ``autotune`` strategy's sampler
     verify: str = "planned"  # the studies' verification: planned from the noise, or fixed
+    drift: str = "off"  # the simulator's machine: off, or a drifting machine's preset
 
 
 # -- one run, many runs ----------------------------------------------------------------------------------
@@ -84,7 +89,7 @@ def run_one(task: Task, root: str = ".") -> dict[str, Any]:
         strategy = _study_strategy(task.sampler if task.strategy == "autotune" else "random", task.verify == "planned")
     else:
         strategy = STRATEGY_FUNCS[task.strategy]
-    pick = strategy(space, make_engine(profile, task.seed), task.budget, task.seed)
+    pick = strategy(space, make_engine(profile, task.seed, task.drift), task.budget, task.seed)
     true_value = truth.of(pick.config)
     true_speedup = true_value / truth.baseline if truth.baseline else math.nan
     pick_is_baseline = pick.config is not None and pick.config.key() == space.baseline().key()

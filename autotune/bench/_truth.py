@@ -76,14 +76,18 @@ class Truth:
 # -- ground truth ----------------------------------------------------------------------------------------
 
 
-def make_engine(profile: Profile, seed: int = 0) -> SimEngine:
+def make_engine(profile: Profile, seed: int = 0, drift: str = "off") -> SimEngine:
     """A fresh simulated engine for ``profile`` (empty compile cache: first starts are cold).
 
-    ``seed`` picks the landscape of a per-seed profile (:data:`PER_SEED_PROFILES`); the others ignore it.
+    ``seed`` picks the landscape of a per-seed profile (:data:`PER_SEED_PROFILES`); the others ignore it. ``drift``:
+    a drifting machine's preset (the ground truth is the same: only the restarts' noise changes), its level's path
+    drawn from ``seed``.
     """
     options: dict[str, Any] = dict(profile.sim)
     if profile.name in PER_SEED_PROFILES:
         options["landscape_seed"] = seed
+    if drift != "off":
+        options.update(drift=drift, drift_seed=seed)
     return SimEngine(cache_dir=None, **options)
 
 

@@ -31,11 +31,13 @@ from autotune.bench import (
     run_benchmark,
 )
 from autotune.core.exit_status import ExitStatus
+from autotune.engines.drift import PRESETS as DRIFT_PRESETS
 from autotune.observers.mlflow import DEFAULT_TRACKING_URI
 
 __all__ = ["HELP", "configure_parser", "run"]
 
 HELP = "Benchmark the tuner against other strategies on simulated ground truth."
+DRIFTS = ("off", *sorted(DRIFT_PRESETS))
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -80,6 +82,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verify", choices=("planned", "fixed"), default="planned",
                         help="the studies' verification: planned from the search's noise as autotune tune does, or "
                              "fixed at three restarts a side as before the plan (default: %(default)s)")
+    parser.add_argument("--drift", choices=DRIFTS, default="off",
+                        help="the simulator's machine: off (restarts independent, the landscapes as before) or a "
+                             "drifting machine fitted from real GPUs, whose level moves over minutes so restarts "
+                             "close in time correlate (docs/simulator.md; default: %(default)s)")
     parser.add_argument("--root", default=".", help="directory the profiles' search_spaces/ paths are relative to")
     parser.add_argument("--out", default=DEFAULT_OUT, help="where bench.json and regret.png go (default: %(default)s)")
     parser.add_argument("--tracking-uri", default=None,
@@ -112,7 +118,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
         return ExitStatus.BAD_INPUT
     config = BenchConfig(profiles=tuple(args.profiles), strategies=tuple(args.strategies),
                          budgets=tuple(args.budgets), seeds=seeds, first_seed=first_seed,
-                         jobs=args.jobs, root=args.root, sampler=args.sampler, verify=args.verify)
+                         jobs=args.jobs, root=args.root, sampler=args.sampler, verify=args.verify,
+                         drift=args.drift)
     result = run_benchmark(config, progress=_progress_printer(sys.stderr))
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

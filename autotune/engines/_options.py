@@ -18,6 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic_core import PydanticCustomError
 
 from autotune.engines import _sim_model as sim_model
+from autotune.engines.drift import PRESETS as DRIFT_PRESETS
 from autotune.engines._base import EngineError
 from autotune.machine import MAX_WAIT_S, PAGE_CACHE_POLICIES
 
@@ -92,6 +93,8 @@ class EngineOptions(BaseModel):
 #: The simulator's hardware profiles; ``random`` draws a landscape from ``landscape_seed``.
 PROFILES = (*sorted(sim_model.HARDWARE), "random")
 MODELS = tuple(sorted(sim_model.MODELS))
+#: The simulator's machines: ``off`` (restarts independent, as before issue 41) or a drifting machine's preset.
+DRIFTS = ("off", *sorted(DRIFT_PRESETS))
 
 
 class SimOptions(EngineOptions):
@@ -113,6 +116,9 @@ class SimOptions(EngineOptions):
     landscape_shift: Annotated[float, Field(ge=0.0, lt=2.0)] = Field(
         0.0, description="a number from 0 to 2 (e.g. 0.1; profile random only)")
     unified_memory: bool = Field(False, description="true or false")
+    drift: Literal[DRIFTS] = Field("off", description=one_of(DRIFTS))  # type: ignore[valid-type]
+    drift_seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = Field(
+        0, description="an integer from 0 to 2**32-1 (e.g. 7; with drift only: which path the machine's level takes)")
 
     @field_validator("engine_version")
     @classmethod

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from collections.abc import Callable
 from typing import Any
 
 from autotune.core.records import Workload
@@ -44,13 +45,16 @@ class ProcessPasses:
 
 
 def simulate_passes(level: float, rng: random.Random, workload: Workload, hw: model.HardwareProfile,
-                    speculative: bool, prior: Any = None) -> ProcessPasses:
+                    speculative: bool, prior: Any = None,
+                    pass_noise: Callable[[float], float] | None = None) -> ProcessPasses:
     """Warm-up passes until the rule says warm, then ``workload.timed_passes`` passes sized by time.
 
     ``level`` is the process's steady tok/s (restart noise and coldness included); a warm-up cut short leaks its
     slowness into the timed passes, as it would on a real engine. ``prior`` is the study's noise prior
     (:func:`autotune.engines.vllm._warmup.warmup_end`). Every pass the process could run draws its noise up front,
-    so where warm-up stops does not shift the draws after it.
+    so where warm-up stops does not shift the draws after it. ``pass_noise`` (a drifting machine,
+    :class:`autotune.engines.drift.PassChain`): each pass's log noise from the pass's length in seconds, in process
+    order, in place of the profile's independent pass noise.
     """
     first = rng.uniform(*hw.first_pass_slowdown)
     ramp_from = rng.uniform(*SPEC_FIRST_PASS) if speculative else 1.0
@@ -61,8 +65,11 @@ def simulate_passes(level: float, rng: random.Random, workload: Workload, hw: mo
 
     def one_pass(j: int, rounds: int = 1) -> float:
         ramp = ramp_from ** max(0.0, 1.0 - j / ramp_passes) if j < ramp_passes else 1.0
-        noise = math.exp(next(draws) * hw.pass_noise_sd / math.sqrt(rounds))
-        return level * ramp * (1.0 - first * model.WARMUP_DECAY**j) * noise
+        own = next(draws)
+        speed = level * ramp * (1.0 - first * model.WARMUP_DECAY**j)
+        if pass_noise is not None:
+            return speed * math.exp(pass_noise(rounds * tokens / speed))
+        return speed * math.exp(own * hw.pass_noise_sd / math.sqrt(rounds))
 
     warmup: list[float] = []
     while (stop := warmup_stop(warmup, workload.warmup_passes, workload.max_warmup_passes, prior)) is None:

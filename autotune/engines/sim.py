@@ -13,6 +13,7 @@ about real hardware may come from it. See ``docs/simulator.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import random
@@ -26,6 +27,8 @@ from autotune.engines import _sim_model as model
 from autotune.engines import _sim_speed as speed
 from autotune.engines._sim_passes import simulate_passes
 from autotune.engines._sim_schedule import at_level
+from autotune.engines.drift import PRESETS as DRIFT_PRESETS
+from autotune.engines.drift import DriftNoise, PassChain
 from autotune.core import facts as F
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._options import SimOptions
@@ -63,6 +66,10 @@ class SimEngine(EngineBackend):
         noise: Restart-to-restart relative sd (default: the hardware profile's).
         time_scale: Real seconds slept per simulated second of each restart's wall time (default 0: none).
         landscape_seed: With ``profile: random``, which landscape of the family (an integer; default 0).
+        drift: ``off`` (default: restarts independent) or a drifting machine's preset (``h100``,
+            :mod:`autotune.engines.drift`): the level moves in the simulator's own clock, the sum of its restarts'
+            wall seconds, so restarts close in time correlate; the preset's noise replaces the profile's.
+        drift_seed: With ``drift``: which path the machine's level takes (an integer; default 0).
 
     Raises:
         EngineError: an unknown option or value, naming ``engine.<key>`` and the valid choices.
@@ -86,6 +93,14 @@ class SimEngine(EngineBackend):
         self.engine_version = opts.engine_version
         self.version = model.parse_version(opts.engine_version)
         self.noise_sd = self.hardware.noise_sd if opts.noise is None else opts.noise
+        #: The drifting machine (None: off) and the simulated wall clock its level moves in (seconds).
+        self.drift: DriftNoise | None = None
+        self.clock_s = 0.0
+        if opts.drift != "off":
+            params = DRIFT_PRESETS[opts.drift]
+            if opts.noise is not None:  # an explicit noise sets the per-restart part on top of the machine's level
+                params = dataclasses.replace(params, restart_sd=opts.noise)
+            self.drift = DriftNoise(params, [opts.drift_seed, _rng("drift", opts.drift).getrandbits(32)])
         self.time_scale = opts.time_scale
         #: The simulated unified-memory host, read by the real memory guard and settle (None: not unified).
         self.host = _host(opts, self.hardware, self.model.name)
@@ -172,6 +187,7 @@ class SimEngine(EngineBackend):
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         """One simulated restart: start-up, warm-up until settled, ``workload.timed_passes`` timed passes."""
         result = self._restart(config, workload, restart=restart, seed=seed)
+        self.clock_s += result.wall_s or 0.0  # the drifting machine's clock: restarts run back to back
         if self.time_scale and result.wall_s:
             self.sleep(result.wall_s * self.time_scale)
         return result
@@ -188,6 +204,9 @@ class SimEngine(EngineBackend):
         cold = self._start_is_cold(config)
         jitter = _jitter(rng)
         startup = {k: v * jitter for k, v in speed.startup_phases(plan, self.hardware, self.model, cold).items()}
+        drifting = self._drifting(rng, sum(startup.values()))
+        if drifting is not None:  # a slow machine starts slowly too (issue 41: init is CPU work)
+            startup = {k: v * drifting[1] for k, v in startup.items()}
         startup_s = sum(startup.values())
         resolved = plan.resolved(self.hardware)
         if plan.oom_error:
@@ -196,7 +215,7 @@ class SimEngine(EngineBackend):
                 RestartStatus.FAILED, plan.oom_error, restart=restart, seed=seed, resolved=resolved, cold=cold,
                 wall_s=startup_s, log_tail="\n".join((*plan.notes, f"torch.OutOfMemoryError: {plan.oom_error}")),
             )
-        factor = self._restart_factor(rng, machine)
+        factor = self._restart_factor(rng, machine) if drifting is None else drifting[0]
         cold_factor = 1.0 - rng.uniform(*self.hardware.cold_slowdown)
         if cold:
             factor *= cold_factor
@@ -210,7 +229,7 @@ class SimEngine(EngineBackend):
             at = workload.at(concurrency) if len(workload.levels) > 1 else workload
             steady = self._steady_tok_s(plan, config, at)
             passes = simulate_passes(steady * factor, rng, at, self.hardware, config.num_speculative_tokens > 0,
-                                     self.warmup_noise.prior())
+                                     self.warmup_noise.prior(), None if drifting is None else drifting[2])
             warmup += passes.warmup
             timed += passes.timed
             warmup_s += passes.warmup_s
@@ -259,7 +278,8 @@ class SimEngine(EngineBackend):
                            extra={"profile": self.hardware.name, "model_profile": self.model.name,
                                   **({} if self.landscape is None else {"landscape_seed": self.landscape.seed}),
                                   **({"landscape_shift": self.settings.landscape_shift}
-                                     if self.settings.landscape_shift else {})})
+                                     if self.settings.landscape_shift else {}),
+                                  **({"drift": self.settings.drift} if self.drift is not None else {})})
 
     # -- internals -----------------------------------------------------------------------------------------
     def _plan(self, config: EngineConfig) -> model.Plan:
@@ -303,6 +323,22 @@ class SimEngine(EngineBackend):
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
         return True
+
+    def _drifting(self, rng: random.Random, startup_s: float) -> tuple[float, float, Any] | None:
+        """On a drifting machine: the restart's throughput factor (the level when its passes start, plus its own
+        part; mean 1 over the machine's path), its start-up factor, and the pass noise of its process."""
+        if self.drift is None:
+            return None
+        p = self.drift.params
+        gauss = lambda: rng.gauss(0.0, 1.0)  # noqa: E731 - the restart's own generator, in its fixed order
+        slowness = self.drift.level(self.clock_s + startup_s) + p.restart_sd * gauss()
+        init = self.drift.init_factor(slowness, gauss)
+        chain = PassChain(p, gauss)
+
+        def pass_noise(seconds: float) -> float:
+            return chain.next(seconds) - p.pass_sd_at(seconds) ** 2 / 2.0
+
+        return math.exp(slowness - (p.level_sd ** 2 + p.restart_sd ** 2) / 2.0), init, pass_noise
 
     def _restart_factor(self, rng: random.Random, machine: random.Random) -> float:
         """Lognormal restart noise with mean 1: a machine-drift part shared at one seed plus a per-config part."""
