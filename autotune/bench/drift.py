@@ -60,6 +60,10 @@ PRESET_SESSIONS: dict[str, tuple[str, ...]] = {
     "pooled": ("issue41-h100", "h100-moe-plan#0", "h200-b20#0", "h200-dummy#0", "h200-dummy-new#1", "h200-moe#0",
                "h200-moe-levels#0", "h200-moe-plan#0", "h200-moe-schedule#0", "h200-moe30#0", "h200-moe30#1"),
 }
+#: The sessions the presets' passes and init coupling were fitted on (every session recorded when they were fitted):
+#: named, as the restart sessions are, so a measurement added later (session 25's ``h100-moe-plan#1``) does not move
+#: a preset without a refit that names it.
+PASS_SESSIONS: tuple[str, ...] = PRESET_SESSIONS["pooled"]
 #: Derived figures reported with intervals (10 s timed): a restart's total sd, the correlation of two restarts 60 s
 #: apart, and the sd of the log ratio of two restarts of one configuration 60 s and 10 minutes apart.
 DERIVED = ("restart_cv_10s", "corr_60s", "diff_sd_60s", "diff_sd_600s")
@@ -435,11 +439,13 @@ def render(fit: FitResult, series: Sequence[Series]) -> str:
 
 def fit_preset(name: str, root: str = ROOT, bootstrap: int = 0, seed: int = 0) -> tuple[FitResult, list[Series]]:
     """Refit the preset ``name`` (or ``studies``: every recorded study without issue 41) from the recorded sessions
-    it names in :data:`PRESET_SESSIONS`; passes and the init coupling come from every recorded session."""
+    it names in :data:`PRESET_SESSIONS`; passes and the init coupling from :data:`PASS_SESSIONS` (``studies``: from
+    every recorded session)."""
     every = load_series(root)
     names = PRESET_SESSIONS.get(name)
     series = [s for s in every if (s.name in names if names is not None else not s.name.startswith("issue41"))]
-    return fit_drift(series, bootstrap, seed, aux_series=every), series
+    aux = every if names is None else [s for s in every if s.name in PASS_SESSIONS]
+    return fit_drift(series, bootstrap, seed, aux_series=aux), series
 
 
 def main(argv: Sequence[str] | None = None) -> int:
