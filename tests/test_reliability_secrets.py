@@ -1,4 +1,6 @@
-"""Secrets: a credential given to autotune is never stored or printed (MLflow, reports, exports, commands)."""
+"""Secrets: a credential given to autotune is never stored or printed (MLflow, reports, exports, commands, engine
+logs); it is written as a reference to the environment (``${HF_TOKEN}``), which the study stores and resolves only
+when an engine starts (issue 44, principle 2)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import pytest
 import yaml
 
 from autotune.cli._main import raw_main
-from autotune.core.redact import REDACTED, is_secret_key, redact, redact_command, redact_text, redact_uri
+from autotune.core.redact import (REDACTED, forget_secrets, is_secret_key, redact, redact_command, redact_text,
+                                  redact_uri)
 from autotune.core.exit_status import ExitStatus
 from tests.conftest import store
 
@@ -21,13 +24,26 @@ HF_TOKEN = "hf_QwErTyUiOpAsDfGhJkLzXcVbNm1234"
 PASSWORD = "pw-Tr0ub4dor"
 
 
+#: The variables the spaces below reference, and the environment that sets them.
+SECRET_ENV = {"AT_TEST_API_KEY": API_KEY, "AT_TEST_HF_TOKEN": HF_TOKEN}
+
+
 def _secret_space(tmp_path: Path) -> Path:
     space = yaml.safe_load(Path("search_spaces/gb10.yaml").read_text())
     space["engine"]["name"] = "sim"
-    space["engine_args"].update({"api_key": API_KEY, "hf_token": HF_TOKEN})
-    path = tmp_path / "secret-space.yaml"
+    space["engine_args"].update({"api_key": "${AT_TEST_API_KEY}", "hf_token": "${AT_TEST_HF_TOKEN}"})
+    path = tmp_path / "referencing-space.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     return path
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memory():
+    """Each test starts with no resolved value remembered (:func:`forget_secrets`): what it asserts about redaction
+    holds by the rules and by its own resolutions, not by an earlier test's."""
+    forget_secrets()
+    yield
+    forget_secrets()
 
 
 def _files_containing(root: Path, *needles: str) -> list[str]:
@@ -44,9 +60,12 @@ def secret_study(tmp_path_factory):
     """One tracked study whose space holds two credentials, run through the command line."""
     tmp = tmp_path_factory.mktemp("secrets")
     uri = store(tmp)
+    env = pytest.MonkeyPatch()
+    for name, value in SECRET_ENV.items():
+        env.setenv(name, value)
     out = io.StringIO()
     argv = ["tune", "--space", str(_secret_space(tmp)), "--trials", "4", "--top-k", "1", "--verify-restarts", "2",
-            "--storage", f"sqlite:///{tmp}/optuna.db", "--workdir", str(tmp / "work"), "--study", "secret",
+            "--storage", f"sqlite:///{tmp}/optuna.db", "--workdir", str(tmp / "work"), "--study", "referenced",
             "--tracking-uri", uri, "--json", str(tmp / "report.json"), "--quiet"]
     old_argv = sys.argv
     sys.argv = ["autotune", *argv]  # what the console script sees: the command is recorded from it
@@ -55,7 +74,8 @@ def secret_study(tmp_path_factory):
     finally:
         sys.argv = old_argv
     assert status == ExitStatus.SUCCESS
-    return tmp, out.getvalue()
+    yield tmp, out.getvalue()
+    env.undo()
 
 
 def test_engine_arg_credentials_stay_out_of_mlflow(secret_study):
@@ -65,8 +85,10 @@ def test_engine_arg_credentials_stay_out_of_mlflow(secret_study):
 
     client = mlflow.MlflowClient(f"sqlite:///{tmp}/mlruns/mlflow.db")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert runs and all(run.data.params.get("hf_token") == REDACTED for run in runs if "hf_token" in run.data.params)
-    assert any(run.data.params.get("api_key") == REDACTED for run in runs)
+    # MLflow shows where each credential comes from, never its value.
+    assert runs and all(run.data.params.get("hf_token") == "${AT_TEST_HF_TOKEN}" for run in runs
+                        if "hf_token" in run.data.params)
+    assert any(run.data.params.get("api_key") == "${AT_TEST_API_KEY}" for run in runs)
 
 
 def test_engine_arg_credentials_stay_out_of_the_report_and_stdout(secret_study):
@@ -74,22 +96,34 @@ def test_engine_arg_credentials_stay_out_of_the_report_and_stdout(secret_study):
     text = (tmp / "report.json").read_text()
     assert API_KEY not in text and HF_TOKEN not in text and API_KEY not in stdout and HF_TOKEN not in stdout
     report = json.loads(text)
-    assert report["winner"]["config"]["engine_args"]["api_key"] == REDACTED
-    status = raw_main(["report", "--storage", f"sqlite:///{tmp}/optuna.db", "--study", "secret", "--json"],
+    assert report["winner"]["config"]["engine_args"]["api_key"] == "${AT_TEST_API_KEY}"
+    status = raw_main(["report", "--storage", f"sqlite:///{tmp}/optuna.db", "--study", "referenced", "--json"],
                       out=(buf := io.StringIO()))
     assert status == ExitStatus.SUCCESS and API_KEY not in buf.getvalue() and HF_TOKEN not in buf.getvalue()
 
 
-def test_export_writes_no_credential_and_names_the_fields_to_fill(secret_study, capsys):
+def test_export_writes_the_reference_never_the_value(secret_study, capsys, monkeypatch):
     tmp, _ = secret_study
     for fmt in ("vllm-yaml", "cli", "json"):
         out = io.StringIO()
-        status = raw_main(["export", "--storage", f"sqlite:///{tmp}/optuna.db", "--study", "secret", "--format", fmt],
+        status = raw_main(["export", "--storage", f"sqlite:///{tmp}/optuna.db", "--study", "referenced", "--format", fmt],
                           out=out)
         err = capsys.readouterr().err
         assert status == ExitStatus.SUCCESS, err
-        assert API_KEY not in out.getvalue() and HF_TOKEN not in out.getvalue() and REDACTED in out.getvalue()
-        assert "hf_token" in err and "fill them in" in err
+        text = out.getvalue()
+        assert API_KEY not in text and HF_TOKEN not in text and REDACTED not in text
+        assert "${AT_TEST_HF_TOKEN}" in text and "${AT_TEST_API_KEY}" in text
+        assert "${AT_TEST_HF_TOKEN}" in err and "fill them in" not in err
+    # The command line's shell fills the reference in from its own environment (double quotes), nothing else.
+    import subprocess
+
+    cli = io.StringIO()
+    raw_main(["export", "--storage", f"sqlite:///{tmp}/optuna.db", "--study", "referenced", "--format", "cli"], out=cli)
+    assert '--hf-token "${AT_TEST_HF_TOKEN}"' in cli.getvalue()
+    monkeypatch.setenv("AT_TEST_HF_TOKEN", "from-the-shell")
+    script = cli.getvalue().replace("vllm serve", "printf '%s\\n'", 1)
+    shown = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert shown[shown.index("--hf-token") + 1] == "from-the-shell"
 
 
 def test_the_recorded_command_hides_credentials(tmp_path, monkeypatch):
@@ -193,12 +227,14 @@ def test_optuna_db_holds_no_credential_yet_every_engine_start_gets_it(secret_stu
     assert API_KEY.encode() not in data and HF_TOKEN.encode() not in data
 
 
-def test_verification_and_resume_run_with_the_real_credential(tmp_path):
+def test_verification_and_resume_run_with_the_real_credential(tmp_path, monkeypatch):
     from autotune.decisions.racing import RacingPolicy
     from autotune.config.space import load_space
     from autotune.study import StudyOptions, run_study
     from tests.conftest import FakeEngine
 
+    for name, value in SECRET_ENV.items():
+        monkeypatch.setenv(name, value)
     space = load_space(_secret_space(tmp_path))
     engine = FakeEngine(lambda c: 100.0 + 10 * c.num_speculative_tokens,
                          fail=lambda c: c.engine_args.get("api_key") != API_KEY)

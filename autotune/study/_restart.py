@@ -10,7 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.core.records import EngineConfig, RestartResult, Workload
+from autotune.core.secrets import MissingSecret, resolve_config
 from autotune.core.transient import TRANSIENT_RUNS_AGAIN, is_transient
+from autotune.engines import EngineError
 
 __all__ = ["ALWAYS_COLD", "measure_restart"]
 
@@ -66,8 +68,14 @@ def _start(engine: Any, config: EngineConfig, workload: Any, *, restart: int, se
            rerun_cold: Callable[[RestartResult], bool] | None) -> list[RestartResult]:
     """One counted restart, preceded by a warm-up restart when the engine reports it cold (see above)."""
     results = []
+    # The engine is started with the credentials the configuration references (``${HF_TOKEN}``), resolved from
+    # the environment now; the configuration the study stores and reports keeps the references.
+    try:
+        started = resolve_config(config)
+    except MissingSecret as exc:
+        raise EngineError(str(exc)) from None
     for attempt in range(2):
-        result = engine.run_restart(config, workload, restart=restart, seed=seed)
+        result = engine.run_restart(started, workload, restart=restart, seed=seed)
         if hasattr(engine, "learn_noise"):
             engine.learn_noise(result)  # the warm-up noise prior the engine's next restarts warm up by
         if isinstance(workload, Workload):
