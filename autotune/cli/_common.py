@@ -72,7 +72,7 @@ def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
         # what is typed, and could not give a literal back (autotune.core.secrets).
         literal = literal_secret(parsed, key.strip(), key.strip())
         if literal is not None:
-            raise UsageError(f"{flag} {literal[0]}=...: {literal[1]}; fix: {literal[2]}")
+            raise UsageError(f"{flag} {literal[0]} {literal[1]}; fix: {literal[2]}")
         out[key.strip()] = parsed
     return out
 

@@ -90,6 +90,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         raise UsageError(f"--restarts must be >= 2 (an interval needs two restarts a side), got {args.restarts}")
     check_count("--restarts", args.restarts, 2, MAX_RESTARTS)
     check_budget(None, args.budget_minutes)  # tune's rule: finite, over 0, at most a year
+    new_options = parse_kv(args.engine_opt, "--engine-opt")  # bad input (a literal credential) before the store
     if args.json:  # a first check before the study is read; the protected paths are checked once they are known
         check_output_path(args.json, "--json", links=False)
     check_storage(args.storage, write=True)
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         space = space.with_model(meta.model)
     new_engine = None
     if args.engine_opt:
-        options = {**dict(engine.options), **parse_kv(args.engine_opt, "--engine-opt")}
+        options = {**dict(engine.options), **new_options}
         check_references(space, options, meta.engine.name)
         new_engine = make_engine(meta.engine.name, cache_dir=os.path.join(cache_dir, "recheck-new-engine"), **options)
         new_engine.check(space)

@@ -76,12 +76,14 @@ _URI_PASSWORD = re.compile(r"(?P<head>(?<![A-Za-z0-9+.-])[0-9+.-]*+[A-Za-z][A-Za
 _TOKEN_SHAPES = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}+|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}+|github_pat_[A-Za-z0-9_]{20,}+"
     r"|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})\b")
-#: ``key=value``, ``key: value``, ``"key": "value"`` (JSON, Python reprs, YAML) with any key.
+#: ``key=value``, ``key: value``, ``"key": "value"`` (JSON, Python reprs, YAML) with any key. Key and value are on one
+#: line, as is a flag and its value below: across a line break the "value" is the next line's start - a YAML list's
+#: ``-`` under ``- --api-key`` - and hiding it broke a stored space file (issue 44).
 _PAIR = re.compile(r"""(?:(?P<q>["'])|(?<![A-Za-z0-9_.-])[0-9.-]*+)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*+)(?(q)(?P=q))"""
-                   r"""(?P<sep>\s*+[:=]\s*+)(?P<value>"[^"\n]*+"|'[^'\n]*+'"""
+                   r"""(?P<sep>[ \t]*+[:=][ \t]*+)(?P<value>"[^"\n]*+"|'[^'\n]*+'"""
                    r"""|\$\{[A-Za-z_][A-Za-z0-9_]*+\}[^\s,;}\])"'#]*+|[^\s,;}\])"'#]++)""")
 #: ``--flag VALUE`` on a command line.
-_FLAG = re.compile(r"""(?P<flag>(?<![\w.-])--?[A-Za-z][A-Za-z0-9_.-]*+)(?P<sep>\s++)"""
+_FLAG = re.compile(r"""(?P<flag>(?<![\w.-])--?[A-Za-z][A-Za-z0-9_.-]*+)(?P<sep>[ \t]++)"""
                    r"""(?P<value>"[^"\n]*+"|'[^'\n]*+'|[^\s"']++)""")
 
 
