@@ -108,8 +108,8 @@ def test_export_writes_the_reference_never_the_value(secret_study, capsys, monke
     tmp, _ = secret_study
     for fmt in ("vllm-yaml", "cli", "json"):
         out = io.StringIO()
-        status = raw_main(["export", "--storage", f"sqlite:///{tmp}/optuna.db", "--study", "referenced", "--format", fmt],
-                          out=out)
+        status = raw_main(["export", "--storage", f"sqlite:///{tmp}/optuna.db", "--study", "referenced",
+                           "--format", fmt], out=out)
         err = capsys.readouterr().err
         assert status == ExitStatus.SUCCESS, err
         text = out.getvalue()
@@ -396,7 +396,8 @@ def test_a_variable_missing_when_the_engine_is_rebuilt_is_one_line(cmd_study, co
     assert status == ExitStatus.BAD_INPUT
     line = err.strip()
     assert "\n" not in line and "Traceback" not in line
-    assert "${AT_TEST_CMD_KEY} is not set" in line and "engine.cmd.command[3]" in line and "export AT_TEST_CMD_KEY" in line
+    assert "${AT_TEST_CMD_KEY} is not set" in line and "engine.cmd.command[3]" in line
+    assert "export AT_TEST_CMD_KEY" in line
 
 
 def test_a_variable_missing_at_tune_is_one_line_before_anything_is_created(tmp_path, capsys, monkeypatch):
@@ -546,3 +547,28 @@ def test_a_resolved_value_is_written_as_its_reference_wherever_it_appears(monkey
     assert started.key() == config.key()  # the engine's copy and the stored one are one configuration
     with pytest.raises(MissingSecret, match=r"^engine_args\.hf_token: \$\{AT_TEST_UNSET\} is not set"):
         resolve({"hf_token": "${AT_TEST_UNSET}"}, "engine_args", env={})
+
+
+def test_a_gated_datasets_token_is_a_reference_resolved_for_the_engine(tmp_path, capsys, monkeypatch):
+    """``workload.dataset.args`` go to vLLM's dataset loaders, which may need a hub token: the same rules."""
+    from autotune.core.records import Workload
+    from autotune.core.secrets import resolve_workload
+
+    space = yaml.safe_load(Path("search_spaces/gb10.yaml").read_text())
+    space["engine"]["name"] = "sim"
+    space["workload"]["dataset"] = {"vllm": "hf", "path": "org/gated", "args": {"hf_token": CMD_LOGIN}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(space))
+    status, _, err = _cli(["tune", "--space", str(path), "--study", "x", *_store_args(tmp_path), "--no-mlflow"],
+                          capsys)
+    assert status == ExitStatus.BAD_INPUT and "workload.dataset.args.hf_token: holds a literal credential" in err
+    space["workload"]["dataset"]["args"]["hf_token"] = "${AT_TEST_LOGIN}"
+    path.write_text(yaml.safe_dump(space))
+    status, _, err = _cli(["tune", "--space", str(path), "--study", "x", *_store_args(tmp_path), "--no-mlflow"],
+                          capsys)
+    assert status == ExitStatus.BAD_INPUT and "workload.dataset.args.hf_token: ${AT_TEST_LOGIN} is not set" in err
+    monkeypatch.setenv("AT_TEST_LOGIN", CMD_LOGIN)
+    workload = Workload.from_dict({"dataset": {"source": "vllm", "name": "hf",
+                                               "args": {"hf_token": "${AT_TEST_LOGIN}"}}})
+    assert dict(resolve_workload(workload).dataset.args) == {"hf_token": CMD_LOGIN}
+    assert dict(workload.dataset.args) == {"hf_token": "${AT_TEST_LOGIN}"}

@@ -215,7 +215,8 @@ def check_references(space: Any, engine_options: Mapping[str, Any], engine_name:
         UsageError: one line naming the field, the variable and the fix.
     """
     parts = [("engine_args", space.engine_args), (f"engine.{engine_name}", dict(engine_options)),
-             *((f"search.drafts.{d.name}", d.fragment) for d in space.drafts)]
+             *((f"search.drafts.{d.name}", d.fragment) for d in space.drafts),
+             ("workload.dataset.args", dict(getattr(space.workload.dataset, "args", None) or ()))]
     for field, value in parts:
         problem = unresolvable(value, field)
         if problem is not None:

@@ -177,6 +177,12 @@ def redact(value: Any, _key: Any = None) -> Any:
     else is returned unchanged.
     """
     if _key is not None and is_secret_key(_key) and value not in (None, "", {}, []) and not isinstance(value, bool):
+        # Everything under a credential key is a credential, item by item, so a reference in it is kept.
+        if isinstance(value, Mapping):
+            return {k: redact(v, _key) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            items = [redact(v, _key) for v in value]
+            return items if isinstance(value, list) else tuple(items)
         if not (isinstance(value, str) and has_reference(text := redact_text(value))):
             return REDACTED
         return text

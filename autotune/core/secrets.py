@@ -31,7 +31,8 @@ from typing import Any
 from autotune.core.redact import (REDACTED, REFERENCE, has_reference, is_secret_key, redact, redact_command,
                                   remember_secret)
 
-__all__ = ["MissingSecret", "literal_secret", "literal_secret_line", "references", "resolve", "resolve_config", "unresolvable"]
+__all__ = ["MissingSecret", "literal_secret", "literal_secret_line", "references", "resolve", "resolve_config",
+           "resolve_workload", "unresolvable"]
 
 
 class MissingSecret(ValueError):
@@ -79,6 +80,9 @@ def literal_secret_line(value: Any, field: str, key: Any = None) -> str | None:
 def _literal_at(value: Any, field: str, key: Any) -> tuple[str, str, str] | None:
     """``(dotted field, the key or flag that makes it a credential or "", the value as text)`` of the first literal
     credential."""
+    if key is not None and is_secret_key(key) and isinstance(value, (Mapping, list, tuple)):
+        # Everything under a credential key is a credential (``credentials: {user: u, pass: p}``, a list of keys).
+        return _first_literal_leaf(value, field, str(key))
     if isinstance(value, Mapping):
         for k, v in value.items():
             found = _literal_at(v, f"{field}.{k}" if field else str(k), k)
@@ -108,6 +112,22 @@ def _literal_at(value: Any, field: str, key: Any) -> tuple[str, str, str] | None
     if redact(value, key) != value:
         flag = _credential_flag(value) if isinstance(value, str) else ""
         return field, flag or (str(key) if key is not None and is_secret_key(key) else ""), str(value)
+    return None
+
+
+def _first_literal_leaf(value: Any, field: str, key: str) -> tuple[str, str, str] | None:
+    if isinstance(value, Mapping):
+        items: Any = [(f"{field}.{k}", v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        items = [(f"{field}[{i}]", v) for i, v in enumerate(value)]
+    elif value in (None, "") or isinstance(value, bool) or has_reference(value) or value == REDACTED:
+        return None
+    else:
+        return field, key, str(value)
+    for sub_field, item in items:
+        found = _first_literal_leaf(item, sub_field, key)
+        if found is not None:
+            return found
     return None
 
 
@@ -214,3 +234,14 @@ def resolve_config(config: Any, env: Mapping[str, str] | None = None) -> Any:
         config, engine_args=resolve(dict(config.engine_args), "engine_args", env),
         speculative_config=None if config.speculative_config is None else resolve(
             dict(config.speculative_config), "speculative_config", env))
+
+
+def resolve_workload(workload: Any, env: Mapping[str, str] | None = None) -> Any:
+    """A :class:`~autotune.core.records.Workload` with the references of its dataset options resolved (a vLLM
+    dataset read from a gated hub repository: ``args: {hf_token: ${HF_TOKEN}}``), as :func:`resolve_config`."""
+    dataset = getattr(workload, "dataset", None)
+    args = dict(getattr(dataset, "args", None) or ())
+    if not references(args):
+        return workload
+    resolved = resolve(args, "workload.dataset.args", env)
+    return dataclasses.replace(workload, dataset=dataclasses.replace(dataset, args=tuple(resolved.items())))

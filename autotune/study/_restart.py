@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.core.records import EngineConfig, RestartResult, Workload
-from autotune.core.secrets import MissingSecret, resolve_config
+from autotune.core.secrets import MissingSecret, resolve_config, resolve_workload
 from autotune.core.transient import TRANSIENT_RUNS_AGAIN, is_transient
 from autotune.engines import EngineError
 
@@ -72,6 +72,7 @@ def _start(engine: Any, config: EngineConfig, workload: Any, *, restart: int, se
     # the environment now; the configuration the study stores and reports keeps the references.
     try:
         started = resolve_config(config)
+        workload = resolve_workload(workload) if isinstance(workload, Workload) else workload
     except MissingSecret as exc:
         raise EngineError(str(exc)) from None
     for attempt in range(2):
