@@ -556,7 +556,7 @@ def test_a_gated_datasets_token_is_a_reference_resolved_for_the_engine(tmp_path,
 
     space = yaml.safe_load(Path("search_spaces/gb10.yaml").read_text())
     space["engine"]["name"] = "sim"
-    space["workload"]["dataset"] = {"vllm": "hf", "path": "org/gated", "args": {"hf_token": CMD_LOGIN}}
+    space["workload"]["dataset"] = {"vllm": "hf", "args": {"dataset_path": "org/gated", "hf_token": CMD_LOGIN}}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(space))
     status, _, err = _cli(["tune", "--space", str(path), "--study", "x", *_store_args(tmp_path), "--no-mlflow"],
@@ -572,3 +572,31 @@ def test_a_gated_datasets_token_is_a_reference_resolved_for_the_engine(tmp_path,
                                                "args": {"hf_token": "${AT_TEST_LOGIN}"}}})
     assert dict(resolve_workload(workload).dataset.args) == {"hf_token": CMD_LOGIN}
     assert dict(workload.dataset.args) == {"hf_token": "${AT_TEST_LOGIN}"}
+
+
+@pytest.mark.parametrize("value, field", [
+    ({"hf_token": CMD_LOGIN}, "engine_args.hf_token"),
+    ({"credentials": {"user": "${U}", "pass": CMD_LOGIN}}, "engine_args.credentials.pass"),  # all of it is one
+    ({"api_key": ["${A}", CMD_KEY]}, "engine_args.api_key[1]"),
+    ({"draft": {"model": "m", "args": ["--hf-token", CMD_LOGIN]}}, "engine_args.draft.args[1]"),
+    ({"launcher": ["docker", "run", "-e", f"HF_TOKEN={CMD_LOGIN}"]}, "engine_args.launcher[3]"),
+    ({"note": f"the token is {HF_TOKEN}"}, "engine_args.note"),
+])
+def test_what_is_a_literal_credential(value, field):
+    from autotune.core.secrets import literal_secret
+
+    found = literal_secret(value, "engine_args")
+    assert found is not None and found[0] == field and CMD_LOGIN not in str(found) and CMD_KEY not in str(found)
+
+
+@pytest.mark.parametrize("value", [
+    {"hf_token": "${HF_TOKEN}", "api_key": "Bearer ${T}", "db": "postgresql://u:${PW}@h/d"},
+    {"hf_token": True, "api_key": None, "password": "", "auth": False},  # unset, or "use the login's token"
+    {"hf_token": REDACTED},  # what an older autotune stored: loads, refused only when an engine would start
+    {"command": ["python", "w.py", "--api-key", "${K}", "--api-key=${K}", "api_key=${K}"]},
+    {"max_num_batched_tokens": 8192, "tokenizer": "org/tok", "eos_token_id": 2},
+])
+def test_what_is_not_a_literal_credential(value):
+    from autotune.core.secrets import literal_secret
+
+    assert literal_secret(value, "engine_args") is None
