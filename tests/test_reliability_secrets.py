@@ -600,3 +600,25 @@ def test_what_is_not_a_literal_credential(value):
     from autotune.core.secrets import literal_secret
 
     assert literal_secret(value, "engine_args") is None
+
+
+def test_the_vllm_engine_resolves_its_env_and_launcher_only_for_the_process(tmp_path, monkeypatch):
+    """``engine.vllm.env`` and ``launcher`` take references beside their ``{placeholders}``: resolved for the
+    process, kept in the settings and the facts the study stores."""
+    from autotune.engines import make_engine
+
+    monkeypatch.setenv("AT_TEST_LOGIN", CMD_LOGIN)
+    engine = make_engine("vllm", cache_dir=str(tmp_path), env={"HF_TOKEN": "${AT_TEST_LOGIN}", "X": "{study_dir}"},
+                         launcher=["env", "API=${AT_TEST_LOGIN}", "python3"])
+    try:
+        assert engine.runner_env()["HF_TOKEN"] == CMD_LOGIN and engine.runner_env()["X"] == str(tmp_path.resolve())
+        assert engine.interpreter() == ["env", f"API={CMD_LOGIN}", "python3"]
+        assert engine.settings.env["HF_TOKEN"] == "${AT_TEST_LOGIN}"
+        assert CMD_LOGIN not in engine.settings.interpreter_label()
+        monkeypatch.delenv("AT_TEST_LOGIN")
+        from autotune.engines import EngineError
+
+        with pytest.raises(EngineError, match=r"engine\.vllm\.env\.HF_TOKEN: \$\{AT_TEST_LOGIN\} is not set"):
+            engine.runner_env()
+    finally:
+        engine.close()
