@@ -564,6 +564,7 @@ def test_a_gated_datasets_token_is_a_reference_resolved_for_the_engine(tmp_path,
     assert status == ExitStatus.BAD_INPUT and "workload.dataset.args.hf_token: holds a literal credential" in err
     space["workload"]["dataset"]["args"]["hf_token"] = "${AT_TEST_LOGIN}"
     path.write_text(yaml.safe_dump(space))
+    monkeypatch.delenv("AT_TEST_LOGIN", raising=False)  # (a module fixture may hold it set)
     status, _, err = _cli(["tune", "--space", str(path), "--study", "x", *_store_args(tmp_path), "--no-mlflow"],
                           capsys)
     assert status == ExitStatus.BAD_INPUT and "workload.dataset.args.hf_token: ${AT_TEST_LOGIN} is not set" in err
