@@ -576,16 +576,22 @@ class RedactedLog:
                     self._write(held[:cut])
                     held = held[cut:]
             self._write(held)
-        except OSError:
-            pass  # the file system refused a write: the engine runs on, its log ends here
         finally:
             os.close(self._read)
-            self._file.close()
+            with contextlib.suppress(OSError):
+                self._file.close()
 
     def _write(self, data: bytes) -> None:
-        if data:
+        if not data or self._file.closed:
+            return
+        try:
             self._file.write(redact_text(data.decode("utf-8", errors="replace")).encode("utf-8"))
             self._file.flush()
+        except OSError:
+            # The file system refused (a full disk): the log ends here, but the pipe is still drained, so the
+            # engine never blocks on it or dies of a broken pipe.
+            with contextlib.suppress(OSError):
+                self._file.close()
 
 
 def scrub_log(path: str | os.PathLike[str]) -> None:
