@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 import yaml
 
 from autotune.store import ledger as _ledger
@@ -12,7 +13,13 @@ from autotune.cli._main import raw_main
 from autotune.core.exit_status import ExitStatus
 
 
-def _space(tmp_path: Path, token: str = "hf_first_token_value", **search_changes) -> Path:
+@pytest.fixture(autouse=True)
+def _token(monkeypatch):
+    """The spaces reference their credential (issue 44: a literal is refused); the environment holds it."""
+    monkeypatch.setenv("AT_RESUME_TOKEN", "hf_first_token_value")
+
+
+def _space(tmp_path: Path, token: str = "${AT_RESUME_TOKEN}", **search_changes) -> Path:
     space = yaml.safe_load(Path("search_spaces/gb10.yaml").read_text())
     space["search"].update(search_changes)
     space["engine_args"]["hf_token"] = token
@@ -74,9 +81,10 @@ def test_resume_with_the_same_setup_continues(tmp_path, capsys):
     assert _ledger.load("one", f"sqlite:///{tmp_path}/optuna.db").finished_search_trials() == 3
 
 
-def test_a_rotated_credential_is_not_another_experiment(tmp_path, capsys):
+def test_a_rotated_credential_is_not_another_experiment(tmp_path, capsys, monkeypatch):
     assert _tune(tmp_path, capsys, _space(tmp_path))[0] == ExitStatus.SUCCESS
-    status, err = _tune(tmp_path, capsys, _space(tmp_path, token="hf_rotated_token_value"), trials=3)
+    monkeypatch.setenv("AT_RESUME_TOKEN", "hf_rotated_token_value")  # the same reference, a new value
+    status, err = _tune(tmp_path, capsys, _space(tmp_path), trials=3)
     assert status == ExitStatus.SUCCESS, err
 
 

@@ -19,6 +19,7 @@ from typing import IO, Any
 from autotune.cli.gpu_workers import STORAGE_ENV
 from autotune.cli.preflight import check_storage
 from autotune.core.redact import redact, redact_command
+from autotune.core.secrets import literal_secret, unresolvable
 from autotune.store.ledger import DEFAULT_STORAGE, DEFAULT_WORKDIR, Ledger, latest_study_name, load
 from autotune.store.studydir import MAX_NAME_BYTES
 
@@ -36,6 +37,7 @@ __all__ = [
     "load_space_for",
     "open_output",
     "check_engine_sections",
+    "check_references",
     "open_named_study",
     "parse_kv",
     "parse_params",
@@ -66,6 +68,11 @@ def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
             if not math.isfinite(number) or abs(number) > MAX_NUMBER:
                 raise UsageError(f"{flag} {item!r}: {number!r} is not a finite, plausible number; give a number "
                                  f"within ±{MAX_NUMBER:.0e}")
+        # A credential typed on the command line is a reference too (``api_key=${API_KEY}``): the study stores
+        # what is typed, and could not give a literal back (autotune.core.secrets).
+        literal = literal_secret(parsed, key.strip(), key.strip())
+        if literal is not None:
+            raise UsageError(f"{flag} {literal[0]} {literal[1]}; fix: {literal[2]}")
         out[key.strip()] = parsed
     return out
 
@@ -199,6 +206,23 @@ def check_engine_sections(space: Any) -> None:
         engine.close()
 
 
+def check_references(space: Any, engine_options: Mapping[str, Any], engine_name: str) -> None:
+    """Every ``${VAR}`` the engine will resolve when it starts is set, and no value is ``<redacted>`` (a credential
+    an older autotune stored with no way back): checked before anything is created or started, so the line names
+    the variable and the field rather than an engine failing with 401 at its first start (autotune.core.secrets).
+
+    Raises:
+        UsageError: one line naming the field, the variable and the fix.
+    """
+    parts = [("engine_args", space.engine_args), (f"engine.{engine_name}", dict(engine_options)),
+             *((f"search.drafts.{d.name}", d.fragment) for d in space.drafts),
+             ("workload.dataset.args", dict(getattr(space.workload.dataset, "args", None) or ()))]
+    for field, value in parts:
+        problem = unresolvable(value, field)
+        if problem is not None:
+            raise UsageError(f"{space.source}: {problem}")
+
+
 def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_dir: str | None = None) -> Any:
     """The engine named on the command line, else the space's ``engine.name``, else ``vllm``.
 
@@ -210,6 +234,7 @@ def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_di
     chosen = name or space.engine.default
     if chosen not in ENGINES:
         raise UsageError(f"--engine {chosen!r} is not an engine: choose one of {', '.join(sorted(ENGINES))}")
+    check_references(space, {**space.engine.options(chosen), **options}, chosen)
     engine = make_engine(chosen, cache_dir=cache_dir, **{**space.engine.options(chosen), **options})
     engine.check(space)
     return engine

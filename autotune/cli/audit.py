@@ -32,6 +32,7 @@ from autotune.cli._common import (
 from autotune.core.exit_status import ExitStatus
 from autotune.core.records import Detail, EngineConfig, EngineFacts, RestartResult, config_differences
 from autotune.core.redact import redact_text
+from autotune.core.secrets import resolve_config, resolve_workload
 from autotune.core.schedule import SCHEDULE_KEY, KSchedule, coverage_problems
 from autotune.report import kv_findings
 from autotune.store.ledger import DEFAULT_WORKDIR
@@ -119,7 +120,9 @@ def run_audit(
     backend = build_engine(space, engine, dict(engine_options), cache_dir=cache_dir)
     try:
         workload = _audit_workload(space.workload)
-        result = backend.run_restart(config, workload, restart=0, seed=workload.seed)
+        # Started with its references resolved (autotune.core.secrets); the table shows the configuration as written.
+        result = backend.run_restart(resolve_config(config), resolve_workload(workload), restart=0,
+                                     seed=workload.seed)
         facts = EngineFacts.of(backend.describe())
     finally:
         backend.close()

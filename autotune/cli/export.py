@@ -13,6 +13,7 @@ from typing import IO
 from autotune.cli._common import UsageError, add_store_args, open_named_study, open_output
 from autotune.cli.preflight import check_output_path, dataset_path, protected_paths
 from autotune.core.redact import REDACTED, redact, redacted_fields
+from autotune.core.secrets import references
 from autotune.report import build_report
 from autotune.report.export import (FORMATS, NoResult, comment, header_lines, render, to_cli, to_llm_kwargs,
                                     to_vllm_yaml, winner_config)
@@ -91,6 +92,12 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
     if report.slo_outcome is not None and not report.slo_outcome.winner_meets:
         print(f"autotune: warning: no verified configuration of {report.study!r} met the latency limits "
               f"{dict(report.slo)}; the exported configuration misses them too", file=sys.stderr)
+    referenced = references(to_llm_kwargs(report))
+    if referenced:
+        names = ", ".join(f"${{{name}}}" for name in referenced)
+        print(f"autotune: note: the export holds the references {names} as the study's space wrote them, never "
+              "their values: the cli format's shell fills them in from its environment; substitute them in a "
+              "vllm-yaml or json export before use (e.g. envsubst)", file=sys.stderr)
     hidden = redacted_fields(redact(to_llm_kwargs(report)))
     if hidden:
         print(f"autotune: note: {', '.join(hidden)} held credentials and are written as {REDACTED}: fill them in "

@@ -37,7 +37,8 @@ import sys
 from typing import IO
 
 from autotune.cli._common import (
-    UsageError, add_store_args, add_workdir_arg, build_engine, parse_kv, stored_space_dir, write_json,
+    UsageError, add_store_args, add_workdir_arg, build_engine, check_references, parse_kv, stored_space_dir,
+    write_json,
 )
 from autotune.core.exit_status import ExitStatus
 
@@ -115,6 +116,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     check_count("--restarts", args.restarts, 2, MAX_RESTARTS)
     check_budget(None, args.budget_minutes)  # tune's rule: finite, over 0, at most a year
     margin = _margin(args.margin)
+    new_options = parse_kv(args.engine_opt, "--engine-opt")  # bad input (a literal credential) before the store
     if args.json:  # a first check before the study is read; the protected paths are checked once they are known
         check_output_path(args.json, "--json", links=False)
     check_storage(args.storage, write=True)
@@ -143,13 +145,16 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         if text is None:
             raise UsageError(f"study {args.study!r} stored no space file: pass --space FILE")
         space = load_space_text(text, f"study {args.study}'s stored space", stored_space_dir(meta.space_file))
+        # The stored space and options hold references (${HF_TOKEN}), resolved when the engine starts.
+        check_references(space, dict(meta.engine_options), meta.engine.name)
         engine = make_engine(meta.engine.name, cache_dir=cache_dir, **dict(meta.engine_options))
         engine.check(space)
     if meta.model and space.engine_args.get("model") != meta.model:
         space = space.with_model(meta.model)
     new_engine = None
     if args.engine_opt:
-        options = {**dict(engine.options), **parse_kv(args.engine_opt, "--engine-opt")}
+        options = {**dict(engine.options), **new_options}
+        check_references(space, options, meta.engine.name)
         new_engine = make_engine(meta.engine.name, cache_dir=os.path.join(cache_dir, "recheck-new-engine"), **options)
         new_engine.check(space)
     try:

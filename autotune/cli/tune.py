@@ -14,6 +14,7 @@ from autotune.cli._common import (
     add_store_args,
     add_workdir_arg,
     build_engine,
+    check_references,
     command_line,
     default_study_name,
     load_space_for,
@@ -147,6 +148,9 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
 
     space = load_space_for(args)
     engine_name = args.engine or space.engine.default
+    # Every ${VAR} the engine will resolve is set, before anything is created (autotune.core.secrets).
+    check_references(space, {**space.engine.options(engine_name), **parse_kv(args.engine_opt, "--engine-opt")},
+                     engine_name)
     study_name = args.study or default_study_name(space, engine_name)
     preflight.check_study_name_flag(study_name)
     preflight.check_top_k(args.top_k)

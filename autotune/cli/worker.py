@@ -24,6 +24,7 @@ from autotune.cli._common import (
     add_store_args,
     stored_space_dir,
     add_workdir_arg,
+    check_references,
     command_line,
     parse_kv,
     write_json,
@@ -200,6 +201,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.study import StudyOptions
 
     check_worker_args(args)
+    typed_options = parse_kv(args.engine_opt, "--engine-opt")  # bad input (a literal credential) before the store
     try:
         study = ledger.load(args.study, args.storage)
     except ledger.LedgerError as exc:
@@ -220,7 +222,10 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
             storage=args.storage, tracking_uri=resolve_tracking_uri(args.tracking_uri), space_file=meta.space_file,
             dataset=dataset_path(space.workload), study_dir=os.path.join(args.workdir, args.study)))
     engine_opts = args.engine_opt or []
-    engine = make_engine(meta.engine.name, **{**dict(meta.engine_options), **parse_kv(engine_opts, "--engine-opt")})
+    engine_options = {**dict(meta.engine_options), **typed_options}
+    # The stored space and options hold references (${HF_TOKEN}): each must be set on this machine.
+    check_references(space, engine_options, meta.engine.name)
+    engine = make_engine(meta.engine.name, **engine_options)
     engine.check(space)
     from autotune.cli.preflight import check_page_cache
 

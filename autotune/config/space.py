@@ -45,6 +45,7 @@ from autotune.config._models import (CUDAGRAPH_MODES, DEFAULT, K_HARD_MAX, MAX_N
 from autotune.config._schedule import FIXED, SCHEDULE_PARAM, derive_enabled, k_limit, parse_schedules, schedule_problem
 from autotune.config._yaml import load_yaml, read_text
 from autotune.core.schedule import SCHEDULE_KEY, KSchedule
+from autotune.core.secrets import literal_secret
 from autotune.config.workload import parse_slo, parse_workload, read_dataset
 
 __all__ = [
@@ -427,6 +428,11 @@ def parse_space(raw: Any, source: str = "<space>", base_dir: Path | None = None)
     """Validate an already-parsed mapping (see :func:`load_space`)."""
     v = _Validator(source, base_dir or Path.cwd())
     top = v.mapping(raw, "top level")
+    # A credential is a reference to the environment (``${HF_TOKEN}``), never a literal: checked before anything
+    # else reads the file, so nothing is created for a space that holds one (autotune.core.secrets).
+    literal = literal_secret(top, "")
+    if literal is not None:
+        raise SpaceError(source, *literal)
     model = check_shape(top, source)
     # Engine options are the engine's to validate (when it is made), but no section of a space holds NaN or 1e300.
     v.finite(top.get("engine"), "engine")

@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
+from autotune.core.secrets import literal_secret_line
 from autotune.engines import _sim_model as sim_model
 from autotune.engines.drift import PRESETS as DRIFT_PRESETS
 from autotune.engines._base import EngineError
@@ -61,6 +62,11 @@ class EngineOptions(BaseModel):
         Raises:
             EngineError: one line, ``<engine> engine: engine.<engine>.<field> ...`` and the fix.
         """
+        # A credential in an option (a token in env, --api-key in a command) is a reference (``${API_KEY}``),
+        # resolved when a process starts; a literal would be stored with the study's engine (autotune.core.secrets).
+        literal = literal_secret_line(dict(options), f"engine.{cls.ENGINE}")
+        if literal is not None:
+            raise EngineError(f"{cls.ENGINE} engine: {literal}")
         try:
             return cls.model_validate(dict(options))
         except ValidationError as exc:

@@ -48,6 +48,8 @@ from typing import IO, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.core import facts as F
+from autotune.core.redact import redact_text
+from autotune.core.secrets import MissingSecret, resolve
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._options import CmdOptions
 from autotune.engines._output_check import check_request, output_facts, skip_reason
@@ -129,14 +131,20 @@ class CmdEngine(EngineBackend):
         started = time.monotonic()
         try:
             stdout, stderr, returncode = self._run_process(payload, restart, seed)
+        except MissingSecret as exc:
+            raise EngineError(f"cmd engine: {exc}") from None
         except OSError as exc:
             return RestartResult.failure(RestartStatus.FAILED, f"cmd engine: cannot start {self.command[0]!r}: {exc}",
                                          restart=restart, seed=seed, wall_s=time.monotonic() - started)
         timed_out = returncode is None
         wall_s = time.monotonic() - started
-        log_path = self._write_log(config, restart, stdout, stderr)
+        # Whatever the command printed is redacted before autotune keeps any of it (the log, its tail, the error
+        # line): a credential it echoes, the value of every reference resolved above included.
+        # (The protocol line is read from the output as printed.)
+        shown_out, shown_err = redact_text(stdout), redact_text(stderr)
+        log_path = self._write_log(config, restart, shown_out, shown_err)
         common: dict[str, Any] = {"restart": restart, "seed": seed, "wall_s": wall_s, "log_path": log_path}
-        tail = _tail(stdout, stderr)
+        tail = _tail(shown_out, shown_err)
         trip = self.safety.last_guard.trip if self.safety.last_guard is not None else None
         if trip is not None:
             return RestartResult.failure(RestartStatus.FAILED, trip.reason(), log_tail=tail, **common)
@@ -147,12 +155,13 @@ class CmdEngine(EngineBackend):
         try:
             data = parse_result_line(stdout)
         except ProtocolError as exc:
-            reason = f"cmd engine: {exc}"
+            reason = redact_text(f"cmd engine: {exc}")  # it may quote the line
             if returncode != 0:
-                reason = f"cmd engine: command exited with status {returncode}: {_last_line(stderr or stdout)}"
+                reason = f"cmd engine: command exited with status {returncode}: {_last_line(shown_err or shown_out)}"
             return RestartResult.failure(RestartStatus.FAILED, reason, log_tail=tail, **common)
         if data["status"] == RestartStatus.FAILED:
-            return RestartResult.failure(RestartStatus.FAILED, data["error"], resolved=data.get("resolved"),
+            return RestartResult.failure(RestartStatus.FAILED, redact_text(data["error"]),
+                                         resolved=data.get("resolved"),
                                          cold=data.get("cold", False), log_tail=tail, **common)
         if returncode != 0:
             return RestartResult.failure(RestartStatus.FAILED, f"cmd engine: command reported ok but exited with "
@@ -200,7 +209,10 @@ class CmdEngine(EngineBackend):
             # process group and anything that escaped it: nothing it started may outlive the restart (an engine
             # core holding GPU memory would spoil the next one) or autotune itself.
             # The memory guard watches from before the start to the end; a trip SIGKILLs the group at once.
-            with self.safety.guard() as guard, EngineProcess(self.command, stdin=stdin, stdout=out, stderr=err,
+            # The command's references (``--api-key ${API_KEY}``) are resolved for the process only: the log, the
+            # facts and the stored options keep them (autotune.core.secrets).
+            argv = resolve(self.command, self.settings.field("command"))
+            with self.safety.guard() as guard, EngineProcess(argv, stdin=stdin, stdout=out, stderr=err,
                                                              env=self._env(restart, seed)) as proc:
                 guard.attach(proc.kill_now)  # the group, and a container it started, at once
                 try:

@@ -18,6 +18,10 @@ through ``yaml.safe_dump``, ``shlex.quote`` or ``json.dumps``, and comment lines
 character escaped, so that a name such as ``"ngram\\ntouch PWNED"`` stays inside its comment. Credentials are
 removed from the values before rendering, never from the rendered text, where a replacement could cut across the
 quoting.
+
+A credential the space referenced (``hf_token: ${HF_TOKEN}``, :mod:`autotune.core.secrets`) is exported as that
+reference, never its value: the command line double-quotes it (``--hf-token "${HF_TOKEN}"``), so the shell that
+runs it fills it in from its own environment, with every other character single-quoted as before.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 import yaml
 
 from autotune.core.records import EngineConfig
-from autotune.core.redact import redact, redact_text
+from autotune.core.redact import REFERENCE, has_reference, redact, redact_text
 from autotune.core.schedule import SCHEDULE_SINCE, supports_schedule
 from autotune.report._build import Report, VerifiedRow
 
@@ -172,13 +176,29 @@ def _cli_tokens(key: str, value: Any) -> list[str]:
     return [flag, str(value)]
 
 
+def _shell_word(text: str) -> str:
+    """``text`` as one shell word: single-quoted, but for its ``${NAME}`` references, which are double-quoted so
+    the shell expands them (the pieces are adjacent: the shell joins them into one word)."""
+    if not has_reference(text):
+        return shlex.quote(text)
+    pieces, at = [], 0
+    for m in REFERENCE.finditer(text):
+        if m.start() > at:
+            pieces.append(shlex.quote(text[at:m.start()]))
+        pieces.append(f'"${{{m[1]}}}"')
+        at = m.end()
+    if at < len(text):
+        pieces.append(shlex.quote(text[at:]))
+    return "".join(pieces)
+
+
 def to_cli(report: Report, today: str | None = None) -> str:
     """The ``vllm serve MODEL ...`` command line, one option per line, shell-quoted, with the header."""
     kwargs = _shareable_kwargs(report)
-    parts = ["vllm serve" + (f" {shlex.quote(str(kwargs.pop('model')))}" if "model" in kwargs else "")]
+    parts = ["vllm serve" + (f" {_shell_word(str(kwargs.pop('model')))}" if "model" in kwargs else "")]
     for key, value in kwargs.items():
         if value is not None:
-            parts.append(shlex.join(_cli_tokens(key, value)))
+            parts.append(" ".join(map(_shell_word, _cli_tokens(key, value))))
     return comment(header_lines(report, today)) + " \\\n    ".join(parts) + "\n"
 
 

@@ -11,7 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.core.records import EngineConfig, RestartResult, Workload
+from autotune.core.secrets import MissingSecret, resolve_config, resolve_workload
 from autotune.core.transient import TRANSIENT_RUNS_AGAIN, is_transient
+from autotune.engines import EngineError
 
 __all__ = ["ALWAYS_COLD", "measure_restart"]
 
@@ -75,12 +77,19 @@ def _start(engine: Any, config: EngineConfig, workload: Any, *, restart: int, se
            rerun_cold: Callable[[RestartResult], bool] | None, tokens: Any = None) -> list[RestartResult]:
     """One counted restart, preceded by a warm-up restart when the engine reports it cold (see above)."""
     results = []
+    # The engine is started with the credentials the configuration references (``${HF_TOKEN}``), resolved from
+    # the environment now; the configuration the study stores and reports keeps the references.
+    try:
+        started = resolve_config(config)
+        workload = resolve_workload(workload) if isinstance(workload, Workload) else workload
+    except MissingSecret as exc:
+        raise EngineError(str(exc)) from None
     for attempt in range(2):
         token = None if tokens is None else tokens.take()
         if tokens is not None and token is None:
             break  # every start the budget allows is taken: this one is not started
         try:
-            result = engine.run_restart(config, workload, restart=restart, seed=seed)
+            result = engine.run_restart(started, workload, restart=restart, seed=seed)
         except BaseException:
             if token is not None:
                 with contextlib.suppress(Exception):

@@ -50,6 +50,7 @@ from autotune.engines._output_check import check_request, output_facts, skip_rea
 from autotune.engines.process import engine_leftovers, kill_started_since, own_tagged
 from autotune.engines.vllm import _container
 from autotune.core import facts as F
+from autotune.core.secrets import MissingSecret, resolve
 from autotune.engines.vllm._caches import caches_empty as jit_caches_empty
 from autotune.engines.vllm._caches import caches_present, jit_cache_env, left_to_user, record_caches
 from autotune.engines.vllm._forkserver import ForkHost, launch_forked
@@ -350,7 +351,7 @@ class VllmEngine(EngineBackend):
     def request(self, config: EngineConfig, workload: Workload, seed: int) -> dict[str, Any]:
         """The runner's JSON request for one restart."""
         kwargs = config.llm_kwargs()
-        kwargs.update(self.settings.extra_args)
+        kwargs.update(self._resolved(self.settings.extra_args, "extra_args"))
         kwargs["model"] = _absolute_if_local(kwargs.get("model"))
         spec = kwargs.get("speculative_config")
         if spec:
@@ -392,15 +393,24 @@ class VllmEngine(EngineBackend):
         if with_cache:
             env["VLLM_CACHE_ROOT"] = self.cache_root()
             env.update(jit_cache_env(self.work_dir(), os.environ, self.settings.env))  # never over the user's
-        env.update(self.settings.env)
-        if any("{" in v for v in self.settings.env.values()):
+        user = self._resolved(self.settings.env, "env")
+        env.update(user)
+        if any("{" in v for v in user.values()):
             values = self.placeholders()
-            env.update({k: _container.render(v, values) for k, v in self.settings.env.items()})
+            env.update({k: _container.render(v, values) for k, v in user.items()})
         return env
+
+    def _resolved(self, value: Any, option: str) -> Any:
+        """An option with its ``${VAR}`` references resolved, for the process being started (the settings, the
+        study and ``describe()`` keep the references: autotune.core.secrets)."""
+        try:
+            return resolve(value, self.settings.field(option))
+        except MissingSecret as exc:
+            raise EngineError(f"vllm engine: {exc}") from None
 
     def interpreter(self) -> list[str]:
         """The command prefix that runs Python where vLLM lives, its placeholders filled in."""
-        parts = self.settings.interpreter()
+        parts = self._resolved(self.settings.interpreter(), "launcher")
         if not any("{" in part for part in parts):
             return parts
         values = self.placeholders()

@@ -32,7 +32,8 @@ from autotune.engines._base import EngineError
 __all__ = ["PLACEHOLDERS", "check_placeholders", "check_runtime", "image_facts", "placeholder_values", "render"]
 
 PLACEHOLDERS = ("workdir", "study_dir", "runner_dir", "image", "uid", "gid")
-_PATTERN = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: ``{name}``, but not the ``${NAME}`` of a reference to the environment (:mod:`autotune.core.secrets`).
+_PATTERN = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _INSPECT_TIMEOUT_S = 60.0
 
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from autotune.core.transient import LOST_PREFIX
-from autotune.engines.process import (TAG_ENV, EngineProcess, Survivor, kill_group, process_name, tagged_processes,
-                                     wait_gone)
+from autotune.engines.process import (TAG_ENV, EngineProcess, RedactedLog, Survivor, kill_group, process_name,
+                                     tagged_processes, wait_gone)
 from autotune.engines.vllm._launcher import LaunchResult, supervise, tail_text
 
 __all__ = ["HOST_PATH", "ForkHost", "ForkedProcess", "HostError", "HostLost", "HostTimeout", "launch_forked"]
@@ -72,11 +72,15 @@ class ForkHost:
         self._gone: str | None = None
         self._next_id = 0
         self._stopped = False
-        with open(self.log_path, "ab") as log:
+        # The host log reaches its file redacted (RedactedLog); the pump ends when the host and its forks are gone.
+        self._log = RedactedLog(self.log_path, append=True)
+        try:
             # An EngineProcess: its own session, and whatever it (or the forkserver) leaves behind is found and
             # stopped with it.
             self.process = EngineProcess([*interpreter, str(HOST_PATH)], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=log, env=env)
+                                         stdout=subprocess.PIPE, stderr=self._log.fd, env=env)
+        finally:
+            self._log.started()
         self.proc = self.process.popen
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._stdin: IO[bytes] = self.proc.stdin

@@ -16,12 +16,13 @@ import dataclasses
 import json
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.engines.process import EngineProcess, kill_group
+from autotune.engines.process import EngineProcess, RedactedLog, kill_group, scrub_log
 
 __all__ = [
     "ERROR_MARKER",
@@ -175,17 +176,22 @@ def launch(
     """
     log = Path(log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
-    stdin_file = _stdin_file(log, stdin_text)
     start = time.monotonic()
+    # The request (which holds the credentials the engine runs with) goes through an unnamed temporary file, never
+    # a file in the study's directory; the output reaches the log only redacted (RedactedLog).
+    sink = RedactedLog(log)
     try:
-        with open(log, "wb") as log_fh, open(stdin_file, "rb") as in_fh:
-            proc = EngineProcess(argv, stdin=in_fh, stdout=log_fh, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        with tempfile.TemporaryFile() as in_fh:
+            in_fh.write((stdin_text or "").encode("utf-8"))
+            in_fh.seek(0)
+            proc = EngineProcess(argv, stdin=in_fh, stdout=sink.fd, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     except OSError as exc:
+        sink.finish()
         return LaunchResult(returncode=None, log_path=str(log), error=f"cannot start {argv[0]!r}: {exc.strerror or exc}")
     finally:
-        stdin_file.unlink(missing_ok=True)
+        sink.started()
     return supervise(proc, log, start, startup_timeout_s=startup_timeout_s, measure_timeout_s=measure_timeout_s,
-                     kill_grace_s=kill_grace_s)
+                     kill_grace_s=kill_grace_s, sink=sink)
 
 
 def supervise(
@@ -196,6 +202,7 @@ def supervise(
     startup_timeout_s: float,
     measure_timeout_s: float,
     kill_grace_s: float = 5.0,
+    sink: RedactedLog | None = None,
 ) -> LaunchResult:
     """Watch a started process's log against the deadlines, then stop its whole group (see :func:`launch`).
 
@@ -205,6 +212,8 @@ def supervise(
             restart (:class:`~._forkserver.ForkedProcess`).
         log: The file receiving its stdout and stderr.
         start: ``time.monotonic()`` when the start was asked for; start-up seconds count from here.
+        sink: The :class:`~autotune.engines.process.RedactedLog` the process writes ``log`` through; without one
+            (a forked restart opens its log itself) the log is redacted in place once the process is stopped.
     """
     watcher = _LogWatcher(log)
     # Leaving the block by any route (a deadline, Ctrl-C, SIGTERM, an error) stops the group: the engine is in
@@ -212,6 +221,10 @@ def supervise(
     with proc:
         timed_out, ready_at = _watch(proc, watcher, start, startup_timeout_s, measure_timeout_s)
         survivors = proc.stop(grace_s=kill_grace_s)
+    if sink is not None:
+        sink.finish()  # every writer is gone: the log is whole, and was redacted line by line
+    else:
+        scrub_log(log)
     if survivors:
         with open(log, "a") as fh:
             fh.write(f"\nautotune: killed {len(survivors)} process(es) that had left the engine's process group: "
@@ -229,12 +242,6 @@ def supervise(
         log_path=str(log),
         tail=tail_text(text),
     )
-
-
-def _stdin_file(log: Path, stdin_text: str | None) -> Path:
-    path = log.with_name(log.name + ".stdin")
-    path.write_text(stdin_text or "")
-    return path
 
 
 def _watch(
