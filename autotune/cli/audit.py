@@ -115,8 +115,13 @@ def run_audit(
     Raises:
         SpaceError, EngineError, KeyError: bad space, unusable engine or unknown parameter choice.
     """
-    config = config_for_audit(space, params)
     backend = build_engine(space, engine, dict(engine_options), cache_dir=cache_dir)
+    try:
+        space = space.in_vocabulary(backend.vocabulary())  # audit what the engine is given in its own names
+        config = config_for_audit(space, params)
+    except BaseException:
+        backend.close()
+        raise
     try:
         workload = _audit_workload(space.workload)
         result = backend.run_restart(config, workload, restart=0, seed=workload.seed)
@@ -190,6 +195,10 @@ def audit_rows(config: EngineConfig, result: RestartResult, env: Mapping[str, st
         AuditRow("compile_mode", config.compilation_config.get("mode", _UNSET),
                  _shown(resolved and resolved.compile_mode)),
     ]
+    if details.get(Detail.DECODE_CAPTURE_REQUESTS) is not None:  # vLLM >= 0.34: decode graphs in requests
+        rows.append(AuditRow("decode_graphs", _UNSET if config.decode_requests is None
+                             else list(config.decode_requests), details[Detail.DECODE_CAPTURE_REQUESTS],
+                             "decode_graphs" in diffs))
     want_runner = {"0": "v1", "1": "v2"}.get(str(env.get("VLLM_USE_V2_MODEL_RUNNER", "")), _UNSET)
     got_runner = details.get(Detail.MODEL_RUNNER)
     rows.append(AuditRow("model_runner", want_runner, _shown(got_runner),

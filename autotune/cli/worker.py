@@ -222,6 +222,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     engine_opts = args.engine_opt or []
     engine = make_engine(meta.engine.name, **{**dict(meta.engine_options), **parse_kv(engine_opts, "--engine-opt")})
     engine.check(space)
+    space = space.in_vocabulary(engine.vocabulary())  # as `tune` put it, so both run the same configurations
     from autotune.cli.preflight import check_page_cache
 
     check_page_cache(engine, out)
