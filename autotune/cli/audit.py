@@ -184,7 +184,8 @@ def audit_rows(config: EngineConfig, result: RestartResult, env: Mapping[str, st
     (``engine.vllm.env``), which chooses the model runner."""
     resolved = result.resolved
     details = dict(resolved.details) if resolved else {}
-    diffs = {d.field for d in config_differences(config, resolved)}
+    found = config_differences(config, resolved)
+    diffs = {d.field for d in found}
     sizes = None if resolved is None or resolved.cudagraph_capture_sizes is None else list(
         resolved.cudagraph_capture_sizes)
     rows = [
@@ -196,9 +197,12 @@ def audit_rows(config: EngineConfig, result: RestartResult, env: Mapping[str, st
                  _shown(resolved and resolved.compile_mode)),
     ]
     if details.get(Detail.DECODE_CAPTURE_REQUESTS) is not None:  # vLLM >= 0.34: decode graphs in requests
-        rows.append(AuditRow("decode_graphs", _UNSET if config.decode_requests is None
-                             else list(config.decode_requests), details[Detail.DECODE_CAPTURE_REQUESTS],
-                             "decode_graphs" in diffs))
+        change = next((d for d in found if d.field == "decode_graphs"), None)
+        wanted = (list(config.decode_requests) if config.decode_requests is not None
+                  else f"{list(config.capture_sizes)} tokens" if config.capture_sizes is not None else _UNSET)
+        rows.append(AuditRow("decode_graphs", wanted if change is None else change.configured,
+                             details[Detail.DECODE_CAPTURE_REQUESTS] if change is None else change.resolved,
+                             change is not None))
     want_runner = {"0": "v1", "1": "v2"}.get(str(env.get("VLLM_USE_V2_MODEL_RUNNER", "")), _UNSET)
     got_runner = details.get(Detail.MODEL_RUNNER)
     rows.append(AuditRow("model_runner", want_runner, _shown(got_runner),

@@ -480,8 +480,8 @@ class Plan:
         if self.method is not None:
             details[Detail.SPEC_METHOD] = self.method
             details[Detail.NUM_SPECULATIVE_TOKENS] = self.k
-            if self.schedule is not None:
-                details[Detail.SPEC_SCHEDULE] = [list(row) for row in self.schedule]
+            if self.schedule is not None or self.decode_requests is not None:  # (0.34: says so when off)
+                details[Detail.SPEC_SCHEDULE] = None if self.schedule is None else [list(r) for r in self.schedule]
         engine_args: dict[str, Any] = {"max_num_seqs": self.max_num_seqs}
         if self.max_num_batched_tokens is not None:
             engine_args["max_num_batched_tokens"] = self.max_num_batched_tokens

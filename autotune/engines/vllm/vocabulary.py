@@ -160,9 +160,10 @@ def recorded(version: str) -> Vocabulary:
     """
     wanted = version_tuple(version) or max(RECORDED)
     at_or_below = [v for v in RECORDED if v <= wanted]
-    table = RECORDED[max(at_or_below) if at_or_below else min(RECORDED)]
-    if table.version == str(version):
-        return table
+    key = max(at_or_below) if at_or_below else min(RECORDED)
+    table = RECORDED[key]
+    if key == wanted:
+        return dataclasses.replace(table, version=str(version))
     return dataclasses.replace(table, version=str(version), source=f"recorded {table.version} (nearest)")
 
 
