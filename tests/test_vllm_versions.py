@@ -406,3 +406,27 @@ def test_schema_and_doctor_show_the_vocabulary(tmp_path: Path) -> None:
     out = io.StringIO()
     raw_main(["doctor", "--space", str(path)], out=out)
     assert "vocabulary" in out.getvalue() and "decode graphs in requests" in out.getvalue()
+
+
+def test_the_vllm_runner_reads_0_34s_decode_requests_back_and_the_audit_flags_the_rounding(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "autotune" / "engines" / "vllm"))
+    sys.modules.pop("_facts", None)
+    import _facts  # noqa: PLC0415 - the runner's sibling, imported as the runner does
+
+    # What 0.34's worker holds for [1, 2, 4, 8] at K=3 (vLLM's own code, resolved above).
+    got = vllm_resolve(k=3, max_num_seqs=4, compilation={"cudagraph_capture_sizes": [1, 2, 4, 8]})
+    comp = SimpleNamespace(cudagraph_mode="CUDAGraphMode.FULL_AND_PIECEWISE", cudagraph_capture_sizes=got["sizes"],
+                           decode_cudagraph_capture_request_sizes=got["decode"],
+                           prefill_cudagraph_capture_token_sizes=got["prefill"], use_breakable_cudagraph=True, mode=3)
+    spec = SimpleNamespace(method="ngram", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=None)
+    llm = SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=SimpleNamespace(
+        compilation_config=comp, speculative_config=spec, scheduler_config=None)))
+    from autotune.core.records import Resolved, config_differences
+
+    resolved = Resolved.from_dict(_facts.resolved_config(llm))
+    assert resolved is not None and resolved.details["decode_cudagraph_capture_request_sizes"] == [1, 2]
+    diffs = config_differences(_winner({"cudagraph_capture_sizes": [1, 2, 4, 8]}), resolved)
+    assert [d.field for d in diffs] == ["decode_graphs"]
