@@ -430,3 +430,18 @@ def test_the_vllm_runner_reads_0_34s_decode_requests_back_and_the_audit_flags_th
     assert resolved is not None and resolved.details["decode_cudagraph_capture_request_sizes"] == [1, 2]
     diffs = config_differences(_winner({"cudagraph_capture_sizes": [1, 2, 4, 8]}), resolved)
     assert [d.field for d in diffs] == ["decode_graphs"]
+
+
+def test_serve_mode_reads_0_34s_split_sizes_from_the_engine_core_line() -> None:
+    from autotune.engines.vllm._logparse import parse_engine_config
+
+    line = ("INFO 12-07 10:00:00 [core.py:154] Initializing a V1 LLM engine (v0.34.0) with config: model='m', "
+            "compilation_config={'mode': <CompilationMode.VLLM_COMPILE: 3>, 'cudagraph_mode': "
+            "<CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>, 'cudagraph_capture_sizes': [1, 2, 4, 8], "
+            "'prefill_cudagraph_capture_token_sizes': [1, 2, 4, 8], 'decode_cudagraph_capture_request_sizes': [1, 2]}")
+    details = parse_engine_config(line)["details"]
+    assert details["decode_cudagraph_capture_request_sizes"] == [1, 2]
+    assert details["prefill_cudagraph_capture_token_sizes"] == [1, 2, 4, 8]
+    older = line.replace(", 'prefill_cudagraph_capture_token_sizes': [1, 2, 4, 8], "
+                         "'decode_cudagraph_capture_request_sizes': [1, 2]", "")
+    assert "decode_cudagraph_capture_request_sizes" not in parse_engine_config(older)["details"]

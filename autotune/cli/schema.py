@@ -45,6 +45,6 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
         vocab = recorded(args.vllm_version)
         # An editor shows the description; tools read the object (the capture unit decides which key to search).
         schema["x-vllm-vocabulary"] = vocab.to_dict()
-        schema["description"] = " ".join(vocab.lines())
+        schema["description"] = f"{schema.get('description', '')} For {'; '.join(vocab.lines())}".strip()
     out.write(json.dumps(schema, indent=args.indent) + "\n")
     return ExitStatus.SUCCESS
