@@ -378,6 +378,14 @@ def test_on_the_0_34_profile_a_faster_fly_configuration_is_flagged_and_does_not_
                      "drafts": {"plain": {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4},
                                 "lossy": {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4,
                                           "rejection_sample_method": "fly"}}}
+    # The simulator's truth: the lossy draft is the faster one, so only the guard keeps it from winning.
+    from autotune.engines.sim import SimEngine
+
+    space = parse_space(copy.deepcopy(raw)).in_vocabulary(recorded("0.34.0"))
+    sim = SimEngine(engine_version="0.34.0")
+    fast, plain = (sim.true_throughput(space.config_from_params({"num_speculative_tokens": 3, "draft": d}),
+                                       space.workload) for d in ("lossy", "plain"))
+    assert fast > 1.05 * plain
     report = _tune(tmp_path, raw, "0.34.0", "fly", "--trials", "6", "--enqueue",
                    "num_speculative_tokens=3,draft=lossy")
     flagged = [t for t in report["output_check"]["trials"] if t.get("lossy_unchecked")]
