@@ -116,8 +116,13 @@ def run_audit(
     Raises:
         SpaceError, EngineError, KeyError: bad space, unusable engine or unknown parameter choice.
     """
-    config = config_for_audit(space, params)
     backend = build_engine(space, engine, dict(engine_options), cache_dir=cache_dir)
+    try:
+        space = space.in_vocabulary(backend.vocabulary())  # audit what the engine is given in its own names
+        config = config_for_audit(space, params)
+    except BaseException:
+        backend.close()
+        raise
     try:
         workload = _audit_workload(space.workload)
         # Started with its references resolved (autotune.core.secrets); the table shows the configuration as written.
@@ -182,7 +187,8 @@ def audit_rows(config: EngineConfig, result: RestartResult, env: Mapping[str, st
     (``engine.vllm.env``), which chooses the model runner."""
     resolved = result.resolved
     details = dict(resolved.details) if resolved else {}
-    diffs = {d.field for d in config_differences(config, resolved)}
+    found = config_differences(config, resolved)
+    diffs = {d.field for d in found}
     sizes = None if resolved is None or resolved.cudagraph_capture_sizes is None else list(
         resolved.cudagraph_capture_sizes)
     rows = [
@@ -193,6 +199,13 @@ def audit_rows(config: EngineConfig, result: RestartResult, env: Mapping[str, st
         AuditRow("compile_mode", config.compilation_config.get("mode", _UNSET),
                  _shown(resolved and resolved.compile_mode)),
     ]
+    if details.get(Detail.DECODE_CAPTURE_REQUESTS) is not None:  # vLLM >= 0.34: decode graphs in requests
+        change = next((d for d in found if d.field == "decode_graphs"), None)
+        wanted = (list(config.decode_requests) if config.decode_requests is not None
+                  else f"{list(config.capture_sizes)} tokens" if config.capture_sizes is not None else _UNSET)
+        rows.append(AuditRow("decode_graphs", wanted if change is None else change.configured,
+                             details[Detail.DECODE_CAPTURE_REQUESTS] if change is None else change.resolved,
+                             change is not None))
     want_runner = {"0": "v1", "1": "v2"}.get(str(env.get("VLLM_USE_V2_MODEL_RUNNER", "")), _UNSET)
     got_runner = details.get(Detail.MODEL_RUNNER)
     rows.append(AuditRow("model_runner", want_runner, _shown(got_runner),

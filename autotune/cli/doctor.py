@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import dataclasses
 import glob
+import json
 import os
 import platform
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ import psutil
 
 from autotune.core.exit_status import ExitStatus
 from autotune.engines import EngineOptions, engine_settings
+from autotune.engines.vllm.vocabulary import from_introspection, introspect_source, recorded
 from autotune.machine import (
     GpuState,
     MemInfo,
@@ -79,6 +81,8 @@ class Facts:
     interpreter: tuple[str, ...] = ()
     vllm_version: str | None = None
     vllm_error: str | None = None
+    #: What that vLLM accepts (``autotune.engines.vllm.vocabulary.Vocabulary``; the simulated version's for sim).
+    vocabulary: Any = None
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -125,13 +129,18 @@ def gather(space: Any = None) -> Facts:
         engine_args.update(settings.extra_args)
         with contextlib.ExitStack() as scratch:
             interpreter = _interpreter(settings, options, scratch)
-            version, error = vllm_version(interpreter)
+            version, error, found = vllm_facts(interpreter)
+        vocab = None if version is None else (from_introspection(found) if found else recorded(version))
+    elif engine == "sim":
+        vocab = recorded(settings.engine_version)
+    else:
+        vocab = None
     return Facts(
         memory=read_meminfo(), machine=platform.machine(), root=os.geteuid() == 0, governors=_governors(),
         cpu_mhz=freqs[0], cpu_max_mhz=freqs[1], gpus=None if states is None else tuple(states),
         driver=driver_version(), engine=engine, settings=settings, engine_args=engine_args,
         weights_bytes=weights_bytes(engine_args.get("model")), interpreter=interpreter,
-        vllm_version=version, vllm_error=error)
+        vllm_version=version, vllm_error=error, vocabulary=vocab)
 
 
 def _interpreter(settings: Any, options: Mapping[str, Any], scratch: contextlib.ExitStack) -> tuple[str, ...]:
@@ -149,25 +158,45 @@ def _interpreter(settings: Any, options: Mapping[str, Any], scratch: contextlib.
 
 def vllm_version(interpreter: Sequence[str]) -> tuple[str | None, str | None]:
     """``(version, None)`` when ``interpreter`` imports vLLM, else ``(None, why)``."""
+    version, why, _ = vllm_facts(interpreter)
+    return version, why
+
+
+#: Run in vLLM's interpreter: what its config classes accept (one line), then its version (the last line).
+_VLLM_FACTS = introspect_source() + """
+import json, vllm
+print("AUTOTUNE_VOCAB " + json.dumps(autotune_vocab()))
+print(vllm.__version__)
+"""
+
+
+def vllm_facts(interpreter: Sequence[str]) -> tuple[str | None, str | None, dict[str, Any] | None]:
+    """``(version, None, vocabulary)`` when ``interpreter`` imports vLLM (the vocabulary its config classes give,
+    ``None`` when they could not be read), else ``(None, why, None)``."""
     from autotune.engines.process import run_bounded
 
     # As an engine process: a launcher's container is stopped with it when the import hangs (issue 32).
     try:
-        code, stdout, stderr = run_bounded([*interpreter, "-c", "import vllm; print(vllm.__version__)"],
-                                           IMPORT_TIMEOUT_S)
+        code, stdout, stderr = run_bounded([*interpreter, "-c", _VLLM_FACTS], IMPORT_TIMEOUT_S)
     except FileNotFoundError:
-        return None, f"{interpreter[0]} does not exist"
+        return None, f"{interpreter[0]} does not exist", None
     except OSError as exc:
-        return None, f"{interpreter[0]} cannot run ({exc.strerror or exc})"
+        return None, f"{interpreter[0]} cannot run ({exc.strerror or exc})", None
     if code is None:
-        return None, f"importing vllm took more than {IMPORT_TIMEOUT_S:g} s"
+        return None, f"importing vllm took more than {IMPORT_TIMEOUT_S:g} s", None
     if code == 0 and stdout.strip():
-        return stdout.strip().splitlines()[-1], None
+        lines = stdout.strip().splitlines()
+        found = None
+        for line in lines:
+            if line.startswith("AUTOTUNE_VOCAB "):
+                with contextlib.suppress(ValueError):
+                    found = json.loads(line[len("AUTOTUNE_VOCAB "):])
+        return lines[-1], None, found if isinstance(found, dict) else None
     # The reason is the last line, but not a client's usage hint: ``docker run`` with no daemon ends on "Run 'docker
     # run --help' for more information" after the line that matters ("Cannot connect to the Docker daemon ...").
     lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
     reasons = [line for line in lines if not (line.startswith("Run '") and "--help" in line)]
-    return None, (reasons or lines or [f"exit status {code}"])[-1][:200]
+    return None, (reasons or lines or [f"exit status {code}"])[-1][:200], None
 
 
 def _governors() -> tuple[str, ...]:
@@ -309,10 +338,12 @@ def _root(facts: Facts) -> list[Finding]:
 
 
 def _vllm(facts: Facts) -> list[Finding]:
+    # What the search, the audit and the export will write for this vLLM (engines/vllm/vocabulary.py).
+    vocab = [Finding("note", "vocabulary", line) for line in facts.vocabulary.lines()] if facts.vocabulary else []
     if facts.engine != "vllm":
-        return [Finding("note", "vllm", f"not checked: the engine is {facts.engine}")]
+        return [Finding("note", "vllm", f"not checked: the engine is {facts.engine}"), *vocab]
     where = " ".join(facts.interpreter)
     if facts.vllm_version is not None:
-        return [Finding("ok", "vllm", f"{facts.vllm_version} in {where}")]
+        return [Finding("ok", "vllm", f"{facts.vllm_version} in {where}"), *vocab]
     return [Finding("FIX", "vllm", f"{where} cannot import vllm ({facts.vllm_error}): install vllm there, or set "
                                    "engine.python / engine.launcher in the space")]

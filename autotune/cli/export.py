@@ -14,9 +14,10 @@ from autotune.cli._common import UsageError, add_store_args, open_named_study, o
 from autotune.cli.preflight import check_output_path, dataset_path, protected_paths
 from autotune.core.redact import REDACTED, redact, redacted_fields
 from autotune.core.secrets import references
+from autotune.engines.vllm.vocabulary import version_tuple
 from autotune.report import build_report
-from autotune.report.export import (FORMATS, NoResult, comment, header_lines, render, to_cli, to_llm_kwargs,
-                                    to_vllm_yaml, winner_config)
+from autotune.report.export import (FORMATS, NoResult, Untranslatable, comment, header_lines, render, to_cli,
+                                    to_llm_kwargs, to_vllm_yaml, winner_config)
 from autotune.core.exit_status import ExitStatus
 from autotune.config.workload import unfit_for_serving
 from autotune.observers.mlflow import resolve_tracking_uri
@@ -45,6 +46,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="vllm-yaml (for vllm serve --config), cli (a vllm serve line) or json "
                              "(LLM(**kwargs)); default: %(default)s")
     parser.add_argument("--out", metavar="PATH", help="write to PATH instead of stdout")
+    parser.add_argument("--vllm-version", metavar="VERSION",
+                        help="write the winner in this vLLM's names (e.g. 0.34.0: decode graphs in requests); "
+                             "translated where the meaning is kept, refused with the reason where not "
+                             "(default: the version the study ran)")
     parser.add_argument("--allow-test-settings", action="store_true",
                         help="export even when the winner carries settings fit for a test only (dummy weights, "
                              "synthetic acceptance, no tokenizer)")
@@ -68,6 +73,9 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
                          "name it e.g. winner.yaml")
     if args.out:
         check_output_path(args.out, "--out", links=False)
+    version = args.vllm_version
+    if version is not None and version_tuple(version) is None:
+        raise UsageError(f"--vllm-version {version!r} is not a version: write e.g. --vllm-version 0.34.0")
     study = open_named_study(args)
     if args.out:
         meta = study.meta()
@@ -77,11 +85,16 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
     report = build_report(study)
     try:
         # Credentials are removed value by value inside render (studies stored before the study kept none).
-        text = render(report, args.format)
+        text = render(report, args.format, vllm_version=version)
     except NoResult as exc:
         print(f"autotune: {exc}", file=sys.stderr)
         return ExitStatus.NO_RESULT
-    test_only = unfit_for_serving(to_llm_kwargs(report))
+    except Untranslatable as exc:
+        print(f"autotune: error: --vllm-version {version}: the winner of {report.study!r} (found on "
+              f"{report.meta.engine.name or 'the engine'} {report.meta.engine.version or '?'}) cannot be exported "
+              f"with the same meaning: {exc}", file=sys.stderr)
+        return ExitStatus.BAD_INPUT
+    test_only = unfit_for_serving(to_llm_kwargs(report, version))
     if test_only and not args.allow_test_settings:
         print(f"autotune: error: the winner of {report.study!r} carries settings fit for a test only: "
               f"{'; '.join(test_only)}; a server started from this export would not serve your model as measured "
@@ -92,13 +105,13 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
     if report.slo_outcome is not None and not report.slo_outcome.winner_meets:
         print(f"autotune: warning: no verified configuration of {report.study!r} met the latency limits "
               f"{dict(report.slo)}; the exported configuration misses them too", file=sys.stderr)
-    referenced = references(to_llm_kwargs(report))
+    referenced = references(to_llm_kwargs(report, version))
     if referenced:
         names = ", ".join(f"${{{name}}}" for name in referenced)
         print(f"autotune: note: the export holds the references {names} as the study's space wrote them, never "
               "their values: the cli format's shell fills them in from its environment; substitute them in a "
               "vllm-yaml or json export before use (e.g. envsubst)", file=sys.stderr)
-    hidden = redacted_fields(redact(to_llm_kwargs(report)))
+    hidden = redacted_fields(redact(to_llm_kwargs(report, version)))
     if hidden:
         print(f"autotune: note: {', '.join(hidden)} held credentials and are written as {REDACTED}: fill them in "
               "(or pass them through the environment, e.g. HF_TOKEN) before serving", file=sys.stderr)
@@ -107,7 +120,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
               f"{report.verdict}); exporting it anyway - the engine defaults serve as well",
               file=sys.stderr)
     if args.format == "json":
-        sys.stderr.write(comment(header_lines(report)))
+        sys.stderr.write(comment(header_lines(report, vllm_version=version)))
     if args.out:
         with open_output(args.out, "--out") as fh:
             fh.write(text)

@@ -151,6 +151,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         engine.check(space)
     if meta.model and space.engine_args.get("model") != meta.model:
         space = space.with_model(meta.model)
+    space = space.in_vocabulary(engine.vocabulary())
     new_engine = None
     if args.engine_opt:
         options = {**dict(engine.options), **new_options}

@@ -24,6 +24,9 @@ __all__ = ["configure_parser", "run"]
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Options of ``autotune schema``."""
     parser.add_argument("--indent", type=int, default=2, help="JSON indentation (default: %(default)s)")
+    parser.add_argument("--vllm-version", metavar="VERSION",
+                        help="add what that vLLM accepts (x-vllm-vocabulary: its capture unit, speculative methods "
+                             "and options, from the table recorded for it; `doctor` asks the installed vLLM itself)")
 
 
 def run(args: argparse.Namespace, out: IO[str]) -> int:
@@ -32,5 +35,16 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
 
     # JSON's indentation is written on every line: a huge one is gigabytes of spaces (the count rule of every flag).
     check_count("--indent", args.indent, 0, 16, " spaces")
-    out.write(json.dumps(space_json_schema(), indent=args.indent) + "\n")
+    schema = space_json_schema()
+    if args.vllm_version is not None:
+        from autotune.cli._common import UsageError
+        from autotune.engines.vllm.vocabulary import recorded, version_tuple
+
+        if version_tuple(args.vllm_version) is None:
+            raise UsageError(f"--vllm-version {args.vllm_version!r} is not a version: write e.g. --vllm-version 0.34.0")
+        vocab = recorded(args.vllm_version)
+        # An editor shows the description; tools read the object (the capture unit decides which key to search).
+        schema["x-vllm-vocabulary"] = vocab.to_dict()
+        schema["description"] = f"{schema.get('description', '')} For {'; '.join(vocab.lines())}".strip()
+    out.write(json.dumps(schema, indent=args.indent) + "\n")
     return ExitStatus.SUCCESS

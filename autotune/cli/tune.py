@@ -177,6 +177,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         preflight.check_tracking_store(resolve_tracking_uri(output.tracking_uri))
     engine_opts = args.engine_opt or []
     engine = build_engine(space, args.engine, parse_kv(engine_opts, "--engine-opt"))
+    space = space.in_vocabulary(engine.vocabulary())  # the engine's own names (vLLM 0.34: decode graphs in requests)
     if sources:
         options = _warm_started(options, sources, space, engine)
     preflight.check_page_cache(engine, out)

@@ -227,6 +227,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     check_references(space, engine_options, meta.engine.name)
     engine = make_engine(meta.engine.name, **engine_options)
     engine.check(space)
+    space = space.in_vocabulary(engine.vocabulary())  # as `tune` put it, so both run the same configurations
     from autotune.cli.preflight import check_page_cache
 
     check_page_cache(engine, out)

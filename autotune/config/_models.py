@@ -150,9 +150,11 @@ CaptureSize = Annotated[int, Field(ge=1, le=MAX_CAPTURE_SIZE)]
 
 
 class SizePattern(_Model):
-    """A generated capture-size list: ``{pattern: pow2, max: 64}``."""
+    """A generated capture-size list, ``{pattern: pow2, max: 64}``, or an explicit maximum alone, ``{max: 64}``
+    (vLLM's ``max_cudagraph_capture_size``; in ``decode_capture_requests``, ``max_decode_cudagraph_capture_requests``),
+    whose sizes the engine then picks."""
 
-    pattern: Literal["pow2", "step8", "aligned"]
+    pattern: Literal["pow2", "step8", "aligned"] | None = None
     max: CaptureSize
 
 
@@ -306,6 +308,9 @@ class SearchSpec(_Model):
     cudagraph_mode: Annotated[list[str], Field(min_length=1)] = Field(
         [DEFAULT], description=f"some of {', '.join(CUDAGRAPH_MODES)} ({DEFAULT} is always a choice)")
     capture_sizes: dict[str, Annotated[list[CaptureSize], Field(min_length=1)] | SizePattern | None] | None = None
+    decode_capture_requests: dict[str, Annotated[list[CaptureSize], Field(min_length=1)] | SizePattern] | None = Field(
+        None, description="decode CUDA graphs in requests (vLLM >= 0.34's decode_cudagraph_capture_request_sizes, each "
+                          "captured as requests x (1+K) tokens): name: [1, 2, 4] or {pattern: pow2, max: 16} or {max: 16}")
     num_speculative_tokens: KRange = KRange()
     drafts: dict[str, Draft] | None = None
     engine_args: dict[Annotated[str, AfterValidator(_searchable)], list[Scalar] | EngineArgRange] | None = Field(
@@ -324,6 +329,16 @@ class SearchSpec(_Model):
             if name != DEFAULT and spec is None:
                 raise space_rule(f"capture_sizes.{name}", "must be a list of sizes or {pattern, max}, got None",
                                  "write e.g. [1, 2, 4, 8] or {pattern: pow2, max: 64}")
+        for name, spec in (self.decode_capture_requests or {}).items():
+            # Both kinds are choices of one dimension, named once: a name in both would be two meanings.
+            if name == DEFAULT or name in (self.capture_sizes or {}):
+                raise space_rule(f"decode_capture_requests.{name}", f"the name {name!r} is already a capture_sizes "
+                                 "choice" if name != DEFAULT else f"'{DEFAULT}' is reserved for the engine's own sizes",
+                                 "give this list another name")
+            if isinstance(spec, SizePattern) and spec.pattern == "aligned":
+                raise space_rule(f"decode_capture_requests.{name}.pattern", "aligned makes token sizes whole "
+                                 "requests of 1+K; request counts are whole requests already",
+                                 "use pattern: pow2 or step8")
         return self
 
 

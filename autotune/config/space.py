@@ -71,6 +71,10 @@ OBJECTIVES = RECORD_OBJECTIVES
 #: Optuna parameter names the graph/speculation search uses; an engine argument cannot take one of them.
 _CORE_PARAMS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft", SCHEDULE_PARAM)
 _RESERVED_ENGINE_ARGS = ("compilation_config", "speculative_config", "num_speculative_tokens")
+#: Modes that capture decode graphs (``default`` is vLLM's FULL_AND_PIECEWISE): where decode request counts apply.
+_DECODE_GRAPH_MODES = (DEFAULT, "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+#: The first vLLM that has a speculative option (read in the released wheels; docs/vllm-versions.md).
+_SINCE = {"enable_adaptive_verification": "0.28", "rejection_sample_method": "0.26"}
 
 
 class SpaceError(ValueError):
@@ -93,9 +97,17 @@ class SizeOption:
     sizes: tuple[int, ...] | None = None
     pattern: str | None = None
     max: int | None = None
+    #: ``tokens`` (``search.capture_sizes``: vLLM <= 0.33's unit) or ``requests`` (``search.decode_capture_requests``:
+    #: 0.34's decode graphs, each captured as requests x (1+K) tokens).
+    unit: str = "tokens"
+
+    @property
+    def max_only(self) -> bool:
+        """An explicit maximum alone (``{max: N}``): the engine picks the sizes up to it."""
+        return self.pattern is None and self.sizes is None and self.max is not None
 
     def resolve(self, k: int) -> list[int] | None:
-        """The capture sizes for ``k`` draft tokens; ``None`` means the engine default."""
+        """The capture sizes (in :attr:`unit`) for ``k`` draft tokens; ``None`` means the engine default."""
         if self.pattern is None:
             return None if self.sizes is None else sorted(set(self.sizes))
         assert self.max is not None
@@ -156,6 +168,11 @@ class SearchSpace:
     #: Digest of the dataset's prompts as read at load (``None`` without a dataset file): part of the study's
     #: identity, so a dataset edited between runs is not mixed into one study.
     prompts_digest: str | None = None
+    #: The unit the engine takes decode graphs in (:meth:`in_vocabulary`): ``tokens`` (vLLM <= 0.33) or
+    #: ``requests`` (0.34+); configurations are written in that engine's own fields.
+    capture_unit: str = "tokens"
+    #: The vLLM version the space was put into the vocabulary of (``None``: as written).
+    vllm_version: str | None = None
 
     @property
     def slo(self) -> dict[str, float]:
@@ -216,9 +233,7 @@ class SearchSpace:
         if mode != DEFAULT:
             compilation["cudagraph_mode"] = mode
         if mode != "NONE":
-            sizes = self._size(size_name).resolve(k)
-            if sizes is not None:
-                compilation["cudagraph_capture_sizes"] = sizes
+            compilation.update(self._capture_fields(self._size(size_name), k, mode, schedule is not None))
         spec = None
         draft_name = None
         if k > 0:
@@ -375,6 +390,77 @@ class SearchSpace:
         for d in self.drafts:
             if "model" in d.fragment:
                 _check_model_ref(self.source, f"search.drafts.{d.name}.model", d.fragment["model"])
+
+    def _capture_fields(self, option: SizeOption, k: int, mode: str, scheduled: bool) -> dict[str, Any]:
+        """The ``compilation_config`` capture fields of one choice, in the engine's vocabulary (:attr:`capture_unit`).
+
+        Token sizes on an engine that sets decode graphs in requests (vLLM >= 0.34) are written in its own fields
+        where they mean the same: each size a whole number of requests of 1+K wherever decode graphs are captured.
+        Otherwise they go in the deprecated token fields, which 0.34 still accepts, rounds up to whole requests
+        and may drop graphs from: what it resolved is then audited as a silent change, as on 0.26. Request counts on
+        an engine with token sizes are requests x (1+K) tokens, what 0.34 would capture for them.
+
+        Raises:
+            Infeasible: decode request counts with a mode that captures no decode graph (PIECEWISE, FULL).
+        """
+        q = 1 + k
+        decode_graphs = mode in _DECODE_GRAPH_MODES
+        if option.unit == "requests" and not decode_graphs:
+            raise Infeasible(f"capture_sizes {option.name!r} sets decode graphs in requests, which cudagraph_mode "
+                             f"{mode} does not capture (FULL_DECODE_ONLY and FULL_AND_PIECEWISE do)")
+        requests_engine = self.capture_unit == "requests"
+        if option.max_only:
+            assert option.max is not None
+            if option.unit == "tokens":
+                return {"max_cudagraph_capture_size": option.max}
+            if requests_engine:
+                return {"max_decode_cudagraph_capture_requests": option.max}
+            return {"max_cudagraph_capture_size": option.max * q}
+        sizes = option.resolve(k)
+        if sizes is None:
+            return {}
+        if option.unit == "requests":
+            if requests_engine:
+                return {"decode_cudagraph_capture_request_sizes": sizes}
+            return {"cudagraph_capture_sizes": sorted({r * q for r in sizes})}
+        if not requests_engine or scheduled or (decode_graphs and any(s % q for s in sizes)):
+            return {"cudagraph_capture_sizes": sizes}
+        out: dict[str, Any] = {}
+        if decode_graphs:
+            out["decode_cudagraph_capture_request_sizes"] = [s // q for s in sizes]
+        if mode != "FULL_DECODE_ONLY":
+            out["prefill_cudagraph_capture_token_sizes"] = sizes
+        return out
+
+    def in_vocabulary(self, vocab: Any) -> SearchSpace:
+        """This space as the engine whose vocabulary is ``vocab`` takes it
+        (:class:`autotune.engines.vllm.vocabulary.Vocabulary`; ``None``: as written, in tokens).
+
+        A space written for another vLLM loads where its meaning is kept: capture sizes are written in the engine's
+        own fields (:meth:`_capture_fields`). A draft whose method or option the engine does not have is refused.
+
+        Raises:
+            SpaceError: one line naming the field and its replacement.
+        """
+        if vocab is None:
+            return self
+        version = vocab.version
+        for draft in self.drafts:
+            field = f"search.drafts.{draft.name}"
+            if draft.method not in vocab.speculative_methods:
+                raise SpaceError(self.source, f"{field}.method", f"{draft.method} is not a speculative method of "
+                                 f"vLLM {version} (medusa and mlp_speculator were removed in 0.34.0)",
+                                 "use eagle, eagle3 or mtp (a draft head), or draft_model (a small model)")
+            for key, value in draft.fragment.items():
+                if vocab.lacks_speculative(key):
+                    raise SpaceError(self.source, f"{field}.{key}", f"vLLM {version} has no speculative option "
+                                     f"{key}", f"remove it, or run vLLM >= {_SINCE.get(key, 'a newer version')}")
+            rejection = draft.fragment.get("rejection_sample_method")
+            if rejection is not None and rejection not in vocab.rejection_methods:
+                raise SpaceError(self.source, f"{field}.rejection_sample_method", f"{rejection!r} is not a rejection "
+                                 f"method of vLLM {version}", "use one of: "
+                                 + ", ".join(sorted(vocab.rejection_methods)))
+        return dataclasses.replace(self, capture_unit=vocab.capture_unit, vllm_version=version)
 
     def _size(self, name: str) -> SizeOption:
         for s in self.sizes:
@@ -576,9 +662,10 @@ def _modes(search: SearchSpec) -> tuple[str, ...]:
 def _sizes(search: SearchSpec) -> tuple[SizeOption, ...]:
     """The checked ``capture_sizes`` choices (each list non-empty, each size bounded) with ``default`` first."""
     out = [SizeOption(DEFAULT)]
-    for name, spec in (search.capture_sizes or {}).items():
-        if isinstance(spec, SizePattern):
-            out.append(SizeOption(name, pattern=spec.pattern, max=spec.max))
-        elif spec is not None:  # (``default: null`` is the engine's own sizes, already first)
-            out.append(SizeOption(name, sizes=tuple(spec)))
+    for unit, choices in (("tokens", search.capture_sizes), ("requests", search.decode_capture_requests)):
+        for name, spec in (choices or {}).items():
+            if isinstance(spec, SizePattern):
+                out.append(SizeOption(name, pattern=spec.pattern, max=spec.max, unit=unit))
+            elif spec is not None:  # (``default: null`` is the engine's own sizes, already first)
+                out.append(SizeOption(name, sizes=tuple(spec), unit=unit))
     return tuple(out)

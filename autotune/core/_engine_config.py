@@ -58,6 +58,18 @@ class EngineConfig:
         return None if sizes is None else tuple(sorted(int(s) for s in sizes))
 
     @property
+    def decode_requests(self) -> tuple[int, ...] | None:
+        """Configured decode graphs in requests (vLLM >= 0.34's ``decode_cudagraph_capture_request_sizes``)."""
+        sizes = self.compilation_config.get("decode_cudagraph_capture_request_sizes")
+        return None if sizes is None else tuple(sorted(int(s) for s in sizes))
+
+    @property
+    def prefill_sizes(self) -> tuple[int, ...] | None:
+        """Configured prefill graphs in tokens (vLLM >= 0.34's ``prefill_cudagraph_capture_token_sizes``)."""
+        sizes = self.compilation_config.get("prefill_cudagraph_capture_token_sizes")
+        return None if sizes is None else tuple(sorted(int(s) for s in sizes))
+
+    @property
     def num_speculative_tokens(self) -> int:
         """K, the draft tokens per step; 0 when speculation is off."""
         if not self.speculative_config:
@@ -94,6 +106,16 @@ class EngineConfig:
         mode = self.cudagraph_mode or "default-mode"
         sizes = self.capture_sizes
         size_txt = "default-sizes" if sizes is None else f"sizes=[{','.join(map(str, sizes))}]"
+        # vLLM >= 0.34's own fields: decode graphs in requests, prefill graphs in tokens, or a maximum alone.
+        split = [(name, self.compilation_config.get(key)) for name, key in (
+            ("requests", "decode_cudagraph_capture_request_sizes"), ("prefill", "prefill_cudagraph_capture_token_sizes"),
+            ("max-requests", "max_decode_cudagraph_capture_requests"), ("max-size", "max_cudagraph_capture_size"))]
+        split = [(name, value) for name, value in split if value is not None]
+        if split:
+            size_txt = " ".join(f"{name}={value}" if not isinstance(value, list)
+                                else f"{name}=[{','.join(map(str, sorted(value)))}]" for name, value in split)
+            if sizes is not None:
+                size_txt = f"sizes=[{','.join(map(str, sizes))}] {size_txt}"
         schedule = self.k_schedule
         if self.num_speculative_tokens:
             k = self.num_speculative_tokens if schedule is None else schedule.text()
@@ -220,6 +242,10 @@ def config_differences(config: EngineConfig, resolved: Resolved | None) -> list[
         diffs.append(Difference("cudagraph_mode", "default (graphs on)", got_mode))
     want_sizes = config.capture_sizes
     got_sizes = resolved.cudagraph_capture_sizes
+    if resolved.details.get(Detail.PREFILL_CAPTURE_TOKENS) is not None:
+        # vLLM >= 0.34 records every graph's tokens, decode graphs added: token sizes asked for are its prefill
+        # graphs, and what became of the decode graphs is decode_graph_differences' to say.
+        got_sizes = tuple(resolved.details[Detail.PREFILL_CAPTURE_TOKENS])
     if want_sizes is not None and got_sizes is not None and tuple(sorted(got_sizes)) != want_sizes:
         diffs.append(Difference("cudagraph_capture_sizes", list(want_sizes), sorted(got_sizes)))
     # Searched engine arguments, where the engine reported what it ran (details["engine_args"]).
@@ -227,7 +253,60 @@ def config_differences(config: EngineConfig, resolved: Resolved | None) -> list[
     for key in config.searched_engine_args():
         if key in reported and reported[key] is not None and reported[key] != config.engine_args[key]:
             diffs.append(Difference(key, config.engine_args[key], reported[key]))
-    return diffs + schedule_differences(config.k_schedule, config.cudagraph_mode, resolved)
+    return diffs + decode_graph_differences(config, resolved) + schedule_differences(
+        config.k_schedule, config.cudagraph_mode, resolved)
+
+
+#: Modes whose uniform decode batches replay decode graphs (vLLM >= 0.34 sets them in requests).
+_DECODE_GRAPH_MODES = ("FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+
+
+def _requests_text(requests: list[int], q: int) -> str:
+    if not requests:
+        return "no decode graph (decode batches run without a full graph)"
+    return (f"{', '.join(map(str, requests))} request{'s' if requests != [1] else ''} = "
+            f"{', '.join(str(r * q) for r in requests)} tokens")
+
+
+def decode_graph_differences(config: EngineConfig, resolved: Resolved) -> list[Difference]:
+    """What vLLM >= 0.34 made of the decode graphs, read from the decode request sizes it resolved
+    (``details["decode_cudagraph_capture_request_sizes"]``; an older engine reports none, and this says nothing).
+
+    * Token sizes (the deprecated ``cudagraph_capture_sizes``) are rounded up to whole requests of 1+K, and a size
+      whose rounded count passes the list's largest is dropped: the decode graphs then differ from the sizes asked
+      for, while the token sizes it records (prefill and decode together) may look unchanged.
+    * An explicit maximum (``max_cudagraph_capture_size``) below one request of 1+K tokens leaves no decode graph.
+    * Request counts set in its own field (``decode_cudagraph_capture_request_sizes``) above ``max_num_seqs`` are
+      dropped.
+    """
+    got = resolved.details.get(Detail.DECODE_CAPTURE_REQUESTS)
+    mode = _normalise_mode(resolved.cudagraph_mode)
+    if got is None or mode not in _DECODE_GRAPH_MODES:
+        return []
+    got = sorted(int(r) for r in got)
+    k = resolved.details.get(Detail.NUM_SPECULATIVE_TOKENS)
+    q = 1 + int(config.num_speculative_tokens if k is None else k or 0)
+    seqs = dict(resolved.details.get(Detail.ENGINE_ARGS) or {}).get("max_num_seqs",
+                                                                    config.engine_args.get("max_num_seqs"))
+    # Request counts above max_num_seqs are no batch the engine ever runs: dropping them changes nothing.
+    reachable = (lambda n: True) if not isinstance(seqs, int) else (lambda n: n <= seqs)  # noqa: E731
+    wanted = config.decode_requests
+    if wanted is not None:
+        kept = [n for n in wanted if reachable(n)]
+        return [] if kept == got else [Difference("decode_graphs", _requests_text(kept, q), _requests_text(got, q))]
+    sizes = config.capture_sizes
+    rounded = sorted({n for n in (-(-s // q) for s in sizes or ()) if reachable(n)})
+    if sizes is not None and q > 1 and sorted({r * q for r in got}) != sorted(sizes):
+        dropped = [n for n in rounded if n not in got]
+        why = f"rounded up to whole requests of 1+K={q}" + (
+            f"; {', '.join(str(n * q) for n in dropped)} tokens dropped, above the largest size {max(sizes)}"
+            if dropped else "")
+        return [Difference("decode_graphs", f"{list(sizes)} tokens", f"{_requests_text(got, q)} ({why})")]
+    largest = config.compilation_config.get("max_cudagraph_capture_size")
+    if largest is not None and not got:
+        return [Difference("decode_graphs", f"up to {largest} tokens (max_cudagraph_capture_size)",
+                           _requests_text(got, q))]
+    return []
 
 
 def speculation_plan_change(config: EngineConfig, resolved_mode: str | None,

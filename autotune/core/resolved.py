@@ -43,6 +43,12 @@ class Detail:
     RESOLVED_FROM = "resolved_from"
     #: Searched engine arguments as the engine runs them: name -> value (``max_num_seqs``, ...).
     ENGINE_ARGS = "engine_args"
+    #: vLLM >= 0.34: the decode graphs it captures, in requests (each requests x (1+K) tokens).
+    DECODE_CAPTURE_REQUESTS = "decode_cudagraph_capture_request_sizes"
+    #: vLLM >= 0.34: the prefill graphs it captures, in tokens.
+    PREFILL_CAPTURE_TOKENS = "prefill_cudagraph_capture_token_sizes"
+    #: vLLM >= 0.34: PIECEWISE graphs are breakable (``use_breakable_cudagraph``).
+    BREAKABLE_CUDAGRAPH = "use_breakable_cudagraph"
     #: Names older engines and stored studies used -> the fixed name.
     LEGACY = {"spec_method": SPEC_METHOD}
 

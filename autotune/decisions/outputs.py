@@ -4,6 +4,8 @@ Pure functions over restarts (:mod:`autotune.core.outputs` says what a restart r
 is its first restart that ran the check; a configuration's agreement is the lowest over its own checked restarts
 (one restart of garbage is enough to disqualify it), and it is flagged below the space's threshold. The baseline is
 the reference and never flagged: its own agreement, from its other restarts, shows how far ties alone move outputs.
+A configuration verified by a lossy rejection method (vLLM's ``fly``) is flagged unless its outputs were compared and
+agreed: without the check (turned off, skipped, an engine without outputs) it cannot win.
 Like a latency limit, the flag is an Optuna constraint (:func:`constraint_value`, feasible at <= 0), so the sampler
 learns it and racing's incumbent, the verification candidates and the winner all leave flagged configurations out.
 """
@@ -42,15 +44,25 @@ class OutputCheck:
     threshold: float
     baseline: bool = False
     referenced: bool = False
+    #: A lossy rejection method (``fly``) verifies its drafts: its outputs may differ by design.
+    lossy: bool = False
+
+    @property
+    def unchecked_lossy(self) -> bool:
+        """Lossy, and nothing compared its outputs with the baseline's (the check off, skipped, or no outputs)."""
+        return self.lossy and not self.baseline and (self.threshold <= 0 or self.agreement is None)
 
     @property
     def differs(self) -> bool:
-        """Below the threshold: flagged, and it cannot win."""
+        """Below the threshold, or lossy and never checked: flagged, and it cannot win."""
+        if self.unchecked_lossy:
+            return True
         return (not self.baseline and self.threshold > 0 and self.agreement is not None
                 and self.agreement < self.threshold)
 
     def to_dict(self) -> dict[str, Any]:
-        return {OUTPUT_AGREEMENT: self.agreement, "threshold": self.threshold, "differs": self.differs}
+        return {OUTPUT_AGREEMENT: self.agreement, "threshold": self.threshold, "differs": self.differs,
+                **({"lossy_unchecked": True} if self.unchecked_lossy else {})}
 
 
 def reference_digests(baseline_restarts: Iterable[RestartResult]) -> dict[int, str]:
@@ -63,7 +75,7 @@ def reference_digests(baseline_restarts: Iterable[RestartResult]) -> dict[int, s
 
 
 def check_outputs(restarts: Sequence[RestartResult], reference: dict[int, str], threshold: float,
-                  baseline: bool = False) -> OutputCheck:
+                  baseline: bool = False, lossy: bool = False) -> OutputCheck:
     """A configuration's :class:`OutputCheck` from its restarts and the baseline's :func:`reference_digests`."""
     values = []
     for r in restarts:
@@ -71,7 +83,7 @@ def check_outputs(restarts: Sequence[RestartResult], reference: dict[int, str], 
         value = agreement(digests, reference) if digests and reference else None
         if value is not None:
             values.append(value)
-    return OutputCheck(min(values) if values else None, threshold, baseline, referenced=bool(reference))
+    return OutputCheck(min(values) if values else None, threshold, baseline, referenced=bool(reference), lossy=lossy)
 
 
 def constraint_value(check: OutputCheck) -> float | None:
@@ -79,6 +91,8 @@ def constraint_value(check: OutputCheck) -> float | None:
     compared while the check is live; ``None`` while it is not (off, or no baseline reference yet)."""
     if check.threshold <= 0 or not check.referenced:
         return None
+    if check.unchecked_lossy:
+        return check.threshold  # lossy and never compared: as far below the threshold as nothing agreeing
     if check.agreement is None or check.baseline:
         # Once the check is live every trial carries the constraint, 0 (feasible) where nothing was compared
         # (the baseline itself, a configuration whose check is skipped): Optuna's GPSampler refuses trials whose

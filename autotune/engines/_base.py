@@ -91,5 +91,10 @@ class EngineBackend(abc.ABC):
         """Facts for tracking: engine name and version, GPU name, driver, CUDA version, when known."""
         return EngineFacts(name=self.name)
 
+    def vocabulary(self) -> Any:
+        """The vLLM names this engine accepts (:class:`autotune.engines.vllm.vocabulary.Vocabulary`); ``None``: the
+        engine takes configurations as the space writes them (``cmd``)."""
+        return None
+
     def close(self) -> None:
         """Release anything held between restarts (nothing, for most engines)."""

@@ -96,6 +96,8 @@ Engine-version rules (applied by :func:`plan_config`, in this order):
 * Invented, for ``autotune recheck``'s simulation of an upgrade that shifts the landscape: from 0.29.0
   (:data:`SPEC_PIECEWISE_SINCE`), speculation with full graphs runs PIECEWISE, its capture sizes rounded up to
   multiples of 8, silently (the kind of change vLLM PR #54418's per-platform capture caps made between releases).
+* From 0.34.0 (:mod:`autotune.engines._sim_v034`, ported from vLLM's code): split capture sizes, no Model Runner V1,
+  ``medusa`` rejected, breakable PIECEWISE graphs; the invented 0.29.0 rule above stops there.
 * Capture OOM when the largest captured size exceeds ``capture_limit_tokens * capture_limit_factor`` (halved with
   a ``draft_model``).
 """
@@ -109,6 +111,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.core.records import Detail, EngineConfig, Resolved
+from autotune.engines import _sim_v034 as v034
 from autotune.core.schedule import SCHEDULE_KEY, SCHEDULE_SINCE
 
 __all__ = [
@@ -462,6 +465,10 @@ class Plan:
     max_num_batched_tokens: int | None = None
     #: The K schedule the worker runs (``[start, end, K]`` rows; ``None``: one K, ``k``, at every batch size).
     schedule: tuple[tuple[int, int, int], ...] | None = None
+    #: vLLM >= 0.34 (:mod:`._sim_v034`): decode graphs in requests and prefill graphs in tokens (``None`` before).
+    decode_requests: tuple[int, ...] | None = None
+    prefill_sizes: tuple[int, ...] | None = None
+    breakable: bool = False
 
     def resolved(self, hw: HardwareProfile) -> Resolved:
         """The plan as :class:`Resolved` (what a real engine's start-up would report)."""
@@ -473,12 +480,16 @@ class Plan:
         if self.method is not None:
             details[Detail.SPEC_METHOD] = self.method
             details[Detail.NUM_SPECULATIVE_TOKENS] = self.k
-            if self.schedule is not None:
-                details[Detail.SPEC_SCHEDULE] = [list(row) for row in self.schedule]
+            if self.schedule is not None or self.decode_requests is not None:  # (0.34: says so when off)
+                details[Detail.SPEC_SCHEDULE] = None if self.schedule is None else [list(r) for r in self.schedule]
         engine_args: dict[str, Any] = {"max_num_seqs": self.max_num_seqs}
         if self.max_num_batched_tokens is not None:
             engine_args["max_num_batched_tokens"] = self.max_num_batched_tokens
         details[Detail.ENGINE_ARGS] = engine_args
+        if self.decode_requests is not None:
+            details.update({Detail.DECODE_CAPTURE_REQUESTS: list(self.decode_requests),
+                            Detail.PREFILL_CAPTURE_TOKENS: list(self.prefill_sizes or ()),
+                            Detail.BREAKABLE_CUDAGRAPH: self.breakable})
         return Resolved(cudagraph_mode=self.mode, cudagraph_capture_sizes=self.sizes, compile_mode=COMPILE_MODE,
                         details=details, notes=self.notes)
 
@@ -634,11 +645,26 @@ def plan_config(config: EngineConfig, hw: HardwareProfile, model: ModelProfile, 
     mode = _rule_spec_default_capture(hw, version, configured, k, mode)
     mode, notes = _rule_backend_uniform_batch(hw, k, mode)
     runner, async_scheduling, drafter_full, runner_notes = _rule_model_runner(version, method)
+    if version >= v034.V034:  # Model Runner V1 is gone: no fallback, whatever the method
+        runner, async_scheduling, drafter_full, runner_notes = "v2", True, True, []
     mode, dynamic_notes = _rule_dynamic_k(config, k, mode, runner, version)
     notes += dynamic_notes
     schedule = config.k_schedule if k else None
     sizes: list[int] = []
-    if mode != NONE:
+    split: dict[str, Any] = {}
+    if version >= v034.V034:  # decode graphs in requests, prefill graphs in tokens (_sim_v034)
+        try:
+            capture, schedule_on, v034_notes = v034.plan_v034(config, k, method, mode, max_num_seqs, schedule)
+        except v034.Rejected034 as exc:
+            raise Rejected(str(exc)) from None
+        mode, sizes, schedule, notes = capture.mode, list(capture.sizes), schedule if schedule_on else None, [
+            *notes, *capture.notes, *v034_notes]
+        split = {"decode_requests": capture.decode, "prefill_sizes": capture.prefill,
+                 "breakable": v034.breakable(config, capture.mode)}
+    elif v034.split_fields(config):
+        raise Rejected(f"compilation_config.{v034.split_fields(config)[0]} is not a field of vLLM "
+                       f"{'.'.join(map(str, version))}'s CompilationConfig (it came in 0.34.0)")
+    elif mode != NONE:
         sizes = list(config.capture_sizes or default_capture_sizes(max_num_seqs, k))
         if k and mode in FULL_MODES and schedule is None:  # (a schedule captures each K's batches: not rounded)
             sizes = round_sizes_for_spec(sizes, k)
@@ -650,5 +676,5 @@ def plan_config(config: EngineConfig, hw: HardwareProfile, model: ModelProfile, 
         oom_error=_capture_oom(hw, model, sizes, method),
         max_num_batched_tokens=(None if config.engine_args.get("max_num_batched_tokens") is None
                                 else int(config.engine_args["max_num_batched_tokens"])),
-        schedule=None if schedule is None else schedule.entries,
+        schedule=None if schedule is None else schedule.entries, **split,
     )

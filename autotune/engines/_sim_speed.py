@@ -10,10 +10,12 @@ acceptance length, steady throughput, per-request latencies and start-up seconds
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Sequence
 
 from autotune.core.records import EngineConfig, Workload
+from autotune.engines._sim_v034 import BREAKABLE_PIECEWISE_SHARE
 from autotune.engines._sim_model import (
     ACCEPTANCE,
     DRAFT_LOAD_S,
@@ -50,6 +52,12 @@ __all__ = [
 ]
 
 
+#: Invented: how much more often the lossy ``fly`` rejection accepts a draft token (the sim has no outputs to change).
+FLY_ACCEPT_GAIN = 1.15
+#: A PIECEWISE step on vLLM >= 0.34's breakable graphs.
+GRAPH_BREAKABLE = "piecewise-breakable"
+
+
 def _captured_size(n: int, sizes: Sequence[int]) -> int | None:
     """The smallest captured size that holds ``n`` tokens, ``None`` if none does (the step runs eagerly)."""
     i = bisect.bisect_left(sizes, n)
@@ -57,6 +65,8 @@ def _captured_size(n: int, sizes: Sequence[int]) -> int | None:
 
 
 def _decode_graph(plan: Plan, hw: HardwareProfile, n: int) -> tuple[str, int]:
+    if plan.decode_requests is not None:
+        return _decode_graph_v034(plan, hw, n)
     size = _captured_size(n, plan.sizes)
     if plan.mode == NONE or size is None:
         return EAGER, n
@@ -68,13 +78,34 @@ def _decode_graph(plan: Plan, hw: HardwareProfile, n: int) -> tuple[str, int]:
     return (GRAPH_PIECEWISE, size) if plan.mode == FULL_AND_PIECEWISE else (EAGER, n)
 
 
+def _decode_graph_v034(plan: Plan, hw: HardwareProfile, n: int) -> tuple[str, int]:
+    """vLLM >= 0.34: a uniform decode batch of ``n`` tokens (``n / (1+K)`` requests) replays the smallest decode
+    graph holding its requests in FULL_DECODE_ONLY and FULL_AND_PIECEWISE; without one it takes the prefill graphs
+    (piecewise in FULL_AND_PIECEWISE) or runs eagerly. PIECEWISE and FULL run every batch on the prefill graphs."""
+    q = 1 + plan.k
+    if plan.mode in (FULL_DECODE_ONLY, FULL_AND_PIECEWISE):
+        requests = _captured_size(-(-n // q), plan.decode_requests or ())
+        if requests is not None and (plan.k == 0 or hw.uniform_batch_full_graphs):
+            return GRAPH_FULL, requests * q
+        if plan.mode == FULL_DECODE_ONLY:
+            return EAGER, n
+    size = _captured_size(n, plan.prefill_sizes or ())
+    if plan.mode == NONE or size is None:
+        return EAGER, n
+    return (GRAPH_FULL if plan.mode == FULL else _piecewise(plan)), size
+
+
+def _piecewise(plan: Plan) -> str:
+    return GRAPH_BREAKABLE if plan.breakable else GRAPH_PIECEWISE
+
+
 def _prefill_graph(plan: Plan, n: int) -> tuple[str, int]:
     # Mixed/prefill batches: piecewise graphs in PIECEWISE and FULL_AND_PIECEWISE, full graphs in FULL,
     # nothing in FULL_DECODE_ONLY; prompts usually exceed every captured size and run eagerly anyway.
-    size = _captured_size(n, plan.sizes)
+    size = _captured_size(n, plan.sizes if plan.prefill_sizes is None else plan.prefill_sizes)
     if size is None or plan.mode in (NONE, FULL_DECODE_ONLY):
         return EAGER, n
-    return (GRAPH_FULL if plan.mode == FULL else GRAPH_PIECEWISE), size
+    return (GRAPH_FULL if plan.mode == FULL else _piecewise(plan)), size
 
 
 def _drafter_graph(plan: Plan, n: int) -> tuple[str, int]:
@@ -99,6 +130,8 @@ def _launch_ms(cost: ForwardCost, graph: str, hw: HardwareProfile) -> float:
         ms = cost.launch_ms
     elif graph == GRAPH_PIECEWISE:
         ms = cost.launch_ms * cost.attn_launch_frac + cost.piecewise_replay_ms
+    elif graph == GRAPH_BREAKABLE:  # vLLM >= 0.34's breakable graphs (an invented saving: _sim_v034)
+        ms = (cost.launch_ms * cost.attn_launch_frac + cost.piecewise_replay_ms) * BREAKABLE_PIECEWISE_SHARE
     else:
         ms = cost.full_replay_ms
     return hw.launch_scale * ms
@@ -165,6 +198,9 @@ def accept_len(config: EngineConfig, workload: Workload) -> float:
         profile = ACCEPTANCE.get(method, ACCEPTANCE["draft_model"])
         if method in LOOKUP_METHODS and not workload.repetitive_prompts:
             profile = NGRAM_RANDOM_PROMPTS
+        if spec.get("rejection_sample_method") == "fly":
+            # Lossy acceptance (vLLM >= 0.33's FLy): more drafts accepted, outputs no longer the target's. Invented.
+            profile = dataclasses.replace(profile, a=min(0.97, profile.a * FLY_ACCEPT_GAIN), d=min(0.99, profile.d * 1.05))
         cumulative = profile.cumulative(k)
     return 1.0 + sum(cumulative)
 

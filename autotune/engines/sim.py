@@ -35,6 +35,7 @@ from autotune.engines._options import SimOptions
 from autotune.engines._sim_memory import HostWedged
 # The vLLM runner's latency summary (stdlib only), so simulated and real restarts report the same figures.
 from autotune.engines.vllm._dataset import latency_summary, request_timing
+from autotune.engines.vllm.vocabulary import Vocabulary, recorded
 from autotune.machine import MemoryNotSettled, plan_page_cache
 from autotune.core.records import (GOODPUT_METRICS, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult,
                               RestartStatus, Workload, combine_latency)
@@ -280,6 +281,10 @@ class SimEngine(EngineBackend):
                                   **({"landscape_shift": self.settings.landscape_shift}
                                      if self.settings.landscape_shift else {}),
                                   **({"drift": self.settings.drift} if self.drift is not None else {})})
+
+    def vocabulary(self) -> Vocabulary:
+        """The recorded vocabulary of the simulated vLLM version (no vLLM to ask)."""
+        return recorded(self.engine_version)
 
     # -- internals -----------------------------------------------------------------------------------------
     def _plan(self, config: EngineConfig) -> model.Plan:

@@ -49,13 +49,16 @@ class MachineNotes:
     settle_total_s: float = 0.0
     departures: tuple[RestartNote, ...] = ()
     kv: tuple[RestartNote, ...] = ()
+    #: Configurations whose restarts vary more by design (vLLM's adaptive verification profiles at every start).
+    noise: tuple[RestartNote, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"guard_trips": [dataclasses.asdict(n) for n in self.guard_trips],
                 "settle_waits": [dataclasses.asdict(n) for n in self.settle_waits],
                 "settle_total_s": self.settle_total_s,
                 "departures": [dataclasses.asdict(n) for n in self.departures],
-                "kv_audit": [dataclasses.asdict(n) for n in self.kv]}
+                "kv_audit": [dataclasses.asdict(n) for n in self.kv],
+                "noise_sources": [dataclasses.asdict(n) for n in self.noise]}
 
 
 def kv_findings(config: EngineConfig, restarts: Sequence[RestartResult], workload: Mapping[str, Any]) -> list[str]:
@@ -92,7 +95,27 @@ def machine_notes(runs: Iterable[tuple[str, EngineConfig, Sequence[RestartResult
         by_key.setdefault(config.key(), (config, []))[1].extend(restarts)
     kv = tuple(RestartNote("configuration", config.label(), -1, finding)
                for config, restarts in by_key.values() for finding in kv_findings(config, restarts, workload))
-    return MachineNotes(trips, waits, round(total, 3), departed, kv)
+    noise = tuple(RestartNote("configuration", config.label(), -1, note)
+                  for config, restarts in by_key.values() if (note := noise_source(config, restarts)) is not None)
+    return MachineNotes(trips, waits, round(total, 3), departed, kv, noise)
+
+
+def noise_source(config: EngineConfig, restarts: Sequence[RestartResult]) -> str | None:
+    """Why ``config``'s restarts vary more than the machine makes them, by design (``None``: no known reason).
+
+    vLLM's ``enable_adaptive_verification`` (0.28+) profiles the verify budget at every engine start, so each start
+    may verify differently: a source of restart-to-restart noise the configuration carries with it.
+    """
+    if not (config.speculative_config or {}).get("enable_adaptive_verification"):
+        return None
+    values = [r.value for r in restarts if r.ok and r.value]
+    spread = ""
+    if len(values) >= 2:
+        mean = sum(values) / len(values)
+        sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+        spread = f"; its {len(values)} restarts varied by {sd / mean:.1%} (CV)"
+    return ("adaptive verification profiles its verify budget at every start, so its restarts vary more than the "
+            f"machine makes them (a noise source: compare it with more restarts){spread}")
 
 
 def render_machine(notes: MachineNotes | None) -> list[str]:
@@ -104,6 +127,7 @@ def render_machine(notes: MachineNotes | None) -> list[str]:
         ("Memory guard trips", notes.guard_trips),
         ("Restarts that departed from the study's machine state (not comparable with the others)", notes.departures),
         ("KV audit", notes.kv),
+        ("Noise sources", notes.noise),
     ]
     for title, items in sections:
         if items:

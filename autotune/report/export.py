@@ -36,11 +36,14 @@ import yaml
 from autotune.core.records import EngineConfig
 from autotune.core.redact import REFERENCE, has_reference, redact, redact_text
 from autotune.core.schedule import SCHEDULE_SINCE, supports_schedule
+from autotune.engines.vllm.vocabulary import Untranslatable, recorded, translate, version_tuple, vocabulary_for
 from autotune.report._build import Report, VerifiedRow
 
 __all__ = [
     "FORMATS",
     "NoResult",
+    "Untranslatable",
+    "export_config",
     "comment",
     "header_lines",
     "render",
@@ -79,23 +82,49 @@ def winner_config(report: Report) -> EngineConfig:
     return config
 
 
-def to_llm_kwargs(report: Report) -> dict[str, Any]:
-    """Keyword arguments for ``vllm.LLM(**kwargs)``: the winner exactly as the engines ran it."""
-    return winner_config(report).llm_kwargs()
+def export_config(report: Report, vllm_version: str | None = None) -> EngineConfig:
+    """The winner for vLLM ``vllm_version`` (``None``: the version the study ran): as the engines ran it, or
+    translated into that version's names where the meaning is kept (:func:`autotune.engines.vllm.vocabulary.translate`,
+    which also runs that version's own start-up checks on the result).
+
+    Raises:
+        NoResult: no verified winner.
+        Untranslatable: the winner cannot mean the same on that version; the message says why.
+    """
+    config = winner_config(report)
+    ran = report.meta.engine.version
+    if vllm_version is None or (ran is not None and version_tuple(ran) == version_tuple(vllm_version)):
+        return config
+    if config.k_schedule is not None and supports_schedule(vllm_version) is False:
+        raise Untranslatable(f"the winner's K schedule ({config.k_schedule.text()}) needs vLLM >= "
+                             f"{'.'.join(map(str, SCHEDULE_SINCE))}")
+    return translate(config, recorded(vllm_version))
 
 
-def _shareable_kwargs(report: Report) -> dict[str, Any]:
+def to_llm_kwargs(report: Report, vllm_version: str | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``vllm.LLM(**kwargs)``: the winner exactly as the engines ran it (or translated for
+    ``vllm_version``, :func:`export_config`)."""
+    return export_config(report, vllm_version).llm_kwargs()
+
+
+def _shareable_kwargs(report: Report, vllm_version: str | None = None) -> dict[str, Any]:
     """The winner's kwargs with credentials replaced, value by value (an export is a file people share)."""
-    return redact(to_llm_kwargs(report))
+    return redact(to_llm_kwargs(report, vllm_version))
+
+
+def study_vocabulary_version(report: Report) -> str | None:
+    """The vLLM version whose names the study's configurations are in (its engine's), ``None`` when unknown."""
+    vocab = vocabulary_for(report.meta.engine)
+    return None if vocab is None else vocab.version
 
 
 def _option(name: str) -> str:
     return name.replace("_", "-")
 
 
-def _config_file_entries(report: Report) -> dict[str, Any]:
+def _config_file_entries(report: Report, vllm_version: str | None = None) -> dict[str, Any]:
     """``vllm serve --config`` entries: dashed long names, the model first, unset (``None``) values left out."""
-    kwargs = _shareable_kwargs(report)
+    kwargs = _shareable_kwargs(report, vllm_version)
     entries: dict[str, Any] = {}
     if "model" in kwargs:
         entries["model"] = kwargs.pop("model")
@@ -115,7 +144,7 @@ def _fmt_tok_s(row: VerifiedRow | None) -> str:
     return text
 
 
-def header_lines(report: Report, today: str | None = None) -> list[str]:
+def header_lines(report: Report, today: str | None = None, vllm_version: str | None = None) -> list[str]:
     """Provenance of the export, one fact per line (without comment markers, not yet escaped)."""
     winner, engine = report.winner, report.meta.engine
     speedup = None if winner is None else winner.speedup
@@ -143,6 +172,9 @@ def header_lines(report: Report, today: str | None = None) -> list[str]:
         f"speedup over baseline: {verdict}",
         f"engine: {engine.name or 'unknown'} {engine.version or 'unknown'}; exported "
         f"{today or datetime.date.today().isoformat()} by autotune {__version__}",
+        *([f"written for vLLM {vllm_version}: translated from the names of {engine.version or 'the study'}'s "
+           "vLLM, not measured there (autotune recheck measures it)"]
+          if vllm_version is not None and version_tuple(vllm_version) != version_tuple(engine.version) else []),
     ]
 
 
@@ -157,11 +189,11 @@ def comment(lines: list[str]) -> str:
     return "".join(f"# {_one_line(redact_text(line))}\n" for line in lines)
 
 
-def to_vllm_yaml(report: Report, today: str | None = None) -> str:
+def to_vllm_yaml(report: Report, today: str | None = None, vllm_version: str | None = None) -> str:
     """A config file for ``vllm serve --config FILE`` with a provenance header."""
-    body = yaml.safe_dump(_config_file_entries(report), sort_keys=False, default_flow_style=False)
+    body = yaml.safe_dump(_config_file_entries(report, vllm_version), sort_keys=False, default_flow_style=False)
     usage = "use: vllm serve --config THIS_FILE"
-    return comment([*header_lines(report, today), usage]) + body
+    return comment([*header_lines(report, today, vllm_version), usage]) + body
 
 
 def _cli_tokens(key: str, value: Any) -> list[str]:
@@ -192,32 +224,33 @@ def _shell_word(text: str) -> str:
     return "".join(pieces)
 
 
-def to_cli(report: Report, today: str | None = None) -> str:
+def to_cli(report: Report, today: str | None = None, vllm_version: str | None = None) -> str:
     """The ``vllm serve MODEL ...`` command line, one option per line, shell-quoted, with the header."""
-    kwargs = _shareable_kwargs(report)
+    kwargs = _shareable_kwargs(report, vllm_version)
     parts = ["vllm serve" + (f" {_shell_word(str(kwargs.pop('model')))}" if "model" in kwargs else "")]
     for key, value in kwargs.items():
         if value is not None:
             parts.append(" ".join(map(_shell_word, _cli_tokens(key, value))))
-    return comment(header_lines(report, today)) + " \\\n    ".join(parts) + "\n"
+    return comment(header_lines(report, today, vllm_version)) + " \\\n    ".join(parts) + "\n"
 
 
-def to_json(report: Report) -> str:
+def to_json(report: Report, vllm_version: str | None = None) -> str:
     """Keyword arguments for ``vllm.LLM(**kwargs)`` as JSON (no comments: the caller shows the header apart)."""
-    return json.dumps(_shareable_kwargs(report), indent=2) + "\n"
+    return json.dumps(_shareable_kwargs(report, vllm_version), indent=2) + "\n"
 
 
-def render(report: Report, fmt: str, today: str | None = None) -> str:
+def render(report: Report, fmt: str, today: str | None = None, vllm_version: str | None = None) -> str:
     """The winner in ``fmt`` (one of :data:`FORMATS`).
 
     Raises:
         NoResult: the study has no verified winner.
+        Untranslatable: the winner cannot mean the same on ``vllm_version``.
         ValueError: an unknown format.
     """
     if fmt == "vllm-yaml":
-        return to_vllm_yaml(report, today)
+        return to_vllm_yaml(report, today, vllm_version)
     if fmt == "cli":
-        return to_cli(report, today)
+        return to_cli(report, today, vllm_version)
     if fmt == "json":
-        return to_json(report)
+        return to_json(report, vllm_version)
     raise ValueError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")

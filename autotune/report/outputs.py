@@ -14,6 +14,7 @@ from typing import Any
 from autotune.config.output_check import min_agreement, min_agreement_from_yaml
 from autotune.core.facts import OUTPUT_AGREEMENT, OUTPUT_CHECK_SKIPPED, OUTPUT_DIGESTS
 from autotune.decisions.outputs import DIFFERS, OutputCheck, check_outputs, reference_digests
+from autotune.engines.vllm.vocabulary import lossy
 from autotune.store import TrialRecord
 from autotune.store.ledger import Ledger
 
@@ -73,10 +74,11 @@ def output_checks(ledger: Ledger, records: Sequence[TrialRecord], space: Any = N
     for rec in records:
         if rec.duplicate_of is not None:
             continue
-        check = check_outputs(rec.restarts, reference, threshold, baseline=rec.config.key() == key)
+        check = check_outputs(rec.restarts, reference, threshold, baseline=rec.config.key() == key,
+                              lossy=lossy(rec.config))
         skipped = next((str(r.facts[OUTPUT_CHECK_SKIPPED]) for r in rec.restarts
                         if OUTPUT_CHECK_SKIPPED in r.facts), None)
-        if check.agreement is not None or skipped:
+        if check.agreement is not None or skipped or check.unchecked_lossy:
             out.append(TrialOutputs(rec.number, rec.config.label(), check, skipped))
     unchecked = _unchecked(records, reference, threshold, winner, {t.trial: t for t in out})
     return OutputChecks(threshold, tuple(out), unchecked) if out or unchecked else None
@@ -114,7 +116,11 @@ def render_outputs(checks: OutputChecks | None) -> list[str]:
     lines += ["", f"Outputs differ from the baseline ({OUTPUT_AGREEMENT} below {checks.threshold:.0%} on the checked "
                  "prompts, greedy): these could not win:"]
     for t in checks.differ:
-        lines.append(f"  ! trial {t.trial} {t.label}: {DIFFERS} ({t.check.agreement:.0%} of prompts agree)")
+        if t.check.agreement is None:  # (lossy, never compared)
+            lines.append(f"  ! trial {t.trial} {t.label}: a lossy rejection method (fly) changes outputs by design, "
+                         "and the output check never compared them: it cannot win without the check")
+        else:
+            lines.append(f"  ! trial {t.trial} {t.label}: {DIFFERS} ({t.check.agreement:.0%} of prompts agree)")
     return lines
 
 

@@ -95,7 +95,9 @@ def fingerprint(space: SearchSpace, engine: EngineFacts | Mapping[str, Any]) -> 
         "engine_args": args,
         "workload": space.workload.to_dict(),
         "search.cudagraph_mode": list(space.modes),
-        "search.capture_sizes": [[s.name, s.sizes, s.pattern, s.max] for s in space.sizes],
+        # (a choice's unit only where it is not tokens, so studies from before units keep their digest)
+        "search.capture_sizes": [[s.name, s.sizes, s.pattern, s.max, *([s.unit] if s.unit != "tokens" else [])]
+                                 for s in space.sizes],
         "search.num_speculative_tokens": [space.k_low, space.k_high],
         "search.drafts": [[d.name, dict(d.fragment), d.max_k] for d in space.drafts],
         # A resume with other choices or ranges would compare against values the search never ran, or fail

@@ -12,6 +12,7 @@ from autotune.config.output_check import min_agreement
 from autotune.config.space import SearchSpace
 from autotune.core.records import EngineConfig, RestartResult
 from autotune.decisions.outputs import OutputCheck, check_outputs, reference_digests
+from autotune.engines.vllm.vocabulary import lossy
 from autotune.store.ledger import Ledger
 
 __all__ = ["baseline_reference", "judge_outputs"]
@@ -32,4 +33,5 @@ def judge_outputs(ledger: Ledger, space: SearchSpace, config: EngineConfig, rest
                   reference: dict[int, str] | None = None) -> OutputCheck:
     """``config``'s :class:`OutputCheck` from its restarts (the reference read from the ledger unless given)."""
     ref = baseline_reference(ledger, space) if reference is None else reference
-    return check_outputs(restarts, ref, min_agreement(space), baseline=config.key() == space.baseline().key())
+    return check_outputs(restarts, ref, min_agreement(space), baseline=config.key() == space.baseline().key(),
+                         lossy=lossy(config))

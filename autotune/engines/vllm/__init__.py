@@ -59,6 +59,7 @@ from autotune.engines.vllm._phases import restart_phases
 from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
 from autotune.engines.vllm._kvfacts import KvFacts, kv_audit, log_facts
 from autotune.engines.vllm._options import VllmOptions
+from autotune.engines.vllm.vocabulary import Vocabulary, introspect_source, vocabulary_for
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
 from autotune.config.workload import default_dataset
@@ -73,7 +74,7 @@ __all__ = ["RUNNER_PATH", "KvFacts", "VllmEngine", "VllmOptions", "kv_audit"]
 RUNNER_PATH = Path(__file__).resolve().with_name("_runner.py")
 _PROBE_TIMEOUT_S = 180.0
 # Imports vLLM and reports versions and the accelerator; run with `python -c` in the engine's interpreter.
-_PROBE_SOURCE = r"""
+_PROBE_SOURCE = introspect_source() + r"""
 import json, subprocess
 import vllm, torch
 facts = {"vllm": vllm.__version__, "torch": torch.__version__, "cuda": torch.version.cuda, "gpu": None}
@@ -85,6 +86,7 @@ if torch.cuda.is_available():
         facts["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
     except Exception:
         facts["driver"] = None
+facts["vocabulary"] = autotune_vocab()
 print("AUTOTUNE_RESULT " + json.dumps(facts), flush=True)
 """
 
@@ -187,8 +189,14 @@ class VllmEngine(EngineBackend):
             name=self.name, version=facts.get("vllm"), gpu=facts.get("gpu") or "none (CPU)",
             driver=facts.get("driver") or None, cuda=facts.get("cuda") or None,
             extra={"mode": self.settings.mode, "start_method": self.settings.resolved_start_method(),
-                   "interpreter": self.settings.interpreter_label(), "torch": facts.get("torch"), **self._image},
+                   "interpreter": self.settings.interpreter_label(), "torch": facts.get("torch"), **self._image,
+                   # What vLLM's own config classes accept (engines/vllm/vocabulary.py); absent when it could not say.
+                   **({"vocabulary": facts["vocabulary"]} if facts.get("vocabulary") else {})},
         )
+
+    def vocabulary(self) -> Vocabulary | None:
+        """The names this vLLM accepts: introspected from its config classes, else the table for its version."""
+        return vocabulary_for(self.describe())
 
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         """One fresh engine process: start, warm up until steady, time the passes, stop the whole group."""

@@ -66,6 +66,16 @@ def resolved_config(llm: Any, engine_args: list[str] | None = None) -> dict[str,
     scheduler = getattr(config, "scheduler_config", None)
     if scheduler is not None and hasattr(scheduler, "async_scheduling"):
         details["async_scheduling"] = scheduler.async_scheduling
+    # vLLM >= 0.34: decode graphs in requests, prefill graphs in tokens, as the worker resolved them.
+    decode = _safe_attr(comp, "decode_cudagraph_capture_request_sizes")
+    if isinstance(decode, (list, tuple)):
+        details["decode_cudagraph_capture_request_sizes"] = [int(v) for v in decode]
+    prefill = _safe_attr(comp, "prefill_cudagraph_capture_token_sizes")
+    if isinstance(prefill, (list, tuple)):
+        details["prefill_cudagraph_capture_token_sizes"] = [int(v) for v in prefill]
+    breakable = _safe_attr(comp, "use_breakable_cudagraph")
+    if isinstance(breakable, bool):
+        details["use_breakable_cudagraph"] = breakable
     runner_v2 = _safe_attr(config, "use_v2_model_runner")
     if isinstance(runner_v2, bool):
         details["model_runner"] = "v2" if runner_v2 else "v1"

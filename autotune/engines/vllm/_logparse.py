@@ -39,6 +39,9 @@ _CONFIG_LINE = re.compile(r"Initializing a V1 LLM engine.*?compilation_config=(?
 _CC_MODE = re.compile(r"^\{'mode': <\w+\.(?P<mode>\w+)")
 _CC_GRAPH_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(?P<mode>\w+)")
 _CC_SIZES = re.compile(r"'cudagraph_capture_sizes': \[(?P<sizes>[\d, ]*)\]")
+#: vLLM >= 0.34 resolves the split sizes in VllmConfig itself, so the engine core's line holds them too.
+_CC_SPLIT = {key: re.compile(rf"'{key}': \[(?P<sizes>[\d, ]*)\]")
+             for key in (Detail.DECODE_CAPTURE_REQUESTS, Detail.PREFILL_CAPTURE_TOKENS)}
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED")
 # Wrappers that only point at the real cause printed before them.
 _GENERIC = re.compile(
@@ -155,11 +158,17 @@ def parse_engine_config(text: str) -> dict[str, Any] | None:
     sizes = _CC_SIZES.search(body)
     compile_mode = _CC_MODE.search(body)
     changes_after = parse_startup_log(text[match.end():]).mode_changes
+    details: dict[str, Any] = {Detail.RESOLVED_FROM: "engine-core start-up log (before the worker's capture-size "
+                                                     "rounding)"}
+    for key, pattern in _CC_SPLIT.items():
+        found = pattern.search(body)
+        if found is not None:
+            details[key] = [int(x) for x in found["sizes"].split(",") if x.strip()]
     return {
         "cudagraph_mode": changes_after[-1] if changes_after else (mode["mode"] if mode else None),
         "cudagraph_capture_sizes": None if sizes is None else [int(x) for x in sizes["sizes"].split(",") if x.strip()],
         "compile_mode": compile_mode["mode"] if compile_mode else None,
-        "details": {Detail.RESOLVED_FROM: "engine-core start-up log (before the worker's capture-size rounding)"},
+        "details": details,
     }
 
 
