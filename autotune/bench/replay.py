@@ -39,6 +39,7 @@ from autotune.decisions import planning
 from autotune.decisions.noise import NoisePrior, planning_noise, study_prior
 from autotune.decisions.planning import estimate_noise, plan_restarts, plan_rounds, pooled_log_variance
 from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate
+from autotune.engines.drift import PRESETS, DriftScenario
 from autotune.study import EXTENSION_SHARE, run_verification
 
 __all__ = ["Model", "load_models", "main", "replay_cell"]
@@ -150,43 +151,134 @@ class _Engine:
                              resolved=Resolved(cudagraph_mode=config.cudagraph_mode))
 
 
-def replay_cell(info: dict[str, Any], policy: str, budget: float, draws: int, seed: int, null: str | None = None,
-                max_share: float | None = None, effect_power: float | None = None) -> dict[str, float]:
+class _Recorded:
+    """Restarts drawn from the recorded GPU studies' noise (:class:`Model`): no drift, each restart independent."""
+
+    def __init__(self, info: dict[str, Any], null: str | None) -> None:
+        models = info["models"]
+        bkey, wkey = info["baseline"], info["winner"]
+        if null is not None:
+            src = models[bkey if null == "baseline" else wkey]
+            models = {bkey: src, wkey: src}
+        self.models, self.bkey, self.wkey = models, bkey, wkey
+        self.price_w, self.price_b = models[wkey].price, models[bkey].price
+        self.per_config = info["per_config"]
+        self.other_groups = [g for g in info["others"] if len(g) >= 2]
+
+    def start(self, rng: np.random.Generator, budget: float) -> None:
+        """A new study."""
+
+    def search(self, rng: np.random.Generator, side: str, n: int) -> np.ndarray:
+        return self.models[self.wkey if side == "winner" else self.bkey].draw(rng, "search", n)
+
+    def others(self, rng: np.random.Generator) -> list[list[float]]:
+        return self.other_groups
+
+    def engine(self, rng: np.random.Generator, spent: float, configs: dict[str, str]) -> Any:
+        fake = {key: self.models[self.wkey if side == "winner" else self.bkey] for key, side in configs.items()}
+        return _Engine(fake, rng, spent)
+
+
+class _DriftEngine:
+    """A replay's engine on a drifting machine: each restart at the scenario's clock (the study's engine-minutes)."""
+
+    def __init__(self, scenario: DriftScenario, sides: dict[str, str], prices: dict[str, float], spent: float) -> None:
+        self.scenario, self.sides, self.prices, self.spent = scenario, sides, prices, spent
+        scenario.clock_s = 60.0 * spent
+
+    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
+        side = self.sides[config.key()]
+        price = self.prices[side]
+        self.spent += price
+        draw = self.scenario.run(side, 60.0 * price)
+        return RestartResult(status="ok", restart=restart, seed=seed, passes_tok_s=tuple(draw.passes) or (draw.value,),
+                             wall_s=60 * price, resolved=Resolved(cudagraph_mode=config.cudagraph_mode))
+
+
+#: The drift scenarios (issue 41): a challenger ``effect`` times the baseline on a machine drifting as the named
+#: preset of :data:`autotune.engines.drift.PRESETS`; the search measures a configuration every
+#: :data:`DRIFT_PER_CONFIG` minutes (issue 41's H100 study: 10 configurations in 15.3 engine-minutes), a warm
+#: restart costs :data:`DRIFT_RESTART_MIN` (its verification restarts: about 0.6 min).
+DRIFT_PER_CONFIG = 1.5
+DRIFT_RESTART_MIN = 0.6
+#: Other configurations whose two search restarts the study pools into its noise prior.
+DRIFT_OTHERS = 6
+
+
+class _Drifting:
+    """Restarts drawn in time order on a drifting machine (:func:`autotune.engines.drift.drift_scenario`): the
+    baseline measured at the search's start, the winner found somewhere inside it, verification after it."""
+
+    def __init__(self, preset: str, effect: float, null: str | None) -> None:
+        self.params = PRESETS[preset]
+        self.effect = 1.0 if null is not None else effect
+        self.price_w = self.price_b = DRIFT_RESTART_MIN
+        self.per_config = DRIFT_PER_CONFIG
+        self.scenario: DriftScenario | None = None
+        self.budget = 0.0
+
+    def start(self, rng: np.random.Generator, budget: float) -> None:
+        medians = {"baseline": 3000.0, "winner": 3000.0 * self.effect}
+        medians |= {f"other{i}": 3000.0 for i in range(DRIFT_OTHERS)}
+        self.scenario = DriftScenario(medians, self.params, rng, timed_s=10.0, n_passes=2,
+                                      restart_s=60.0 * DRIFT_RESTART_MIN)
+        self.budget = budget
+
+    def _at(self, side: str, t_s: float, n: int) -> np.ndarray:
+        assert self.scenario is not None
+        step = 60.0 * DRIFT_RESTART_MIN
+        return np.array([self.scenario.draw(side, t_s + i * step).value for i in range(n)])
+
+    def search(self, rng: np.random.Generator, side: str, n: int) -> np.ndarray:
+        # The baseline is the study's first trial; the winner turns up somewhere in the search's first part.
+        when = 0.0 if side == "baseline" else float(rng.uniform(0.1, 0.6)) * 60.0 * self.budget
+        return self._at(side, when, n)
+
+    def others(self, rng: np.random.Generator) -> list[list[float]]:
+        return [list(self._at(f"other{i}", float(rng.uniform(0.0, 0.7)) * 60.0 * self.budget, 2))
+                for i in range(DRIFT_OTHERS)]
+
+    def engine(self, rng: np.random.Generator, spent: float, configs: dict[str, str]) -> Any:
+        assert self.scenario is not None
+        return _DriftEngine(self.scenario, configs, {"winner": self.price_w, "baseline": self.price_b}, spent)
+
+
+def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: int, seed: int,
+                null: str | None = None, max_share: float | None = None, effect_power: float | None = None,
+                drift: str | None = None, effect: float = 1.13) -> dict[str, float]:
     """``draws`` studies at ``budget`` minutes under ``policy``; ``null``: ``baseline``/``winner`` gives both
-    sides that configuration's model."""
-    models = info["models"]
-    bkey, wkey = info["baseline"], info["winner"]
-    if null is not None:
-        src = models[bkey if null == "baseline" else wkey]
-        models = {bkey: src, wkey: src}
+    sides that configuration's model. ``drift``: a preset name, the drifting machine's scenario at ``effect``
+    instead of the recorded studies (``info`` unused)."""
+    source: Any = _Drifting(drift, effect, null) if drift is not None else _Recorded(info or {}, null)
     base_c, win_c = EngineConfig(), EngineConfig(compilation_config={"cudagraph_mode": "FULL"})
-    fake = {base_c.key(): models[bkey], win_c.key(): models[wkey]}
+    sides = {base_c.key(): "baseline", win_c.key(): "winner"}
     candidates = [Candidate(CANDIDATE, win_c), Candidate(BASELINE, base_c)]
-    pw, pb = models[wkey].price, models[bkey].price
-    q = info["per_config"]
+    pw, pb = source.price_w, source.price_b
+    q = source.per_config
     rng = np.random.default_rng([seed, POLICIES.index(policy), int(budget),
                                  (None, "baseline", "winner").index(null)])
     share = planning.MAX_SHARE if max_share is None else max_share
-    out = {"conclusive": 0, "faster": 0, "starts": 0, "configs": 0.0, "over": 0.0}
-    others = [g for g in info["others"] if len(g) >= 2]
+    out = {"conclusive": 0, "faster": 0, "right": 0, "starts": 0, "configs": 0.0, "over": 0.0}
     for _ in range(draws):
+        source.start(rng, budget)
+        others = source.others(rng)
         kw: dict[str, Any] = {"paired": policy == "paired"}
         if policy == "paired":
             # Issue 41's design: the noise prior that cannot collapse (the default machine prior, the study's pooled
             # search noise on it, each side at its upper credible value), rounds planned for the paired test.
-            sb, sw = models[bkey].draw(rng, "search", 2), models[wkey].draw(rng, "search", 2)
+            sb, sw = source.search(rng, "baseline", 2), source.search(rng, "winner", 2)
             prior = study_prior([list(sb), list(sw)] + others, NoisePrior.default())
-            effect = math.exp(np.mean(np.log(sw)) - np.mean(np.log(sb)))
+            seen = math.exp(np.mean(np.log(sw)) - np.mean(np.log(sb)))
             pargs = (planning_noise(list(sw), prior), planning_noise(list(sb), prior))
-            pk = dict(search_effect=effect, challenger_minutes=pw, baseline_minutes=pb)
+            pk = dict(search_effect=seen, challenger_minutes=pw, baseline_minutes=pb)
             reserve = plan_rounds(*pargs, max_minutes=share * budget, **pk).minutes or 0.0
         elif policy == "plan":
-            sb, sw = models[bkey].draw(rng, "search", 2), models[wkey].draw(rng, "search", 2)
+            sb, sw = source.search(rng, "baseline", 2), source.search(rng, "winner", 2)
             prior, _ = pooled_log_variance([list(sb), list(sw)] + others)
-            effect = math.exp(np.mean(np.log(sw)) - np.mean(np.log(sb)))
+            seen = math.exp(np.mean(np.log(sw)) - np.mean(np.log(sb)))
             args = (estimate_noise(list(sw), prior), estimate_noise(list(sb), prior))
             # A variant of the planner's halving: it plans for sqrt(search_effect); effect**(2p) makes that effect**p.
-            pk = dict(search_effect=effect if effect_power is None else effect ** (effect_power / planning.SEARCH_EFFECT_POWER), challenger_minutes=pw, baseline_minutes=pb)
+            pk = dict(search_effect=seen if effect_power is None else seen ** (effect_power / planning.SEARCH_EFFECT_POWER), challenger_minutes=pw, baseline_minutes=pb)
             reserve = plan_restarts(*args, max_minutes=share * budget, **pk).minutes or 0.0
         else:
             reserve = 3 * (pw + pb)
@@ -204,7 +296,7 @@ def replay_cell(info: dict[str, Any], policy: str, budget: float, draws: int, se
             kw |= dict(restarts=3, sequential_rounds=5)
         else:
             kw |= dict(restarts=3)
-        engine = _Engine(fake, rng, spent)
+        engine = source.engine(rng, spent, sides)
         v = run_verification(engine, Workload(), candidates, seed_for=lambda r: r, margin=MARGIN,
                              may_start=lambda n, e=engine: e.spent + n * (pw + pb) / 2 <= budget + 1e-9, **kw)
         c = next(e for e in v.entries if e.candidate.role != BASELINE).comparison
@@ -212,11 +304,13 @@ def replay_cell(info: dict[str, Any], policy: str, budget: float, draws: int, se
             out["conclusive"] += (c.ci_low > 1 or c.ci_high < 1
                                   or (c.ci_low >= 1 / (1 + MARGIN) and c.ci_high <= 1 + MARGIN))
         out["faster"] += v.verdict == "faster"
+        out["right"] += v.verdict == "faster" if null is None else v.verdict != "faster"
         out["starts"] += v.restarts_used
         out["configs"] += configs
         out["over"] = max(out["over"], engine.spent - budget)
     return {k: (v if k == "over" else v / draws) for k, v in out.items()} | {"draws": draws,
-                                                                                "faster_n": out["faster"]}
+                                                                                "faster_n": out["faster"],
+                                                                                "right_n": out["right"]}
 
 
 def _ci(k: int, n: int) -> tuple[float, float]:
@@ -225,22 +319,25 @@ def _ci(k: int, n: int) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def run(info: dict[str, Any], draws: int, seed: int, out: Any, budgets: Sequence[float] = BUDGETS,
-        max_share: float | None = None, effect_power: float | None = None) -> None:
+def run(info: dict[str, Any] | None, draws: int, seed: int, out: Any, budgets: Sequence[float] = BUDGETS,
+        max_share: float | None = None, effect_power: float | None = None, policies: Sequence[str] = POLICIES,
+        drift: str | None = None, effect: float = 1.13) -> None:
     started = time.monotonic()
-    out.write("| budget | policy | conclusive | mean counted starts | search configurations | "
-              "false faster, null baseline [95% CP] | false faster, null winner [95% CP] |\n"
-              "|---|---|---|---|---|---|---|\n")
+    out.write("| budget | policy | faster (conclusive and right) [95% CP] | conclusive | mean counted starts | "
+              "search configurations | false faster, null baseline [95% CP] | false faster, null winner [95% CP] |\n"
+              "|---|---|---|---|---|---|---|---|\n")
     for b in budgets:
-        for p in POLICIES:
-            r = replay_cell(info, p, b, draws, seed, max_share=max_share, effect_power=effect_power)
+        for p in policies:
+            kw = dict(max_share=max_share, effect_power=effect_power, drift=drift, effect=effect)
+            r = replay_cell(info, p, b, draws, seed, **kw)
+            lo, hi = _ci(int(r["right_n"]), draws)
+            right = f"{100 * r['right']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
             cells = []
             for null in ("baseline", "winner"):
-                z = replay_cell(info, p, b, draws, seed, null, max_share=max_share,
-                                effect_power=effect_power)
+                z = replay_cell(info, p, b, draws, seed, null, **kw)
                 lo, hi = _ci(int(z["faster_n"]), draws)
                 cells.append(f"{100 * z['faster']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]")
-            out.write(f"| {b:.0f} min | {p} | {100 * r['conclusive']:.1f}% | {r['starts']:.1f} | "
+            out.write(f"| {b:.0f} min | {p} | {right} | {100 * r['conclusive']:.1f}% | {r['starts']:.1f} | "
                       f"{r['configs']:.1f} | {cells[0]} | {cells[1]} |\n")
             out.flush()
     out.write(f"\n({draws} draws a cell, seed {seed}, {time.monotonic() - started:.0f} s)\n")
@@ -257,7 +354,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-share", type=float, default=None, help="a variant of planning.MAX_SHARE")
     parser.add_argument("--effect-power", type=float, default=None,
                         help="a variant of the planner's shrinkage: plan for search_effect**p (default: the planner's, planning.SEARCH_EFFECT_POWER)")
+    parser.add_argument("--drift", choices=tuple(PRESETS), default=None,
+                        help="replay on a drifting machine (issue 41: autotune.engines.drift's preset) instead of the "
+                             "recorded studies, with a challenger --effect times the baseline")
+    parser.add_argument("--effect", type=float, default=1.13, help="the drift scenario's true speedup (default 1.13)")
+    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     args = parser.parse_args(argv)
+    if args.drift is not None:
+        sys.stdout.write(f"drift scenario: preset {args.drift} {PRESETS[args.drift].to_dict()}, effect "
+                         f"{args.effect:g}x, {DRIFT_PER_CONFIG} min a search configuration, {DRIFT_RESTART_MIN} min a "
+                         "warm restart\n\n")
+        run(None, args.draws, args.seed, sys.stdout, args.budgets, args.max_share, args.effect_power, args.policies,
+            args.drift, args.effect)
+        return 0
     info = load_models(scenario=args.scenario, scope=args.scope)
     m = info["models"]
     sys.stdout.write(f"{args.scenario} ({args.scope}): baseline CV {100 * m[info['baseline']].sd:.1f}% "
@@ -265,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      f"({len(m[info['winner']].residuals)}), effect "
                      f"{math.exp(m[info['winner']].means['verify'] - m[info['baseline']].means['verify']):.3f}x, "
                      f"search {info['per_config']:.2f} min/configuration\n\n")
-    run(info, args.draws, args.seed, sys.stdout, args.budgets, args.max_share, args.effect_power)
+    run(info, args.draws, args.seed, sys.stdout, args.budgets, args.max_share, args.effect_power, args.policies)
     return 0
 
 
