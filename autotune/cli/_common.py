@@ -36,6 +36,7 @@ __all__ = [
     "load_space_for",
     "open_output",
     "check_engine_sections",
+    "make_engine_from_input",
     "open_named_study",
     "parse_kv",
     "parse_params",
@@ -210,9 +211,20 @@ def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_di
     chosen = name or space.engine.default
     if chosen not in ENGINES:
         raise UsageError(f"--engine {chosen!r} is not an engine: choose one of {', '.join(sorted(ENGINES))}")
-    engine = make_engine(chosen, cache_dir=cache_dir, **{**space.engine.options(chosen), **options})
+    engine = make_engine_from_input(chosen, cache_dir, {**space.engine.options(chosen), **options})
     engine.check(space)
     return engine
+
+
+def make_engine_from_input(name: str, cache_dir: str | None, options: Mapping[str, Any]) -> Any:
+    """The engine ``name`` with options the user gave (the space, ``--engine-opt``, a study's stored options): an
+    option the engine refuses is bad input, one line and exit 2 like every other, not an engine failure."""
+    from autotune.engines import EngineError, make_engine
+
+    try:
+        return make_engine(name, cache_dir=cache_dir, **dict(options))
+    except EngineError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def open_named_study(args: argparse.Namespace) -> Ledger:

@@ -22,6 +22,7 @@ from autotune.cli._common import (
     UsageError,
     add_output_args,
     add_store_args,
+    make_engine_from_input,
     stored_space_dir,
     add_workdir_arg,
     command_line,
@@ -195,7 +196,6 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """Join the study: its space, engine and settings come from the study, so any machine can join."""
     from autotune.cli.gpu_workers import WORKER_ENV
     from autotune.config.space import load_space_text
-    from autotune.engines import make_engine
     from autotune.store import ledger
     from autotune.study import StudyOptions
 
@@ -220,7 +220,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
             storage=args.storage, tracking_uri=resolve_tracking_uri(args.tracking_uri), space_file=meta.space_file,
             dataset=dataset_path(space.workload), study_dir=os.path.join(args.workdir, args.study)))
     engine_opts = args.engine_opt or []
-    engine = make_engine(meta.engine.name, **{**dict(meta.engine_options), **parse_kv(engine_opts, "--engine-opt")})
+    engine = make_engine_from_input(meta.engine.name, None, {**dict(meta.engine_options),
+                                                             **parse_kv(engine_opts, "--engine-opt")})
     engine.check(space)
     from autotune.cli.preflight import check_page_cache
 

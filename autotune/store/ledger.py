@@ -63,7 +63,7 @@ from autotune.store._owners import owner_id, pid_dead as _pid_dead
 from autotune.store._storage import (  # noqa: F401 - _serialize_sqlite: tests name it here
     DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_STORE_DIR, DEFAULT_WORKDIR, GRACE_FACTOR, MAX_RETRIES,
     SQLITE_BUSY_TIMEOUT_S, LedgerError, _serialize_sqlite, check_optuna_schema, creation_race, ensure_sqlite_dir,
-    latest_study_name, make_storage, study_names,
+    existing_storage, latest_study_name, make_storage, study_names,
 )
 from autotune.store._trials import TrialRecord, over_floor, trial_failed
 from autotune.store.fingerprint import Fingerprint
@@ -163,12 +163,29 @@ def load(study_name: str, storage: str = DEFAULT_STORAGE) -> Ledger:
     Raises:
         LedgerError: no such study (the message lists the studies there are), or an unreadable schema.
     """
-    store = make_storage(storage, heartbeat_s=None)
+    store = existing_storage(storage)
     names = study_names(store)
     if study_name not in names:
         have = ", ".join(sorted(names)) if names else "none"
         raise LedgerError(f"no study named {study_name!r} in {redact(str(storage))} (studies there: {have})")
+    check_stored_name(study_name, storage)
     return Ledger(optuna.load_study(study_name=study_name, storage=store))
+
+
+def check_stored_name(study_name: str, storage: str | optuna.storages.BaseStorage) -> None:
+    """A study name read from a store is checked as the ``--study`` flag is (issue 44): another tool may have stored
+    any text there (``../../x``, a terminal escape), and autotune makes a directory of the name and prints it.
+
+    Raises:
+        LedgerError: the name is not one autotune takes; the message shows it escaped (``!r``).
+    """
+    from autotune.store.studydir import check_study_name
+
+    problem = check_study_name(study_name)
+    if problem is not None:
+        raise LedgerError(f"study in {redact(str(storage))}: the stored study name {problem}, which autotune does not "
+                          "read (it names a directory under --workdir); copy the study under a plain name, e.g. "
+                          "optuna.copy_study(from_study_name=..., to_study_name='my-study', ...)")
 
 
 class Ledger(WorkerRecords, VerificationRecords):
