@@ -219,11 +219,11 @@ def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_di
 def make_engine_from_input(name: str, cache_dir: str | None, options: Mapping[str, Any]) -> Any:
     """The engine ``name`` with options the user gave (the space, ``--engine-opt``, a study's stored options): an
     option the engine refuses is bad input, one line and exit 2 like every other, not an engine failure."""
-    from autotune.engines import EngineError, make_engine
+    from autotune.engines import EngineOptionError, make_engine
 
     try:
         return make_engine(name, cache_dir=cache_dir, **dict(options))
-    except EngineError as exc:
+    except EngineOptionError as exc:
         raise UsageError(str(exc)) from None
 
 

@@ -147,9 +147,11 @@ def run_local_workers_for(options: Any, output: StudyOutput, engine_opts: Sequen
     # The workers' logs live in the study's directory: create it with its marker first, as a worker would (on a
     # machine that joins a study the directory does not exist yet; a bare mkdir would leave it unmarked and every
     # worker would refuse to write into it).
+    from autotune.core.confine import LinkRefused, confined_dir
+
     try:
-        log_dir = str(prepare_study_dir(options.workdir, study_name) / "workers")
-    except NotOwned as exc:
+        log_dir = str(confined_dir(prepare_study_dir(options.workdir, study_name), "workers"))
+    except (NotOwned, LinkRefused) as exc:
         raise UsageError(str(exc)) from None
     print(f"autotune: {len(groups)} workers on study {study_name} ({ledger.redact(options.storage)}); "
           f"their output goes to {log_dir}", file=out)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic_core import PydanticCustomError
 
 from autotune.engines import _sim_model as sim_model
-from autotune.engines._base import EngineError
+from autotune.engines._base import EngineOptionError
 from autotune.machine import MAX_WAIT_S, PAGE_CACHE_POLICIES
 
 __all__ = ["CmdOptions", "Command", "EngineOptions", "Seconds", "SimOptions", "one_of", "rule"]
@@ -58,12 +58,12 @@ class EngineOptions(BaseModel):
         """Validate raw options (the space's section, ``--engine-opt`` over it).
 
         Raises:
-            EngineError: one line, ``<engine> engine: engine.<engine>.<field> ...`` and the fix.
+            EngineOptionError: one line, ``<engine> engine: engine.<engine>.<field> ...`` and the fix.
         """
         try:
             return cls.model_validate(dict(options))
         except ValidationError as exc:
-            raise EngineError(f"{cls.ENGINE} engine: {cls.problem(exc, options)}") from None
+            raise EngineOptionError(f"{cls.ENGINE} engine: {cls.problem(exc, options)}") from None
 
     @classmethod
     def field(cls, key: Any) -> str:

@@ -24,6 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from autotune.core.confine import open_confined
 from autotune.core.transient import LOST_PREFIX
 from autotune.engines.process import (TAG_ENV, EngineProcess, Survivor, kill_group, process_name, tagged_processes,
                                      wait_gone)
@@ -72,7 +73,7 @@ class ForkHost:
         self._gone: str | None = None
         self._next_id = 0
         self._stopped = False
-        with open(self.log_path, "ab") as log:
+        with open_confined(self.log_path.parent, self.log_path.name, "ab") as log:
             # An EngineProcess: its own session, and whatever it (or the forkserver) leaves behind is found and
             # stopped with it.
             self.process = EngineProcess([*interpreter, str(HOST_PATH)], stdin=subprocess.PIPE,
@@ -353,7 +354,8 @@ def launch_forked(
     """
     log = Path(log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_bytes(b"")
+    with open_confined(log.parent, log.name, "wb"):  # the runner appends to it: never to a link put in its place
+        pass
     start = time.monotonic()
     try:
         proc = host.start(request, str(log), env, timeout_s=startup_timeout_s, kill_grace_s=kill_grace_s)

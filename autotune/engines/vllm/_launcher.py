@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from autotune.core.confine import open_confined
 from autotune.engines.process import EngineProcess, kill_group
 
 __all__ = [
@@ -175,10 +176,14 @@ def launch(
     """
     log = Path(log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
-    stdin_file = _stdin_file(log, stdin_text)
     start = time.monotonic()
     try:
-        with open(log, "wb") as log_fh, open(stdin_file, "rb") as in_fh:
+        stdin_file = _stdin_file(log, stdin_text)
+    except OSError as exc:
+        return LaunchResult(returncode=None, log_path=str(log), error=f"cannot write the engine's input: {exc}")
+    try:
+        # The log's directory was checked by the engine (core.confine); the file itself is never a link.
+        with open_confined(log.parent, log.name, "wb") as log_fh, open(stdin_file, "rb") as in_fh:
             proc = EngineProcess(argv, stdin=in_fh, stdout=log_fh, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     except OSError as exc:
         return LaunchResult(returncode=None, log_path=str(log), error=f"cannot start {argv[0]!r}: {exc.strerror or exc}")
@@ -213,7 +218,7 @@ def supervise(
         timed_out, ready_at = _watch(proc, watcher, start, startup_timeout_s, measure_timeout_s)
         survivors = proc.stop(grace_s=kill_grace_s)
     if survivors:
-        with open(log, "a") as fh:
+        with open_confined(log.parent, log.name, "a") as fh:
             fh.write(f"\nautotune: killed {len(survivors)} process(es) that had left the engine's process group: "
                      f"{', '.join(map(str, survivors))}\n")
     watcher.finish()
@@ -233,7 +238,8 @@ def supervise(
 
 def _stdin_file(log: Path, stdin_text: str | None) -> Path:
     path = log.with_name(log.name + ".stdin")
-    path.write_text(stdin_text or "")
+    with open_confined(path.parent, path.name) as fh:
+        fh.write(stdin_text or "")
     return path
 
 
