@@ -18,7 +18,6 @@ rounded to 8s, engines/_sim_model.py): they should say "no longer faster" (or "n
 
 from __future__ import annotations
 
-import argparse
 import collections
 import statistics
 import sys
@@ -26,6 +25,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from autotune.bench._args import BenchParser, count
 from autotune.bench._truth import PER_SEED_PROFILES, PROFILES, load_profile_space, make_engine
 from autotune.decisions.recheck import BASELINE_KIND, RecheckRecord
 from autotune.engines.sim import SimEngine
@@ -103,10 +103,10 @@ def _table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autotune.bench.recheck", description=__doc__.split("\n")[0])
-    parser.add_argument("--draws", type=int, default=200)
-    parser.add_argument("--seeds", type=int, default=3, help="studies per profile (seeds 0..N-1)")
-    parser.add_argument("--restarts", type=int, default=RESTARTS)
+    parser = BenchParser(prog="python -m autotune.bench.recheck", description=__doc__.split("\n")[0])
+    parser.add_argument("--draws", type=count(1, 1_000_000), default=200)
+    parser.add_argument("--seeds", type=count(1, 10_000), default=3, help="studies per profile (seeds 0..N-1)")
+    parser.add_argument("--restarts", type=count(2, 1_000), default=RESTARTS)
     args = parser.parse_args(argv)
     rows = []
     for profile in ("h200", "gb10", "random"):
