@@ -139,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = BenchParser(prog="python -m autotune.bench.warmstart", description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=count(1, 10_000), default=20)
     parser.add_argument("--first-seed", type=seed_number, default=0)
-    parser.add_argument("--shift", type=number(-1, 1, above=True), default=SHIFT)
+    parser.add_argument("--shift", type=number(0, 1.99), default=SHIFT,
+                        help="the sim landscape shift between source and target (engine.sim.landscape_shift)")
     parser.add_argument("--jobs", type=count(1, 1024), default=2)
     args = parser.parse_args(argv)
     started = time.perf_counter()

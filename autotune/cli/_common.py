@@ -190,12 +190,12 @@ def check_engine_sections(space: Any) -> None:
     """Every engine section of the space is valid for its engine, whichever engine this command runs: a bad
     ``engine.vllm.memory_floor_gib`` is refused by ``tune --engine sim`` and ``doctor`` alike, in one line naming the
     file. Engines are only constructed (options parsed), never started."""
-    from autotune.engines import EngineError, make_engine
+    from autotune.engines import EngineOptionError, make_engine
 
     for name, options in space.engine.sections().items():
         try:
             engine = make_engine(name, **options)
-        except EngineError as exc:
+        except EngineOptionError as exc:  # the space's fault; a machine that cannot run the engine is not (exit 1)
             raise UsageError(f"{space.source}: {exc}") from None
         engine.close()
 

@@ -170,6 +170,10 @@ def config_for_audit(space: Any, params: Mapping[str, Any]) -> EngineConfig:
                          "name a preset of the space")
     if literal_sizes is not None:
         norm["capture_sizes"] = "default"
+    drafts = [d.name for d in space.drafts]
+    if "draft" in norm and norm["draft"] not in drafts:
+        raise UsageError(f"--params draft={norm['draft']!r}: the space has no such draft; use one of "
+                         f"{', '.join(drafts) or 'none (the space lists no search.drafts)'}")
     try:
         schedule = space.schedule_of(norm.get(SCHEDULE_PARAM))
     except (Infeasible, KeyError, ValueError, TypeError) as exc:

@@ -26,8 +26,8 @@ from typing import IO, Any
 
 from autotune.core.confine import open_confined
 from autotune.core.transient import LOST_PREFIX
-from autotune.engines.process import (TAG_ENV, EngineProcess, Survivor, kill_group, process_name, tagged_processes,
-                                     wait_gone)
+from autotune.engines.process import (TAG_ENV, Adopted, EngineProcess, Survivor, kill_group, process_name,
+                                     tagged_processes, wait_gone)
 from autotune.engines.vllm._launcher import LaunchResult, supervise, tail_text
 
 __all__ = ["HOST_PATH", "ForkHost", "ForkedProcess", "HostError", "HostLost", "HostTimeout", "launch_forked"]
@@ -245,6 +245,9 @@ class ForkedProcess:
         self.lost: str | None = None
         self.survivors: list[Survivor] = []
         self._stopped = False
+        # A descendant that leaves the session and clears the tag comes to us, the subreaper, once its parents are
+        # gone: known by being a new child of ours (engines.process.Adopted, issue 44).
+        self.adopted = Adopted()
 
     def __enter__(self) -> ForkedProcess:
         return self
@@ -272,6 +275,7 @@ class ForkedProcess:
                 self.signal_group(signal.SIGKILL)
                 self.wait()
         self.survivors = _stop_tagged(self.tag, [self.pid], grace_s, seen)
+        self.survivors += self.adopted.kill(exclude={self.pid, self.host.process.pid})
         self._stopped = True
         return self.survivors
 
