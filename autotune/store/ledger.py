@@ -28,6 +28,7 @@ see :mod:`autotune.store._keys`.
 from __future__ import annotations
 
 import math
+import time
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -139,7 +140,7 @@ def create_or_load(study_name: str, storage: str | optuna.storages.BaseStorage, 
         LedgerError: the existing study has a schema this autotune does not read.
     """
     store = make_storage(storage, heartbeat_s)
-    names = {s.study_name for s in optuna.get_all_study_summaries(store)}
+    names = _summaries_of_new_store(store)
     if fresh:
         for name in (study_name, study_name + CLAIMS_SUFFIX):
             if name in names:
@@ -155,6 +156,19 @@ def create_or_load(study_name: str, storage: str | optuna.storages.BaseStorage, 
     if created:
         ledger._set_study(_STUDY_UID_KEY, uuid.uuid4().hex)
     return ledger, not created
+
+
+def _summaries_of_new_store(store: optuna.storages.BaseStorage) -> set[str]:
+    """The study names in ``store``; a lost race to create a new store's tables (two commands started at once on a
+    new file: the store is first opened here, issue 44) is tried again, as :func:`make_storage` does."""
+    for attempt in range(3):
+        try:
+            return {s.study_name for s in optuna.get_all_study_summaries(store)}
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's IntegrityError and friends, told apart below
+            if attempt == 2 or not creation_race(exc):
+                raise
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")
 
 
 def load(study_name: str, storage: str = DEFAULT_STORAGE) -> Ledger:
