@@ -80,6 +80,11 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
             space_file=space.source, dataset=dataset_path(space.workload), study_dir=args.workdir))
     params = parse_params(args.params, "--params")
     options = parse_kv(args.engine_opt, "--engine-opt")
+    from pathlib import Path
+
+    from autotune.store.studydir import check_no_links_out
+
+    check_no_links_out(Path(args.workdir))  # the engine's logs and caches stay inside it (issue 44), as a study's
     return run_audit(space, params, options, args.strict, out, engine=args.engine, cache_dir=args.workdir,
                      json_path=args.json)
 

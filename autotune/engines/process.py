@@ -378,9 +378,7 @@ class Adopted:
                 if sid is None or sid == own_session or created < self.since - _CLOCK_SLACK_S:
                     continue
                 if status in _DEAD_STATES:
-                    with contextlib.suppress(ChildProcessError, OSError):
-                        os.waitpid(pid, os.WNOHANG)
-                    continue
+                    continue  # holds nothing; its exit is left to whoever waits for it (a Popen of ours may)
                 found.append(Survivor(pid, process_name(pid) or "?"))
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
