@@ -19,7 +19,6 @@ same table.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import math
@@ -32,6 +31,7 @@ from typing import IO, Any
 import numpy as np
 from scipy import stats
 
+from autotune.bench._args import BenchParser, count, seed_number
 from autotune.stats.intervals import compare, interval
 from autotune.core.records import EngineConfig, Resolved, RestartResult, Workload
 from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate
@@ -391,18 +391,18 @@ def run(draws: int, seed: int, out: IO[str], cvs: Sequence[float] = (0.03, 0.06,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autotune.bench.coverage", description=__doc__.split("\n")[0])
-    parser.add_argument("--draws", type=int, default=4000, help="samples per cell (default 4000)")
-    parser.add_argument("--bootstrap-draws", type=int, default=400,
+    parser = BenchParser(prog="python -m autotune.bench.coverage", description=__doc__.split("\n")[0])
+    parser.add_argument("--draws", type=count(1, 10_000_000), default=4000, help="samples per cell (default 4000)")
+    parser.add_argument("--bootstrap-draws", type=count(1, 1_000_000), default=400,
                         help="samples per cell for the old bootstrap, which is slow (default 400)")
-    parser.add_argument("--verify-draws", type=int, default=400,
+    parser.add_argument("--verify-draws", type=count(1, 1_000_000), default=400,
                         help="verification phases per cell (default 400)")
-    parser.add_argument("--sequential-draws", type=int, default=400,
+    parser.add_argument("--sequential-draws", type=count(1, 1_000_000), default=400,
                         help="verification phases per cell of the sequential-against-fixed table (default 400)")
     parser.add_argument("--only-sequential", action="store_true",
                         help="print only the sequential-against-fixed table")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--seed", type=seed_number, default=0)
+    parser.add_argument("--jobs", type=count(1, 1024), default=1, help="worker processes (default 1)")
     args = parser.parse_args(argv)
     for name in ("draws", "bootstrap_draws", "verify_draws", "sequential_draws", "jobs"):
         if getattr(args, name) < 1:

@@ -21,13 +21,13 @@ one did not wedge, or a guarded winner differs from a safe plain winner.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from autotune.bench._args import BenchParser, count
 from autotune.config.space import SearchSpace, load_space
 from autotune.engines.sim import HostWedged, SimEngine
 from autotune.machine import GUARD_PREFIX
@@ -103,9 +103,9 @@ def run_seed(seed: int, budget: int = DEFAULT_BUDGET, root: str | Path = ".") ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autotune.bench.memory", description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeds 0..N-1 (default: %(default)s)")
-    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
+    parser = BenchParser(prog="python -m autotune.bench.memory", description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=count(1, 10_000), default=DEFAULT_SEEDS, help="seeds 0..N-1 (default: %(default)s)")
+    parser.add_argument("--budget", type=count(1, 1_000_000), default=DEFAULT_BUDGET,
                         help="engine starts per study (default: %(default)s)")
     parser.add_argument("--root", default=".", help="directory search_spaces/ is relative to")
     args = parser.parse_args(argv)

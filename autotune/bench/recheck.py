@@ -22,7 +22,6 @@ stopping early once the change test decides):
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import sys
@@ -31,6 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from autotune.bench._args import BenchParser, count
 from autotune.bench._truth import PER_SEED_PROFILES, PROFILES, load_profile_space, make_engine
 from autotune.core.records import EngineConfig, RestartResult, Workload
 from autotune.decisions import recheck as rules
@@ -211,17 +211,17 @@ def _summary(name: str, rows: Sequence[dict[str, Any]], key: str = "alarms") -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autotune.bench.recheck", description=__doc__.split("\n")[0])
-    parser.add_argument("--draws", type=int, default=10, help="rechecks per study")
-    parser.add_argument("--seeds", type=int, default=6, help="studies per profile (seeds 0..N-1)")
-    parser.add_argument("--cmd-draws", type=int, default=10, help="rechecks per cmd-engine study (0: none)")
-    parser.add_argument("--cmd-seeds", type=int, default=3, help="cmd-engine studies (h200, seeds from --cmd-first-seed)")
-    parser.add_argument("--cmd-first-seed", type=int, default=0, help="first cmd-engine study seed")
+    parser = BenchParser(prog="python -m autotune.bench.recheck", description=__doc__.split("\n")[0])
+    parser.add_argument("--draws", type=count(1, 1_000_000), default=10, help="rechecks per study")
+    parser.add_argument("--seeds", type=count(1, 10_000), default=6, help="studies per profile (seeds 0..N-1)")
+    parser.add_argument("--cmd-draws", type=count(0, 1_000_000), default=10,
+                        help="rechecks per cmd-engine study (0: none)")
+    parser.add_argument("--cmd-seeds", type=count(0, 10_000), default=3,
+                        help="cmd-engine studies (h200, seeds from --cmd-first-seed)")
+    parser.add_argument("--cmd-first-seed", type=count(0, 1_000_000), default=0, help="first cmd-engine study seed")
     parser.add_argument("--cmd-only", action="store_true", help="only the cmd engine's A/A rows")
-    parser.add_argument("--restarts", type=int, default=None, help="most rounds per recheck (default: planned)")
+    parser.add_argument("--restarts", type=count(2, 1_000), default=None, help="most rounds per recheck (default: planned)")
     args = parser.parse_args(argv)
-    if min(args.draws, args.seeds) < 1 or min(args.cmd_draws, args.cmd_seeds, args.cmd_first_seed) < 0:
-        parser.error("--draws and --seeds must be >= 1, --cmd-draws, --cmd-seeds and --cmd-first-seed >= 0")
     same, power, cmd, shifted = [], [], [], []
     for profile in ("h200", "gb10", "random", "flat") if not args.cmd_only else ():
         for seed in range(args.seeds):

@@ -12,11 +12,11 @@ takes more than ``--bound`` CPU seconds.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Sequence
 
+from autotune.bench._args import BenchParser, number
 from autotune.core.redact import redact_text
 
 __all__ = ["SHAPES", "SIZES", "main", "time_redaction"]
@@ -48,8 +48,8 @@ def time_redaction(unit: str, size: int) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autotune.bench.redaction", description=__doc__.split("\n")[0])
-    parser.add_argument("--bound", type=float, default=DEFAULT_BOUND_S,
+    parser = BenchParser(prog="python -m autotune.bench.redaction", description=__doc__.split("\n")[0])
+    parser.add_argument("--bound", type=number(0, 3600, above=True), default=DEFAULT_BOUND_S,
                         help=f"seconds a 10M-character line may take (default {DEFAULT_BOUND_S:g})")
     args = parser.parse_args(argv)
     header = "".join(f"{size / 1e6:>10g}M" for size in SIZES)

@@ -22,7 +22,6 @@ machine as the search (no cold verification starts). The null gives both sides t
 
 from __future__ import annotations
 
-import argparse
 import glob
 import math
 import os
@@ -34,6 +33,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from autotune.bench._args import BenchParser, count, fail, number, seed_number
 from autotune.core.records import EngineConfig, Resolved, RestartResult, Workload
 from autotune.decisions import planning
 from autotune.decisions.noise import NoisePrior, planning_noise, study_prior
@@ -88,6 +88,14 @@ def _databases(root: str) -> list[str]:
     return tops
 
 
+class ReplayInputError(ValueError):
+    """A scenario or a recorded database the replay cannot use: one line naming it and the fix."""
+
+
+def _scenarios(root: str) -> list[str]:
+    return sorted({os.path.basename(os.path.dirname(db)) for db in _databases(root)})
+
+
 def load_models(root: str = ROOT, scenario: str = "h200-moe30", scope: str = "all") -> dict[str, Any]:
     """Models of the scenario study's baseline and winner, and its search cost per configuration."""
     import optuna
@@ -98,7 +106,13 @@ def load_models(root: str = ROOT, scenario: str = "h200-moe30", scope: str = "al
     info: dict[str, Any] = {}
     for db in _databases(root):
         url = "sqlite:///" + db
-        for name in L.study_names(url):
+        try:
+            names = L.study_names(url)
+        except Exception as exc:  # noqa: BLE001 - a damaged replay database: one line naming it, not a traceback
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise ReplayInputError(f"{db}: cannot be replayed ({first}); restore it with git checkout -- {db}") \
+                from None
+        for name in names:
             own = os.path.basename(os.path.dirname(db)) == scenario
             if scope == "study" and not own:
                 continue
@@ -132,7 +146,8 @@ def load_models(root: str = ROOT, scenario: str = "h200-moe30", scope: str = "al
                         "others": [[r.value for r in rs if r.ok and not r.cold]
                                    for (k, p), rs in groups.items() if p == "search"]}
     if not info:
-        raise SystemExit(f"no verified study named {scenario} under {root}")
+        raise ReplayInputError(f"--scenario {scenario}: no verified study of that name under {root}; use one of "
+                               f"{', '.join(_scenarios(root)) or 'none (no recorded study there)'}")
     info["models"] = models
     return info
 
@@ -344,15 +359,16 @@ def run(info: dict[str, Any] | None, draws: int, seed: int, out: Any, budgets: S
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autotune.bench.replay", description=__doc__.split("\n")[0])
-    parser.add_argument("--draws", type=int, default=300)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = BenchParser(prog="python -m autotune.bench.replay", description=__doc__.split("\n")[0])
+    parser.add_argument("--draws", type=count(1, 1_000_000), default=300)
+    parser.add_argument("--seed", type=seed_number, default=0)
     parser.add_argument("--scenario", default="h200-moe30")
     parser.add_argument("--scope", choices=("all", "study"), default="all",
                         help="noise from every recorded study's restarts of a configuration, or the scenario's own")
-    parser.add_argument("--budgets", type=float, nargs="+", default=list(BUDGETS))
-    parser.add_argument("--max-share", type=float, default=None, help="a variant of planning.MAX_SHARE")
-    parser.add_argument("--effect-power", type=float, default=None,
+    parser.add_argument("--budgets", type=number(0, 10_000, above=True), nargs="+", default=list(BUDGETS),
+                        help="study budgets in minutes")
+    parser.add_argument("--max-share", type=number(0, 1, above=True), default=None, help="a variant of planning.MAX_SHARE")
+    parser.add_argument("--effect-power", type=number(0, 10), default=None,
                         help="a variant of the planner's shrinkage: plan for search_effect**p (default: the planner's, planning.SEARCH_EFFECT_POWER)")
     parser.add_argument("--drift", choices=tuple(PRESETS), default=None,
                         help="replay on a drifting machine (issue 41: autotune.engines.drift's preset) instead of the "
@@ -367,7 +383,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(None, args.draws, args.seed, sys.stdout, args.budgets, args.max_share, args.effect_power, args.policies,
             args.drift, args.effect)
         return 0
-    info = load_models(scenario=args.scenario, scope=args.scope)
+    try:
+        info = load_models(scenario=args.scenario, scope=args.scope)
+    except ReplayInputError as exc:
+        fail(parser.prog, str(exc))
     m = info["models"]
     sys.stdout.write(f"{args.scenario} ({args.scope}): baseline CV {100 * m[info['baseline']].sd:.1f}% "
                      f"({len(m[info['baseline']].residuals)} residuals), winner CV {100 * m[info['winner']].sd:.1f}% "

@@ -16,7 +16,6 @@ start"); ``make bench-warmstart`` runs it.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import sys
@@ -25,6 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.bench._args import BenchParser, count, number, seed_number
 from autotune.bench._running import worker_pool
 from autotune.bench._truth import PROFILES, ground_truth, load_profile_space
 from autotune.core.records import EngineFacts
@@ -136,11 +136,12 @@ def _table(summary: Sequence[Mapping[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autotune.bench.warmstart", description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--shift", type=float, default=SHIFT)
-    parser.add_argument("--jobs", type=int, default=2)
+    parser = BenchParser(prog="python -m autotune.bench.warmstart", description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=count(1, 10_000), default=20)
+    parser.add_argument("--first-seed", type=seed_number, default=0)
+    parser.add_argument("--shift", type=number(0, 1.99), default=SHIFT,
+                        help="the sim landscape shift between source and target (engine.sim.landscape_shift)")
+    parser.add_argument("--jobs", type=count(1, 1024), default=2)
     args = parser.parse_args(argv)
     started = time.perf_counter()
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))

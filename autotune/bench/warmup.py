@@ -30,7 +30,6 @@ error of the mean of the 3 timed passes against steady state, in percent (negati
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -38,6 +37,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from autotune.bench._args import BenchParser, count, seed_number
 from autotune.core import facts as F
 from autotune.stats.warmup import NoisePool, warmup_stop
 
@@ -212,9 +212,9 @@ def _pct(x: float | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autotune.bench.warmup", description=__doc__.split("\n")[0])
-    parser.add_argument("--processes", type=int, default=4000, help="synthetic processes per scenario and rule")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = BenchParser(prog="python -m autotune.bench.warmup", description=__doc__.split("\n")[0])
+    parser.add_argument("--processes", type=count(1, 10_000_000), default=4000, help="synthetic processes per scenario and rule")
+    parser.add_argument("--seed", type=seed_number, default=0)
     parser.add_argument("--data", type=Path, default=DATA, help="the recorded series (JSON)")
     parser.add_argument("--study", help="replay the rules on this study's restarts instead (with --storage)")
     parser.add_argument("--storage", help="the study's Optuna storage URL, e.g. sqlite:///path/optuna.db")

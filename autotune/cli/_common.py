@@ -38,6 +38,7 @@ __all__ = [
     "open_output",
     "check_engine_sections",
     "check_references",
+    "make_engine_from_input",
     "open_named_study",
     "parse_kv",
     "parse_params",
@@ -196,12 +197,12 @@ def check_engine_sections(space: Any) -> None:
     """Every engine section of the space is valid for its engine, whichever engine this command runs: a bad
     ``engine.vllm.memory_floor_gib`` is refused by ``tune --engine sim`` and ``doctor`` alike, in one line naming the
     file. Engines are only constructed (options parsed), never started."""
-    from autotune.engines import EngineError, make_engine
+    from autotune.engines import EngineOptionError, make_engine
 
     for name, options in space.engine.sections().items():
         try:
             engine = make_engine(name, **options)
-        except EngineError as exc:
+        except EngineOptionError as exc:  # the space's fault; a machine that cannot run the engine is not (exit 1)
             raise UsageError(f"{space.source}: {exc}") from None
         engine.close()
 
@@ -229,15 +230,26 @@ def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_di
     Engine options come from the space's ``engine:`` section (:meth:`~autotune.config.space.EngineSection.options`);
     ``--engine-opt`` overrides them. The engine validates the two together, once, into ``engine.settings``.
     """
-    from autotune.engines import ENGINES, make_engine
+    from autotune.engines import ENGINES
 
     chosen = name or space.engine.default
     if chosen not in ENGINES:
         raise UsageError(f"--engine {chosen!r} is not an engine: choose one of {', '.join(sorted(ENGINES))}")
     check_references(space, {**space.engine.options(chosen), **options}, chosen)
-    engine = make_engine(chosen, cache_dir=cache_dir, **{**space.engine.options(chosen), **options})
+    engine = make_engine_from_input(chosen, cache_dir, {**space.engine.options(chosen), **options})
     engine.check(space)
     return engine
+
+
+def make_engine_from_input(name: str, cache_dir: str | None, options: Mapping[str, Any]) -> Any:
+    """The engine ``name`` with options the user gave (the space, ``--engine-opt``, a study's stored options): an
+    option the engine refuses is bad input, one line and exit 2 like every other, not an engine failure."""
+    from autotune.engines import EngineOptionError, make_engine
+
+    try:
+        return make_engine(name, cache_dir=cache_dir, **dict(options))
+    except EngineOptionError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def open_named_study(args: argparse.Namespace) -> Ledger:

@@ -20,6 +20,7 @@ from typing import IO, NoReturn
 from autotune import __version__
 from autotune.cli import audit, bench, bench_scaling, doctor, export, recheck, report, schema, track, tune, ui, worker
 from autotune.cli._common import UsageError
+from autotune.core.escape import EscapingStream
 from autotune.core.exit_status import ExitStatus
 from autotune.engines.process import interrupt_on_sigterm, stop_live
 
@@ -91,6 +92,7 @@ def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from sqlalchemy.exc import SQLAlchemyError
 
     from autotune.engines import EngineError
+    from autotune.machine import MachineFileError
     from autotune.store.fingerprint import FingerprintMismatch
     from autotune.store.ledger import LedgerError
     from autotune.cli.preflight import PreflightError
@@ -119,7 +121,7 @@ def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
             ReportFormatError) as exc:
         print(f"autotune: error: {redact_text(str(exc))}", file=sys.stderr)
         return ExitStatus.BAD_INPUT
-    except EngineError as exc:
+    except (EngineError, MachineFileError) as exc:  # the engine or the machine: not the command line's fault
         print(f"autotune: error: {redact_text(str(exc))}", file=sys.stderr)
         return ExitStatus.ERROR
     except SQLAlchemyError as exc:
@@ -137,18 +139,25 @@ def raw_main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> E
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return ExitStatus(exc.code if isinstance(exc.code, int) else ExitStatus.BAD_INPUT)
-    # SIGTERM (docker stop, systemd, Slurm) takes Ctrl-C's path: engines stopped, the trial marked interrupted,
-    # MLflow runs closed, the same command resumes.
+    # Everything a command prints passes one escaping function (issue 44): labels, study names, engine lines and
+    # stored reports are other people's text, and a terminal acts on the escape sequences in them.
+    stderr = sys.stderr
+    sys.stderr = EscapingStream(stderr)
     try:
-        with interrupt_on_sigterm():
-            try:
-                return program(args, out or sys.stdout)
-            finally:
-                stop_live()  # an engine an interruption caught mid-start must not outlive autotune
-    except KeyboardInterrupt as exc:
-        name = getattr(exc, "signal_name", None)
-        print(f"autotune: interrupted{f' by {name}' if name else ''}", file=sys.stderr)
-        return ExitStatus.for_signal(getattr(exc, "signum", None))
+        # SIGTERM (docker stop, systemd, Slurm) takes Ctrl-C's path: engines stopped, the trial marked interrupted,
+        # MLflow runs closed, the same command resumes.
+        try:
+            with interrupt_on_sigterm():
+                try:
+                    return program(args, EscapingStream(out or sys.stdout))
+                finally:
+                    stop_live()  # an engine an interruption caught mid-start must not outlive autotune
+        except KeyboardInterrupt as exc:
+            name = getattr(exc, "signal_name", None)
+            print(f"autotune: interrupted{f' by {name}' if name else ''}", file=sys.stderr)
+            return ExitStatus.for_signal(getattr(exc, "signum", None))
+    finally:
+        sys.stderr = stderr
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from autotune.cli._common import (
+    PARAM_ALIASES,
     add_workdir_arg,
     build_engine,
     canonical_params,
@@ -80,6 +81,11 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
             space_file=space.source, dataset=dataset_path(space.workload), study_dir=args.workdir))
     params = parse_params(args.params, "--params")
     options = parse_kv(args.engine_opt, "--engine-opt")
+    from pathlib import Path
+
+    from autotune.store.studydir import check_no_links_out
+
+    check_no_links_out(Path(args.workdir))  # the engine's logs and caches stay inside it (issue 44), as a study's
     return run_audit(space, params, options, args.strict, out, engine=args.engine, cache_dir=args.workdir,
                      json_path=args.json)
 
@@ -158,8 +164,13 @@ def config_for_audit(space: Any, params: Mapping[str, Any]) -> EngineConfig:
     """
     from autotune.cli._common import UsageError
     from autotune.config import K_HARD_MAX
+    from autotune.config.space import SCHEDULE_PARAM, Infeasible
 
     norm = canonical_params(params)
+    unknown = [key for key in norm if key not in space.param_names()]
+    if unknown:  # a typo would otherwise be dropped in silence and the defaults audited (issue 44)
+        raise UsageError(f"--params {unknown[0]}: not a parameter of this space; use one of "
+                         f"{', '.join(space.param_names())} (or the short names {', '.join(PARAM_ALIASES)})")
     # The typed values the space's own K and sizes take (--enqueue checks them against the space; audit may go
     # outside it, not outside what vLLM takes): one line naming the flag, never a ValueError from int().
     k = norm.get("num_speculative_tokens", 0)
@@ -172,9 +183,25 @@ def config_for_audit(space: Any, params: Mapping[str, Any]) -> EngineConfig:
                          "name a preset of the space")
     if literal_sizes is not None:
         norm["capture_sizes"] = "default"
-    if int(norm.get("num_speculative_tokens", 0) or 0) > 0 and "draft" not in norm and space.drafts:
+    drafts = [d.name for d in space.drafts]
+    if "draft" in norm and norm["draft"] not in drafts:
+        raise UsageError(f"--params draft={norm['draft']!r}: the space has no such draft; use one of "
+                         f"{', '.join(drafts) or 'none (the space lists no search.drafts)'}")
+    try:
+        schedule = space.schedule_of(norm.get(SCHEDULE_PARAM))
+    except (Infeasible, KeyError, ValueError, TypeError) as exc:
+        raise UsageError(f"--params {SCHEDULE_PARAM}: {exc.args[0] if exc.args else exc}") from None
+    speculative = int(norm.get("num_speculative_tokens", 0) or 0) > 0 or schedule is not None
+    if speculative and "draft" not in norm:
+        if not space.drafts:
+            raise UsageError("--params: a speculative configuration needs a draft, and the space has none: add one "
+                             "under search.drafts, or audit without num_speculative_tokens and k_schedule")
         norm["draft"] = space.drafts[0].name
-    config = space.config_from_params(norm)
+    try:
+        config = space.config_from_params(norm)
+    except (Infeasible, KeyError, ValueError, TypeError) as exc:
+        # The space's own words (a choice it lacks, a combination the engine rejects), on the flag (issue 44).
+        raise UsageError(f"--params: {exc.args[0] if exc.args else exc}") from None
     if literal_sizes is None or norm.get("cudagraph_mode") == "NONE":
         return config
     compilation = {**dict(config.compilation_config), "cudagraph_capture_sizes": sorted(int(s) for s in literal_sizes)}

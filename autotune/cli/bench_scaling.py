@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
-from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from autotune.bench import PROFILES
 from autotune.bench.scaling import (
     DEFAULT_BUDGET,
     DEFAULT_SEEDS,
@@ -22,20 +21,43 @@ from autotune.bench.scaling import (
     run_scaling,
     summarize,
 )
+from autotune.cli._common import write_json
+from autotune.cli.bench import _int_list, _name_list
 from autotune.core.exit_status import ExitStatus
+from autotune.study import BudgetTooSmall
 
 __all__ = ["HELP", "configure_parser", "run"]
 
 HELP = "1, 2, 4 and 8 workers on one study at one start budget, on simulated time."
+#: More workers than any machine of the benchmark's profiles runs.
+_MAX_WORKERS = 256
+
+
+def _bounded(low: int, high: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
+        return value
+
+    return parse
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profiles", default="gb10,h200", help="simulator profiles (default: %(default)s)")
-    p.add_argument("--workers", default=",".join(map(str, DEFAULT_WORKERS)),
-                   help="worker counts (default: %(default)s)")
-    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="engine starts per study (default: %(default)s)")
-    p.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeds per cell (default: %(default)s)")
-    p.add_argument("--first-seed", type=int, default=0)
+    # Every flag typed and bounded where it is parsed (issue 44: --seeds 0 ran nothing and said so with exit 0,
+    # --workers 0 and --profiles nope were KeyError tracebacks, --first-seed -1 a ValueError).
+    p.add_argument("--profiles", type=_name_list(tuple(PROFILES)), default=("gb10", "h200"),
+                   help="simulator profiles (default: gb10,h200)")
+    p.add_argument("--workers", type=_int_list, default=DEFAULT_WORKERS,
+                   help=f"worker counts (default: {','.join(map(str, DEFAULT_WORKERS))})")
+    p.add_argument("--budget", type=_bounded(1, 1_000_000), default=DEFAULT_BUDGET,
+                   help="engine starts per study (default: %(default)s)")
+    p.add_argument("--seeds", type=_bounded(1, 100_000), default=DEFAULT_SEEDS,
+                   help="seeds per cell (default: %(default)s)")
+    p.add_argument("--first-seed", type=_bounded(0, 2**32 - 1 - 100_000), default=0)
     p.add_argument("--json", metavar="PATH", help="also write every run and the summary as JSON")
     p.add_argument("--summarize", nargs="+", metavar="JSON",
                    help="run nothing: summarise the runs stored by earlier --json runs (more seeds in several goes)")
@@ -54,16 +76,22 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         from autotune.cli.preflight import check_output_path
 
         check_output_path(args.json, "--json")
-    workers = [int(w) for w in str(args.workers).split(",") if w.strip()]
+    workers = list(args.workers)
+    if max(workers) > _MAX_WORKERS:
+        print(f"autotune: error: --workers {max(workers)}: at most {_MAX_WORKERS} workers a study", file=sys.stderr)
+        return ExitStatus.BAD_INPUT
     if 1 not in workers:
         workers = [1, *workers]  # the speedup is over one worker
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     runs: list[ScalingRun] = []
-    for profile in [p.strip() for p in args.profiles.split(",") if p.strip()]:
-        runs += run_scaling(profile, workers, args.budget, seeds, out=sys.stderr)
+    for profile in args.profiles:
+        try:
+            runs += run_scaling(profile, workers, args.budget, seeds, out=sys.stderr)
+        except BudgetTooSmall as exc:  # the study's own words name its flag; this command's is --budget
+            print(f"autotune: error: {str(exc).replace('--budget-restarts', '--budget')}", file=sys.stderr)
+            return ExitStatus.BAD_INPUT
     rows = summarize(runs)
     print(render(rows), file=out)
     if args.json:
-        Path(args.json).write_text(json.dumps({"runs": [dataclasses.asdict(r) for r in runs], "summary": rows},
-                                              indent=2))
+        write_json(args.json, {"runs": [dataclasses.asdict(r) for r in runs], "summary": rows})
     return ExitStatus.SUCCESS

@@ -27,7 +27,9 @@ from autotune.engines import EngineOptions, engine_settings
 from autotune.engines.vllm.vocabulary import from_introspection, introspect_source, recorded
 from autotune.machine import (
     GpuState,
+    MachineFileError,
     MemInfo,
+    cpu_clocks,
     driver_version,
     engine_floor,
     gib,
@@ -65,7 +67,8 @@ class Finding:
 class Facts:
     """What the doctor read from the machine (and the space). ``None``: not reported."""
 
-    memory: MemInfo
+    #: ``None``: the file could not be believed (:attr:`memory_error` says why).
+    memory: MemInfo | None
     machine: str
     root: bool
     governors: tuple[str, ...] = ()
@@ -83,6 +86,7 @@ class Facts:
     vllm_error: str | None = None
     #: What that vLLM accepts (``autotune.engines.vllm.vocabulary.Vocabulary``; the simulated version's for sim).
     vocabulary: Any = None
+    memory_error: str | None = None
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -135,8 +139,12 @@ def gather(space: Any = None) -> Facts:
         vocab = recorded(settings.engine_version)
     else:
         vocab = None
+    try:
+        memory, memory_error = read_meminfo(), None
+    except MachineFileError as exc:  # a FIX line naming the file, not a traceback (issue 44)
+        memory, memory_error = None, str(exc)
     return Facts(
-        memory=read_meminfo(), machine=platform.machine(), root=os.geteuid() == 0, governors=_governors(),
+        memory=memory, memory_error=memory_error, machine=platform.machine(), root=os.geteuid() == 0, governors=_governors(),
         cpu_mhz=freqs[0], cpu_max_mhz=freqs[1], gpus=None if states is None else tuple(states),
         driver=driver_version(), engine=engine, settings=settings, engine_args=engine_args,
         weights_bytes=weights_bytes(engine_args.get("model")), interpreter=interpreter,
@@ -210,13 +218,11 @@ def _governors() -> tuple[str, ...]:
 
 
 def _cpu_freqs() -> tuple[float | None, float | None]:
-    """Mean current clock over cores and the highest maximum, MHz."""
-    try:
-        freqs = psutil.cpu_freq(percpu=True) or []
-    except (OSError, NotImplementedError, AttributeError):
-        return None, None
-    current = [f.current for f in freqs if f.current]
-    maxima = [f.max for f in freqs if f.max]
+    """Mean current clock over cores and the highest maximum, MHz (``machine.cpu_clocks``: a damaged
+    ``/proc/cpuinfo`` is a clock not reported)."""
+    clocks = cpu_clocks(psutil.cpu_freq)
+    current = [c for c, _ in clocks if c is not None]
+    maxima = [m for _, m in clocks if m is not None]
     return (sum(current) / len(current) if current else None), (max(maxima) if maxima else None)
 
 
@@ -226,6 +232,10 @@ def _cpu_freqs() -> tuple[float | None, float | None]:
 def findings(facts: Facts) -> list[Finding]:
     """The doctor's lines for ``facts``, in the order printed."""
     mem = facts.memory
+    if mem is None:
+        # Without the host's memory figures neither the guard nor the settle can work: the one thing to fix first.
+        out = [Finding("FIX", "memory", facts.memory_error or "/proc/meminfo could not be read")]
+        return out + _cpu(facts) + _gpu(facts, False) + _vllm(facts)
     unified = is_unified_memory(list(facts.gpus) if facts.gpus else None, mem.total, facts.machine)
     out: list[Finding] = []
     out += _memory(facts, unified)
@@ -319,13 +329,19 @@ def _gpu(facts: Facts, unified: bool) -> list[Finding]:
                                                          "lock clocks with nvidia-smi -lgc)"))
         else:
             out.append(Finding("ok", f"gpu {g.index}", f"{g.name}: {clock}{extra}; not throttled"))
-    out.append(Finding("ok", "unified", "yes: the GPU allocates from host memory (the guard and settle matter "
-                                        "most here)" if unified else "no: the GPU has its own memory"))
+    if not facts.gpus:
+        # No GPU is no claim about one (issue 44: "the GPU has its own memory" on a machine without any).
+        out.append(Finding("note", "unified", "not applicable: no GPU reported, so nothing shares host memory with "
+                                              "one"))
+    else:
+        out.append(Finding("ok", "unified", "yes: the GPU allocates from host memory (the guard and settle matter "
+                                            "most here)" if unified else "no: the GPU has its own memory"))
     return out
 
 
 def _root(facts: Facts) -> list[Finding]:
-    unified = is_unified_memory(list(facts.gpus) if facts.gpus else None, facts.memory.total, facts.machine)
+    total = facts.memory.total if facts.memory is not None else 0
+    unified = is_unified_memory(list(facts.gpus) if facts.gpus else None, total, facts.machine)
     plan = _page_cache_plan(facts, unified)
     if facts.root:
         return [Finding("ok", "root", "yes: page_cache drop and warm can write /proc/sys/vm/drop_caches")]

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from autotune.core.confine import open_confined
+
 __all__ = ["GPU_ENV", "STORAGE_ENV", "WORKER_ENV", "WorkerSpec", "gpu_groups", "run_local_workers"]
 
 #: The variable every CUDA program reads to decide which GPUs it may see.
@@ -100,7 +102,7 @@ def run_local_workers(worker_argv: Sequence[str], groups: Sequence[str], storage
         for spec in specs:
             worker_env = {**base, GPU_ENV: spec.gpus, STORAGE_ENV: storage, WORKER_ENV: str(spec.index),
                           "PYTHONPATH": _same_autotune(base.get("PYTHONPATH"))}
-            with open(spec.log_path, "ab") as log:
+            with open_confined(log_dir, spec.log_path.name, "ab") as log:  # never through a link put there
                 spec.proc = subprocess.Popen(spec.argv, env=worker_env, stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT)
             print(f"worker {spec.index}: GPUs {spec.gpus}, pid {spec.proc.pid}, log {spec.log_path}", file=out)

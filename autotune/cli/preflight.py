@@ -130,10 +130,17 @@ def check_budget_covers(budget_restarts: int | None, needed: int, why: str) -> N
 
 
 def _probe_dir(directory: Path) -> str | None:
-    """Why files cannot be created in ``directory`` (created if missing), or ``None``. Root-proof: it writes."""
+    """Why files cannot be created in ``directory`` (made later, by the command, if missing), or ``None``.
+    Root-proof: it writes a file and removes it. A missing directory is not made here: the nearest directory that
+    exists is probed instead, so a command refused later (a bad flag, a bad space) leaves no directory behind
+    (issue 44: nothing is created before the input that names it is accepted)."""
+    probe = directory
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".autotune-probe-"):
+        with tempfile.NamedTemporaryFile(dir=probe, prefix=".autotune-probe-"):
             pass
     except OSError as exc:
         return exc.strerror or str(exc)
@@ -280,6 +287,9 @@ def check_fresh(storage: str, study_name: str) -> None:
     """``--fresh`` may delete the study: no live process holds one of its trials or claims (CC03, CC04)."""
     from autotune.store import live_holders
 
+    db = sqlite_path(storage)
+    if db is not None and not db.exists():
+        return  # no store yet, so no one runs the study (and opening it would create the file)
     holders = live_holders(storage, study_name)
     if holders:
         more = f" and {len(holders) - 1} more" if len(holders) > 1 else ""
@@ -379,15 +389,20 @@ def _check_foreign_sqlite(db: Path, what: str, write: bool) -> None:
                              "sqlite:///mlruns/optuna.db")
 
 
-def check_storage(url: str, write: bool) -> Any:
+def check_storage(url: str, write: bool, existing: bool = False) -> Any:
     """Open the Optuna storage at ``url`` once, so a bad URL or a broken store is one line, not a traceback.
+
+    Nothing is created here: a new SQLite file ``tune`` will make is only checked for a directory that takes files
+    (the file itself is made when the study starts, after every other input was accepted).
 
     Args:
         url: The ``--storage`` URL (``memory`` for tests and benchmarks).
         write: The command will write to it (``tune``): an SQLite file must also be writable.
+        existing: The command works on a study that must already be there (``recheck``): a missing SQLite file is
+            refused, as for a command that only reads, and never created.
 
     Returns:
-        The opened storage.
+        The opened storage (``None`` for a new SQLite file, which is not created here).
     """
     import optuna
 
@@ -402,8 +417,10 @@ def check_storage(url: str, write: bool) -> Any:
         raise PreflightError(f"--storage {shown}: not a database URL; use e.g. sqlite:///mlruns/optuna.db or "
                              "postgresql://user@host/db")
     if db is not None:
-        if write:
+        if write and not (existing and not db.exists()):
             check_sqlite_writable(db, f"--storage {shown}")
+            if not db.exists():
+                return None  # a new store: made by the study itself, once everything else is accepted
         elif not db.exists():
             raise PreflightError(f"--storage {shown}: no studies yet ({db} does not exist): run `make demo` or "
                                  "`autotune tune` first, or pass the --storage the study was run with")

@@ -37,7 +37,8 @@ import sys
 from typing import IO
 
 from autotune.cli._common import (
-    UsageError, add_store_args, add_workdir_arg, build_engine, check_references, parse_kv, stored_space_dir,
+    UsageError, add_store_args, add_workdir_arg, build_engine, check_references, make_engine_from_input, parse_kv,
+    stored_space_dir,
     write_json,
 )
 from autotune.core.exit_status import ExitStatus
@@ -105,10 +106,9 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.cli.preflight import (MAX_RESTARTS, check_budget, check_count, check_output_path, check_storage,
                                         dataset_path, protected_paths)
     from autotune.config.space import load_space, load_space_text
-    from autotune.engines import make_engine
     from autotune.report.lineage import render_recheck
     from autotune.store.ledger import load
-    from autotune.store.studydir import prepare_study_dir
+    from autotune.store.studydir import check_owned, prepare_study_dir, study_dir
     from autotune.study import RecheckError, RecheckOptions, recheck
 
     if args.restarts is not None and args.restarts < 2:
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     new_options = parse_kv(args.engine_opt, "--engine-opt")  # bad input (a literal credential) before the store
     if args.json:  # a first check before the study is read; the protected paths are checked once they are known
         check_output_path(args.json, "--json", links=False)
-    check_storage(args.storage, write=True)
+    check_storage(args.storage, write=True, existing=True)  # a typo's path must not become a new store
     ledger = load(args.study, args.storage)
     if ledger.verification() is None:
         print(f"autotune: study {args.study!r} has no verification to recheck yet: finish it with autotune tune",
@@ -136,7 +136,9 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
             storage=args.storage, tracking_uri=resolve_tracking_uri(args.tracking_uri), space_file=meta.space_file,
             dataset=dataset_path(meta.workload), study_dir=os.path.join(args.workdir, args.study)))
     # The study's own engine caches and logs (its compile caches are today's too): the directory the study owns.
-    cache_dir = str(prepare_study_dir(args.workdir, args.study))
+    # Made only once every input (the space, the engine options) is accepted: a refused recheck leaves nothing.
+    cache_dir = str(study_dir(args.workdir, args.study))
+    check_owned(args.workdir, args.study)
     if args.space:
         space = load_space(args.space)
         engine = build_engine(space, meta.engine.name, {}, cache_dir=cache_dir)
@@ -147,7 +149,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         space = load_space_text(text, f"study {args.study}'s stored space", stored_space_dir(meta.space_file))
         # The stored space and options hold references (${HF_TOKEN}), resolved when the engine starts.
         check_references(space, dict(meta.engine_options), meta.engine.name)
-        engine = make_engine(meta.engine.name, cache_dir=cache_dir, **dict(meta.engine_options))
+        engine = make_engine_from_input(meta.engine.name, cache_dir, meta.engine_options)
         engine.check(space)
     if meta.model and space.engine_args.get("model") != meta.model:
         space = space.with_model(meta.model)
@@ -156,8 +158,9 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     if args.engine_opt:
         options = {**dict(engine.options), **new_options}
         check_references(space, options, meta.engine.name)
-        new_engine = make_engine(meta.engine.name, cache_dir=os.path.join(cache_dir, "recheck-new-engine"), **options)
+        new_engine = make_engine_from_input(meta.engine.name, os.path.join(cache_dir, "recheck-new-engine"), options)
         new_engine.check(space)
+    prepare_study_dir(args.workdir, args.study)
     try:
         record = recheck(ledger, space, engine, RecheckOptions(args.restarts, args.budget_minutes, args.runner_ups,
                                                                       margin=margin),

@@ -82,6 +82,20 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+def _check_address(host: str, port: int) -> None:
+    """``--port`` a TCP port and ``--host`` an address this machine has, before anything is made (issue 44: a port
+    of 99999 was an OverflowError traceback, and an unknown host was called "in use")."""
+    from autotune.cli._common import UsageError
+
+    if not 1 <= port <= 65535:
+        raise UsageError(f"--port {port}: not a TCP port; give one from 1 to 65535, e.g. --port {DEFAULT_PORT}")
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise UsageError(f"--host {host!r}: not an address of this machine ({getattr(exc, 'strerror', None) or exc}); "
+                         f"give an interface address, e.g. --host {DEFAULT_HOST}") from None
+
+
 def _ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
@@ -159,16 +173,17 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.core.urls import sqlite_path
     from autotune.observers.mlflow import resolve_tracking_uri
 
+    _check_address(args.host, args.port)
     uri = resolve_tracking_uri(args.tracking_uri)
     if uri.startswith(("http://", "https://")):
         print(f"The tracking URI {uri} is an MLflow server already: open it in a browser.", file=out)
         return ExitStatus.SUCCESS
     db = sqlite_path(uri)
-    if db is not None:
-        db.parent.mkdir(parents=True, exist_ok=True)  # a fresh clone has no mlruns/ yet
     if not _port_free(args.host, args.port):
         raise UsageError(f"port {args.port} on {args.host} is in use (another MLflow UI?): pass --port N, "
                          f"e.g. make ui PORT={args.port + 1}")
+    if db is not None:  # made once the flags are accepted (issue 44: nothing made for a refused command)
+        db.parent.mkdir(parents=True, exist_ok=True)  # a fresh clone has no mlruns/ yet
     url = ui_url(args.host, args.port)
     where = f"{db} (artifacts under {db.parent}/)" if db is not None else uri
     print(f"Starting the MLflow UI on {url} for {where} ...", file=out, flush=True)

@@ -22,6 +22,7 @@ from autotune.cli._common import (
     UsageError,
     add_output_args,
     add_store_args,
+    make_engine_from_input,
     stored_space_dir,
     add_workdir_arg,
     check_references,
@@ -147,9 +148,11 @@ def run_local_workers_for(options: Any, output: StudyOutput, engine_opts: Sequen
     # The workers' logs live in the study's directory: create it with its marker first, as a worker would (on a
     # machine that joins a study the directory does not exist yet; a bare mkdir would leave it unmarked and every
     # worker would refuse to write into it).
+    from autotune.core.confine import LinkRefused, confined_dir
+
     try:
-        log_dir = str(prepare_study_dir(options.workdir, study_name) / "workers")
-    except NotOwned as exc:
+        log_dir = str(confined_dir(prepare_study_dir(options.workdir, study_name), "workers"))
+    except (NotOwned, LinkRefused) as exc:
         raise UsageError(str(exc)) from None
     print(f"autotune: {len(groups)} workers on study {study_name} ({ledger.redact(options.storage)}); "
           f"their output goes to {log_dir}", file=out)
@@ -196,7 +199,6 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """Join the study: its space, engine and settings come from the study, so any machine can join."""
     from autotune.cli.gpu_workers import WORKER_ENV
     from autotune.config.space import load_space_text
-    from autotune.engines import make_engine
     from autotune.store import ledger
     from autotune.study import StudyOptions
 
@@ -225,7 +227,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     engine_options = {**dict(meta.engine_options), **typed_options}
     # The stored space and options hold references (${HF_TOKEN}): each must be set on this machine.
     check_references(space, engine_options, meta.engine.name)
-    engine = make_engine(meta.engine.name, **engine_options)
+    engine = make_engine_from_input(meta.engine.name, None, engine_options)
     engine.check(space)
     space = space.in_vocabulary(engine.vocabulary())  # as `tune` put it, so both run the same configurations
     from autotune.cli.preflight import check_page_cache

@@ -265,6 +265,10 @@ class SearchSpace:
             draft=draft_name,
         )
 
+    def param_names(self) -> tuple[str, ...]:
+        """Every parameter name a configuration of this space may carry (``--params``, ``--enqueue``)."""
+        return (*_CORE_PARAMS, *(dim.name for dim in self.engine_dims))
+
     def params_problem(self, params: Mapping[str, Any]) -> str | None:
         """Why ``params`` (Optuna's names, e.g. from ``--enqueue``) lie outside this space, or ``None``."""
         mode = params.get("cudagraph_mode", DEFAULT)

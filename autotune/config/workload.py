@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.core.inputs import InputFileError, open_input, read_input
+from autotune.core.inputs import InputFileError, open_input, parse_json, read_input
 from autotune.core.records import LATENCY_METRICS, LATENCY_PERCENTILES, Dataset, Workload, latency_key
 
 __all__ = [
@@ -140,7 +140,7 @@ def read_dataset(dataset: Dataset | None, fail: Fail, max_model_len: Any = None)
         raise fail(field, f"cannot read {dataset.path}: {exc.strerror or exc}", "give a readable file") from None
     if dataset.source == "sharegpt":
         try:
-            data = json.loads(body)
+            data = parse_json(body)
         except ValueError as exc:
             raise fail(field, f"{dataset.path}: not a ShareGPT JSON file ({exc})",
                        "give a JSON list of {conversations: [...]} objects, or a .jsonl file of prompts") from None
@@ -184,7 +184,7 @@ def _jsonl_rows(path: str, field: str, fail: Fail, max_model_len: int | None) ->
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
+                    row = parse_json(line)
                 except ValueError as exc:
                     if not rows and not path.endswith(".jsonl"):  # a CSV, TSV or text file: not a bad row
                         raise fail(field, f"{path}: is not a dataset format autotune reads (line {number} is not "

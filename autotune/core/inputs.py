@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import stat
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-__all__ = ["InputFileError", "open_input", "read_input"]
+__all__ = ["MAX_JSON_DEPTH", "InputFileError", "open_input", "parse_json", "read_input"]
 
 MIB = 1024 * 1024
+#: The deepest nesting a JSON input may have: a report is about eight levels deep, an engine's result or a dataset
+#: row fewer; ``[[[[...]]]]`` a hundred thousand deep is no input autotune reads, and every reader (the JSON
+#: decoder, pydantic, redaction) would recurse through it until Python's stack limit (RecursionError).
+MAX_JSON_DEPTH = 64
 
 
 class InputFileError(OSError):
@@ -67,3 +72,25 @@ def read_input(path: str | os.PathLike[str], limit: int) -> bytes:
         raise InputFileError(f"grew past the {limit // MIB} MiB such a file may have while it was read",
                              "pass a file that is not being written")
     return body
+
+
+def parse_json(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads(text)``, refusing JSON nested deeper than ``max_depth`` (issue 44: ``report --from-json`` of
+    ``[[[[...]]]]`` was a RecursionError traceback).
+
+    Raises:
+        ValueError: not JSON (``json.JSONDecodeError``), or nested too deeply (the message says how deep may be).
+    """
+    too_deep = ValueError(f"nested deeper than {max_depth} levels, which no input autotune reads is")
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise too_deep from None
+    stack = [(data, 1)]
+    while stack:  # without recursion: the check must not be what overflows
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > max_depth:
+                raise too_deep
+            stack.extend((item, depth + 1) for item in (value.values() if isinstance(value, dict) else value))
+    return data

@@ -6,10 +6,10 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.engines._base import EngineBackend, EngineError
+from autotune.engines._base import EngineBackend, EngineError, EngineOptionError
 from autotune.engines._options import EngineOptions
 
-__all__ = ["ENGINES", "EngineBackend", "EngineError", "EngineOptions", "engine_settings", "make_engine"]
+__all__ = ["ENGINES", "EngineBackend", "EngineError", "EngineOptionError", "EngineOptions", "engine_settings", "make_engine"]
 
 #: Registry name -> "module:Class", imported lazily so that e.g. ``sim`` never imports vLLM helpers.
 ENGINES: dict[str, str] = {

@@ -21,6 +21,11 @@ class EngineError(Exception):
     """
 
 
+class EngineOptionError(EngineError):
+    """An engine option the user gave (the space's ``engine.<name>`` section, ``--engine-opt``, a study's stored
+    options) that the engine refuses: bad input, which the commands report with exit status 2 (issue 44)."""
+
+
 class EngineBackend(abc.ABC):
     """Runs one restart of one configuration in a fresh engine process.
 

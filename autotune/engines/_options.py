@@ -20,7 +20,7 @@ from pydantic_core import PydanticCustomError
 from autotune.core.secrets import literal_secret_line
 from autotune.engines import _sim_model as sim_model
 from autotune.engines.drift import PRESETS as DRIFT_PRESETS
-from autotune.engines._base import EngineError
+from autotune.engines._base import EngineOptionError
 from autotune.machine import MAX_WAIT_S, PAGE_CACHE_POLICIES
 
 __all__ = ["CmdOptions", "Command", "EngineOptions", "Seconds", "SimOptions", "one_of", "rule"]
@@ -60,17 +60,17 @@ class EngineOptions(BaseModel):
         """Validate raw options (the space's section, ``--engine-opt`` over it).
 
         Raises:
-            EngineError: one line, ``<engine> engine: engine.<engine>.<field> ...`` and the fix.
+            EngineOptionError: one line, ``<engine> engine: engine.<engine>.<field> ...`` and the fix.
         """
         # A credential in an option (a token in env, --api-key in a command) is a reference (``${API_KEY}``),
         # resolved when a process starts; a literal would be stored with the study's engine (autotune.core.secrets).
         literal = literal_secret_line(dict(options), f"engine.{cls.ENGINE}")
         if literal is not None:
-            raise EngineError(f"{cls.ENGINE} engine: {literal}")
+            raise EngineOptionError(f"{cls.ENGINE} engine: {literal}")
         try:
             return cls.model_validate(dict(options))
         except ValidationError as exc:
-            raise EngineError(f"{cls.ENGINE} engine: {cls.problem(exc, options)}") from None
+            raise EngineOptionError(f"{cls.ENGINE} engine: {cls.problem(exc, options)}") from None
 
     @classmethod
     def field(cls, key: Any) -> str:

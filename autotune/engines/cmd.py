@@ -50,11 +50,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotune.core import facts as F
 from autotune.core.redact import redact_text
 from autotune.core.secrets import MissingSecret, resolve
-from autotune.engines._base import EngineBackend, EngineError
+from autotune.core.confine import open_confined
+from autotune.core.inputs import parse_json
+from autotune.engines._base import EngineBackend, EngineError, EngineOptionError
 from autotune.engines._options import CmdOptions
 from autotune.engines._output_check import check_request, output_facts, skip_reason
 from autotune.engines.process import EngineProcess, engine_leftovers
-from autotune.machine import MemoryNotSettled, StartSafety
+from autotune.machine import MachineFileError, MemoryNotSettled, StartSafety
 from autotune.core.records import EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus, Workload
 
 __all__ = ["CmdEngine", "ProtocolError", "parse_result_line"]
@@ -101,8 +103,10 @@ class CmdEngine(EngineBackend):
         try:
             self.safety = StartSafety(self.settings.memory_floor_gib, self.settings.settle_timeout_s,
                                       leftovers=engine_leftovers, page_cache=self.settings.page_cache)
-        except ValueError as exc:  # a floor the machine cannot meet (issue 32)
+        except MachineFileError as exc:  # the machine's own files (/proc/meminfo): not the user's input
             raise EngineError(f"cmd engine: {exc}") from None
+        except ValueError as exc:  # a floor the machine cannot meet (issue 32)
+            raise EngineOptionError(f"cmd engine: {exc}") from None
 
     @property
     def command(self) -> list[str]:
@@ -126,7 +130,7 @@ class CmdEngine(EngineBackend):
         }, default=str)
         try:
             self.safety.settle(config.engine_args.get("model"))
-        except MemoryNotSettled as exc:
+        except (MemoryNotSettled, MachineFileError) as exc:
             raise EngineError(f"cmd engine: {exc}") from None
         started = time.monotonic()
         try:
@@ -233,8 +237,8 @@ class CmdEngine(EngineBackend):
             return None
         path = Path(self.cache_dir) / "logs" / f"{config.key()}-r{restart}.log"
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(f"$ {shlex.join(self.command)}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}")
+            with open_confined(self.cache_dir, path) as fh:  # never through a link out of the study's directory
+                fh.write(f"$ {shlex.join(self.command)}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}")
         except OSError:
             return None  # a log we cannot write must not fail the restart
         return str(path)
@@ -298,7 +302,7 @@ def parse_result_line(stdout: str) -> dict[str, Any]:
     if not line:
         raise ProtocolError("no output on stdout (expected a JSON object on the last line)")
     try:
-        data = json.loads(line)
+        data = parse_json(line)
     except ValueError:
         raise ProtocolError(f"last stdout line is not JSON: {_quote(line)}") from None
     if not isinstance(data, dict):

@@ -37,10 +37,12 @@ import threading
 import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 import psutil
 
+from autotune.core.confine import open_confined
 from autotune.core.redact import redact_text
 from autotune.engines._containers import Container, kill_container, named_run, stop_orphan_containers
 from autotune.engines._signals import (TERMINATING_SIGNALS, SignalInterrupt, hold_interruptions, interrupt_on_sigterm,
@@ -48,6 +50,7 @@ from autotune.engines._signals import (TERMINATING_SIGNALS, SignalInterrupt, hol
 
 __all__ = [
     "TAG_ENV",
+    "Adopted",
     "EngineProcess",
     "RedactedLog",
     "SignalInterrupt",
@@ -342,6 +345,76 @@ def _reap_orphans(pids: set[int], sessions: set[int]) -> None:
             os.waitpid(child.pid, os.WNOHANG)
 
 
+class Adopted:
+    """What a restart left behind that neither its group nor its tag finds: a descendant that called ``setsid`` and
+    cleared its environment (``setsid env -i sleep 619``, issue 44). Autotune is a child subreaper, so such a process
+    is re-parented to autotune once its own parent is gone: it is a child of ours that we did not start.
+
+    Taken when a process starts (:meth:`__init__`: our children then, and the time), and used when it is stopped
+    (:meth:`kill`): a child of ours that is new since then, in a session other than ours (everything this process
+    starts itself is either in our session, a plain ``Popen``, or a live :class:`EngineProcess`, which is excluded),
+    is one the restart left. Only our own children are ever looked at, so nothing another program started (the shell,
+    ``make``, a test runner's workers) is touched.
+    """
+
+    def __init__(self) -> None:
+        self.since = time.time()
+        self.before = _child_pids()
+
+    def kill(self, exclude: Collection[int] = ()) -> list[Survivor]:
+        """SIGKILL those children (and, as their own children are re-parented here in turn, theirs), reap them.
+        Returns them."""
+        if not enable_subreaper():
+            return []  # off Linux: no child of another's becomes ours, and nothing here can be told apart
+        own_session = _session(os.getpid())
+        killed: list[Survivor] = []
+        for _ in range(_ADOPTION_ROUNDS):  # a daemon's own children come to us only once it is gone
+            found = []
+            live = {p.pid for p in list(_LIVE)} | set(exclude)
+            for child in _children():
+                pid = child.pid
+                if pid in self.before or pid in live:
+                    continue
+                try:
+                    status, created = child.status(), child.create_time()
+                except psutil.Error:
+                    continue
+                sid = _session(pid)
+                if sid is None or sid == own_session or created < self.since - _CLOCK_SLACK_S:
+                    continue
+                if status in _DEAD_STATES:
+                    continue  # holds nothing; its exit is left to whoever waits for it (a Popen of ours may)
+                found.append(Survivor(pid, process_name(pid) or "?"))
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            if not found:
+                break
+            wait_gone([s.pid for s in found])
+            for survivor in found:
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(survivor.pid, 0 if not _live(survivor.pid) else os.WNOHANG)
+            killed += found
+        return killed
+
+
+#: Rounds of :meth:`Adopted.kill`: a chain of daemons comes to us one generation a round.
+_ADOPTION_ROUNDS = 16
+#: psutil's process start times are in clock ticks: a child started just after :class:`Adopted` may read a hair
+#: earlier.
+_CLOCK_SLACK_S = 0.5
+
+
+def _children() -> list[psutil.Process]:
+    try:
+        return psutil.Process().children()
+    except psutil.Error:
+        return []
+
+
+def _child_pids() -> set[int]:
+    return {child.pid for child in _children()}
+
+
 # -- the process -----------------------------------------------------------------------------------------
 
 #: Engine processes started and not stopped yet (see :func:`stop_live`).
@@ -432,6 +505,7 @@ class EngineProcess:
                  stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None,
                  env: Mapping[str, str] | None = None, cwd: str | None = None) -> None:
         enable_subreaper()
+        self.adopted = Adopted()  # before the start: what is ours already is never taken for what it leaves
         self.tag = f"{os.getpid()}-{uuid.uuid4().hex}"
         full_env = dict(os.environ if env is None else env)
         full_env[TAG_ENV] = self.tag
@@ -503,6 +577,12 @@ class EngineProcess:
             kill_container(self.container)
         self.survivors = self._kill_escaped(seen)
         _reap_orphans(set(seen), {self.pid, *seen.values()})
+        # Those that left the session and cleared the tag too: re-parented to us, found as our children.
+        adopted = self.adopted.kill(exclude={self.pid})
+        if adopted:
+            _log.warning("autotune: killed %d process(es) that had left the engine's session and environment: %s "
+                         "(command: %s)", len(adopted), ", ".join(map(str, adopted)), " ".join(self.argv)[:200])
+        self.survivors = [*self.survivors, *adopted]
         self._stopped = True
         _LIVE.discard(self)
         return self.survivors
@@ -547,7 +627,8 @@ class RedactedLog:
 
     def __init__(self, path: str | os.PathLike[str], *, append: bool = False) -> None:
         self.path = path
-        self._file = open(path, "ab" if append else "wb")  # noqa: SIM115 - the pump thread closes it
+        # Never through a link (the log's directory was checked by its engine, core.confine; issue 44).
+        self._file = open_confined(Path(path).parent, Path(path).name, "ab" if append else "wb")  # the pump closes it
         self._read, self.fd = os.pipe()
         self._thread = threading.Thread(target=self._pump, name="autotune-redacted-log", daemon=True)
         self._thread.start()

@@ -30,6 +30,7 @@ from autotune.engines._sim_schedule import at_level
 from autotune.engines.drift import PRESETS as DRIFT_PRESETS
 from autotune.engines.drift import DriftNoise, PassChain
 from autotune.core import facts as F
+from autotune.core.confine import open_confined
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._options import SimOptions
 from autotune.engines._sim_memory import HostWedged
@@ -325,8 +326,11 @@ class SimEngine(EngineBackend):
         marker = Path(self.cache_dir) / COMPILE_CACHE_DIR / key
         if marker.exists():
             return False
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
+        try:
+            with open_confined(self.cache_dir, marker, "a"):  # as a real cache: never through a link out of the study
+                pass
+        except OSError:
+            pass  # a cache that cannot be written: this start is cold, and so will the next be
         return True
 
     def _drifting(self, rng: random.Random, startup_s: float) -> tuple[float, float, Any] | None:

@@ -18,7 +18,7 @@ from autotune.machine._guard import (
     default_floor,
     is_driver_oom,
 )
-from autotune.machine._meminfo import GIB, MemInfo, MeminfoReader, gib, read_meminfo
+from autotune.machine._meminfo import GIB, MachineFileError, MemInfo, MeminfoReader, gib, read_meminfo
 from autotune.machine._pagecache import (
     PAGE_CACHE_POLICIES,
     PageCacheFailed,
@@ -38,7 +38,7 @@ from autotune.machine._settle import (
     settle,
     top_rss,
 )
-from autotune.machine._state import MachineState, departure, departures, read_machine_state
+from autotune.machine._state import MachineState, cpu_clocks, departure, departures, read_machine_state
 
 __all__ = [
     "GIB",
@@ -48,6 +48,7 @@ __all__ = [
     "GuardSummary",
     "GuardTrip",
     "KernelLog",
+    "MachineFileError",
     "MachineState",
     "MemInfo",
     "MeminfoReader",
@@ -59,6 +60,7 @@ __all__ = [
     "PageCachePlan",
     "SettleResult",
     "StartSafety",
+    "cpu_clocks",
     "default_floor",
     "departure",
     "departures",

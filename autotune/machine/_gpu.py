@@ -40,7 +40,7 @@ def nvml() -> Iterator[Any]:
             try:
                 pynvml.nvmlInit()
                 _nvml_ok = True
-            except pynvml.NVMLError:
+            except Exception:  # noqa: BLE001 - NVMLError, or a library that fails to load (OSError): no NVML
                 _nvml_ok = False
     yield pynvml if _nvml_ok else None
 
@@ -96,7 +96,8 @@ def gpu_states() -> list[GpuState] | None:
     with nvml() as nv:
         if nv is None:
             return None
-        count = _try(nv.nvmlDeviceGetCount) or 0
+        # A count NVML cannot truthfully report (negative, 2**32-1) reads as none, never as a loop that long.
+        count = _within(_try(nv.nvmlDeviceGetCount), *_DEVICES) or 0
         out = []
         for i in range(count):
             h = _try(nv.nvmlDeviceGetHandleByIndex, i)
@@ -141,6 +142,9 @@ _MEMORY_BYTES = (0, 64 * 1024 ** 4)  # 64 TiB: above any GPU's memory, a GB10's 
 _CLOCK_MHZ = (0, 10_000)
 _POWER_MW = (0, 10_000_000)  # 10 kW
 _TEMP_C = (-50, 200)
+_DEVICES = (0, 1024)
+#: A device name or UUID longer than this is not one (NVML's own buffers are 96 and 80 bytes).
+_MAX_TEXT = 256
 
 
 def _within(value: Any, low: int, high: int) -> int | None:
@@ -152,7 +156,10 @@ def _within(value: Any, low: int, high: int) -> int | None:
 
 
 def _text(value: Any) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
+    """A name or UUID from NVML: text, bounded; bytes that are not UTF-8 do not fail the reading (issue 44)."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="replace")
+    return value[:_MAX_TEXT] if isinstance(value, str) else None
 
 
 def visible(states: list[GpuState], spec: str | None) -> list[GpuState]:
@@ -189,8 +196,7 @@ def driver_version() -> str | None:
     with nvml() as nv:
         if nv is None:
             return None
-        version = _try(nv.nvmlSystemGetDriverVersion)
-        return version.decode() if isinstance(version, bytes) else version
+        return _text(_try(nv.nvmlSystemGetDriverVersion))
 
 
 def is_unified_memory(states: list[GpuState] | None, host_total: int, machine: str | None = None) -> bool:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-__all__ = ["GIB", "MEMINFO_PATH", "MemInfo", "MeminfoReader", "gib", "read_meminfo"]
+from autotune.core.inputs import read_input
+
+__all__ = ["GIB", "MEMINFO_PATH", "MachineFileError", "MemInfo", "MeminfoReader", "gib", "read_meminfo"]
 
 GIB = 1024 ** 3
 MEMINFO_PATH = "/proc/meminfo"
@@ -19,6 +21,20 @@ def gib(n_bytes: float | None) -> str:
     """``12.3 GiB`` (``?`` when unknown): the one way figures are written in messages."""
     return "?" if n_bytes is None else f"{n_bytes / GIB:.1f} GiB"
 
+
+#: The most of the file that is read: a real meminfo is under 2 KB; a bound keeps a wrong path (or a file that
+#: never ends) from being read whole.
+_MAX_FILE_BYTES = 1024 * 1024
+
+
+class MachineFileError(ValueError):
+    """A file of the machine's (``/proc/meminfo``) that autotune cannot believe: one line naming the file, the line
+    and the fix. Not the user's input: commands report it with exit status 1 (issue 44)."""
+
+
+#: What to do about a meminfo file autotune cannot read.
+_FIX = ("fix: run autotune on a Linux host of kernel 3.14 or later, or in a container that shows the host's "
+        "/proc/meminfo (the memory guard and the settle read it)")
 
 #: The fields autotune reads, each ``<whole number> kB`` in every kernel's meminfo.
 _FIELDS = ("MemTotal", "MemAvailable", "Cached")
@@ -62,28 +78,32 @@ def read_meminfo(path: str | Path = MEMINFO_PATH) -> MemInfo:
     damaged file is never believed. Other lines are not read.
 
     Raises:
-        OSError: the file cannot be read.
-        ValueError: one line: a field is missing (a kernel older than 3.14, or not a meminfo file) or malformed,
-            or the figures cannot be true together.
+        MachineFileError: one line: the file cannot be read, a field is missing (a kernel older than 3.14, or not a
+            meminfo file) or malformed, or the figures cannot be true together.
     """
+    try:
+        text = read_input(path, _MAX_FILE_BYTES).decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise MachineFileError(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc}); {_FIX}") from None
     fields: dict[str, int] = {}
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         name, _, rest = line.partition(":")
         name = name.strip()
         if name not in _FIELDS:
             continue
         parts = rest.split()
         if len(parts) != 2 or parts[1] != "kB" or not parts[0].isdigit():
-            raise ValueError(f"{path}: line {number} {line.strip()[:80]!r} is not '{name}: <whole number> kB' "
-                             "(a damaged or foreign meminfo file)")
+            raise MachineFileError(f"{path}: line {number} {line.strip()[:80]!r} is not '{name}: <whole number> "
+                                   f"kB' (a damaged or foreign meminfo file); {_FIX}")
         fields[name] = int(parts[0]) * 1024
     missing = [k for k in _FIELDS[:2] if k not in fields]
     if missing:
-        raise ValueError(f"{path}: no {', '.join(missing)} line (not a Linux meminfo file, or a kernel before 3.14)")
+        raise MachineFileError(f"{path}: no {', '.join(missing)} line (not a Linux meminfo file, or a kernel before "
+                               f"3.14); {_FIX}")
     info = MemInfo(total=fields["MemTotal"], available=fields["MemAvailable"], cached=fields.get("Cached", 0))
     problem = _impossible(info.total, info.available, info.cached)
     if problem is not None:
-        raise ValueError(f"{path}: {problem} (a damaged or foreign meminfo file)")
+        raise MachineFileError(f"{path}: {problem} (a damaged or foreign meminfo file); {_FIX}")
     return info
 
 

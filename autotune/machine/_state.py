@@ -18,7 +18,7 @@ from autotune.core import facts
 from autotune.core.facts import FactValue
 from autotune.machine._gpu import GpuState, gpu_states
 
-__all__ = ["CPU_CLOCK_FRACTION", "MachineState", "departure", "departures", "read_machine_state"]
+__all__ = ["CPU_CLOCK_FRACTION", "MachineState", "cpu_clocks", "departure", "departures", "read_machine_state"]
 
 #: A restart whose mean CPU clock is under this fraction of the study's median is marked. The reported slow
 #: state (1.5 GHz on a 3.9 GHz-class Grace core) is well under it; ordinary frequency scaling is not. Empirical.
@@ -71,13 +71,37 @@ class MachineState:
                 "gpus": [dataclasses.asdict(g) | {"throttle": list(g.throttle)} for g in self.gpus]}
 
 
+#: What a CPU core's clock can truthfully be, MHz: a reading outside is a damaged file, and reads as unknown (as
+#: NVML's out-of-range figures do, ``machine._gpu``). Wide on purpose: no real core is rejected.
+_CPU_MHZ = (1.0, 20_000.0)
+
+
+def _mhz(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if _CPU_MHZ[0] <= value <= _CPU_MHZ[1] else None  # NaN compares false: unknown too
+
+
+def cpu_clocks(cpu_freq: Callable[..., Any] = psutil.cpu_freq) -> list[tuple[float | None, float | None]]:
+    """Each core's ``(current, max)`` clock in MHz, ``None`` where not reported or not possible; empty when the
+    machine reports none. The one reader of CPU clocks (the study's machine state and ``doctor``).
+
+    psutil reads ``scaling_cur_freq``, or, where the kernel has no cpufreq, the ``cpu MHz`` lines of
+    ``/proc/cpuinfo`` with ``float()``: a garbled line there raises ``ValueError`` (issue 44: ``doctor`` and every
+    restart's machine state were tracebacks), and a container's or a VM's file may hold anything. A machine file
+    that cannot be read is a clock that is not reported, never a failed study.
+    """
+    try:
+        freqs = list(cpu_freq(percpu=True) or [])[:4096]
+    except Exception:  # noqa: BLE001 - psutil's parse of a damaged machine file: ValueError, IndexError, ...
+        return []
+    return [(_mhz(getattr(f, "current", None)), _mhz(getattr(f, "max", None))) for f in freqs]
+
+
 def read_machine_state(cpu_freq: Callable[..., Any] = psutil.cpu_freq,
                        gpus: Callable[[], list[GpuState] | None] = gpu_states) -> MachineState:
-    """The state now: ``psutil.cpu_freq(percpu=True)`` (``scaling_cur_freq`` on Linux) and NVML."""
-    try:
-        freqs = [f.current for f in (cpu_freq(percpu=True) or []) if f.current]
-    except (OSError, NotImplementedError, AttributeError):
-        freqs = []
+    """The state now: :func:`cpu_clocks` (``scaling_cur_freq`` on Linux) and NVML."""
+    freqs = [current for current, _ in cpu_clocks(cpu_freq) if current is not None]
     return MachineState(
         cpu_mhz_mean=statistics.fmean(freqs) if freqs else None,
         cpu_mhz_min=min(freqs) if freqs else None,

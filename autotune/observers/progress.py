@@ -10,6 +10,7 @@ from tqdm import tqdm
 from autotune.stats.coldstart import warmup_converged
 from autotune.study.events import StudyObserver
 from autotune.core.records import EngineConfig, RestartResult, config_differences
+from autotune.core.escape import escape_text, raw_stream
 from autotune.core.redact import redact_text
 
 __all__ = ["ProgressPrinter"]
@@ -48,9 +49,13 @@ class ProgressPrinter(StudyObserver):
     def _write(self, text: str) -> None:
         if self.quiet:
             return
-        text = redact_text(text)  # engine errors can quote a token or a URI with a password
+        # Engine errors can quote a token or a URI with a password, and labels and engine lines are other people's
+        # text: escaped (issue 44) whichever stream this prints to.
+        text = escape_text(redact_text(text))
         if self.bar is not None:
-            self.bar.write(text, file=self.stream)
+            # The bar's own stream (escaped above already): tqdm clears and redraws the bar around a line written to
+            # the stream the bar is on.
+            self.bar.write(text, file=raw_stream(self.stream))
         else:
             print(text, file=self.stream)
 
@@ -60,7 +65,7 @@ class ProgressPrinter(StudyObserver):
         self._write(f"{verb} study {ctx.options.study_name} ({ctx.space.name}, engine {ctx.engine.name}); "
                     f"{done} of {ctx.options.trials} trials already done")
         self.bar = tqdm(total=ctx.options.trials, initial=min(done, ctx.options.trials), desc="trials",
-                        unit="trial", file=self.stream, leave=False, dynamic_ncols=True)
+                        unit="trial", file=raw_stream(self.stream), leave=False, dynamic_ncols=True)
 
     def on_trial_start(self, ctx: Any, number: int, config: EngineConfig) -> None:
         self.config = config

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from autotune.core.inputs import InputFileError, read_input
+from autotune.core.inputs import InputFileError, parse_json, read_input
 from autotune.report._build import Report
 
 __all__ = ["REPORT_FORMAT", "ReportFormatError", "read_report", "report_from_json", "report_json"]
@@ -120,8 +120,10 @@ def read_report(path: str | os.PathLike[str]) -> Report:
     except UnicodeDecodeError as exc:
         raise ReportFormatError(f"{where}: not UTF-8 text (byte {exc.start}); not a report JSON file") from None
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except json.JSONDecodeError as exc:
         raise ReportFormatError(f"{where}: not valid JSON at line {exc.lineno} column {exc.colno} ({exc.msg}): "
                                 f"truncated or edited? {_AGAIN}") from None
+    except ValueError as exc:
+        raise ReportFormatError(f"{where}: {exc}; not a report JSON file: {_AGAIN}") from None
     return report_from_json(data, where)

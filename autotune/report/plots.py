@@ -25,6 +25,9 @@ if "matplotlib.pyplot" not in sys.modules:
 
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
+from autotune.core.confine import open_confined  # noqa: E402
+from autotune.core.escape import plot_text  # noqa: E402
+
 if TYPE_CHECKING:
     import optuna
     from matplotlib.figure import Figure
@@ -171,7 +174,7 @@ def throughput_by_mode_and_k(records: Sequence[TrialRecord], baseline_key: str |
     if base is not None:
         ax.axhline(base.summary.mean, color="black", linestyle="--", linewidth=1,  # type: ignore[union-attr]
                    label="baseline (engine defaults)")
-    ax.set_xticks(range(len(modes)), modes, rotation=15)
+    ax.set_xticks(range(len(modes)), [plot_text(m) for m in modes], rotation=15)
     ax.set_xlabel("compilation_config.cudagraph_mode (best capture sizes / draft per cell)")
     ax.set_ylabel(_objective_label(unit))
     what = "Throughput" if unit == "tok/s" else "Goodput"
@@ -194,13 +197,13 @@ def winner_vs_baseline(report: Report) -> Figure:
     entries = [("baseline", baseline)] if report.winner_is_baseline else [("winner", winner), ("baseline", baseline)]
     for name, entry in entries:
         values = list(entry.values)
-        line = ax.plot(range(len(values)), values, marker="o", label=f"{name}: {entry.label}")[0]
+        line = ax.plot(range(len(values)), values, marker="o", label=plot_text(f"{name}: {entry.label}"))[0]
         if entry.ci_low is not None and entry.ci_high is not None:
             ax.axhspan(entry.ci_low, entry.ci_high, color=line.get_color(), alpha=0.15)
     title = "Verification: fresh interleaved restarts"
     speedup = winner.speedup
     if speedup is not None and not report.winner_is_baseline:
-        title += f"\nspeedup {speedup.oneliner()} - {report.verdict or speedup.verdict}"
+        title += "\n" + plot_text(f"speedup {speedup.oneliner()} - {report.verdict or speedup.verdict}")
     ax.set_title(title)
     ax.set_xlabel("verification round (same seed for every configuration)")
     ax.set_ylabel("output tok/s" if report.unit == "tok/s" else "goodput, req/s meeting the SLO")
@@ -295,7 +298,13 @@ def save_study_plots(ledger: Ledger, report: Report,
             plt.close("all")
             continue
         path = out / PLOT_FILES[name]
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        try:
+            with open_confined(out, PLOT_FILES[name], "wb") as fh:  # never through a link put in the directory
+                fig.savefig(fh, dpi=110, format="png")
+        except OSError as exc:
+            skipped[name] = f"plot not written: {_one_line(exc)}"
+            continue
+        finally:
+            plt.close(fig)
         written.append(path)
     return written, skipped

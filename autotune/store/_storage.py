@@ -224,10 +224,24 @@ def _serialize_sqlite(storage: optuna.storages.RDBStorage) -> None:
     engine.dispose()  # the connections opened while Optuna set the database up predate the hooks
 
 
+def existing_storage(url: str | optuna.storages.BaseStorage) -> optuna.storages.BaseStorage:
+    """The storage at ``url`` for reading studies it must already hold (a report, a recheck, a worker, a warm
+    start's source): a missing SQLite file is refused and not created, so a typo in the path leaves nothing behind.
+
+    Raises:
+        LedgerError: the SQLite file does not exist (nothing was created), or as :func:`make_storage`.
+    """
+    path = sqlite_path(url) if isinstance(url, str) else None
+    if path is not None and not path.exists():
+        raise LedgerError(f"no studies in {redact(str(url))}: {path} does not exist (nothing was created there); "
+                          "check the path, or pass the --storage the study was run with")
+    return make_storage(url, heartbeat_s=None)
+
+
 def study_names(storage: str | optuna.storages.BaseStorage) -> list[str]:
     """Names of the studies in ``storage``, oldest first (a study's companion claims study is not one)."""
     if isinstance(storage, str):
-        storage = make_storage(storage, heartbeat_s=None)
+        storage = existing_storage(storage)
     summaries = optuna.get_all_study_summaries(storage)
     summaries.sort(key=lambda s: s.datetime_start.timestamp() if s.datetime_start else 0.0)
     return [s.study_name for s in summaries if not s.study_name.endswith(CLAIMS_SUFFIX)]

@@ -28,6 +28,7 @@ see :mod:`autotune.store._keys`.
 from __future__ import annotations
 
 import math
+import time
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -63,7 +64,7 @@ from autotune.store._owners import owner_id, pid_dead as _pid_dead
 from autotune.store._storage import (  # noqa: F401 - _serialize_sqlite: tests name it here
     DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_STORE_DIR, DEFAULT_WORKDIR, GRACE_FACTOR, MAX_RETRIES,
     SQLITE_BUSY_TIMEOUT_S, LedgerError, _serialize_sqlite, check_optuna_schema, creation_race, ensure_sqlite_dir,
-    latest_study_name, make_storage, study_names,
+    existing_storage, latest_study_name, make_storage, study_names,
 )
 from autotune.store._trials import TrialRecord, over_floor, trial_failed
 from autotune.store.fingerprint import Fingerprint
@@ -139,7 +140,7 @@ def create_or_load(study_name: str, storage: str | optuna.storages.BaseStorage, 
         LedgerError: the existing study has a schema this autotune does not read.
     """
     store = make_storage(storage, heartbeat_s)
-    names = {s.study_name for s in optuna.get_all_study_summaries(store)}
+    names = _summaries_of_new_store(store)
     if fresh:
         for name in (study_name, study_name + CLAIMS_SUFFIX):
             if name in names:
@@ -157,18 +158,48 @@ def create_or_load(study_name: str, storage: str | optuna.storages.BaseStorage, 
     return ledger, not created
 
 
+def _summaries_of_new_store(store: optuna.storages.BaseStorage) -> set[str]:
+    """The study names in ``store``; a lost race to create a new store's tables (two commands started at once on a
+    new file: the store is first opened here, issue 44) is tried again, as :func:`make_storage` does."""
+    for attempt in range(3):
+        try:
+            return {s.study_name for s in optuna.get_all_study_summaries(store)}
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's IntegrityError and friends, told apart below
+            if attempt == 2 or not creation_race(exc):
+                raise
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")
+
+
 def load(study_name: str, storage: str = DEFAULT_STORAGE) -> Ledger:
     """Open an existing study to read it (reports, export, tracking).
 
     Raises:
         LedgerError: no such study (the message lists the studies there are), or an unreadable schema.
     """
-    store = make_storage(storage, heartbeat_s=None)
+    store = existing_storage(storage)
     names = study_names(store)
     if study_name not in names:
         have = ", ".join(sorted(names)) if names else "none"
         raise LedgerError(f"no study named {study_name!r} in {redact(str(storage))} (studies there: {have})")
+    check_stored_name(study_name, storage)
     return Ledger(optuna.load_study(study_name=study_name, storage=store))
+
+
+def check_stored_name(study_name: str, storage: str | optuna.storages.BaseStorage) -> None:
+    """A study name read from a store is checked as the ``--study`` flag is (issue 44): another tool may have stored
+    any text there (``../../x``, a terminal escape), and autotune makes a directory of the name and prints it.
+
+    Raises:
+        LedgerError: the name is not one autotune takes; the message shows it escaped (``!r``).
+    """
+    from autotune.store.studydir import check_study_name
+
+    problem = check_study_name(study_name)
+    if problem is not None:
+        raise LedgerError(f"study in {redact(str(storage))}: the stored study name {problem}, which autotune does not "
+                          "read (it names a directory under --workdir); copy the study under a plain name, e.g. "
+                          "optuna.copy_study(from_study_name=..., to_study_name='my-study', ...)")
 
 
 class Ledger(WorkerRecords, VerificationRecords):

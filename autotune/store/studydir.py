@@ -15,10 +15,13 @@ import shutil
 import unicodedata
 from pathlib import Path
 
+from autotune.core.confine import LinkRefused, links_out_of, open_confined
+
 __all__ = [
     "MARKER",
     "MAX_NAME_BYTES",
     "NotOwned",
+    "check_no_links_out",
     "check_study_name",
     "prepare_study_dir",
     "remove_study_dir",
@@ -105,15 +108,38 @@ def prepare_study_dir(workdir: str | os.PathLike[str], name: str, fresh: bool = 
     path.mkdir(parents=True, exist_ok=True)
     if not (path / MARKER).exists():
         try:
-            (path / MARKER).write_text(json.dumps({"study": name, "created_by": "autotune"}) + "\n")
+            with open_confined(path, MARKER, "x") as fh:
+                fh.write(json.dumps({"study": name, "created_by": "autotune"}) + "\n")
+        except FileExistsError:
+            pass  # another worker wrote it meanwhile
+        except LinkRefused as exc:
+            raise NotOwned(str(exc)) from None
         except OSError as exc:  # a write() error names no file: name it, so a full disk names the workdir (FS04)
             (path / MARKER).unlink(missing_ok=True)  # a half-written marker of our own would read as foreign
             raise OSError(exc.errno, exc.strerror, str(path / MARKER)) from exc
     return path
 
 
+def check_no_links_out(path: Path) -> None:
+    """Refuse a study directory holding a symbolic link that leads out of it (``logs -> /elsewhere``), before the
+    study writes anything: autotune's own writes do not follow links (:mod:`autotune.core.confine`), and the
+    engines it starts write into the same directories, so a link out is refused at once, in one line.
+
+    Raises:
+        NotOwned: the first such link, its target, and the fix.
+    """
+    links = links_out_of(path)
+    if links:
+        link, target = links[0]
+        more = f" (and {len(links) - 1} more)" if len(links) > 1 else ""
+        raise NotOwned(f"{link} is a symbolic link to {target}, outside the study's directory {path}{more}: autotune "
+                       "writes a study's logs and caches only inside it and does not follow links out; remove the "
+                       "link (or choose another --workdir)")
+
+
 def check_owned(workdir: str | os.PathLike[str], name: str) -> None:
-    """Raise :class:`NotOwned` unless ``<workdir>/<name>`` is absent, empty, or marked as this study's."""
+    """Raise :class:`NotOwned` unless ``<workdir>/<name>`` is absent, empty, or marked as this study's and free of
+    links out of it (:func:`check_no_links_out`)."""
     path = study_dir(workdir, name)
     if not path.exists() and not path.is_symlink():
         return
@@ -121,6 +147,7 @@ def check_owned(workdir: str | os.PathLike[str], name: str) -> None:
         raise NotOwned(f"{path} exists and is not a directory autotune created: choose another --study or "
                        "--workdir")
     if _owned(path, name) or not any(path.iterdir()):
+        check_no_links_out(path)
         return
     raise NotOwned(f"{path} exists and was not created by autotune (no {MARKER} file in it): autotune will not "
                    "write into or delete it; choose another --study or --workdir")

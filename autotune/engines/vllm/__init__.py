@@ -45,14 +45,16 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.engines._base import EngineBackend, EngineError
+from autotune.engines._base import EngineBackend, EngineError, EngineOptionError
 from autotune.engines._output_check import check_request, output_facts, skip_reason
 from autotune.engines.process import engine_leftovers, kill_started_since, own_tagged
 from autotune.engines.vllm import _container
 from autotune.core import facts as F
 from autotune.core.secrets import MissingSecret, resolve
+from autotune.core.confine import LinkRefused, confined_dir
 from autotune.engines.vllm._caches import caches_empty as jit_caches_empty
-from autotune.engines.vllm._caches import caches_present, jit_cache_env, left_to_user, record_caches
+from autotune.engines.vllm._caches import (STUDY_CACHES, caches_present, jit_cache_env, left_to_user,
+                                           record_caches)
 from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
 from autotune.engines.vllm._phases import restart_phases
@@ -63,7 +65,7 @@ from autotune.engines.vllm.vocabulary import Vocabulary, introspect_source, voca
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
 from autotune.config.workload import default_dataset
-from autotune.machine import MemoryNotSettled, StartSafety, hub_cache_dir
+from autotune.machine import MachineFileError, MemoryNotSettled, StartSafety, hub_cache_dir
 
 if TYPE_CHECKING:
     from autotune.config.space import SearchSpace
@@ -155,8 +157,10 @@ class VllmEngine(EngineBackend):
         try:
             self.safety = StartSafety(self.settings.memory_floor_gib, self.settings.settle_timeout_s,
                                       leftovers=engine_leftovers, page_cache=self.settings.page_cache)
-        except ValueError as exc:  # a floor the machine cannot meet (issue 32)
+        except MachineFileError as exc:  # the machine's own files (/proc/meminfo): not the user's input
             raise EngineError(f"vllm engine: {exc}") from None
+        except ValueError as exc:  # a floor the machine cannot meet (issue 32)
+            raise EngineOptionError(f"vllm engine: {exc}") from None
 
     # -- EngineBackend ---------------------------------------------------------------------------------
     def check(self, space: SearchSpace) -> None:
@@ -203,6 +207,7 @@ class VllmEngine(EngineBackend):
         marker = self.cold_marker(config)
         # Cold unless everything this configuration's first start left in the caches is still there (_caches).
         cold = not caches_present(marker, self.work_dir(), Path(self.cache_root()))
+        self._confine_caches()
         empty = self.caches_empty()
         request = self.request(config, workload, seed)
         method = self.settings.resolved_start_method()
@@ -210,7 +215,7 @@ class VllmEngine(EngineBackend):
         self._say_caches_left_to_user()
         try:
             self.safety.settle(request["llm_kwargs"].get("model"), hub_cache_dir(self.runner_env()))
-        except MemoryNotSettled as exc:
+        except (MemoryNotSettled, MachineFileError) as exc:
             raise EngineError(f"vllm engine: {exc}") from None
         guard = self.safety.guard()
         # The launcher makes the engine process; the guard asks engines.process to kill what this autotune tagged
@@ -295,7 +300,7 @@ class VllmEngine(EngineBackend):
         if self._host is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             host = ForkHost(self.interpreter(), self.process_env(),
-                            self.work_dir() / "logs" / f"forkserver-host-{stamp}-{os.getpid()}.log")
+                            self.confined("logs") / f"forkserver-host-{stamp}-{os.getpid()}.log")
             # An engine dropped without close(), or still open at interpreter exit, stops its host too (the host
             # would otherwise hold vLLM's imports in memory until this process ends).
             weakref.finalize(self, host.stop)
@@ -464,6 +469,24 @@ class VllmEngine(EngineBackend):
             self._scratch = tempfile.mkdtemp(prefix="autotune-vllm-")
         return Path(self._scratch)
 
+    def confined(self, relative: str | os.PathLike[str]) -> Path:
+        """``relative`` under the study's directory, made, each part a real directory (no link out of the study:
+        autotune and vLLM write there); a link is an engine error naming it (issue 44)."""
+        try:
+            return confined_dir(self.work_dir(), relative)
+        except LinkRefused as exc:
+            raise EngineError(f"vllm engine: {exc}") from None
+
+    def _confine_caches(self) -> None:
+        """The caches vLLM fills under the study's directory (the compile cache, Triton's, FlashInfer's) are real
+        directories inside it before vLLM writes there: vLLM follows whatever links it finds."""
+        env = self.runner_env()
+        root = os.path.abspath(self.work_dir())
+        for var in ("VLLM_CACHE_ROOT", *STUDY_CACHES):
+            value = env.get(var)
+            if value and os.path.abspath(value).startswith(root + os.sep):
+                self.confined(os.path.relpath(os.path.abspath(value), root))
+
     def cache_root(self) -> str:
         """``VLLM_CACHE_ROOT`` for the engine: the option, else study-local."""
         # Absolute: a container launcher mounts the study's directory at the same path, but starts elsewhere.
@@ -475,7 +498,7 @@ class VllmEngine(EngineBackend):
 
     def log_path(self, config: EngineConfig, restart: int, seed: int) -> Path:
         """A new log file for one restart (restart indices repeat across rounds, so a timestamp is added)."""
-        folder = self.work_dir() / "logs" / config.key()
+        folder = self.confined(Path("logs") / config.key())
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = folder / f"{stamp}-r{restart}-s{seed}.log"
         n = 1

@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from autotune.core.confine import open_confined
+
 __all__ = ["STUDY_CACHES", "caches_empty", "caches_present", "jit_cache_env", "left_to_user", "record_caches",
            "triton_cache_dir"]
 
@@ -96,8 +98,8 @@ def record_caches(marker: Path, work_dir: Path, log_text: str, env: Mapping[str,
     data: dict[str, Any] = {"compile_dirs": dirs, "triton": _filled(triton_cache_dir(env))}
     if data["triton"]:
         data["triton_dir"] = _stored(triton_cache_dir(env), work_dir)
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(data))
+    with open_confined(work_dir, marker) as fh:  # inside the study's directory, never through a link out of it
+        fh.write(json.dumps(data))
 
 
 def caches_empty(cache_root: Path, env: Mapping[str, str]) -> bool:

@@ -24,8 +24,9 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from autotune.core.confine import open_confined
 from autotune.core.transient import LOST_PREFIX
-from autotune.engines.process import (TAG_ENV, EngineProcess, RedactedLog, Survivor, kill_group, process_name,
+from autotune.engines.process import (TAG_ENV, Adopted, EngineProcess, RedactedLog, Survivor, kill_group, process_name,
                                      tagged_processes, wait_gone)
 from autotune.engines.vllm._launcher import LaunchResult, supervise, tail_text
 
@@ -248,6 +249,9 @@ class ForkedProcess:
         self.lost: str | None = None
         self.survivors: list[Survivor] = []
         self._stopped = False
+        # A descendant that leaves the session and clears the tag comes to us, the subreaper, once its parents are
+        # gone: known by being a new child of ours (engines.process.Adopted, issue 44).
+        self.adopted = Adopted()
 
     def __enter__(self) -> ForkedProcess:
         return self
@@ -275,6 +279,7 @@ class ForkedProcess:
                 self.signal_group(signal.SIGKILL)
                 self.wait()
         self.survivors = _stop_tagged(self.tag, [self.pid], grace_s, seen)
+        self.survivors += self.adopted.kill(exclude={self.pid, self.host.process.pid})
         self._stopped = True
         return self.survivors
 
@@ -357,7 +362,8 @@ def launch_forked(
     """
     log = Path(log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_bytes(b"")
+    with open_confined(log.parent, log.name, "wb"):  # the runner appends to it: never to a link put in its place
+        pass
     start = time.monotonic()
     try:
         proc = host.start(request, str(log), env, timeout_s=startup_timeout_s, kill_grace_s=kill_grace_s)

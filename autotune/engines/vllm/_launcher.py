@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from autotune.core.confine import open_confined
 from autotune.engines.process import EngineProcess, RedactedLog, kill_group, scrub_log
 
 __all__ = [
@@ -226,7 +227,7 @@ def supervise(
     else:
         scrub_log(log)
     if survivors:
-        with open(log, "a") as fh:
+        with open_confined(log.parent, log.name, "a") as fh:
             fh.write(f"\nautotune: killed {len(survivors)} process(es) that had left the engine's process group: "
                      f"{', '.join(map(str, survivors))}\n")
     watcher.finish()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.records import RestartResult
+from autotune.core.escape import escape_text
 from autotune.core.redact import redact, redact_text
 from autotune.core.urls import sqlite_path
 from autotune.engines.process import hold_interruptions, release_interruptions
@@ -177,7 +178,7 @@ class _Session:
                 "mlflow.source.type": "LOCAL", "space": str(meta.space_name or ""), **engine_tags(meta.engine)}
         if ledger.study_uid():
             tags[TAG_STUDY_UID] = ledger.study_uid()
-        created = self.client.create_run(experiment_id, run_name=ledger.name, tags=redact(tags))
+        created = self.client.create_run(experiment_id, run_name=escape_text(ledger.name), tags=_shown(tags))
         run_id = created.info.run_id
         self.log(run_id, params=_study_params(meta))
         ledger.record_mlflow_parent_run_id(run_id)
@@ -212,8 +213,8 @@ class _Session:
 
     def child_run(self, experiment_id: str, parent_id: str, name: str, tags: Mapping[str, str],
                   start_ms: int | None = None) -> str:
-        run = self.client.create_run(experiment_id, start_time=start_ms, run_name=name,
-                                     tags=redact({"mlflow.parentRunId": parent_id, **tags}))
+        run = self.client.create_run(experiment_id, start_time=start_ms, run_name=escape_text(name),
+                                     tags=_shown({"mlflow.parentRunId": parent_id, **tags}))
         return str(run.info.run_id)
 
     # logging -------------------------------------------------------------------------------------------
@@ -222,9 +223,10 @@ class _Session:
             metrics: Iterable[tuple[str, float, int]] = (), tags: Mapping[str, str] | None = None) -> None:
         """Params, ``(key, value, step)`` metrics and tags in as few requests as MLflow's limits allow."""
         now = int(time.time() * 1000)
-        # Every value MLflow stores passes redaction: a credential key's value or a URI's password never lands.
-        p = [self._param(k, str(redact(str(v), k))[:6000]) for k, v in (params or {}).items()]
-        t = [self._tag(k, str(redact(str(v), k))[:8000]) for k, v in (tags or {}).items()]
+        # Every value MLflow stores passes redaction: a credential key's value or a URI's password never lands; and
+        # escaping (issue 44): a label's terminal escapes reach no one who reads the run (the UI, a script).
+        p = [self._param(k, escape_text(str(redact(str(v), k)))[:6000]) for k, v in (params or {}).items()]
+        t = [self._tag(k, escape_text(str(redact(str(v), k)))[:8000]) for k, v in (tags or {}).items()]
         m = [self._metric(k, _significant(v), now, int(step)) for k, v, step in metrics]
         while p or t or m:
             self.client.log_batch(run_id, metrics=m[:_BATCH_METRICS], params=p[:_BATCH_PARAMS], tags=t[:_BATCH_TAGS])
@@ -241,7 +243,7 @@ class _Session:
 
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
         """A text artifact, redacted."""
-        self.client.log_text(run_id, redact_text(text), artifact_file)
+        self.client.log_text(run_id, escape_text(redact_text(text)), artifact_file)
 
     def log_file(self, run_id: str, path: str, artifact_path: str | None = None) -> None:
         """A text file (a space file, an engine log) as an artifact of the same name, redacted."""
@@ -278,3 +280,8 @@ def _study_params(meta: StudyMeta) -> dict[str, str]:
     if meta.baseline is not None:
         params.update({k: v for k, v in meta.baseline.engine_args.items()})
     return {k: _param_value(v) for k, v in params.items() if v is not None}
+
+
+def _shown(tags: Mapping[str, Any]) -> dict[str, str]:
+    """Tags as MLflow stores them: redacted, then escaped (issue 44)."""
+    return {k: escape_text(str(v)) for k, v in redact(dict(tags)).items()}
