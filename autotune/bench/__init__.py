@@ -4,6 +4,7 @@ The strategy benchmark (:mod:`._bench`) is run by ``autotune bench``, which reac
 other benchmarks are public modules of their own (``coverage``, ``scaling``, ``recheck``, ``warmstart``, ...).
 """
 
+from autotune.bench._args import count
 from autotune.bench._bench import (
     DEFAULT_BUDGETS,
     DEFAULT_OUT,
@@ -32,6 +33,7 @@ __all__ = [
     "STRATEGIES",
     "BenchConfig",
     "check_status",
+    "count",
     "log_to_mlflow",
     "plot_regret",
     "render_header",

@@ -10,7 +10,7 @@ import dataclasses
 import sys
 from typing import IO, Any
 
-from autotune.bench import PROFILES
+from autotune.bench import PROFILES, count
 from autotune.bench.scaling import (
     DEFAULT_BUDGET,
     DEFAULT_SEEDS,
@@ -34,16 +34,7 @@ _MAX_WORKERS = 256
 
 
 def _bounded(low: int, high: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
-        return value
-
-    return parse
+    return count(low, high)  # the benchmarks' one typed count (bench/_args.py)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from autotune.stats import scipy_stats
 
 __all__ = ["DEFAULT_CV", "MACHINE_PRIOR_DF", "PLAN_QUANTILE", "SIDE_PRIOR_DF", "NoisePrior", "log_variance",
-           "planning_noise", "study_prior"]
+           "planning_noise", "pooled_sum", "study_prior"]
 
 #: The machine's noise before anything was recorded on it (empirical; see the module's docstring).
 DEFAULT_CV = 0.10
@@ -59,6 +59,16 @@ def log_variance(values: Sequence[float]) -> tuple[float, int]:
         return 0.0, 0
     m = sum(logs) / len(logs)
     return sum((x - m) ** 2 for x in logs) / (len(logs) - 1), len(logs) - 1
+
+
+def pooled_sum(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """Sum of squares of log values about each group's mean, and the degrees of freedom, over every group."""
+    total, df = 0.0, 0
+    for g in groups:
+        var, d = log_variance(g)
+        total += var * d
+        df += d
+    return total, df
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,11 +98,7 @@ class NoisePrior:
         """The machine's noise from earlier studies' restarts, one group per (study, configuration); the default
         when they hold no two restarts of one configuration. Worth what they measured, at most
         :data:`MACHINE_PRIOR_DF`, and pulled toward the default by what is missing from that."""
-        total, df = 0.0, 0
-        for g in groups:
-            var, d = log_variance(g)
-            total += var * d
-            df += d
+        total, df = pooled_sum(groups)
         if df == 0:
             return cls.default()
         worth = min(float(df), MACHINE_PRIOR_DF)
@@ -106,11 +112,7 @@ class NoisePrior:
 def study_prior(groups: Sequence[Sequence[float]], machine: NoisePrior) -> NoisePrior:
     """The study's noise: every configuration's counted restarts pooled (one group each), moderated by the machine's
     prior. Its worth as a side's prior is :data:`SIDE_PRIOR_DF`."""
-    total, df = 0.0, 0
-    for g in groups:
-        var, d = log_variance(g)
-        total += var * d
-        df += d
+    total, df = pooled_sum(groups)
     variance = (machine.df * machine.variance + total) / (machine.df + df)
     source = f"prior {machine.source}"
     if df:

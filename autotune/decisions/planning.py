@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.decisions.noise import DEFAULT_CV
+from autotune.decisions.noise import DEFAULT_CV, log_variance, pooled_sum
 from autotune.stats import scipy_stats
 
 __all__ = ["DEFAULT_CV", "DEFAULT_MIN_EFFECT", "DEFAULT_POWER", "MAX_SHARE", "BudgetReach", "NoiseEstimate",
@@ -67,23 +67,10 @@ MAX_RESTARTS = 40
 UNBUDGETED = 10
 
 
-def _log_var(values: Sequence[float]) -> tuple[float, int]:
-    """Sample variance of log values and its degrees of freedom (``(0, 0)`` with fewer than two)."""
-    logs = [math.log(v) for v in values if v > 0 and math.isfinite(v)]
-    if len(logs) < 2:
-        return 0.0, 0
-    m = sum(logs) / len(logs)
-    return sum((x - m) ** 2 for x in logs) / (len(logs) - 1), len(logs) - 1
-
-
 def pooled_log_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
     """The study's restart noise: variance of log throughput pooled over every configuration with two or more
     counted restarts, and its degrees of freedom (``(DEFAULT_CV**2, 0)`` when none has two)."""
-    total, df = 0.0, 0
-    for g in groups:
-        var, d = _log_var(g)
-        total += var * d
-        df += d
+    total, df = pooled_sum(groups)
     if df == 0:
         return math.log1p(DEFAULT_CV ** 2), 0
     return total / df, df
@@ -104,7 +91,7 @@ class NoiseEstimate:
 
 def estimate_noise(values: Sequence[float], prior_variance: float, prior_df: float = PRIOR_DF) -> NoiseEstimate:
     """``values``' log variance pulled toward ``prior_variance`` by ``prior_df`` degrees of freedom."""
-    var, df = _log_var(values)
+    var, df = log_variance(values)
     post = (prior_df * prior_variance + df * var) / (prior_df + df) if prior_df + df > 0 else prior_variance
     return NoiseEstimate(post, len(values))
 
@@ -261,27 +248,23 @@ class RestartPlan:
         text = (f"verification: {self.challenger} {who} + {self.baseline} baseline restarts planned, baseline CV "
                 f"{100 * self.baseline_cv:.0f}%, challenger CV {100 * self.challenger_cv:.0f}%, to resolve "
                 f"{self.effect:.2f}x at {100 * self.power:.0f}% power")
-        if self.basis == "search" and self.search_effect is not None:
-            text += (f" (the search saw {self.search_effect:.2f}x, discounted to its cube root for its selection bias; "
-                     f"{self.min_effect:.2f}x would need {_needs(self.min_effect_needs)})")
-        elif self.basis == "budget":
-            text += (f" (what the budget's share pays for; {self.min_effect:.2f}x would need "
-                     f"{_needs(self.min_effect_needs)})")
-        if self.minutes is not None:
-            text += f", ~{self.minutes:.1f} min"
-        return text
+        return text + self._why_and_cost(_needs(self.min_effect_needs))
 
     def _describe_paired(self) -> str:
         who = "the winner" if self.challengers == 1 else f"{self.challengers} challengers"
         text = (f"verification: {self.baseline} rounds of {who} and the baseline planned, paired by round, "
                 f"restart CV {100 * self.baseline_cv:.0f}% baseline / {100 * self.challenger_cv:.0f}% challenger "
                 f"planned ({self.noise_source}), to resolve {self.effect:.2f}x at {100 * self.power:.0f}% power")
+        return text + self._why_and_cost(_rounds_needed(self.min_effect_needs))
+
+    def _why_and_cost(self, needs: str) -> str:
+        """Why the plan is for this effect (when not ``min_effect``) and what it costs."""
+        text = ""
         if self.basis == "search" and self.search_effect is not None:
             text += (f" (the search saw {self.search_effect:.2f}x, discounted to its cube root for its selection bias; "
-                     f"{self.min_effect:.2f}x would need {_rounds_needed(self.min_effect_needs)})")
+                     f"{self.min_effect:.2f}x would need {needs})")
         elif self.basis == "budget":
-            text += (f" (what the budget's share pays for; {self.min_effect:.2f}x would need "
-                     f"{_rounds_needed(self.min_effect_needs)})")
+            text += f" (what the budget's share pays for; {self.min_effect:.2f}x would need {needs})"
         if self.minutes is not None:
             text += f", ~{self.minutes:.1f} min"
         return text

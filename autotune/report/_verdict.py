@@ -112,15 +112,19 @@ def _what_closes(ledger: Ledger, meta: StudyMeta, design: SequentialPlan | None,
     minutes = need * pair_min
     text = (f"About {need} more round{'s' if need != 1 else ''} of the winner and the baseline "
             f"({2 * need} restarts, ~{minutes:.0f} min) would likely close it")
+    return text + _run_again(ledger, meta, minutes, 2 * need) + "."
+
+
+def _run_again(ledger: Ledger, meta: StudyMeta, minutes: float, starts: int) -> str:
+    """``: run the same command with --budget-minutes N`` (or ``--budget-restarts``): the budget that pays for
+    ``minutes`` and ``starts`` more than the study used."""
     if meta.budget_minutes is not None:
         _, used = ledger.budget_used()
-        text += f": run the same command with --budget-minutes {math.ceil(used + minutes + 0.5)}"
-    elif meta.budget_restarts is not None:
-        starts, _ = ledger.budget_used()
-        text += f": run the same command with --budget-restarts {starts + 2 * need}"
-    else:
-        text += ": run the same command again"
-    return text + "."
+        return f": run the same command with --budget-minutes {math.ceil(used + minutes + 0.5)}"
+    if meta.budget_restarts is not None:
+        spent, _ = ledger.budget_used()
+        return f": run the same command with --budget-restarts {spent + starts}"
+    return ": run the same command again"
 
 
 def _legacy_note(ledger: Ledger, meta: StudyMeta, v: Verification, design: SequentialPlan | None) -> str | None:
@@ -220,14 +224,7 @@ def _paired_note(ledger: Ledger, meta: StudyMeta, v: Verification, design: Seque
     minutes = k * pair_min
     text = (f"Undecided: {why}. About {k} more round{'s' if k != 1 else ''} of the winner and the baseline "
             f"(~{minutes:.0f} min) would give a {100 * chance:.0f}% chance of a decision")
-    if meta.budget_minutes is not None:
-        _, used = ledger.budget_used()
-        text += f": run the same command with --budget-minutes {math.ceil(used + minutes + 0.5)}"
-    elif meta.budget_restarts is not None:
-        starts, _ = ledger.budget_used()
-        text += f": run the same command with --budget-restarts {starts + 2 * k}"
-    else:
-        text += ": run the same command again"
+    text += _run_again(ledger, meta, minutes, 2 * k)
     if need is None:
         text += f" (the {left} rounds kept for an extension are all there is)"
     return text + "."
