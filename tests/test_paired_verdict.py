@@ -163,6 +163,14 @@ def test_the_report_states_the_baselines_failures_beside_the_verdict(tmp_path):
     lines = _failures_behind(VerificationTable(rows, 6, v.restarts_used, v.minutes_used), 4)
     assert lines == ["the baseline failed 2 of its 6 verification restarts (engine died (test)); the verdict reads "
                      "the 4 rounds both sides ran"]
+    # and the report has a result: the paired comparison is the measurement the verdict needs
+    from autotune.report._counts import TrialCounts
+    from autotune.report._no_result import no_result_reason
+
+    winner = next(r for r in rows if not r.is_baseline)
+    base = next(r for r in rows if r.is_baseline)
+    assert base.status == "failed" and winner.speedup.pairs == 4
+    assert no_result_reason(TrialCounts(), (), winner, base, True, rows) is None
 
 
 # -- 7. the three-way answer ---------------------------------------------------------------------------------------

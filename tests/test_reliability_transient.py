@@ -123,6 +123,8 @@ def test_a_study_that_lost_its_baseline_to_a_guard_trip_recovers_when_the_same_c
     with monkeypatch.context() as m:
         m.setattr(_verification, "_may_run_again", lambda *a: False)  # as autotune before issue 32 did
         m.setattr(_verification.Rounds, "failed", _failed_before_issue_32)
+        # and as before issue 44 (principle 8): a baseline that failed got no more starts
+        m.setattr(_verification, "_baseline_broken", lambda results: True)
         lost = build_report(run_study(space, engine, _options(tmp_path)))
     assert lost.no_result and "baseline" in lost.no_result and GUARD_PREFIX in lost.no_result
     calls = len(engine.calls)

@@ -52,7 +52,7 @@ def test_baselines_run_first_and_verification_finds_the_true_best(tmp_path):
     # The verdict line states the multiplicity its level is corrected for: the challengers that went on after the
     # first round (a dropped runner-up is not compared).
     challengers = sum(1 for e in report.verification.entries if not e.is_baseline and not e.dropped)
-    assert challengers >= 2 and f"CI, Bonferroni over {challengers} challengers)" in text
+    assert challengers >= 2 and f"CI, Bonferroni over {challengers} challengers, paired over " in text
 
 
 def test_verification_overrules_a_lucky_search_best(tmp_path):

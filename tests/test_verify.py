@@ -185,7 +185,8 @@ def test_the_study_verifies_with_the_loop_the_coverage_benchmark_scores(tmp_path
     again = run_verification(engine, space.workload, ledger.verify_candidates(), options.verify_restarts,
                              options.verify_seed, confidence=options.confidence,
                              interval_method=options.interval_method, max_restarts=options.verify_max_restarts,
-                             sequential_rounds=options.verify_sequential_rounds, margin=options.verify_margin)
+                             sequential_rounds=options.verify_sequential_rounds, margin=options.verify_margin,
+                             order_seed=options.seed)  # the study draws each round's order from its seed
     verify_seeds = {options.verify_seed(r)
                     for r in range(options.verify_max_restarts + options.verify_sequential_rounds)}
     assert engine.calls == [c for c in study_engine.calls if c[1] in verify_seeds]

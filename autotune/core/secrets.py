@@ -109,6 +109,8 @@ def _literal_at(value: Any, field: str, key: Any) -> tuple[str, str, str] | None
         return None
     if value is None or isinstance(value, bool):
         return None
+    if isinstance(value, (int, float)) and not (key is not None and is_secret_key(key)):
+        return None  # a number is no credential unless its key says so (NaN is not even equal to itself)
     if redact(value, key) != value:
         flag = _credential_flag(value) if isinstance(value, str) else ""
         return field, flag or (str(key) if key is not None and is_secret_key(key) else ""), str(value)

@@ -551,7 +551,8 @@ def conclude(
             # A baseline that failed some restarts still gives a verdict from the rounds both ran (issue 44): the
             # pairs are counted, and its failures stated, in the report.
             a, b = matched_pairs(standing(per_key[cand.config.key()]), standing(per_key[base.config.key()]))
-            comparison = compare_paired(a, b, alpha=alpha, comparisons=max(1, len(kept)))
+            # Fewer than two pairs say nothing of the noise: no comparison, as an unmeasured baseline gives none.
+            comparison = compare_paired(a, b, alpha=alpha, comparisons=max(1, len(kept))) if len(a) >= 2 else None
         elif cand.role != BASELINE and not dropped and s.status == "ok" and base_summary.status == "ok" and s.values:
             # Bonferroni over the challengers that went on. The kept one's first-round restart also took part in
             # the cut (first_round_cut): a selection on one restart in three, between near-ties, that the

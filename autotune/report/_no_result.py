@@ -32,6 +32,8 @@ class VerifiedRow(Protocol):
     def failure(self) -> str | None: ...
     @property
     def restarts(self) -> Sequence[Any]: ...
+    @property
+    def speedup(self) -> Any: ...
 
 __all__ = ["compared_in_search", "no_result_reason"]
 
@@ -48,6 +50,11 @@ def compared_in_search(outcomes: Sequence[Any], records: Sequence[Any], baseline
                and r.config.key() != base)
 
 
+def _paired_interval(row: VerifiedRow) -> bool:
+    sp = row.speedup
+    return sp is not None and getattr(sp, "pairs", None) is not None and sp.ci_low is not None
+
+
 def no_result_reason(counts: TrialCounts, failures: Sequence[FailedTrial], winner: VerifiedRow | None,
                      baseline: VerifiedRow | None, verified: bool, rows: Sequence[VerifiedRow] = (),
                      compared: int = 0) -> str | None:
@@ -60,7 +67,10 @@ def no_result_reason(counts: TrialCounts, failures: Sequence[FailedTrial], winne
     trial.
     """
     if verified:
-        if baseline is None or baseline.status != "ok" or not baseline.n:
+        # A baseline that failed some restarts still gives a verdict from the rounds both sides ran (issue 44,
+        # principle 8): a paired comparison with an interval is the measurement the verdict needs.
+        paired = winner is not None and _paired_interval(winner)
+        if baseline is None or not baseline.n or (baseline.status != "ok" and not paired):
             label = baseline.label if baseline is not None else "engine defaults"
             why = baseline.failure if baseline is not None else None
             if not why and (baseline is None or not baseline.restarts):
