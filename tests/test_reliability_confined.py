@@ -201,3 +201,19 @@ def test_a_new_store_is_still_made_by_a_study_that_runs(tmp_path, capsys):
     assert status in (ExitStatus.SUCCESS, ExitStatus.NO_RESULT), err[-1000:]
     assert (tmp_path / "new" / "dir" / "optuna.db").is_file()
     assert os.path.isdir(tmp_path / "w" / "one")
+
+
+def test_a_relative_cache_directory_keeps_its_compile_markers_so_the_second_start_is_warm(tmp_path, monkeypatch):
+    # A study's workdir given relative (the default mlruns/autotune): a confined write of root/name must land at
+    # root/name, not root/root/name, or every start stays cold (the --gpus workers test caught it after the merge).
+    from autotune.config.space import parse_space
+    from autotune.engines.sim import SimEngine
+    from tests.conftest import SMALL_SPACE
+
+    monkeypatch.chdir(tmp_path)
+    space = parse_space(SMALL_SPACE)
+    engine = SimEngine(cache_dir="work/study")
+    first = engine.run_restart(space.baseline(), space.workload, restart=0, seed=1)
+    second = engine.run_restart(space.baseline(), space.workload, restart=1, seed=2)
+    assert first.cold and not second.cold
+    assert not (tmp_path / "work" / "study" / "work").exists()

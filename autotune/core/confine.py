@@ -35,7 +35,11 @@ class LinkRefused(OSError):
 
 
 def _parts(root: Path, path: str | os.PathLike[str]) -> tuple[str, ...]:
-    """``path`` (absolute, or relative to ``root``) as the names below ``root``; refused if it leaves ``root``."""
+    """``path`` (absolute, or relative to ``root``) as the names below ``root``; refused if it leaves ``root``.
+
+    A caller holding ``root / name`` with a relative ``root`` passes it through :func:`os.path.abspath` first: a
+    relative path is taken below ``root``, so ``root / name`` would name ``root / root / name``.
+    """
     target = Path(path)
     if target.is_absolute():
         target = Path(os.path.abspath(target))  # ``..`` folded away by name, before it could climb out

@@ -237,7 +237,7 @@ class CmdEngine(EngineBackend):
             return None
         path = Path(self.cache_dir) / "logs" / f"{config.key()}-r{restart}.log"
         try:
-            with open_confined(self.cache_dir, path) as fh:  # never through a link out of the study's directory
+            with open_confined(self.cache_dir, os.path.abspath(path)) as fh:  # never through a link out of the study's directory
                 fh.write(f"$ {shlex.join(self.command)}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}")
         except OSError:
             return None  # a log we cannot write must not fail the restart

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import os
 import random
 import time
 from pathlib import Path
@@ -327,7 +328,7 @@ class SimEngine(EngineBackend):
         if marker.exists():
             return False
         try:
-            with open_confined(self.cache_dir, marker, "a"):  # as a real cache: never through a link out of the study
+            with open_confined(self.cache_dir, os.path.abspath(marker), "a"):  # as a real cache: never through a link out of the study
                 pass
         except OSError:
             pass  # a cache that cannot be written: this start is cold, and so will the next be

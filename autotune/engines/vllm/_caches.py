@@ -98,7 +98,7 @@ def record_caches(marker: Path, work_dir: Path, log_text: str, env: Mapping[str,
     data: dict[str, Any] = {"compile_dirs": dirs, "triton": _filled(triton_cache_dir(env))}
     if data["triton"]:
         data["triton_dir"] = _stored(triton_cache_dir(env), work_dir)
-    with open_confined(work_dir, marker) as fh:  # inside the study's directory, never through a link out of it
+    with open_confined(work_dir, os.path.abspath(marker)) as fh:  # inside the study's directory, never through a link out of it
         fh.write(json.dumps(data))
 
 
