@@ -256,3 +256,21 @@ def test_paired_power_matches_the_analysis():
         c = compare_paired(list(np.exp(d)), [1.0] * n)
         hits += c.verdict == Verdict.FASTER
     assert hits / 3000 == pytest.approx(paired_power(n, var_d, effect, 0.05), abs=0.03)
+
+
+def test_earlier_studies_on_the_same_store_and_machine_are_the_next_studys_prior(tmp_path):
+    # Issue 41: the floor comes from "the machine's recorded noise (earlier studies on this store and GPU)".
+    from autotune.study import StudyOptions, run_study
+    from autotune.study._planning import machine_prior
+
+    space = parse_space(SMALL_SPACE)
+    storage = f"sqlite:///{tmp_path / 'o.db'}"
+    gpu_x = EngineFacts(name="fake", gpu="GPU-X")
+    engine = FakeEngine(lambda c: 1000.0 * (1.3 if c.num_speculative_tokens else 1.0), noise=0.02, facts=gpu_x)
+    run_study(space, engine, StudyOptions(study_name="first", storage=storage, workdir=str(tmp_path), trials=4,
+                                          top_k=1, verify_restarts=4, seed=0))
+    later = StudyOptions(study_name="second", storage=storage, workdir=str(tmp_path))
+    prior = machine_prior(None, later, gpu_x.to_dict())
+    assert "1 earlier study on GPU-X" in prior.source and prior.cv < DEFAULT_CV
+    other = machine_prior(None, later, EngineFacts(name="fake", gpu="GPU-Y").to_dict())
+    assert other.cv == pytest.approx(DEFAULT_CV) and "no earlier study" in other.source

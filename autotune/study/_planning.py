@@ -17,11 +17,25 @@ from autotune.decisions.noise import NoisePrior, planning_noise, study_prior
 from autotune.decisions.planning import MAX_SHARE, BudgetReach, RestartPlan, budget_reach, plan_rounds
 from autotune.decisions.verification import BASELINE, Candidate
 from autotune.stats.intervals import shrunk_means
-from autotune.store.history import recorded_noise
+from autotune.store.history import MachineRecord, recorded_noise
 from autotune.store.ledger import Ledger
 from autotune.study.options import StudyOptions
 
 __all__ = ["UNPRICED_RESTART_MINUTES", "budget_reach_for", "machine_prior", "plan_for", "verification_counts"]
+
+
+#: What earlier studies recorded, read once per (store, study, machine) in a process: the search asks for a plan
+#: after every trial, and the earlier studies do not change while this one runs.
+_RECORDED: dict[tuple[str, str, str], MachineRecord] = {}
+
+
+def _recorded(storage: Any, study: str, engine: Mapping[str, Any]) -> MachineRecord:
+    if not isinstance(storage, str):
+        return recorded_noise(storage, study, engine)
+    key = (storage, study, repr(sorted((k, str(v)) for k, v in engine.items())))
+    if key not in _RECORDED:
+        _RECORDED[key] = recorded_noise(storage, study, engine)
+    return _RECORDED[key]
 
 
 def machine_prior(ledger: Ledger | None, options: StudyOptions, engine: Mapping[str, Any] | None = None) -> NoisePrior:
@@ -32,7 +46,7 @@ def machine_prior(ledger: Ledger | None, options: StudyOptions, engine: Mapping[
         engine = stored.engine if stored is not None else None
     if not engine or isinstance(options.storage, str) and options.storage in ("memory", ":memory:"):
         return NoisePrior.default()
-    record = recorded_noise(options.storage, options.study_name, engine)
+    record = _recorded(options.storage, options.study_name, engine)
     if not record.groups:
         return NoisePrior.default()
     gpu = engine.get("gpu") or engine.get("profile") or engine.get("engine")
@@ -56,7 +70,7 @@ def budget_reach_for(options: StudyOptions, engine: Mapping[str, Any], ledger: L
     prior = machine_prior(None, options, engine)
     if ledger is not None:
         prior = study_prior(list(_search_values(ledger).values()), prior)
-    record = (recorded_noise(options.storage, options.study_name, engine)
+    record = (_recorded(options.storage, options.study_name, engine)
               if isinstance(options.storage, str) and options.storage not in ("memory", ":memory:") else None)
     minutes = UNPRICED_RESTART_MINUTES
     source = prior.source
