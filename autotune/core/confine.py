@@ -14,6 +14,7 @@ is confined.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from pathlib import Path
@@ -82,10 +83,8 @@ def _open_chain(root: Path, parts: tuple[str, ...], create: bool) -> int:
             except FileNotFoundError:
                 if not create:
                     raise
-                try:
+                with contextlib.suppress(FileExistsError):  # made meanwhile (another worker): opened and checked below
                     os.mkdir(part, 0o777, dir_fd=fd)
-                except FileExistsError:
-                    pass  # made meanwhile (another worker): opened, and checked, below
                 try:
                     child = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:

@@ -13,6 +13,7 @@ about real hardware may come from it. See ``docs/simulator.md``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -327,11 +328,9 @@ class SimEngine(EngineBackend):
         marker = Path(self.cache_dir) / COMPILE_CACHE_DIR / key
         if marker.exists():
             return False
-        try:
-            with open_confined(self.cache_dir, os.path.abspath(marker), "a"):  # as a real cache: never through a link out of the study
-                pass
-        except OSError:
-            pass  # a cache that cannot be written: this start is cold, and so will the next be
+        # A cache that cannot be written leaves this start cold, and the next one too (as a real engine's would).
+        with contextlib.suppress(OSError):
+            open_confined(self.cache_dir, os.path.abspath(marker), "a").close()  # its existence is the cache
         return True
 
     def _drifting(self, rng: random.Random, startup_s: float) -> tuple[float, float, Any] | None:

@@ -9,6 +9,7 @@ that carries the marker and lies inside ``workdir``, and refuses anything else w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -108,10 +109,8 @@ def prepare_study_dir(workdir: str | os.PathLike[str], name: str, fresh: bool = 
     path.mkdir(parents=True, exist_ok=True)
     if not (path / MARKER).exists():
         try:
-            with open_confined(path, MARKER, "x") as fh:
+            with contextlib.suppress(FileExistsError), open_confined(path, MARKER, "x") as fh:  # or another worker's
                 fh.write(json.dumps({"study": name, "created_by": "autotune"}) + "\n")
-        except FileExistsError:
-            pass  # another worker wrote it meanwhile
         except LinkRefused as exc:
             raise NotOwned(str(exc)) from None
         except OSError as exc:  # a write() error names no file: name it, so a full disk names the workdir (FS04)
