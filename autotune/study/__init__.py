@@ -22,7 +22,8 @@ from autotune.study._open import prepare_study
 from autotune.study._planning import budget_reach_for
 from autotune.study._recheck import RecheckError, RecheckOptions, recheck
 from autotune.study._run import Interrupted, run_study
-from autotune.study._verification import EXTENSION_SHARE, run_verification
+from autotune.study._memory_rounds import run_verification
+from autotune.study._verification import EXTENSION_SHARE
 from autotune.study._warm_start import WarmStart, carry_noise, plan_warm_start, warm_start_top
 from autotune.study.options import StudyOptions
 

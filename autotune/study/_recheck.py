@@ -35,7 +35,8 @@ from autotune.store.heartbeat import Heartbeat
 from autotune.store.ledger import owner_id
 from autotune.study._budget import StartCosts
 from autotune.study._restart import measure_restart
-from autotune.study._verification import MemoryRounds, VerificationLoop, _runnable
+from autotune.study._memory_rounds import MemoryRounds
+from autotune.study._verification import VerificationLoop, _runnable
 from autotune.study.options import SEED_STRIDE
 
 __all__ = ["NEW_ENGINE_ARG", "RECHECK_SEED_OFFSET", "RecheckError", "RecheckOptions", "recheck"]
