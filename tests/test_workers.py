@@ -211,6 +211,8 @@ def _check_study(lg: Ledger, killer: Killer) -> None:
     # A runner-up (when the search left a start for it) makes the first round one wider; after it one challenger is
     # dropped with its single restart, and every other entry has each round's restart once.
     assert sum(e.dropped for e in verification.entries) == sum(e.candidate.runner_up for e in verification.entries)
+    kept = [e for e in verification.entries if not e.dropped]
+    cut: set[int] = set()
     for entry in verification.entries:
         counted = [r.restart for r in entry.restarts if r.ok and not r.cold]
         # Each side's restarts sit on the rounds it is scheduled for: spread over the common rounds when the plan
@@ -218,7 +220,14 @@ def _check_study(lg: Ledger, killer: Killer) -> None:
         common = max(per_side.values())
         expected = [0] if entry.dropped else \
             [r for r in range(common) if scheduled(per_side[entry.candidate.role], common, r)]
-        assert sorted(counted) == expected, entry.candidate.config.label()
+        assert sorted(counted) == sorted(set(counted)) and set(counted) <= set(expected), \
+            f"{entry.candidate.config.label()}\n{_budget_breakdown(lg)}"
+        cut |= set(expected) - set(counted)
+    # The plan fitted the rounds to the budget, but a killed holder's start is a start spent (CI, session 25: its cold
+    # start left the last round one start short): a round the budget can no longer pay for is left out, and only then.
+    # (Whole, unless two workers checked their rounds at once: tests/test_paired_verdict.py checks it in one process.)
+    if cut:
+        assert used + len(kept) > BUDGET, f"rounds {sorted(cut)} left out with budget left\n{_budget_breakdown(lg)}"
     assert verification.restarts_used == sum(len(rs) for by_key in lg.verify_rounds().values()
                                              for rs in by_key.values())
 

@@ -216,8 +216,9 @@ class VerificationLoop:
                 if claim is not None:
                     participants = self._participants(rnd)
                     assert participants is not None  # only the near-tie rounds after the common ones can be skipped
-                    with _given_up_unless_done(claim):
-                        self._run_round(participants, rnd, claim)
+                    if self._round_fits(participants, rnd):
+                        with _given_up_unless_done(claim):
+                            self._run_round(participants, rnd, claim)
                     claim.complete()
                     break
             else:
@@ -239,6 +240,16 @@ class VerificationLoop:
                     self._run_round(todo, rnd, claim)
             # A round the budget leaves out stays empty: the next one finds no tie to break.
             claim.complete()
+
+    def _round_fits(self, participants: Sequence[Candidate], rnd: int) -> bool:
+        """Whether the budget pays for what is left of planned round ``rnd``. The plan fitted its rounds to the
+        budget, but starts can be lost after it (a worker killed mid-restart spent one). Paired, a round counts only
+        where both sides ran, so one the budget cannot pay for whole is left out rather than half run: its lone
+        restart would be a start spent for nothing. Unpaired, each restart counts alone and runs while it fits."""
+        if not self.paired or self.may_start is None:
+            return True
+        todo = self._todo(participants, rnd)
+        return not todo or self.may_start(todo)
 
     def _todo(self, participants: Sequence[Candidate], rnd: int) -> list[Candidate]:
         """The participants still to run round ``rnd``: not measured in it yet (an earlier holder may have), and
