@@ -39,12 +39,14 @@ from autotune.decisions import planning
 from autotune.decisions.noise import NoisePrior, planning_noise, study_prior
 from autotune.decisions.planning import estimate_noise, plan_restarts, plan_rounds, pooled_log_variance
 from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate
+from autotune.decisions.window import WindowCosts, sized_plan
 from autotune.engines.drift import PRESETS, DriftScenario
+from autotune.stats.components import Components, components
 from autotune.study import EXTENSION_SHARE, run_verification
 
 __all__ = ["Model", "load_models", "main", "replay_cell"]
 
-POLICIES = ("fixed", "sequential", "plan", "paired")
+POLICIES = ("fixed", "sequential", "plan", "paired", "paired-search-window")
 BUDGETS = (20.0, 30.0, 60.0)
 MARGIN = 0.03
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "measurements"))
@@ -195,19 +197,20 @@ class _Recorded:
 
 
 class _DriftEngine:
-    """A replay's engine on a drifting machine: each restart at the scenario's clock (the study's engine-minutes)."""
+    """A replay's engine on a drifting machine: each restart at the scenario's clock (the study's engine-minutes),
+    with the timed passes the verification's workload asks for, priced by them."""
 
-    def __init__(self, scenario: DriftScenario, sides: dict[str, str], prices: dict[str, float], spent: float) -> None:
-        self.scenario, self.sides, self.prices, self.spent = scenario, sides, prices, spent
+    def __init__(self, scenario: DriftScenario, sides: dict[str, str], spent: float) -> None:
+        self.scenario, self.sides, self.spent = scenario, sides, spent
         scenario.clock_s = 60.0 * spent
 
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         side = self.sides[config.key()]
-        price = self.prices[side]
-        self.spent += price
-        draw = self.scenario.run(side, 60.0 * price)
+        cost_s = self.scenario.restart_cost_s(workload.timed_passes)
+        self.spent += cost_s / 60.0
+        draw = self.scenario.run(side, cost_s, workload.timed_passes)
         return RestartResult(status="ok", restart=restart, seed=seed, passes_tok_s=tuple(draw.passes) or (draw.value,),
-                             wall_s=60 * price, resolved=Resolved(cudagraph_mode=config.cudagraph_mode))
+                             wall_s=cost_s, resolved=Resolved(cudagraph_mode=config.cudagraph_mode))
 
 
 #: The drift scenarios (issue 41): a challenger ``effect`` times the baseline on a machine drifting as the named
@@ -216,6 +219,9 @@ class _DriftEngine:
 #: restart costs :data:`DRIFT_RESTART_MIN` (its verification restarts: about 0.6 min).
 DRIFT_PER_CONFIG = 1.5
 DRIFT_RESTART_MIN = 0.6
+#: The search's timed window in the drift scenarios: two passes of 5 s (the workload default's pass length).
+DRIFT_PASSES = 2
+DRIFT_PASS_S = 5.0
 #: Other configurations whose two search restarts the study pools into its noise prior.
 DRIFT_OTHERS = 6
 
@@ -231,18 +237,29 @@ class _Drifting:
         self.per_config = DRIFT_PER_CONFIG
         self.scenario: DriftScenario | None = None
         self.budget = 0.0
+        #: Every search restart's timed passes, by configuration: what the study sizes verification's window from.
+        self.passes: dict[str, list[list[float]]] = {}
 
     def start(self, rng: np.random.Generator, budget: float) -> None:
         medians = {"baseline": 3000.0, "winner": 3000.0 * self.effect}
         medians |= {f"other{i}": 3000.0 for i in range(DRIFT_OTHERS)}
-        self.scenario = DriftScenario(medians, self.params, rng, timed_s=10.0, n_passes=2,
-                                      restart_s=60.0 * DRIFT_RESTART_MIN)
+        self.scenario = DriftScenario(medians, self.params, rng, timed_s=DRIFT_PASSES * DRIFT_PASS_S,
+                                      n_passes=DRIFT_PASSES, restart_s=60.0 * DRIFT_RESTART_MIN)
         self.budget = budget
+        self.passes = {}
+
+    def window(self) -> tuple[Components | None, WindowCosts]:
+        """The search's variance components and costs (:mod:`autotune.decisions.window`)."""
+        assert self.scenario is not None
+        return (components(list(self.passes.values())),
+                WindowCosts(self.scenario.pass_s, self.scenario.restart_cost_s(0)))
 
     def _at(self, side: str, t_s: float, n: int) -> np.ndarray:
         assert self.scenario is not None
         step = 60.0 * DRIFT_RESTART_MIN
-        return np.array([self.scenario.draw(side, t_s + i * step).value for i in range(n)])
+        draws = [self.scenario.draw(side, t_s + i * step) for i in range(n)]
+        self.passes.setdefault(side, []).extend(list(d.passes) for d in draws)
+        return np.array([d.value for d in draws])
 
     def search(self, rng: np.random.Generator, side: str, n: int) -> np.ndarray:
         # The baseline is the study's first trial; the winner turns up somewhere in the search's first part.
@@ -255,7 +272,7 @@ class _Drifting:
 
     def engine(self, rng: np.random.Generator, spent: float, configs: dict[str, str]) -> Any:
         assert self.scenario is not None
-        return _DriftEngine(self.scenario, configs, {"winner": self.price_w, "baseline": self.price_b}, spent)
+        return _DriftEngine(self.scenario, configs, spent)
 
 
 def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: int, seed: int,
@@ -277,16 +294,26 @@ def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: 
     for _ in range(draws):
         source.start(rng, budget)
         others = source.others(rng)
-        kw: dict[str, Any] = {"paired": policy == "paired"}
-        if policy == "paired":
+        paired = policy.startswith("paired")
+        kw: dict[str, Any] = {"paired": paired}
+        if paired:
             # Issue 41's design: the noise prior that cannot collapse (the default machine prior, the study's pooled
-            # search noise on it, each side at its upper credible value), rounds planned for the paired test.
+            # search noise on it, each side at its upper credible value), rounds planned for the paired test, and
+            # (``paired``; not ``paired-search-window``) the timed window sized with them where the search's passes
+            # give its components (the drift scenarios; the recorded restarts keep no passes).
             sb, sw = source.search(rng, "baseline", 2), source.search(rng, "winner", 2)
             prior = study_prior([list(sb), list(sw)] + others, NoisePrior.default())
             seen = math.exp(np.mean(np.log(sw)) - np.mean(np.log(sb)))
-            pargs = (planning_noise(list(sw), prior), planning_noise(list(sb), prior))
-            pk = dict(search_effect=seen, challenger_minutes=pw, baseline_minutes=pb)
-            reserve = plan_rounds(*pargs, max_minutes=share * budget, **pk).minutes or 0.0
+            pvar = (planning_noise(list(sw), prior), planning_noise(list(sb), prior))
+            parts, costs = source.window() if policy == "paired" and hasattr(source, "window") else (None, None)
+
+            def paired_plan(max_minutes: float) -> Any:
+                def plan_at(vc: float, vb: float, mc: float, mb: float) -> Any:
+                    return plan_rounds(vc, vb, max_minutes=max_minutes, search_effect=seen, challenger_minutes=mc,
+                                       baseline_minutes=mb)
+                return sized_plan(plan_at, *pvar, pw, pb, parts, DRIFT_PASSES, costs)
+
+            reserve = paired_plan(share * budget).minutes or 0.0
         elif policy == "plan":
             sb, sw = source.search(rng, "baseline", 2), source.search(rng, "winner", 2)
             prior, _ = pooled_log_variance([list(sb), list(sw)] + others)
@@ -299,10 +326,14 @@ def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: 
             reserve = 3 * (pw + pb)
         configs = max(2, int((budget - reserve) // q))
         spent = configs * q
-        if policy == "paired":
-            final = plan_rounds(*pargs, max_minutes=max(0.0, budget - spent), **pk)
+        workload = Workload()
+        if paired:
+            final = paired_plan(max(0.0, budget - spent))
             kw |= dict(restarts=final.challenger, baseline_restarts=final.baseline, sequential_rounds=5,
                        extension_share=EXTENSION_SHARE, order_seed=int(rng.integers(1 << 30)))
+            workload = Workload(timed_passes=final.timed_passes or DRIFT_PASSES)
+        elif drift is not None:
+            workload = Workload(timed_passes=DRIFT_PASSES)
         elif policy == "plan":
             final = plan_restarts(*args, max_minutes=max(0.0, budget - spent), **pk)
             kw |= dict(restarts=final.challenger, baseline_restarts=final.baseline, sequential_rounds=5,
@@ -312,8 +343,11 @@ def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: 
         else:
             kw |= dict(restarts=3)
         engine = source.engine(rng, spent, sides)
-        v = run_verification(engine, Workload(), candidates, seed_for=lambda r: r, margin=MARGIN,
-                             may_start=lambda n, e=engine: e.spent + n * (pw + pb) / 2 <= budget + 1e-9, **kw)
+        # A start is priced at the side's restart price, or on the drifting machine at what a restart of the
+        # verification's window costs there.
+        price = (pw + pb) / 2 if drift is None else source.scenario.restart_cost_s(workload.timed_passes) / 60.0
+        v = run_verification(engine, workload, candidates, seed_for=lambda r: r, margin=MARGIN,
+                             may_start=lambda n, e=engine: e.spent + n * price <= budget + 1e-9, **kw)
         c = next(e for e in v.entries if e.candidate.role != BASELINE).comparison
         if c is not None:
             out["conclusive"] += (c.ci_low > 1 or c.ci_high < 1

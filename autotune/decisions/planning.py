@@ -235,6 +235,11 @@ class RestartPlan:
     paired: bool = False
     #: Where the planned noise came from (the plan line states it): the prior's source and the restarts behind it.
     noise_source: str = ""
+    #: Timed passes of each verification restart, sized with the rounds (:mod:`autotune.decisions.window`);
+    #: ``None``: the workload's, as the search ran them.
+    timed_passes: int | None = None
+    #: Why that window (the plan line states it).
+    window: str = ""
 
     @property
     def starts(self) -> int:
@@ -255,7 +260,8 @@ class RestartPlan:
         text = (f"verification: {self.baseline} rounds of {who} and the baseline planned, paired by round, "
                 f"restart CV {100 * self.baseline_cv:.0f}% baseline / {100 * self.challenger_cv:.0f}% challenger "
                 f"planned ({self.noise_source}), to resolve {self.effect:.2f}x at {100 * self.power:.0f}% power")
-        return text + self._why_and_cost(_rounds_needed(self.min_effect_needs))
+        text += self._why_and_cost(_rounds_needed(self.min_effect_needs))
+        return text + (f"; {self.window}" if self.window else "")
 
     def _why_and_cost(self, needs: str) -> str:
         """Why the plan is for this effect (when not ``min_effect``) and what it costs."""

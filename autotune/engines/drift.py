@@ -301,20 +301,33 @@ class DriftScenario:
         """The challenger's true speedup over the baseline (ratio of medians), when both are named so."""
         return self.medians["challenger"] / self.medians["baseline"]
 
-    def draw(self, config: Hashable, t_s: float) -> RestartDraw:
-        """One restart of ``config`` whose engine starts at ``t_s``; its timed window ends the restart."""
+    @property
+    def pass_s(self) -> float:
+        """One timed pass, seconds."""
+        return self.timed_s / self.n_passes
+
+    def restart_cost_s(self, n_passes: int | None = None) -> float:
+        """What a restart of ``n_passes`` timed passes costs (default :attr:`n_passes`): the start before its window,
+        then the window."""
+        n = self.n_passes if n_passes is None else n_passes
+        return max(self.restart_s - self.timed_s, 0.0) + n * self.pass_s
+
+    def draw(self, config: Hashable, t_s: float, n_passes: int | None = None) -> RestartDraw:
+        """One restart of ``config`` whose engine starts at ``t_s``; its timed window of ``n_passes`` passes
+        (default :attr:`n_passes`) ends the restart."""
         try:
             median = self.medians[config]
         except KeyError:
             raise KeyError(f"no configuration {config!r} in this scenario; it has {sorted(map(str, self.medians))}")
+        n = self.n_passes if n_passes is None else n_passes
         start = t_s + max(self.restart_s - self.timed_s, 0.0)
-        return self.noise.restart(median, start, self.timed_s, self.n_passes, self.init_s)
+        return self.noise.restart(median, start, n * self.pass_s, n, self.init_s)
 
-    def run(self, config: Hashable, cost_s: float | None = None) -> RestartDraw:
-        """One restart of ``config`` at :attr:`clock_s`, which then moves on by ``cost_s`` (default ``restart_s``):
-        what a replay's fake engine calls from ``run_restart``."""
-        draw = self.draw(config, self.clock_s)
-        self.clock_s += self.restart_s if cost_s is None else float(cost_s)
+    def run(self, config: Hashable, cost_s: float | None = None, n_passes: int | None = None) -> RestartDraw:
+        """One restart of ``config`` at :attr:`clock_s`, which then moves on by ``cost_s`` (default: what a restart
+        of ``n_passes`` costs): what a replay's fake engine calls from ``run_restart``."""
+        draw = self.draw(config, self.clock_s, n_passes)
+        self.clock_s += self.restart_cost_s(n_passes) if cost_s is None else float(cost_s)
         return draw
 
     def study(self, search: Sequence[tuple[Hashable, float]], rounds: int,

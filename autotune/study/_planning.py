@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,6 +17,8 @@ from autotune.config.space import SearchSpace
 from autotune.decisions.noise import NoisePrior, planning_noise, study_prior
 from autotune.decisions.planning import MAX_SHARE, BudgetReach, RestartPlan, budget_reach, plan_rounds
 from autotune.decisions.verification import BASELINE, Candidate
+from autotune.decisions.window import WindowCosts, sized_plan
+from autotune.stats.components import Components, components
 from autotune.stats.intervals import shrunk_means
 from autotune.store.history import MachineRecord, recorded_noise
 from autotune.store.ledger import Ledger
@@ -95,6 +98,27 @@ def verification_counts(plan: RestartPlan | None, options: StudyOptions) -> tupl
     return plan.challenger, plan.baseline
 
 
+def _window_evidence(ledger: Ledger) -> tuple[Components | None, WindowCosts | None]:
+    """The search's variance components (each warm restart's timed passes, by configuration) and its measured
+    costs: the median timed pass, and the median warm start before its timed passes."""
+    groups: dict[str, list[list[float]]] = {}
+    pass_s: list[float] = []
+    before: list[float] = []
+    for t in ledger.measured_complete():
+        key = ledger.config_key(t)
+        for r in ledger.restarts(t):
+            if not r.ok or r.cold or key is None:
+                continue
+            groups.setdefault(key, []).append([float(v) for v in r.passes_tok_s])
+            pass_s.extend(float(s) for s in r.passes_s if s and s > 0)
+            if r.wall_s is not None and r.passes_s:
+                before.append(max(0.0, float(r.wall_s) - sum(r.passes_s)))
+    parts = components(list(groups.values()))
+    if not pass_s or not before:
+        return parts, None
+    return parts, WindowCosts(statistics.median(pass_s), statistics.median(before))
+
+
 def _search_values(ledger: Ledger) -> dict[str, list[float]]:
     """Counted search restarts by configuration key (complete trials; a configuration's trials pooled)."""
     values: dict[str, list[float]] = {}
@@ -156,11 +180,21 @@ def plan_for(ledger: Ledger, space: SearchSpace, options: StudyOptions, challeng
         cap = left if final else min(share, left)
     else:
         cap = None
+
+    def plan_at(var_c: float, var_b: float, minutes_c: float, minutes_b: float) -> RestartPlan:
+        return plan_rounds(var_c, var_b, challengers=challengers, min_effect=options.min_effect,
+                           target_power=options.power, alpha=1.0 - options.confidence, search_effect=effect,
+                           max_minutes=cap, challenger_minutes=max(minutes_c, 1e-6),
+                           baseline_minutes=max(minutes_b, 1e-6), noise_source=prior.source)
+
     # Each side's noise at an upper credible value of its moderated estimate (autotune.decisions.noise): two
     # restarts that agree by luck cannot plan a verification on no noise.
-    plan = plan_rounds(planning_noise(lead, prior), planning_noise(base_values, prior), challengers=challengers,
-                       min_effect=options.min_effect, target_power=options.power, alpha=1.0 - options.confidence,
-                       search_effect=effect, max_minutes=cap, challenger_minutes=max(cost_c, 1e-6),
-                       baseline_minutes=max(cost_b, 1e-6), noise_source=prior.source)
+    var_c, var_b = planning_noise(lead, prior), planning_noise(base_values, prior)
+    if options.budget_restarts is None and price is not None:
+        # Engine-minutes are the cost: the timed window is sized with the rounds (autotune.decisions.window).
+        parts, costs = _window_evidence(ledger)
+        plan = sized_plan(plan_at, var_c, var_b, cost_c, cost_b, parts, space.workload.timed_passes, costs)
+    else:
+        plan = plan_at(var_c, var_b, cost_c, cost_b)
     # Under a restart budget the plan's cost is in starts, not minutes.
     return plan if options.budget_minutes is not None else dataclasses.replace(plan, minutes=None)

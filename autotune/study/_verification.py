@@ -401,7 +401,7 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         ledger.record_verify_extension(extension)
     loop = VerificationLoop(
         candidates, _StudyRounds(ctx, observers, extension),
-        _budgeted_runner(ctx, restart_runner(ctx.engine, ctx.space.workload, options.verify_seed,
+        _budgeted_runner(ctx, restart_runner(ctx.engine, verify_workload(ctx.space.workload, plan), options.verify_seed,
                                              lambda cand: _may_run_again(ledger, options, cand),
                                              ctx.start_tokens)), common,
         max(common, options.verify_max_restarts or common), options.confidence, options.interval_method,
@@ -418,6 +418,13 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         # spread-out restarts (it concludes as it was planned).
         paired=plan is None or plan.paired, order_seed=options.seed)
     return loop.run()
+
+
+def verify_workload(workload: Workload, plan: RestartPlan | None) -> Workload:
+    """The workload of verification's restarts: the search's, with the timed passes the plan sized for them."""
+    if plan is None or plan.timed_passes is None or plan.timed_passes == workload.timed_passes:
+        return workload
+    return dataclasses.replace(workload, timed_passes=plan.timed_passes)
 
 
 def _restart_plan(ctx: StudyContext, candidates: Sequence[Candidate]) -> RestartPlan | None:
