@@ -240,6 +240,35 @@ def test_a_draft_the_version_lacks_is_refused_naming_the_field_and_its_replaceme
     space.in_vocabulary(recorded("0.34.0" if version != "0.34.0" else "0.32.0"))  # the other version takes it
 
 
+def test_a_token_maximum_is_written_in_0_34s_own_fields_and_means_graphs_up_to_it() -> None:
+    space = _space(capture_sizes={"upto16": {"max": 16}})
+    new, old = space.in_vocabulary(recorded("0.34.0")), space.in_vocabulary(recorded("0.26.0"))
+    assert new.config_from_params(_params("FULL_AND_PIECEWISE", "upto16", 3)).compilation_config == {
+        "cudagraph_mode": "FULL_AND_PIECEWISE", "max_prefill_cudagraph_capture_tokens": 16,
+        "max_decode_cudagraph_capture_tokens": 16}
+    assert new.config_from_params(_params("FULL_DECODE_ONLY", "upto16", 3)).compilation_config == {
+        "cudagraph_mode": "FULL_DECODE_ONLY", "max_decode_cudagraph_capture_tokens": 16}
+    assert old.config_from_params(_params("FULL_AND_PIECEWISE", "upto16", 3)).compilation_config[
+        "max_cudagraph_capture_size"] == 16
+    for mode in ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE"):
+        comp = dict(new.config_from_params(_params(mode, "upto16", 3)).compilation_config)
+        got = vllm_resolve(mode=comp.pop("cudagraph_mode"), k=3, max_num_seqs=8, compilation=comp)
+        # vLLM 0.34's own code: no deprecated field (no warning), every graph within 16 tokens, decode graphs kept
+        assert not any("deprecated" in line for _, line in got["log"])
+        assert max(got["sizes"]) <= 16 and all(n * q <= 16 for n, q in got["graphs"])
+        assert bool(got["graphs"]) is (mode != "PIECEWISE")
+    # back for 0.26: one maximum again; a budget that cuts listed request counts has no meaning there
+    assert translate(_winner({"max_prefill_cudagraph_capture_tokens": 16, "max_decode_cudagraph_capture_tokens": 16}),
+                     recorded("0.26.0")).compilation_config["max_cudagraph_capture_size"] == 16
+    with pytest.raises(Untranslatable, match="max_decode_cudagraph_capture_tokens=8 leaves out"):
+        translate(_winner({"decode_cudagraph_capture_request_sizes": [1, 2, 4],
+                           "max_decode_cudagraph_capture_tokens": 8}), recorded("0.26.0"))
+    # and a 0.26 maximum exported for 0.34 is written as the search writes it there
+    assert translate(_winner({"max_cudagraph_capture_size": 16}), recorded("0.34.0")).compilation_config == {
+        "cudagraph_mode": "FULL_AND_PIECEWISE", "max_prefill_cudagraph_capture_tokens": 16,
+        "max_decode_cudagraph_capture_tokens": 16}
+
+
 def test_a_request_preset_may_not_reuse_a_token_presets_name() -> None:
     with pytest.raises(SpaceError, match="decode_capture_requests.tiny"):
         _space(decode_capture_requests={"tiny": [1, 2]})
@@ -295,10 +324,12 @@ def test_on_the_0_34_profile_the_seeds_trap_is_flagged_and_the_winner_avoids_it(
     flagged = {w["label"]: " ".join(map(str, w.get("differences") or [])) for w in report["warnings"]}
     rounded = next(text for label, text in flagged.items() if "sizes=[1,2,4,8]" in label and "K=3" in label)
     assert "decode_graphs" in rounded and "whole requests of 1+K=4" in rounded
-    dropped = next(text for label, text in flagged.items() if "max-size=2" in label and "K=3" in label)
-    assert "no decode graph" in dropped
+    # {max: 2} is written in 0.34's own fields (a decode token budget of 2 tokens), whose resolved request list
+    # still looks whole: the audit reads the graphs the runner captures within the budget, none.
+    dropped = next(text for label, text in flagged.items() if "max-decode-tokens=2" in label and "K=3" in label)
+    assert "no decode graph" in dropped and "max_decode_cudagraph_capture_tokens" in dropped
     winner = report["winner"]["label"]
-    assert winner not in flagged and "max-size=2" not in winner and "sizes=[1,2,4,8]" not in winner
+    assert winner not in flagged and "max-decode-tokens=2" not in winner and "sizes=[1,2,4,8]" not in winner
 
 
 def test_export_for_0_34_of_a_0_26_study_passes_0_34s_own_checks_or_is_refused(tmp_path: Path) -> None:
@@ -467,6 +498,15 @@ def test_the_vllm_runner_reads_0_34s_decode_requests_back_and_the_audit_flags_th
     assert resolved is not None and resolved.details["decode_cudagraph_capture_request_sizes"] == [1, 2]
     diffs = config_differences(_winner({"cudagraph_capture_sizes": [1, 2, 4, 8]}), resolved)
     assert [d.field for d in diffs] == ["decode_graphs"]
+    # 0.34's decode token budget, read back from the worker's config: graphs it leaves out are flagged
+    budgeted = {"decode_cudagraph_capture_request_sizes": [1, 2, 4], "max_decode_cudagraph_capture_tokens": 8}
+    got = vllm_resolve(k=3, max_num_seqs=4, compilation=budgeted)
+    comp.cudagraph_capture_sizes, comp.decode_cudagraph_capture_request_sizes = got["sizes"], got["decode"]
+    comp.prefill_cudagraph_capture_token_sizes, comp.max_decode_cudagraph_capture_tokens = got["prefill"], 8
+    resolved = Resolved.from_dict(_facts.resolved_config(llm))
+    assert resolved is not None and resolved.details["max_decode_cudagraph_capture_tokens"] == 8
+    diffs = config_differences(_winner(budgeted), resolved)
+    assert [d.field for d in diffs] == ["decode_graphs"] and "1, 2 requests" in str(diffs[0].resolved)
 
 
 def test_serve_mode_reads_0_34s_split_sizes_from_the_engine_core_line() -> None:
@@ -478,6 +518,9 @@ def test_serve_mode_reads_0_34s_split_sizes_from_the_engine_core_line() -> None:
             "'prefill_cudagraph_capture_token_sizes': [1, 2, 4, 8], 'decode_cudagraph_capture_request_sizes': [1, 2]}")
     details = parse_engine_config(line)["details"]
     assert details["decode_cudagraph_capture_request_sizes"] == [1, 2]
+    assert "max_decode_cudagraph_capture_tokens" not in details
+    budget = parse_engine_config(line[:-1] + ", 'max_decode_cudagraph_capture_tokens': 4}")["details"]
+    assert budget["max_decode_cudagraph_capture_tokens"] == 4
     assert details["prefill_cudagraph_capture_token_sizes"] == [1, 2, 4, 8]
     older = line.replace(", 'prefill_cudagraph_capture_token_sizes': [1, 2, 4, 8], "
                          "'decode_cudagraph_capture_request_sizes': [1, 2]", "")

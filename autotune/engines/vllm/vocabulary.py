@@ -25,6 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.core.capture import token_maximum_fields
 from autotune.core.records import EngineConfig
 from autotune.core.schedule import SCHEDULE_KEY, SCHEDULE_SINCE
 
@@ -426,10 +427,8 @@ def _to_requests(comp: dict[str, Any], mode: str | None, k: int, q: int, at: str
         if decode and int(largest) < q:
             raise Untranslatable(f"max_cudagraph_capture_size {largest} is below one request of 1+K={q} tokens: "
                                  f"{at} would capture no decode graph (vLLM #54933)")
-        if decode:
-            comp["max_decode_cudagraph_capture_requests"] = int(largest) // q
-        if mode != "FULL_DECODE_ONLY":
-            comp["max_prefill_cudagraph_capture_tokens"] = int(largest)
+        # Graphs up to so many tokens, in 0.34's own fields: as the search writes a token maximum (one owner).
+        comp.update(token_maximum_fields(int(largest), mode, requests_unit=True))
     return comp
 
 
@@ -441,9 +440,17 @@ def _to_tokens(comp: dict[str, Any], mode: str | None, k: int, q: int, at: str) 
     budget = comp.pop("max_decode_cudagraph_capture_tokens", None)
     if comp.get("use_breakable_cudagraph") is not None:
         raise Untranslatable(f"use_breakable_cudagraph is not an option of {at} (breakable graphs came in 0.34)")
+    decode_max = None if max_requests is None else int(max_requests) * q
     if budget is not None:
-        raise Untranslatable(f"max_decode_cudagraph_capture_tokens is not an option of {at}: it has no separate "
-                             "decode token budget")
+        # One maximum holds every graph there: a decode token budget is kept where it cuts no decode graph the
+        # configuration lists, or where it is the configuration's token maximum itself (as the search writes it).
+        listed = decode_max if requests is None else max(int(r) for r in requests) * q
+        if listed is not None and listed > int(budget):
+            raise Untranslatable(f"max_decode_cudagraph_capture_tokens={budget} leaves out decode graphs up to "
+                                 f"{listed} tokens that the configuration lists; {at} has no separate decode token "
+                                 "budget to say so")
+        if listed is None:
+            decode_max = int(budget)
     tokens = None if requests is None else sorted({int(r) * q for r in requests})
     if prefill is not None and tokens is not None and mode != "FULL_DECODE_ONLY" and sorted(set(prefill)) != tokens:
         raise Untranslatable(f"{at} has one token list for prefill and decode graphs, but the prefill graphs "
@@ -452,7 +459,7 @@ def _to_tokens(comp: dict[str, Any], mode: str | None, k: int, q: int, at: str) 
         tokens = sorted(set(prefill))
     if tokens is not None:
         comp["cudagraph_capture_sizes"] = tokens
-    largest = [v for v in (None if max_requests is None else int(max_requests) * q, max_prefill) if v is not None]
+    largest = [v for v in (decode_max, max_prefill) if v is not None]
     if largest and tokens is None:
         if len(set(largest)) > 1 and mode != "FULL_DECODE_ONLY":
             raise Untranslatable(f"{at} has one maximum capture size, but the decode maximum {largest[0]} tokens and "
