@@ -525,3 +525,92 @@ def test_serve_mode_reads_0_34s_split_sizes_from_the_engine_core_line() -> None:
     older = line.replace(", 'prefill_cudagraph_capture_token_sizes': [1, 2, 4, 8], "
                          "'decode_cudagraph_capture_request_sizes': [1, 2]", "")
     assert "decode_cudagraph_capture_request_sizes" not in parse_engine_config(older)["details"]
+
+
+# -- recheck on an engine of another version: translated as export writes it, or refused before any start -------
+
+RECHECK_FIXTURE = Path(__file__).resolve().parent / "data" / "study-recheck-h200-sim.db"  # a 0.26 study, K=3 winner
+
+
+def _recheck(tmp_path: Path, storage: str, study: str, version: str, *extra: str) -> tuple[int, str]:
+    """``autotune recheck`` of ``study`` with its stored space's simulator at ``version``: (status, stderr)."""
+    from autotune.store.ledger import load
+
+    raw = yaml.safe_load(load(study, storage).space_yaml())
+    raw["engine"]["sim"]["engine_version"] = version
+    path = tmp_path / f"{study}-at-{version}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    err = io.StringIO()
+    sys_err, sys.stderr = sys.stderr, err
+    try:
+        status = raw_main(["recheck", "--study", study, "--storage", storage, "--workdir", str(tmp_path / "rw"),
+                           "--no-mlflow", "--space", str(path), *extra], out=io.StringIO())
+    finally:
+        sys.stderr = sys_err
+    return status, err.getvalue()
+
+
+def _study_034(tmp_path: Path, adaptive: bool) -> str:
+    raw = copy.deepcopy(SPACE)
+    raw["search"] = {"cudagraph_mode": ["FULL_AND_PIECEWISE"], "decode_capture_requests": {"r124": [1, 2, 4]},
+                     "num_speculative_tokens": {"low": 3, "high": 3},
+                     "drafts": {"ngram": {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4,
+                                          "enable_adaptive_verification": adaptive}}}
+    study = f"new-{adaptive}".lower()
+    _tune(tmp_path, raw, "0.34.0", study, "--trials", "4", "--enqueue",
+          "cudagraph_mode=FULL_AND_PIECEWISE,capture_sizes=r124,num_speculative_tokens=3,draft=ngram")
+    return study
+
+
+def test_a_0_34_study_rechecked_on_older_engines_runs_its_configurations_as_export_writes_them(
+        tmp_path: Path) -> None:
+    from autotune.config.space import load_space_text
+    from autotune.engines.sim import SimEngine
+    from autotune.engines.vllm.vocabulary import vocabulary_for
+    from autotune.report import build_report
+    from autotune.report.export import export_config
+    from autotune.store.ledger import load
+    from autotune.study import recheck_configs
+
+    storage = f"sqlite:///{tmp_path}/s.db"
+    study = _study_034(tmp_path, adaptive=False)
+    ledger = load(study, storage)
+    space = load_space_text(ledger.space_yaml(), "stored").in_vocabulary(vocabulary_for(ledger.meta().engine))
+    for version in ("0.26.0", "0.32.0"):
+        configs = recheck_configs(ledger, space, SimEngine(engine_version=version))
+        # one path: what recheck runs is what export --vllm-version writes (enable_adaptive_verification: false,
+        # the default, left out where the version lacks it; request counts as tokens of 1+K)
+        assert configs.winner == export_config(build_report(ledger), version)
+        assert configs.translated and version in configs.translated[0]
+        comp = dict(configs.winner.compilation_config)
+        assert not {"decode_cudagraph_capture_request_sizes", "max_decode_cudagraph_capture_tokens"} & set(comp)
+    status, err = _recheck(tmp_path, storage, study, "0.26.0", "--restarts", "2")
+    assert status != 2 and "in that version's names" in err, err
+    assert len(load(study, storage).rechecks()) == 1
+
+
+def test_a_recheck_that_cannot_keep_the_meaning_is_refused_in_one_line_before_any_start(tmp_path: Path) -> None:
+    from autotune.store.ledger import load
+
+    # 0.34 -> 0.26: adaptive verification on, which 0.26 lacks (0.32 has it: translated, and runs)
+    storage = f"sqlite:///{tmp_path}/s.db"
+    study = _study_034(tmp_path, adaptive=True)
+    status, err = _recheck(tmp_path, storage, study, "0.26.0", "--restarts", "2")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2 and len(lines) == 1 and "measured on vLLM 0.34.0" in lines[0], err
+    assert "enable_adaptive_verification" in lines[0] and "came in vLLM 0.28" in lines[0]
+    assert not (tmp_path / "rw").exists() and not load(study, storage).rechecks()
+    assert _recheck(tmp_path, storage, study, "0.32.0", "--restarts", "2")[0] != 2
+    # 0.26 -> 0.34: the runner-up's token sizes are not whole requests of 1+K=6 there (0.34 would round them)
+    fixture = tmp_path / "old.db"
+    fixture.write_bytes(RECHECK_FIXTURE.read_bytes())
+    old = f"sqlite:///{fixture}"
+    status, err = _recheck(tmp_path, old, "h200-sim", "0.34.0", "--restarts", "2", "--runner-ups")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2 and len(lines) == 1 and "not whole requests of 1+K=6" in lines[0], err
+    assert not (tmp_path / "rw" / "h200-sim").exists() and not load("h200-sim", old).rechecks()
+    # the same study's winner alone (no capture sizes) keeps its meaning on 0.34, on one engine or beside another
+    assert _recheck(tmp_path, old, "h200-sim", "0.34.0", "--restarts", "2")[0] != 2
+    status, err = _recheck(tmp_path, old, "h200-sim", "0.26.0", "--restarts", "2", "--engine-opt",
+                           "engine_version=0.34.0")
+    assert status != 2 and "run on the new engine in that version's names" in err, err

@@ -31,8 +31,8 @@ from autotune.core.schedule import SCHEDULE_KEY, SCHEDULE_SINCE
 
 __all__ = ["COMPILATION_FIELDS", "DECODE_REQUEST_FIELDS", "FEATURES", "LEGACY_CAPTURE_FIELDS", "PREFILL_TOKEN_FIELDS",
            "RECORDED", "SPECULATIVE_FIELDS", "WHEELS", "Feature", "Untranslatable", "Vocabulary", "from_introspection",
-           "history", "introspect_source", "lossy", "recorded", "translate", "validate_kwargs", "version_tuple",
-           "vocabulary_for"]
+           "carry", "history", "introspect_source", "lossy", "recorded", "translate", "validate_kwargs",
+           "version_tuple", "vocabulary_for"]
 
 #: ``compilation_config`` fields autotune sets or reads.
 COMPILATION_FIELDS = ("cudagraph_mode", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
@@ -402,6 +402,23 @@ def translate(config: EngineConfig, target: Vocabulary) -> EngineConfig:
     if problem is not None:
         raise Untranslatable(f"{at} would refuse the translated configuration: {problem}")
     return out
+
+
+def carry(config: EngineConfig, ran: Vocabulary | None, target: Vocabulary | None) -> EngineConfig:
+    """``config``, in the names of the vLLM it ran on (``ran``), for the vLLM of ``target``: the one path of
+    ``export --vllm-version`` and of ``recheck`` on an engine of another version.
+
+    Unchanged where ``target`` is unknown (``cmd``: configurations run as written) or is the version it ran on;
+    otherwise :func:`translate`, which keeps the meaning or refuses.
+
+    Raises:
+        Untranslatable: one line with the reason.
+    """
+    if target is None:
+        return config
+    if ran is not None and version_tuple(ran.version) == version_tuple(target.version):
+        return config
+    return translate(config, target)
 
 
 def _why(target: Vocabulary, name: str) -> str:
