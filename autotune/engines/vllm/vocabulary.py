@@ -434,8 +434,8 @@ def _to_requests(comp: dict[str, Any], mode: str | None, k: int, q: int, at: str
             raise Untranslatable(
                 f"cudagraph_capture_sizes {sorted(sizes)} at K={k} are not whole requests of 1+K={q} tokens: {at} "
                 f"would round them up to {sorted({-(-int(s) // q) for s in sizes})} requests and drop those above "
-                f"{max(sizes)} tokens, which is not the configuration measured; re-measure it there (autotune "
-                "recheck), or search decode_capture_requests")
+                f"{max(sizes)} tokens, which is not the configuration measured; tune on that version, where "
+                "search.decode_capture_requests sets decode graphs in requests")
         if decode:
             comp["decode_cudagraph_capture_request_sizes"] = sorted({int(s) // q for s in sizes})
         if mode != "FULL_DECODE_ONLY":
