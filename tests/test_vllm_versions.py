@@ -237,6 +237,8 @@ def test_a_draft_the_version_lacks_is_refused_naming_the_field_and_its_replaceme
     with pytest.raises(SpaceError) as exc:
         space.in_vocabulary(recorded(version))
     assert exc.value.field == field and fix in exc.value.fix and "\n" not in str(exc.value)
+    # why the version lacks it, from the features' versions
+    assert ("removed in vLLM 0.34" if version == "0.34.0" else "came in vLLM 0.") in str(exc.value)
     space.in_vocabulary(recorded("0.34.0" if version != "0.34.0" else "0.32.0"))  # the other version takes it
 
 

@@ -378,8 +378,9 @@ class SearchSpace:
                                      f"remove it, or run vLLM >= {since}" if since else "remove it")
             rejection = draft.fragment.get("rejection_sample_method")
             if rejection is not None and rejection not in vocab.rejection_methods:
+                why = vocab.why_missing(rejection)
                 raise SpaceError(self.source, f"{field}.rejection_sample_method", f"{rejection!r} is not a rejection "
-                                 f"method of vLLM {version}", "use one of: "
+                                 f"method of vLLM {version}" + (f" ({rejection} {why})" if why else ""), "use one of: "
                                  + ", ".join(sorted(vocab.rejection_methods)))
         return dataclasses.replace(self, capture_unit=vocab.capture_unit, vllm_version=version)
 
