@@ -3,7 +3,9 @@
 autotune's own port (autotune/engines/_sim_v034.py) and export against vLLM's code without importing vLLM.
 
 Each block below names its file and lines. Only the shim around them (``_Shim``, ``resolve``, the stand-ins for
-``logger``, ``cdiv``, ``current_platform`` and ``CUDAGraphMode``) is autotune's; the platform is not SM100 (a GB10 or an
+``logger``, ``cdiv``, ``current_platform`` and ``CUDAGraphMode``) is autotune's (``resolve``'s ``graphs``, the decode
+graphs the runner captures, calls the copied functions as ``vllm/v1/worker/gpu/cudagraph_utils.py`` l. 185-189 and
+296-341 call them: that class needs torch, so it is not copied); the platform is not SM100 (a GB10 or an
 H100/H200 is not), and dynamic speculative decoding, multi-module MTP and LoRA are left out of the shim.
 """
 # ruff: noqa
