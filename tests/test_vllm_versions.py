@@ -319,10 +319,11 @@ TRAP_SPACE: dict[str, Any] = {
 }
 
 
-def test_on_the_0_34_profile_the_seeds_trap_is_flagged_and_the_winner_avoids_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", ["0.34.0", "1.0.0"])  # and a version no wheel was read for (derived)
+def test_on_the_0_34_profile_the_seeds_trap_is_flagged_and_the_winner_avoids_it(tmp_path: Path, version: str) -> None:
     tiny = "cudagraph_mode=FULL_AND_PIECEWISE,capture_sizes=tiny,num_speculative_tokens=3,draft=ngram"
     capped = "cudagraph_mode=FULL_AND_PIECEWISE,capture_sizes=capped,num_speculative_tokens=3,draft=ngram"
-    report = _tune(tmp_path, TRAP_SPACE, "0.34.0", "trap", "--trials", "10", "--enqueue", tiny, "--enqueue", capped)
+    report = _tune(tmp_path, TRAP_SPACE, version, "trap", "--trials", "10", "--enqueue", tiny, "--enqueue", capped)
     flagged = {w["label"]: " ".join(map(str, w.get("differences") or [])) for w in report["warnings"]}
     rounded = next(text for label, text in flagged.items() if "sizes=[1,2,4,8]" in label and "K=3" in label)
     assert "decode_graphs" in rounded and "whole requests of 1+K=4" in rounded
