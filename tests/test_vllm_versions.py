@@ -57,13 +57,42 @@ def test_capture_unit_and_the_removed_names_by_version() -> None:
     assert recorded("0.34.0").lossy_rejection_methods == {"fly"} and not recorded("0.32.0").lossy_rejection_methods
 
 
-@pytest.mark.parametrize("version, table", [("0.33.2", "0.32.0"), ("0.40.1rc1+cu130", "0.34.0"),
-                                            ("0.27.0", "0.26.0"), ("0.11.0", "0.26.0"), ("0.34", "0.34.0")])
-def test_a_version_without_a_table_reads_the_nearest_and_says_so(version: str, table: str) -> None:
+# Held-out versions no wheel was read for: each name where its first and last version put it (issue 42 dates fly
+# 0.33+, adaptive verification 0.28+, medusa/mlp_speculator and Model Runner V1 gone and request-unit capture fields
+# in from 0.34; the K schedule from 0.26).
+@pytest.mark.parametrize("version, unit, runners, fly, medusa, adaptive, schedule", [
+    ("0.11.0", "tokens", ("v1", "v2"), False, True, False, False),
+    ("0.27.3", "tokens", ("v1", "v2"), False, True, False, True),
+    ("0.28", "tokens", ("v1", "v2"), False, True, True, True),
+    ("0.30.1", "tokens", ("v1", "v2"), False, True, True, True),
+    ("0.33.2", "tokens", ("v1", "v2"), True, True, True, True),
+    ("0.35.0", "requests", ("v2",), True, False, True, True),
+    ("1.0", "requests", ("v2",), True, False, True, True),
+    ("0.40.1rc1+cu130", "requests", ("v2",), True, False, True, True),
+])
+def test_a_version_without_a_wheel_gets_each_feature_where_its_versions_put_it_and_says_it_is_derived(
+        version: str, unit: str, runners: tuple[str, ...], fly: bool, medusa: bool, adaptive: bool,
+        schedule: bool) -> None:
     vocab = recorded(version)
-    assert vocab.version == version and vocab.compilation_fields == RECORDED[tuple(
-        int(p) for p in table.split("."))].compilation_fields
-    assert table in vocab.source
+    assert vocab.version == version and vocab.source.startswith("derived") and "issue 42" in vocab.source
+    assert vocab.capture_unit == unit and vocab.model_runners == runners
+    assert ("fly" in vocab.rejection_methods) is fly and ("fly" in vocab.lossy_rejection_methods) is fly
+    assert ("medusa" in vocab.speculative_methods) is medusa and ("mlp_speculator" in vocab.speculative_methods) is medusa
+    assert ("enable_adaptive_verification" in vocab.speculative_fields) is adaptive
+    assert ("num_speculative_tokens_per_batch_size" in vocab.speculative_fields) is schedule
+    assert ("decode_cudagraph_capture_request_sizes" in vocab.compilation_fields) is (unit == "requests")
+
+
+def test_a_wheel_version_is_recorded_and_says_why_a_name_is_missing() -> None:
+    assert recorded("0.34").source == "recorded 0.34.0" and recorded("0.34").version == "0.34"
+    assert recorded("0.32.0").why_missing("fly") == "came in vLLM 0.33"
+    assert recorded("0.34.0").why_missing("medusa") == "removed in vLLM 0.34"
+    assert recorded("0.26.0").why_missing("enable_adaptive_verification") == "came in vLLM 0.28"
+    assert recorded("0.33.0").why_missing("fly") is None
+    # the wheels' tables are the same derivation at the wheels' versions (held to the wheels above)
+    assert {v: (t.compilation_fields, t.speculative_methods) for v, t in RECORDED.items()} == {
+        v: (recorded(".".join(map(str, v))).compilation_fields, recorded(".".join(map(str, v))).speculative_methods)
+        for v in RECORDED}
 
 
 def test_an_engines_introspected_vocabulary_wins_over_the_table() -> None:
@@ -208,7 +237,38 @@ def test_a_draft_the_version_lacks_is_refused_naming_the_field_and_its_replaceme
     with pytest.raises(SpaceError) as exc:
         space.in_vocabulary(recorded(version))
     assert exc.value.field == field and fix in exc.value.fix and "\n" not in str(exc.value)
+    # why the version lacks it, from the features' versions
+    assert ("removed in vLLM 0.34" if version == "0.34.0" else "came in vLLM 0.") in str(exc.value)
     space.in_vocabulary(recorded("0.34.0" if version != "0.34.0" else "0.32.0"))  # the other version takes it
+
+
+def test_a_token_maximum_is_written_in_0_34s_own_fields_and_means_graphs_up_to_it() -> None:
+    space = _space(capture_sizes={"upto16": {"max": 16}})
+    new, old = space.in_vocabulary(recorded("0.34.0")), space.in_vocabulary(recorded("0.26.0"))
+    assert new.config_from_params(_params("FULL_AND_PIECEWISE", "upto16", 3)).compilation_config == {
+        "cudagraph_mode": "FULL_AND_PIECEWISE", "max_prefill_cudagraph_capture_tokens": 16,
+        "max_decode_cudagraph_capture_tokens": 16}
+    assert new.config_from_params(_params("FULL_DECODE_ONLY", "upto16", 3)).compilation_config == {
+        "cudagraph_mode": "FULL_DECODE_ONLY", "max_decode_cudagraph_capture_tokens": 16}
+    assert old.config_from_params(_params("FULL_AND_PIECEWISE", "upto16", 3)).compilation_config[
+        "max_cudagraph_capture_size"] == 16
+    for mode in ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE"):
+        comp = dict(new.config_from_params(_params(mode, "upto16", 3)).compilation_config)
+        got = vllm_resolve(mode=comp.pop("cudagraph_mode"), k=3, max_num_seqs=8, compilation=comp)
+        # vLLM 0.34's own code: no deprecated field (no warning), every graph within 16 tokens, decode graphs kept
+        assert not any("deprecated" in line for _, line in got["log"])
+        assert max(got["sizes"]) <= 16 and all(n * q <= 16 for n, q in got["graphs"])
+        assert bool(got["graphs"]) is (mode != "PIECEWISE")
+    # back for 0.26: one maximum again; a budget that cuts listed request counts has no meaning there
+    assert translate(_winner({"max_prefill_cudagraph_capture_tokens": 16, "max_decode_cudagraph_capture_tokens": 16}),
+                     recorded("0.26.0")).compilation_config["max_cudagraph_capture_size"] == 16
+    with pytest.raises(Untranslatable, match="max_decode_cudagraph_capture_tokens=8 leaves out"):
+        translate(_winner({"decode_cudagraph_capture_request_sizes": [1, 2, 4],
+                           "max_decode_cudagraph_capture_tokens": 8}), recorded("0.26.0"))
+    # and a 0.26 maximum exported for 0.34 is written as the search writes it there
+    assert translate(_winner({"max_cudagraph_capture_size": 16}), recorded("0.34.0")).compilation_config == {
+        "cudagraph_mode": "FULL_AND_PIECEWISE", "max_prefill_cudagraph_capture_tokens": 16,
+        "max_decode_cudagraph_capture_tokens": 16}
 
 
 def test_a_request_preset_may_not_reuse_a_token_presets_name() -> None:
@@ -259,17 +319,20 @@ TRAP_SPACE: dict[str, Any] = {
 }
 
 
-def test_on_the_0_34_profile_the_seeds_trap_is_flagged_and_the_winner_avoids_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", ["0.34.0", "1.0.0"])  # and a version no wheel was read for (derived)
+def test_on_the_0_34_profile_the_seeds_trap_is_flagged_and_the_winner_avoids_it(tmp_path: Path, version: str) -> None:
     tiny = "cudagraph_mode=FULL_AND_PIECEWISE,capture_sizes=tiny,num_speculative_tokens=3,draft=ngram"
     capped = "cudagraph_mode=FULL_AND_PIECEWISE,capture_sizes=capped,num_speculative_tokens=3,draft=ngram"
-    report = _tune(tmp_path, TRAP_SPACE, "0.34.0", "trap", "--trials", "10", "--enqueue", tiny, "--enqueue", capped)
+    report = _tune(tmp_path, TRAP_SPACE, version, "trap", "--trials", "10", "--enqueue", tiny, "--enqueue", capped)
     flagged = {w["label"]: " ".join(map(str, w.get("differences") or [])) for w in report["warnings"]}
     rounded = next(text for label, text in flagged.items() if "sizes=[1,2,4,8]" in label and "K=3" in label)
     assert "decode_graphs" in rounded and "whole requests of 1+K=4" in rounded
-    dropped = next(text for label, text in flagged.items() if "max-size=2" in label and "K=3" in label)
-    assert "no decode graph" in dropped
+    # {max: 2} is written in 0.34's own fields (a decode token budget of 2 tokens), whose resolved request list
+    # still looks whole: the audit reads the graphs the runner captures within the budget, none.
+    dropped = next(text for label, text in flagged.items() if "max-decode-tokens=2" in label and "K=3" in label)
+    assert "no decode graph" in dropped and "max_decode_cudagraph_capture_tokens" in dropped
     winner = report["winner"]["label"]
-    assert winner not in flagged and "max-size=2" not in winner and "sizes=[1,2,4,8]" not in winner
+    assert winner not in flagged and "max-decode-tokens=2" not in winner and "sizes=[1,2,4,8]" not in winner
 
 
 def test_export_for_0_34_of_a_0_26_study_passes_0_34s_own_checks_or_is_refused(tmp_path: Path) -> None:
@@ -438,6 +501,15 @@ def test_the_vllm_runner_reads_0_34s_decode_requests_back_and_the_audit_flags_th
     assert resolved is not None and resolved.details["decode_cudagraph_capture_request_sizes"] == [1, 2]
     diffs = config_differences(_winner({"cudagraph_capture_sizes": [1, 2, 4, 8]}), resolved)
     assert [d.field for d in diffs] == ["decode_graphs"]
+    # 0.34's decode token budget, read back from the worker's config: graphs it leaves out are flagged
+    budgeted = {"decode_cudagraph_capture_request_sizes": [1, 2, 4], "max_decode_cudagraph_capture_tokens": 8}
+    got = vllm_resolve(k=3, max_num_seqs=4, compilation=budgeted)
+    comp.cudagraph_capture_sizes, comp.decode_cudagraph_capture_request_sizes = got["sizes"], got["decode"]
+    comp.prefill_cudagraph_capture_token_sizes, comp.max_decode_cudagraph_capture_tokens = got["prefill"], 8
+    resolved = Resolved.from_dict(_facts.resolved_config(llm))
+    assert resolved is not None and resolved.details["max_decode_cudagraph_capture_tokens"] == 8
+    diffs = config_differences(_winner(budgeted), resolved)
+    assert [d.field for d in diffs] == ["decode_graphs"] and "1, 2 requests" in str(diffs[0].resolved)
 
 
 def test_serve_mode_reads_0_34s_split_sizes_from_the_engine_core_line() -> None:
@@ -449,7 +521,99 @@ def test_serve_mode_reads_0_34s_split_sizes_from_the_engine_core_line() -> None:
             "'prefill_cudagraph_capture_token_sizes': [1, 2, 4, 8], 'decode_cudagraph_capture_request_sizes': [1, 2]}")
     details = parse_engine_config(line)["details"]
     assert details["decode_cudagraph_capture_request_sizes"] == [1, 2]
+    assert "max_decode_cudagraph_capture_tokens" not in details
+    budget = parse_engine_config(line[:-1] + ", 'max_decode_cudagraph_capture_tokens': 4}")["details"]
+    assert budget["max_decode_cudagraph_capture_tokens"] == 4
     assert details["prefill_cudagraph_capture_token_sizes"] == [1, 2, 4, 8]
     older = line.replace(", 'prefill_cudagraph_capture_token_sizes': [1, 2, 4, 8], "
                          "'decode_cudagraph_capture_request_sizes': [1, 2]", "")
     assert "decode_cudagraph_capture_request_sizes" not in parse_engine_config(older)["details"]
+
+
+# -- recheck on an engine of another version: translated as export writes it, or refused before any start -------
+
+RECHECK_FIXTURE = Path(__file__).resolve().parent / "data" / "study-recheck-h200-sim.db"  # a 0.26 study, K=3 winner
+
+
+def _recheck(tmp_path: Path, storage: str, study: str, version: str, *extra: str) -> tuple[int, str]:
+    """``autotune recheck`` of ``study`` with its stored space's simulator at ``version``: (status, stderr)."""
+    from autotune.store.ledger import load
+
+    raw = yaml.safe_load(load(study, storage).space_yaml())
+    raw["engine"]["sim"]["engine_version"] = version
+    path = tmp_path / f"{study}-at-{version}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    err = io.StringIO()
+    sys_err, sys.stderr = sys.stderr, err
+    try:
+        status = raw_main(["recheck", "--study", study, "--storage", storage, "--workdir", str(tmp_path / "rw"),
+                           "--no-mlflow", "--space", str(path), *extra], out=io.StringIO())
+    finally:
+        sys.stderr = sys_err
+    return status, err.getvalue()
+
+
+def _study_034(tmp_path: Path, adaptive: bool) -> str:
+    raw = copy.deepcopy(SPACE)
+    raw["search"] = {"cudagraph_mode": ["FULL_AND_PIECEWISE"], "decode_capture_requests": {"r124": [1, 2, 4]},
+                     "num_speculative_tokens": {"low": 3, "high": 3},
+                     "drafts": {"ngram": {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4,
+                                          "enable_adaptive_verification": adaptive}}}
+    study = f"new-{adaptive}".lower()
+    _tune(tmp_path, raw, "0.34.0", study, "--trials", "4", "--enqueue",
+          "cudagraph_mode=FULL_AND_PIECEWISE,capture_sizes=r124,num_speculative_tokens=3,draft=ngram")
+    return study
+
+
+def test_a_0_34_study_rechecked_on_older_engines_runs_its_configurations_as_export_writes_them(
+        tmp_path: Path) -> None:
+    from autotune.config.space import load_space_text
+    from autotune.engines.sim import SimEngine
+    from autotune.engines.vllm.vocabulary import vocabulary_for
+    from autotune.report import build_report
+    from autotune.report.export import export_config
+    from autotune.store.ledger import load
+    from autotune.study import recheck_configs
+
+    storage = f"sqlite:///{tmp_path}/s.db"
+    study = _study_034(tmp_path, adaptive=False)
+    ledger = load(study, storage)
+    space = load_space_text(ledger.space_yaml(), "stored").in_vocabulary(vocabulary_for(ledger.meta().engine))
+    for version in ("0.26.0", "0.32.0"):
+        configs = recheck_configs(ledger, space, SimEngine(engine_version=version))
+        # one path: what recheck runs is what export --vllm-version writes (enable_adaptive_verification: false,
+        # the default, left out where the version lacks it; request counts as tokens of 1+K)
+        assert configs.winner == export_config(build_report(ledger), version)
+        assert configs.translated and version in configs.translated[0]
+        comp = dict(configs.winner.compilation_config)
+        assert not {"decode_cudagraph_capture_request_sizes", "max_decode_cudagraph_capture_tokens"} & set(comp)
+    status, err = _recheck(tmp_path, storage, study, "0.26.0", "--restarts", "2")
+    assert status != 2 and "in that version's names" in err, err
+    assert len(load(study, storage).rechecks()) == 1
+
+
+def test_a_recheck_that_cannot_keep_the_meaning_is_refused_in_one_line_before_any_start(tmp_path: Path) -> None:
+    from autotune.store.ledger import load
+
+    # 0.34 -> 0.26: adaptive verification on, which 0.26 lacks (0.32 has it: translated, and runs)
+    storage = f"sqlite:///{tmp_path}/s.db"
+    study = _study_034(tmp_path, adaptive=True)
+    status, err = _recheck(tmp_path, storage, study, "0.26.0", "--restarts", "2")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2 and len(lines) == 1 and "measured on vLLM 0.34.0" in lines[0], err
+    assert "enable_adaptive_verification" in lines[0] and "came in vLLM 0.28" in lines[0]
+    assert not (tmp_path / "rw").exists() and not load(study, storage).rechecks()
+    assert _recheck(tmp_path, storage, study, "0.32.0", "--restarts", "2")[0] != 2
+    # 0.26 -> 0.34: the runner-up's token sizes are not whole requests of 1+K=6 there (0.34 would round them)
+    fixture = tmp_path / "old.db"
+    fixture.write_bytes(RECHECK_FIXTURE.read_bytes())
+    old = f"sqlite:///{fixture}"
+    status, err = _recheck(tmp_path, old, "h200-sim", "0.34.0", "--restarts", "2", "--runner-ups")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2 and len(lines) == 1 and "not whole requests of 1+K=6" in lines[0], err
+    assert not (tmp_path / "rw" / "h200-sim").exists() and not load("h200-sim", old).rechecks()
+    # the same study's winner alone (no capture sizes) keeps its meaning on 0.34, on one engine or beside another
+    assert _recheck(tmp_path, old, "h200-sim", "0.34.0", "--restarts", "2")[0] != 2
+    status, err = _recheck(tmp_path, old, "h200-sim", "0.26.0", "--restarts", "2", "--engine-opt",
+                           "engine_version=0.34.0")
+    assert status != 2 and "run on the new engine in that version's names" in err, err

@@ -25,7 +25,9 @@ same way on its best challenger's ratio:
 
 ``--space FILE`` rechecks on the engine that file configures (a new image, a new interpreter, a simulated
 ``engine_version``) in place of the stored copy; ``--engine-opt KEY=VALUE`` compares two engines: the winner on the
-study's engine beside the winner on that engine changed by the options, in the same rounds.
+study's engine beside the winner on that engine changed by the options, in the same rounds. An engine of another
+vLLM version than the study's runs the stored configurations in its own names, translated as ``export
+--vllm-version`` writes them, or the recheck is refused in one line with the reason (exit 2) before any engine starts.
 """
 
 from __future__ import annotations
@@ -106,10 +108,11 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.cli.preflight import (MAX_RESTARTS, check_budget, check_count, check_output_path, check_storage,
                                         dataset_path, protected_paths)
     from autotune.config.space import load_space, load_space_text
+    from autotune.engines.vllm.vocabulary import vocabulary_for
     from autotune.report.lineage import render_recheck
     from autotune.store.ledger import load
     from autotune.store.studydir import check_owned, prepare_study_dir, study_dir
-    from autotune.study import RecheckError, RecheckOptions, recheck
+    from autotune.study import RecheckError, RecheckOptions, recheck, recheck_configs
 
     if args.restarts is not None and args.restarts < 2:
         raise UsageError(f"--restarts must be >= 2 (an interval needs two restarts a side), got {args.restarts}")
@@ -153,13 +156,24 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         engine.check(space)
     if meta.model and space.engine_args.get("model") != meta.model:
         space = space.with_model(meta.model)
-    space = space.in_vocabulary(engine.vocabulary())
+    # The study's own names: its stored configurations rebuild as it measured them; recheck_configs carries them to
+    # each engine's names (another vLLM version: translated as export --vllm-version writes them, or refused).
+    space = space.in_vocabulary(vocabulary_for(meta.engine))
     new_engine = None
     if args.engine_opt:
         options = {**dict(engine.options), **new_options}
         check_references(space, options, meta.engine.name)
         new_engine = make_engine_from_input(meta.engine.name, os.path.join(cache_dir, "recheck-new-engine"), options)
         new_engine.check(space)
+    try:  # before the study's directory is made and any engine starts: a refused recheck leaves nothing
+        configs = recheck_configs(ledger, space, engine, new_engine=new_engine, runner_ups=args.runner_ups)
+    except RecheckError as exc:
+        for e in (engine, new_engine):
+            if e is not None:
+                e.close()
+        raise UsageError(str(exc)) from None
+    for note in configs.translated:
+        print(f"autotune: note: {note}", file=sys.stderr)
     prepare_study_dir(args.workdir, args.study)
     try:
         record = recheck(ledger, space, engine, RecheckOptions(args.restarts, args.budget_minutes, args.runner_ups,

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from autotune.config._models import DEFAULT
+from autotune.core.capture import token_maximum_fields
 
 __all__ = ["Infeasible", "SizeOption", "capture_fields"]
 
@@ -81,7 +82,8 @@ def capture_fields(option: SizeOption, k: int, mode: str, scheduled: bool, captu
     if option.max_only:
         assert option.max is not None
         if option.unit == "tokens":
-            return {"max_cudagraph_capture_size": option.max}
+            # graphs up to M tokens, in the engine's own fields (0.34: a prefill maximum and a decode token budget)
+            return token_maximum_fields(option.max, mode, requests_engine)
         if requests_engine:
             return {"max_decode_cudagraph_capture_requests": option.max}
         return {"max_cudagraph_capture_size": option.max * q}

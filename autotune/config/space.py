@@ -72,8 +72,6 @@ OBJECTIVES = RECORD_OBJECTIVES
 #: Optuna parameter names the graph/speculation search uses; an engine argument cannot take one of them.
 _CORE_PARAMS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft", SCHEDULE_PARAM)
 _RESERVED_ENGINE_ARGS = ("compilation_config", "speculative_config", "num_speculative_tokens")
-#: The first vLLM that has a speculative option (read in the released wheels; docs/vllm-versions.md).
-_SINCE = {"enable_adaptive_verification": "0.28", "rejection_sample_method": "0.26"}
 
 
 class SpaceError(ValueError):
@@ -365,18 +363,24 @@ class SearchSpace:
         version = vocab.version
         for draft in self.drafts:
             field = f"search.drafts.{draft.name}"
+            # Why the version lacks a name is the vocabulary's to say (its features' versions: came in, removed in).
             if draft.method not in vocab.speculative_methods:
+                why = vocab.why_missing(draft.method)
                 raise SpaceError(self.source, f"{field}.method", f"{draft.method} is not a speculative method of "
-                                 f"vLLM {version} (medusa and mlp_speculator were removed in 0.34.0)",
+                                 f"vLLM {version}" + (f" ({draft.method} {why})" if why else ""),
                                  "use eagle, eagle3 or mtp (a draft head), or draft_model (a small model)")
             for key, value in draft.fragment.items():
                 if vocab.lacks_speculative(key):
+                    why = vocab.why_missing(key) or ""
+                    since = why.removeprefix("came in vLLM ") if why.startswith("came in") else None
                     raise SpaceError(self.source, f"{field}.{key}", f"vLLM {version} has no speculative option "
-                                     f"{key}", f"remove it, or run vLLM >= {_SINCE.get(key, 'a newer version')}")
+                                     f"{key}" + (f" ({why})" if why else ""),
+                                     f"remove it, or run vLLM >= {since}" if since else "remove it")
             rejection = draft.fragment.get("rejection_sample_method")
             if rejection is not None and rejection not in vocab.rejection_methods:
+                why = vocab.why_missing(rejection)
                 raise SpaceError(self.source, f"{field}.rejection_sample_method", f"{rejection!r} is not a rejection "
-                                 f"method of vLLM {version}", "use one of: "
+                                 f"method of vLLM {version}" + (f" ({rejection} {why})" if why else ""), "use one of: "
                                  + ", ".join(sorted(vocab.rejection_methods)))
         return dataclasses.replace(self, capture_unit=vocab.capture_unit, vllm_version=version)
 

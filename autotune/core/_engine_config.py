@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.core.capture import captured_decode_requests
 from autotune.core.redact import redact
 from autotune.core.resolved import Detail, Difference, Resolved
 from autotune.core.schedule import KSchedule, canonical_spec, schedule_differences, schedule_of
@@ -109,7 +110,9 @@ class EngineConfig:
         # vLLM >= 0.34's own fields: decode graphs in requests, prefill graphs in tokens, or a maximum alone.
         split = [(name, self.compilation_config.get(key)) for name, key in (
             ("requests", "decode_cudagraph_capture_request_sizes"), ("prefill", "prefill_cudagraph_capture_token_sizes"),
-            ("max-requests", "max_decode_cudagraph_capture_requests"), ("max-size", "max_cudagraph_capture_size"))]
+            ("max-requests", "max_decode_cudagraph_capture_requests"), ("max-size", "max_cudagraph_capture_size"),
+            ("max-prefill", "max_prefill_cudagraph_capture_tokens"),
+            ("max-decode-tokens", "max_decode_cudagraph_capture_tokens"))]
         split = [(name, value) for name, value in split if value is not None]
         if split:
             size_txt = " ".join(f"{name}={value}" if not isinstance(value, list)
@@ -268,16 +271,26 @@ def _requests_text(requests: list[int], q: int) -> str:
             f"{', '.join(str(r * q) for r in requests)} tokens")
 
 
+#: The explicit maxima of vLLM >= 0.34 that bound decode graphs in tokens (the deprecated one and the decode budget).
+_TOKEN_MAXIMA = ("max_cudagraph_capture_size", "max_decode_cudagraph_capture_tokens")
+
+
 def decode_graph_differences(config: EngineConfig, resolved: Resolved) -> list[Difference]:
-    """What vLLM >= 0.34 made of the decode graphs, read from the decode request sizes it resolved
-    (``details["decode_cudagraph_capture_request_sizes"]``; an older engine reports none, and this says nothing).
+    """What vLLM >= 0.34 made of the decode graphs: the graphs it captures, from its resolved config (the request
+    sizes it records, ``details["decode_cudagraph_capture_request_sizes"]``, within its decode token budget,
+    ``details["max_decode_cudagraph_capture_tokens"]``, and its recorded maximum: :func:`captured_decode_requests`),
+    against those the configuration asked for. An older engine reports no request sizes, and this says nothing.
 
     * Token sizes (the deprecated ``cudagraph_capture_sizes``) are rounded up to whole requests of 1+K, and a size
       whose rounded count passes the list's largest is dropped: the decode graphs then differ from the sizes asked
       for, while the token sizes it records (prefill and decode together) may look unchanged.
-    * An explicit maximum (``max_cudagraph_capture_size``) below one request of 1+K tokens leaves no decode graph.
+    * An explicit maximum drops graphs: ``max_cudagraph_capture_size`` or ``max_decode_cudagraph_capture_tokens``
+      below one request of 1+K tokens leaves no decode graph (vLLM #54933; the budget even keeps the request list
+      as it was), and a decode token budget below a request count the configuration lists (or the engine picked
+      by its default or a request maximum) leaves that graph uncaptured while the recorded list still holds it.
+      A token maximum alone that keeps some decode graphs is what it asks for ("graphs up to M tokens").
     * Request counts set in its own field (``decode_cudagraph_capture_request_sizes``) above ``max_num_seqs`` are
-      dropped.
+      dropped; no batch reaches them, so that is no change.
     """
     got = resolved.details.get(Detail.DECODE_CAPTURE_REQUESTS)
     mode = _normalise_mode(resolved.cudagraph_mode)
@@ -290,22 +303,46 @@ def decode_graph_differences(config: EngineConfig, resolved: Resolved) -> list[D
                                                                     config.engine_args.get("max_num_seqs"))
     # Request counts above max_num_seqs are no batch the engine ever runs: dropping them changes nothing.
     reachable = (lambda n: True) if not isinstance(seqs, int) else (lambda n: n <= seqs)  # noqa: E731
+    budget = resolved.details.get(Detail.DECODE_CAPTURE_MAX_TOKENS)
+    recorded_max = max(resolved.cudagraph_capture_sizes) if resolved.cudagraph_capture_sizes else None
+    caps = [int(v) for v in (recorded_max, budget) if v]
+    captured = got if not caps else captured_decode_requests(got, q, seqs if isinstance(seqs, int) else max(
+        got, default=0), min(caps))
+    listed = [n for n in got if reachable(n)]
+    held = budget // q if isinstance(budget, int) else 0
+    cut = "" if captured == listed or not isinstance(budget, int) else (
+        f"; max_decode_cudagraph_capture_tokens={budget} holds {held or 'no'} request{'s' if held > 1 else ''} "
+        f"of 1+K={q} tokens, while the engine still lists {listed}")
     wanted = config.decode_requests
     if wanted is not None:
         kept = [n for n in wanted if reachable(n)]
-        return [] if kept == got else [Difference("decode_graphs", _requests_text(kept, q), _requests_text(got, q))]
+        if kept == captured:
+            return []
+        return [Difference("decode_graphs", _requests_text(kept, q), _requests_text(captured, q) + (
+            f" ({cut[2:]})" if cut else ""))]
     sizes = config.capture_sizes
-    rounded = sorted({n for n in (-(-s // q) for s in sizes or ()) if reachable(n)})
-    if sizes is not None and q > 1 and sorted({r * q for r in got}) != sorted(sizes):
-        dropped = [n for n in rounded if n not in got]
-        why = f"rounded up to whole requests of 1+K={q}" + (
-            f"; {', '.join(str(n * q) for n in dropped)} tokens dropped, above the largest size {max(sizes)}"
-            if dropped else "")
-        return [Difference("decode_graphs", f"{list(sizes)} tokens", f"{_requests_text(got, q)} ({why})")]
-    largest = config.compilation_config.get("max_cudagraph_capture_size")
-    if largest is not None and not got:
-        return [Difference("decode_graphs", f"up to {largest} tokens (max_cudagraph_capture_size)",
-                           _requests_text(got, q))]
+    if sizes is not None and (q > 1 or captured != listed):
+        rounded = sorted({n for n in (-(-s // q) for s in sizes) if reachable(n)})
+        if sorted({r * q for r in captured}) != sorted(s for s in sizes if reachable(-(-s // q))):
+            dropped = [n for n in rounded if n not in captured]
+            why = (f"rounded up to whole requests of 1+K={q}" if q > 1 else "") + (
+                f"; {', '.join(str(n * q) for n in dropped)} tokens dropped, above the largest size {max(sizes)}"
+                if dropped and not cut else "") + cut
+            return [Difference("decode_graphs", f"{list(sizes)} tokens",
+                               f"{_requests_text(captured, q)} ({why.removeprefix('; ')})")]
+        return []
+    comp = config.compilation_config
+    maxima = [(name, comp[name]) for name in _TOKEN_MAXIMA if comp.get(name) is not None]
+    if maxima and comp.get("max_decode_cudagraph_capture_requests") is None:
+        # A token maximum alone asks for decode graphs up to so many tokens: only none at all is a silent change.
+        if captured:
+            return []
+        name, largest = maxima[0]
+        return [Difference("decode_graphs", f"up to {largest} tokens ({name})", _requests_text(captured, q) + (
+            f" ({cut[2:]})" if cut else ""))]
+    if captured != listed:  # the engine's own sizes (its default, or a request maximum) cut by a token maximum
+        return [Difference("decode_graphs", _requests_text(listed, q), _requests_text(captured, q) + (
+            f" ({cut[2:]})" if cut else ""))]
     return []
 
 

@@ -47,6 +47,9 @@ class Detail:
     DECODE_CAPTURE_REQUESTS = "decode_cudagraph_capture_request_sizes"
     #: vLLM >= 0.34: the prefill graphs it captures, in tokens.
     PREFILL_CAPTURE_TOKENS = "prefill_cudagraph_capture_token_sizes"
+    #: vLLM >= 0.34: the decode token budget (``None``: unset); decode graphs above it are not captured, while the
+    #: request sizes it records still list them.
+    DECODE_CAPTURE_MAX_TOKENS = "max_decode_cudagraph_capture_tokens"
     #: vLLM >= 0.34: PIECEWISE graphs are breakable (``use_breakable_cudagraph``).
     BREAKABLE_CUDAGRAPH = "use_breakable_cudagraph"
     #: Names older engines and stored studies used -> the fixed name.

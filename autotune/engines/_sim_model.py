@@ -469,6 +469,9 @@ class Plan:
     decode_requests: tuple[int, ...] | None = None
     prefill_sizes: tuple[int, ...] | None = None
     breakable: bool = False
+    #: vLLM >= 0.34: the decode graphs captured, ``(requests, query length)``, within the decode token budget.
+    decode_graphs: tuple[tuple[int, int], ...] = ()
+    decode_budget: int | None = None
 
     def resolved(self, hw: HardwareProfile) -> Resolved:
         """The plan as :class:`Resolved` (what a real engine's start-up would report)."""
@@ -489,6 +492,7 @@ class Plan:
         if self.decode_requests is not None:
             details.update({Detail.DECODE_CAPTURE_REQUESTS: list(self.decode_requests),
                             Detail.PREFILL_CAPTURE_TOKENS: list(self.prefill_sizes or ()),
+                            Detail.DECODE_CAPTURE_MAX_TOKENS: self.decode_budget,
                             Detail.BREAKABLE_CUDAGRAPH: self.breakable})
         return Resolved(cudagraph_mode=self.mode, cudagraph_capture_sizes=self.sizes, compile_mode=COMPILE_MODE,
                         details=details, notes=self.notes)
@@ -659,8 +663,8 @@ def plan_config(config: EngineConfig, hw: HardwareProfile, model: ModelProfile, 
             raise Rejected(str(exc)) from None
         mode, sizes, schedule, notes = capture.mode, list(capture.sizes), schedule if schedule_on else None, [
             *notes, *capture.notes, *v034_notes]
-        split = {"decode_requests": capture.decode, "prefill_sizes": capture.prefill,
-                 "breakable": v034.breakable(config, capture.mode)}
+        split = {"decode_requests": capture.decode, "prefill_sizes": capture.prefill, "decode_graphs": capture.graphs,
+                 "breakable": v034.breakable(config, capture.mode), "decode_budget": capture.decode_budget}
     elif v034.split_fields(config):
         raise Rejected(f"compilation_config.{v034.split_fields(config)[0]} is not a field of vLLM "
                        f"{'.'.join(map(str, version))}'s CompilationConfig (it came in 0.34.0)")

@@ -80,11 +80,13 @@ def _decode_graph(plan: Plan, hw: HardwareProfile, n: int) -> tuple[str, int]:
 
 def _decode_graph_v034(plan: Plan, hw: HardwareProfile, n: int) -> tuple[str, int]:
     """vLLM >= 0.34: a uniform decode batch of ``n`` tokens (``n / (1+K)`` requests) replays the smallest decode
-    graph holding its requests in FULL_DECODE_ONLY and FULL_AND_PIECEWISE; without one it takes the prefill graphs
-    (piecewise in FULL_AND_PIECEWISE) or runs eagerly. PIECEWISE and FULL run every batch on the prefill graphs."""
+    graph captured for its query length that holds its requests in FULL_DECODE_ONLY and FULL_AND_PIECEWISE (the
+    captured graphs, not the recorded list: a decode token budget leaves listed ones out); without one it takes the
+    prefill graphs (piecewise in FULL_AND_PIECEWISE) or runs eagerly. PIECEWISE and FULL run every batch on the
+    prefill graphs."""
     q = 1 + plan.k
     if plan.mode in (FULL_DECODE_ONLY, FULL_AND_PIECEWISE):
-        requests = _captured_size(-(-n // q), plan.decode_requests or ())
+        requests = _captured_size(-(-n // q), sorted(r for r, width in plan.decode_graphs if width == q))
         if requests is not None and (plan.k == 0 or hw.uniform_batch_full_graphs):
             return GRAPH_FULL, requests * q
         if plan.mode == FULL_DECODE_ONLY:

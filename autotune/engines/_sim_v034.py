@@ -54,13 +54,23 @@ class Rejected034(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Capture:
-    """What 0.34 captures: the mode, every graph's token count, the prefill token sizes, the decode request sizes."""
+    """What 0.34 captures: the mode, every graph's token count, the prefill token sizes, the decode request sizes it
+    records, and the uniform decode graphs its runner captures from them (``graphs``: ``(requests, query length)``).
+
+    ``decode`` is the list vLLM records (``decode_cudagraph_capture_request_sizes``); ``graphs`` are those the runner
+    captures, within ``decode_cudagraph_capture_max_tokens`` (the recorded maximum within
+    ``max_decode_cudagraph_capture_tokens``): a decode token budget below a listed count drops its graph while the
+    record still lists it.
+    """
 
     mode: str
     sizes: tuple[int, ...]
     prefill: tuple[int, ...]
     decode: tuple[int, ...]
     notes: tuple[str, ...] = ()
+    graphs: tuple[tuple[int, int], ...] = ()
+    #: ``max_decode_cudagraph_capture_tokens`` as resolved (``None``: unset; off SM100 nothing sets it).
+    decode_budget: int | None = None
 
 
 def _walk_grid(limit: int, step: Callable[[int], float]) -> list[int]:
@@ -203,7 +213,18 @@ def capture_v034(mode: str, k: int, comp: Mapping[str, Any], *, max_num_seqs: in
     if not tokens:
         notes.append("INFO [vllm.py] No CUDA graph capture sizes are left; setting cudagraph_mode to NONE.")
         return Capture("NONE", (), (), (), tuple(notes))
-    return Capture(mode, tuple(sorted(tokens)), tuple(prefill), tuple(decode), tuple(notes))
+    budget = comp.get("max_decode_cudagraph_capture_tokens")
+    graphs: list[tuple[int, int]] = []
+    if mode in ("FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
+        # What the runner captures for uniform decode batches (v1/worker/gpu/cudagraph_utils.py l. 296-341): the
+        # recorded request counts, per query length up to its requests, within decode_cudagraph_capture_max_tokens
+        # (compilation.py l. 71-75: the recorded maximum within the decode token budget). Only the modes with a
+        # separate decode routine capture them (l. 309-310); PIECEWISE and FULL run decode on the prefill graphs.
+        recorded_max = max(tokens)
+        graphs = _shapes(decode, {ql: min(n, max_num_seqs) for ql, n in q_lens.items()},
+                         min(recorded_max, budget or recorded_max))
+    return Capture(mode, tuple(sorted(tokens)), tuple(prefill), tuple(decode), tuple(notes), tuple(graphs),
+                   None if budget is None else int(budget))
 
 
 #: Methods 0.34.0 no longer has (``config/speculative.py`` l. 90-97 against 0.26.0's l. 66-75).

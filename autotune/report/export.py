@@ -36,7 +36,7 @@ import yaml
 from autotune.core.records import EngineConfig
 from autotune.core.redact import REFERENCE, has_reference, redact, redact_text
 from autotune.core.schedule import SCHEDULE_SINCE, supports_schedule
-from autotune.engines.vllm.vocabulary import Untranslatable, recorded, translate, version_tuple, vocabulary_for
+from autotune.engines.vllm.vocabulary import Untranslatable, carry, recorded, version_tuple, vocabulary_for
 from autotune.report._build import Report, VerifiedRow
 
 __all__ = [
@@ -98,7 +98,7 @@ def export_config(report: Report, vllm_version: str | None = None) -> EngineConf
     if config.k_schedule is not None and supports_schedule(vllm_version) is False:
         raise Untranslatable(f"the winner's K schedule ({config.k_schedule.text()}) needs vLLM >= "
                              f"{'.'.join(map(str, SCHEDULE_SINCE))}")
-    return translate(config, recorded(vllm_version))
+    return carry(config, vocabulary_for(report.meta.engine), recorded(vllm_version))
 
 
 def to_llm_kwargs(report: Report, vllm_version: str | None = None) -> dict[str, Any]:

