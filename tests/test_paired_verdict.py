@@ -186,6 +186,27 @@ def test_a_round_the_budget_cannot_pay_for_whole_is_left_out_when_paired(paired,
     assert rounds[BASELINE] == rounds[CANDIDATE] == list(range(starts // 2))
 
 
+def test_the_report_states_the_drift_the_study_saw_from_the_baselines_search_to_its_verification():
+    import dataclasses
+
+    from autotune.report._rows import VerificationTable, VerifiedRow
+    from autotune.report._verification_text import _drift_lines
+
+    engine, candidates, workload = _pair(1.13, 0.03)
+    v = run_verification(engine, workload, candidates, 4, seed_for=lambda r: r)
+    rows = [VerifiedRow.from_verified(e) for e in v.entries]
+    # Issue 41's H100 study: the baseline 3403 tok/s in the search, the winner 3971.
+    shifted = tuple(dataclasses.replace(r, search_mean=3403.0 if r.is_baseline else 3971.0,
+                                        mean=2894.0 if r.is_baseline else 3270.0) for r in rows)
+    (line,) = _drift_lines(VerificationTable(shifted, 4, v.restarts_used, v.minutes_used))
+    assert line.startswith("machine drift: the baseline measured 15% lower in verification than in the search "
+                           "(3403 -> 2894 tok/s), the challenger")
+    assert "-18%" in line
+    # Without the baseline's search restarts there is nothing to measure the move by.
+    bare = tuple(dataclasses.replace(r, search_mean=None) for r in rows)
+    assert _drift_lines(VerificationTable(bare, 4, v.restarts_used, v.minutes_used)) == []
+
+
 # -- 7. the three-way answer ---------------------------------------------------------------------------------------
 
 

@@ -61,6 +61,24 @@ def _failures_behind(table: VerificationTable, pairs: int | None) -> list[str]:
     return out
 
 
+def _drift_lines(table: VerificationTable) -> list[str]:
+    """The machine's drift the study saw (issue 41): how far the baseline measured from its search restarts to its
+    verification restarts. The baseline is not chosen for a lucky search value, so its move is the machine's level,
+    where the winner's also carries the selection's luck; the rounds compare both sides at one time either way."""
+    base = next((e for e in table.entries if e.is_baseline and e.search_mean and e.mean), None)
+    if base is None or base.search_mean is None or base.mean is None:
+        return []
+    shift = base.mean / base.search_mean - 1.0
+    text = (f"machine drift: the baseline measured {100 * abs(shift):.0f}% {'lower' if shift < 0 else 'higher'} in "
+            f"verification than in the search ({base.search_mean:.0f} -> {base.mean:.0f} {base.unit})")
+    moved = [f"{e.label} {100 * (e.mean / e.search_mean - 1.0):+.0f}%" for e in table.entries
+             if not e.is_baseline and not e.dropped and e.search_mean and e.mean]
+    if moved:
+        who = "the challenger" if len(moved) == 1 else "the challengers"
+        text += f", {who} {', '.join(moved)} (which also carries the search's luck in picking {'it' if len(moved) == 1 else 'them'})"
+    return [text + "; each round measures both sides minutes apart, so a move of the machine's level favours neither"]
+
+
 def verification_lines(report: ReportView, winner: VerifiedRow, table: VerificationTable) -> list[str]:
     lines: list[str] = []
     width = max(len(e.label) for e in table.entries)
@@ -104,6 +122,7 @@ def verification_lines(report: ReportView, winner: VerifiedRow, table: Verificat
         lines.append(table.plan.describe()
                      + (f"; extended {table.extension} time{'s' if table.extension != 1 else ''} by a resume with a "
                         "larger budget" if table.extension else ""))
+    lines += _drift_lines(table)
     if winner.differences:
         lines.append("WARNING: the winner itself did not run as configured: " + "; ".join(winner.differences)
                      + ". Its throughput is what the engine resolved to; export it knowing that.")
