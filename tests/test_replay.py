@@ -23,3 +23,16 @@ def test_a_false_faster_on_the_null_stays_within_its_bound_on_a_small_draw():
     null = replay_cell(info, "plan", 30.0, 20, seed=2, null="baseline")
     low, _ = _ci(int(null["faster_n"]), 20)
     assert low <= 0.05
+
+
+def test_every_policy_replays_on_the_drifting_machine_within_its_budget():
+    # The drift scenario runs each policy's verification on a machine whose restarts are priced by their timed
+    # window: every policy completes, none overruns by more than one restart, and the paired policies record the
+    # window they ran (the search's two passes unless the plan sized another).
+    from autotune.bench.replay import DRIFT_PASS_S, DRIFT_PASSES, DRIFT_RESTART_MIN, POLICIES
+
+    for policy in POLICIES:
+        cell = replay_cell(None, policy, 30.0, 4, seed=3, drift="h100", effect=1.13)
+        assert cell["starts"] >= 6 and cell["configs"] >= 2, policy
+        longest = (60.0 * DRIFT_RESTART_MIN - DRIFT_PASSES * DRIFT_PASS_S + 12 * DRIFT_PASS_S) / 60.0
+        assert cell["over"] <= longest + 1e-9, policy

@@ -326,14 +326,14 @@ def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: 
             reserve = 3 * (pw + pb)
         configs = max(2, int((budget - reserve) // q))
         spent = configs * q
-        workload = Workload()
+        # The drifting machine runs the timed passes the verification's workload asks for: the search's, unless the
+        # paired plan sized another window.
+        workload = Workload(timed_passes=DRIFT_PASSES)
         if paired:
             final = paired_plan(max(0.0, budget - spent))
             kw |= dict(restarts=final.challenger, baseline_restarts=final.baseline, sequential_rounds=5,
                        extension_share=EXTENSION_SHARE, order_seed=int(rng.integers(1 << 30)))
             workload = Workload(timed_passes=final.timed_passes or DRIFT_PASSES)
-        elif drift is not None:
-            workload = Workload(timed_passes=DRIFT_PASSES)
         elif policy == "plan":
             final = plan_restarts(*args, max_minutes=max(0.0, budget - spent), **pk)
             kw |= dict(restarts=final.challenger, baseline_restarts=final.baseline, sequential_rounds=5,
