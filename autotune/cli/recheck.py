@@ -161,13 +161,18 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         new_engine = make_engine_from_input(meta.engine.name, os.path.join(cache_dir, "recheck-new-engine"), options)
         new_engine.check(space)
     prepare_study_dir(args.workdir, args.study)
+    from autotune.observers.progress import RecheckProgress
+
+    # Each restart is stored as it lands (study._recheck): the same command after Ctrl-C continues from them.
+    progress = RecheckProgress(sys.stderr, space.workload.unit)
     try:
         record = recheck(ledger, space, engine, RecheckOptions(args.restarts, args.budget_minutes, args.runner_ups,
                                                                       margin=margin),
-                         new_engine=new_engine)
+                         new_engine=new_engine, on_restart=progress.on_restart, on_start=progress.start)
     except RecheckError as exc:
         raise UsageError(str(exc)) from None
     finally:
+        progress.close()
         for e in (engine, new_engine):
             if e is not None:
                 e.close()
