@@ -253,7 +253,8 @@ def _clash(path: str, protected: Iterable[Protected]) -> Protected | None:
     return None
 
 
-def check_output_path(path: str, flag: str, protected: Iterable[Protected] = (), *, links: bool = True) -> None:
+def check_output_path(path: str, flag: str, protected: Iterable[Protected] = (), *, links: bool = True,
+                      workdir: str | None = None) -> None:
     """``path`` can be written at the end of the run: its directory exists and takes files, it is not a directory,
     and it is none of the ``protected`` paths (:func:`protected_paths`), through a symbolic or a hard link or not;
     with ``links``, it is no symbolic link at all (a first check before the protected paths are known leaves
@@ -264,6 +265,14 @@ def check_output_path(path: str, flag: str, protected: Iterable[Protected] = (),
         name = "report.json" if flag == "--json" else "winner.yaml"
         raise PreflightError(f"{flag} -: this command writes {flag} to a file, not to stdout (which carries its own "
                              f"output); give a file path, e.g. {flag} {name}")
+    # A directory link on the way out of the workdir or the working directory the path was named in (issue 44,
+    # principle 3; the rule is core.confine's): refused before the command runs, as the write would refuse it.
+    from autotune.core.confine import LinkRefused, confined_output
+
+    try:
+        confined_output(path, (*([workdir] if workdir else []), os.getcwd()))
+    except LinkRefused as exc:
+        raise PreflightError(f"{flag} {path}: {exc.strerror}") from None
     clash = _clash(path, protected)
     if clash is not None:
         shown = path if os.path.realpath(path) == os.path.realpath(clash.path) else \
