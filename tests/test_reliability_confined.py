@@ -286,6 +286,10 @@ def test_an_output_through_a_link_that_stays_inside_or_named_elsewhere_is_writte
     status, _, err = _run(["export", *store, "--out", str(tmp_path / "elsewhere" / "w.yaml")], capsys)
     assert status == ExitStatus.SUCCESS, err
     assert (tmp_path / "elsewhere" / "w.yaml").is_file()
+    status, _, err = _run(["audit", "--space", "space.yaml", "--engine", "sim", "--workdir", "a", "--json",
+                           "inside/a.json"], capsys)
+    assert status == ExitStatus.SUCCESS, err
+    assert (project / "sub" / "a.json").is_file()
 
 
 def test_a_link_swapped_in_after_the_check_is_not_followed_by_the_write(project):

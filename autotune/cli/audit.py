@@ -149,7 +149,8 @@ def run_audit(
     for line in schedule_coverage(config, result):
         print(f"schedule audit: {line}", file=out)
     if json_path:
-        write_json(json_path, _audit_json(config, result, rows, facts), args.workdir)  # the configuration's credentials stay out
+        # The configuration's credentials stay out; confined to the workdir it lies in (the engine's cache_dir).
+        write_json(json_path, _audit_json(config, result, rows, facts), cache_dir)
     if not result.ok:
         return ExitStatus.ERROR
     if changed and strict:
