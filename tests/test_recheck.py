@@ -424,11 +424,11 @@ def test_a_claimed_recheck_index_is_never_handed_out_twice(storage: str) -> None
     from autotune.study._recheck import _claim_index
 
     ledger = load(STUDY, storage)
-    (first, a), (second, b) = _claim_index(ledger), _claim_index(ledger)
+    (first, a, _), (second, b, _) = _claim_index(ledger, set()), _claim_index(ledger, set())
     assert a != b  # both held at once: two rechecks running together
     first.complete()
     second.complete()
-    assert _claim_index(ledger)[1] not in (a, b)  # used indexes stay used
+    assert _claim_index(ledger, set())[1] not in (a, b)  # used indexes stay used
 
 
 def test_a_recheck_budget_too_small_for_one_round_is_refused_before_any_start(
@@ -457,3 +457,102 @@ def test_a_recheck_stops_starting_engines_once_its_budget_is_spent(
     assert spent <= budget + max(costs.cold + costs.warm) + 1e-9
     assert record.change_test.stopped in ("budget", "decided") and record.change_test.restarts[2] < 10
     assert "engine minutes" in out
+
+
+# -- an interrupted recheck keeps what it measured ----------------------------------------------------------------
+
+
+def _measured(record: RecheckRecord) -> list[tuple[str, int, bool]]:
+    return [(e.candidate.config.key(), r.seed, r.cold) for e in record.verification.entries for r in e.restarts]
+
+
+def test_an_interrupted_recheck_keeps_its_restarts_and_the_same_recheck_continues_from_them(
+        storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C of ``recheck`` kept nothing and printed no progress; run again, it started over on new seeds. Now
+    each restart is stored as it lands and printed; the same command continues on the same seeds, the restarts
+    already measured kept and none run twice."""
+    from autotune.engines.sim import SimEngine
+    from autotune.study._recheck import RECHECK_JOB
+
+    real = SimEngine.run_restart
+    calls: list[tuple[str, int]] = []
+
+    def interrupted(self, config, workload, *, restart, seed):
+        if len(calls) == 5:
+            raise KeyboardInterrupt  # Ctrl-C in the sixth engine start
+        calls.append((config.key(), seed))
+        return real(self, config, workload, restart=restart, seed=seed)
+
+    monkeypatch.setattr(SimEngine, "run_restart", interrupted)
+    status, _, err = _run(_recheck(storage, tmp_path, "--restarts", "4"), capsys)
+    assert status == ExitStatus.INTERRUPTED, err
+    assert err.count(" seed=") == 5, err  # a line per restart as it landed
+    kept = load(STUDY, storage).claim_restarts(f"{RECHECK_JOB}-0")
+    assert sorted((k, r["seed"]) for k, rs in kept.items() for r in rs) == sorted(calls)
+    assert load(STUDY, storage).rechecks() == []
+
+    again: list[tuple[str, int]] = []
+
+    def counted(self, config, workload, *, restart, seed):
+        again.append((config.key(), seed))
+        return real(self, config, workload, restart=restart, seed=seed)
+
+    monkeypatch.setattr(SimEngine, "run_restart", counted)
+    status, out, err = _run(_recheck(storage, tmp_path, "--restarts", "4"), capsys)
+    assert status == ExitStatus.SUCCESS, err
+    assert "continuing from the" in err
+    assert not set(again) & set(calls)  # no restart run twice
+    records = load(STUDY, storage).rechecks()
+    assert len(records) == 1
+    record = RecheckRecord.from_dict(records[0])
+    measured = _measured(record)
+    assert sorted((k, s) for k, s, _ in measured) == sorted(calls + again)  # the first run's restarts are in it
+    assert len(set(measured)) == len(measured)
+    # The next recheck is a new one: its own index and seeds.
+    status, _, err = _run(_recheck(storage, tmp_path, "--restarts", "2"), capsys)
+    assert status == ExitStatus.SUCCESS, err
+    later = RecheckRecord.from_dict(load(STUDY, storage).rechecks()[-1])
+    assert later.seed_base != record.seed_base and not {s for _, s, _ in _measured(later)} & {s for _, s, _ in measured}
+
+
+def test_a_recheck_killed_mid_run_is_continued_by_the_same_command(storage: str, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """kill -9 of a ``recheck`` process: its claim's holder is gone, the restarts it stored stay, and the same
+    command continues from them on the same seeds."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from autotune.study._recheck import RECHECK_JOB
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    # Restarts that take real time (the simulator sleeps 0.5 s per simulated minute), so the kill lands mid-run.
+    study = load(STUDY, storage).study
+    meta = study.user_attrs["autotune:meta"]
+    study.set_user_attr("autotune:meta", {**meta, "engine_options": {**meta["engine_options"], "time_scale": 0.008}})
+    argv = [sys.executable, "-m", "autotune", *_recheck(storage, tmp_path, "--restarts", "6")]
+    proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    kept: dict = {}
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            kept = load(STUDY, storage).claim_restarts(f"{RECHECK_JOB}-0")
+            if sum(len(rs) for rs in kept.values()) >= 3:
+                break
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    if load(STUDY, storage).rechecks():
+        pytest.skip("the recheck finished before the kill could land")
+    kept = load(STUDY, storage).claim_restarts(f"{RECHECK_JOB}-0")
+    first = {(k, r["seed"], bool(r.get("cold"))) for k, rs in kept.items() for r in rs}
+    assert len(first) >= 3
+    status, _, err = _run(_recheck(storage, tmp_path, "--restarts", "6"), capsys)
+    assert status == ExitStatus.SUCCESS, err
+    record = RecheckRecord.from_dict(load(STUDY, storage).rechecks()[0])
+    measured = _measured(record)
+    assert first <= set(measured) and len(set(measured)) == len(measured)

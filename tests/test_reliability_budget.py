@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from autotune.cli._main import raw_main
 from autotune.config.space import parse_space
 from autotune.core.exit_status import ExitStatus
@@ -203,3 +205,76 @@ def test_a_study_never_starts_more_engines_than_its_budget_even_when_every_check
     budget = 16
     ledger = run_study(space, engine, _options(tmp_path, trials=30, budget_restarts=budget))
     assert len(engine.calls) <= budget and ledger.budget_used()[0] <= budget
+
+
+# -- issue 44, principle 7: --budget-minutes between concurrent workers ------------------------------------------
+
+#: A worker whose every stored-count check of the budget says there is room: the race between workers at its worst
+#: (both saw the last minutes free), made certain. Only the reservations can hold the study to its budget then.
+_ROOM_EVERYWHERE = """
+import sys
+from autotune.study import _optimize, _trial, _verification
+
+for module, name in ((_trial, "_search_may_start"), (_optimize, "_search_may_start"), (_verification, "_starts_fit"),
+                     (_verification, "_verify_may_start")):
+    setattr(module, name, lambda *a, **k: True)
+import pytest
+
+from autotune.cli._main import raw_main
+
+sys.exit(int(raw_main(sys.argv[1:])))
+"""
+
+
+def _reservations(url: str, study: str) -> list[tuple[float, float]]:
+    """(reserved, spent) minutes of every completed reservation of the study."""
+    import optuna
+
+    claims = optuna.load_study(study_name=study + ":autotune-claims", storage=url)
+    return [(float(t.user_attrs["autotune:claim"][len("minutes-"):]), float(t.value))
+            for t in claims.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.user_attrs.get("autotune:claim", "").startswith("minutes-")]
+
+
+def test_two_workers_never_overrun_a_minutes_budget_by_more_than_their_starts_ran_over_their_estimates(tmp_path):
+    """``--budget-minutes`` between two real worker processes on the simulator, each seeing room for every start:
+    every engine start reserved its estimated minutes first (one claim each, atomic across the workers), so the
+    study's recorded minutes exceed the budget by at most what its starts ran over their reservations. (Without the
+    reservations the workers ran every trial: many times the budget.)"""
+    import subprocess
+    import time
+
+    from autotune.store.ledger import load
+
+    space = REPO / "search_spaces" / "h200.yaml"
+    url, budget = f"sqlite:///{tmp_path}/o.db", 15.0
+    common = ["--storage", url, "--workdir", str(tmp_path / "w"), "--study", "m", "--no-mlflow", "--quiet",
+              "--heartbeat", "1"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first = subprocess.Popen([sys.executable, "-c", _ROOM_EVERYWHERE, "tune", "--space", str(space), "--engine",
+                              "sim", "--trials", "40", "--budget-minutes", str(budget), "--verify-restarts", "2",
+                              "--engine-opt", "time_scale=0.01",  # 0.6 s a start: the workers overlap
+                              *common], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and first.poll() is None:
+        try:
+            if load("m", url).study.get_trials(deepcopy=False):
+                break
+        except Exception:  # noqa: BLE001 - the study is not there yet
+            pass
+        time.sleep(0.05)
+    second = subprocess.Popen([sys.executable, "-c", _ROOM_EVERYWHERE, "worker", *common], env=env, cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    errors = [p.communicate(timeout=600)[1].decode() for p in (first, second)]
+    assert all("Traceback" not in e for e in errors), errors
+    ledger = load("m", url)
+    owners = {t.user_attrs.get("autotune:owner", {}).get("pid") for t in ledger.study.get_trials(deepcopy=False)
+              if t.user_attrs.get("autotune:restarts")}
+    assert len(owners) == 2, owners  # both workers started engines
+    starts, minutes = ledger.budget_used()
+    reservations = _reservations(url, "m")
+    assert starts >= 2 and len(reservations) == starts  # every engine start reserved its minutes first
+    assert sum(spent for _, spent in reservations) == pytest.approx(minutes)
+    over = sum(max(0.0, spent - reserved) for reserved, spent in reservations)
+    assert minutes <= budget + over + 1e-6, (minutes, budget, over, reservations)
+    assert minutes <= budget + 2 * max(spent for _, spent in reservations)  # at most a start per worker past it

@@ -217,3 +217,91 @@ def test_a_relative_cache_directory_keeps_its_compile_markers_so_the_second_star
     second = engine.run_restart(space.baseline(), space.workload, restart=1, seed=2)
     assert first.cold and not second.cold
     assert not (tmp_path / "work" / "study" / "work").exists()
+
+
+# -- output flags: never through a link out of the directory they were named in ---------------------------------
+
+_RECHECK_DB = Path(__file__).parent / "data" / "study-recheck-h200-sim.db"
+
+
+def _output_commands(root: Path) -> dict[str, tuple[list[str], str]]:
+    """Every output flag of every command, as argv taking the output path last, and the flag."""
+    store = ["--storage", f"sqlite:///{root}/study.db"]
+    named = [*store, "--study", "h200-sim"]
+    space = str(root / "space.yaml")
+    return {
+        "tune --json": (["tune", "--space", space, "--engine", "sim", "--trials", "2", "--no-verify", "--no-mlflow",
+                         "--quiet", "--storage", f"sqlite:///{root}/new.db", "--workdir", str(root / "w"),
+                         "--study", "one", "--json"], "--json"),
+        "worker --json": (["worker", *named, "--workdir", str(root / "w"), "--no-mlflow", "--json"], "--json"),
+        "report --json": (["report", *named, "--json"], "--json"),
+        "recheck --json": (["recheck", *named, "--workdir", str(root / "w"), "--no-mlflow", "--json"], "--json"),
+        "audit --json": (["audit", "--space", space, "--engine", "sim", "--workdir", str(root / "a"), "--json"],
+                         "--json"),
+        "export --out": (["export", *named, "--out"], "--out"),
+        "bench --out": (["bench", "--seeds", "1", "--budgets", "4", "--no-mlflow", "--out"], "--out"),
+        "bench-scaling --json": (["bench-scaling", "--seeds", "1", "--json"], "--json"),
+    }
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A working directory holding a study and a space, with ``out -> ../elsewhere`` (a link out of it) and
+    ``inside -> sub`` (a link that stays in it)."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    shutil.copyfile(_RECHECK_DB, root / "study.db")
+    shutil.copyfile(_space(tmp_path), root / "space.yaml")
+    (tmp_path / "elsewhere").mkdir()
+    (root / "out").symlink_to("../elsewhere")
+    (root / "sub").mkdir()
+    (root / "inside").symlink_to("sub")
+    monkeypatch.chdir(root)
+    return root
+
+
+@pytest.mark.parametrize("command", list(_output_commands(Path("/x"))))
+def test_no_output_flag_writes_through_a_link_out_of_the_directory_it_was_named_in(project, capsys, command):
+    """``report --json out/r.json`` with ``out -> ../elsewhere`` wrote outside the directory the user named it in
+    (every output flag of every command did). Now each is one line naming the flag and the link, exit 2, before the
+    command runs, and nothing is written through the link."""
+    argv, flag = _output_commands(project)[command]
+    target = "out/r.json" if flag == "--json" else ("out/bench" if command == "bench --out" else "out/w.yaml")
+    before = {p.name for p in project.iterdir()}
+    status, out, err = _run([*argv, target], capsys)
+    line = _one_line(err)
+    assert status == ExitStatus.BAD_INPUT and line.startswith(f"autotune: error: {flag} {target}:"), line
+    assert "is a symbolic link (to ../elsewhere) leading out of" in line, line
+    assert list((project.parent / "elsewhere").iterdir()) == []
+    assert {p.name for p in project.iterdir()} == before  # no store, no workdir: refused before anything ran
+
+
+def test_an_output_through_a_link_that_stays_inside_or_named_elsewhere_is_written(project, capsys, tmp_path):
+    """The rule refuses only what leads out: a link inside the directory is followed, and a path named outside it
+    (its directory given in full) is written where it says."""
+    store = ["--storage", f"sqlite:///{project}/study.db", "--study", "h200-sim"]
+    status, _, err = _run(["report", *store, "--json", "inside/r.json"], capsys)
+    assert status == ExitStatus.SUCCESS, err
+    assert (project / "sub" / "r.json").is_file()
+    status, _, err = _run(["export", *store, "--out", str(tmp_path / "elsewhere" / "w.yaml")], capsys)
+    assert status == ExitStatus.SUCCESS, err
+    assert (tmp_path / "elsewhere" / "w.yaml").is_file()
+    status, _, err = _run(["audit", "--space", "space.yaml", "--engine", "sim", "--workdir", "a", "--json",
+                           "inside/a.json"], capsys)
+    assert status == ExitStatus.SUCCESS, err
+    assert (project / "sub" / "a.json").is_file()
+
+
+def test_a_link_swapped_in_after_the_check_is_not_followed_by_the_write(project):
+    """The write opens every directory below the root without following links (``open_confined``): a link put in
+    place of a checked directory between the check and the write is refused, not followed."""
+    from autotune.cli._common import UsageError, open_output
+
+    (project / "later").mkdir()
+    with open_output("later/r.json", "--json") as fh:  # checked and written: a real directory
+        fh.write("{}")
+    shutil.rmtree(project / "later")
+    (project / "later").symlink_to(project.parent / "elsewhere")
+    with pytest.raises(UsageError, match="--json later/r.json: .*later is a symbolic link"):
+        open_output("later/r.json", "--json")
+    assert list((project.parent / "elsewhere").iterdir()) == []

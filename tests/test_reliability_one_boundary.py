@@ -245,3 +245,81 @@ def test_bench_scaling_flags_are_one_line(capsys, argv):
     status, _, err = _run(["bench-scaling", *argv], capsys)
     line = _one_line(err)
     assert status == ExitStatus.BAD_INPUT and argv[0] in line, line
+
+
+# -- the MLflow tracking URI -----------------------------------------------------------------------------------
+
+_SECRET = "hunter2-tracking"
+
+
+def _tracking_commands(tmp_path: Path) -> dict[str, list[str]]:
+    """Every command that logs to MLflow, as argv that would otherwise make a store, a workdir or run an engine."""
+    store = ["--storage", f"sqlite:///{tmp_path}/sub/optuna.db"]
+    return {
+        "tune": ["tune", "--space", str(_space(tmp_path)), "--engine", "sim", "--trials", "2", "--no-verify",
+                 "--quiet", *store, "--workdir", str(tmp_path / "w"), "--study", "one"],
+        "worker": ["worker", "--study", "one", *store, "--workdir", str(tmp_path / "w")],
+        "recheck": ["recheck", "--study", "one", *store, "--workdir", str(tmp_path / "w")],
+        "track": ["track", "--study", "one", *store],
+        "ui": ["ui"],
+        "bench": ["bench", "--seeds", "1", "--budgets", "4", "--out", str(tmp_path / "bench")],
+    }
+
+
+def _made(tmp_path: Path) -> set[str]:
+    return {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")} - {"space.yaml"}
+
+
+@pytest.mark.parametrize("command", ["tune", "worker", "recheck", "track", "ui", "bench"])
+@pytest.mark.parametrize("source", ["flag", "env"])
+def test_a_tracking_uri_mlflow_cannot_use_is_one_line_in_every_command_that_logs(tmp_path, capsys, monkeypatch,
+                                                                                  command, source):
+    """``--tracking-uri xx://...`` (or ``MLFLOW_TRACKING_URI``) ran the study without MLflow, a warning line after
+    the store and the workdir were made (``bench`` ran its whole benchmark first). Now every command that logs to
+    MLflow refuses it in one line naming where it came from, exit 2, nothing made, the password not shown."""
+    monkeypatch.chdir(tmp_path)
+    uri = f"xx://bob:{_SECRET}@tracking.example/x"
+    argv = _tracking_commands(tmp_path)[command]
+    if source == "flag":
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        argv = [*argv, "--tracking-uri", uri]
+    else:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    status, out, err = _run(argv, capsys)
+    line = _one_line(err)
+    name = "--tracking-uri" if source == "flag" else "MLFLOW_TRACKING_URI"
+    assert status == ExitStatus.BAD_INPUT and line.startswith(f"autotune: error: {name} 'xx://***@tracking"), line
+    assert "'xx'" in line and "sqlite:///mlruns/mlflow.db" in line, line
+    assert _SECRET not in line + out and "bob" not in line
+    assert _made(tmp_path) == set()
+
+
+@pytest.mark.parametrize("uri,why", [
+    ("http://[::1", "not a URI"), (f"http://u:{_SECRET}@h:abc", "not a URI"), ("http://", "names no host"),
+    (f"postgresql://u:{_SECRET}@db:port/x", "not a URI"), ("sqlite:x.db", "not a database URL"), ("sqlite://", "in memory"),
+    ("uc", "model-registry"), (f"bob:{_SECRET}@host", "scheme 'bob'"), ("", "empty"), ("file:", "path is empty")])
+def test_a_malformed_tracking_uri_is_refused_before_the_study_starts(tmp_path, capsys, monkeypatch, uri, why):
+    monkeypatch.chdir(tmp_path)
+    status, out, err = _run([*_tracking_commands(tmp_path)["tune"], "--tracking-uri", uri], capsys)
+    line = _one_line(err)
+    assert status == ExitStatus.BAD_INPUT and "--tracking-uri" in line and why in line, line
+    assert _SECRET not in line + out
+    assert _made(tmp_path) == set()
+
+
+@pytest.mark.parametrize("uri", ["sqlite:///m/mlflow.db", "http://mlflow.team:5000", "https://u:p@h/prefix",
+                                 "postgresql+psycopg2://u:p@db/x", "mysql://db/x", "file:///tmp/m", "m/runs",
+                                 "databricks", "databricks://profile"])
+def test_tracking_uris_mlflow_can_use_are_not_refused(uri):
+    from autotune.observers.mlflow import tracking_uri_problem
+
+    assert tracking_uri_problem(uri) is None
+
+
+def test_no_mlflow_leaves_the_tracking_uri_unread(tmp_path, capsys, monkeypatch):
+    """A command told ``--no-mlflow`` never uses the URI: a bad ``MLFLOW_TRACKING_URI`` in the shell does not stop
+    it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "xx://nowhere")
+    status, _, err = _run([*_tracking_commands(tmp_path)["tune"], "--no-mlflow"], capsys)
+    assert status == ExitStatus.SUCCESS, err

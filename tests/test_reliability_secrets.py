@@ -623,3 +623,60 @@ def test_the_vllm_engine_resolves_its_env_and_launcher_only_for_the_process(tmp_
             engine.runner_env()
     finally:
         engine.close()
+
+
+_FORKED_RESTART = """
+import sys
+from autotune.core.records import Dataset, EngineConfig, Workload
+from autotune.core.secrets import resolve_config
+from autotune.engines.vllm import VllmEngine
+
+engine = VllmEngine(cache_dir=sys.argv[1], python=sys.executable, startup_timeout_s=120, env={"PYTHONPATH": sys.argv[2]})
+assert engine.settings.resolved_start_method() == "forkserver"
+config = resolve_config(EngineConfig(engine_args={"model": "fake/leak", "hf_token": "${AT_TEST_LOGIN}"},
+                                     compilation_config={}, speculative_config={}))
+engine.run_restart(config, Workload(num_prompts=2, input_len=8, output_len=4, concurrency=2, timed_passes=2,
+                                    dataset=Dataset("synthetic"), pass_seconds=0.0), restart=0, seed=0)
+"""
+
+
+def test_a_forked_restarts_log_holds_no_credential_after_autotune_and_the_restart_are_killed(tmp_path, monkeypatch):
+    """A restart forked by the forkserver host opens its log by path, and was redacted only once it stopped: a
+    kill -9 of autotune mid-run left the credential the restart printed in the log for good. The restart now writes
+    through a named pipe autotune redacts line by line (``RedactedLog(named=True)``): with autotune and then the
+    restart SIGKILLed, no file holds the value, and the log shows its reference."""
+    import os
+    import signal
+    import subprocess
+
+    from tests.engines.test_vllm_launcher import _wait_gone
+
+    fake = Path(__file__).resolve().parent / "data" / "fake-vllm"
+    procs, study, tmp = tmp_path / "procs", tmp_path / "study", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "AT_TEST_LOGIN": CMD_LOGIN, "FAKE_VLLM_PROCS": str(procs), "TMPDIR": str(tmp),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    autotune = subprocess.Popen([sys.executable, "-c", _FORKED_RESTART, str(study), str(fake)], env=env)
+    restart_log: list[Path] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not restart_log and autotune.poll() is None:
+            restart_log = [p for p in study.rglob("*.log") if "forkserver-host" not in p.name
+                           and "login" in p.read_text(errors="replace")]
+            time.sleep(0.1)
+        assert restart_log, "the forked restart never printed its arguments"
+    finally:
+        autotune.send_signal(signal.SIGKILL)
+        autotune.wait()
+    engine_pids = [json.loads(line)["pid"] for line in procs.read_text().splitlines()]
+    for pid in engine_pids:  # the restart this test caused: killed as a crash would
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert _wait_gone(engine_pids) == []
+    text = restart_log[0].read_text()
+    assert "login ${AT_TEST_LOGIN}" in text and "'hf_token': '${AT_TEST_LOGIN}'" in text, text
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and not path.is_symlink():  # a FIFO is no file, and reading one would block
+            assert CMD_LOGIN.encode() not in path.read_bytes(), path

@@ -7,7 +7,7 @@ import os
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import IO, Any
 
 from autotune.core.urls import sqlite_path
 
@@ -161,7 +161,7 @@ def _cell_values(result: Mapping[str, Any], profile: str, strategy: str, budget:
     return [float(r[key]) for r in result["runs"] if (r["profile"], r["strategy"], r["budget"]) == cell]
 
 
-def plot_regret(result: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+def plot_regret(result: Mapping[str, Any], path: str | os.PathLike[str] | IO[bytes]) -> None:
     """A PNG per profile: median regret (25-75% band) against budget, and how often each strategy says "faster"."""
     import matplotlib
 

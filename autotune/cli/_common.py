@@ -108,14 +108,30 @@ def command_line() -> tuple[str, ...]:
     return tuple(redact_command(["autotune", *sys.argv[1:]]))
 
 
-def write_json(path: str, data: Any) -> None:
+def write_json(path: str, data: Any, workdir: str | None = None) -> None:
     """``data``, redacted, as indented JSON at ``path`` (``--json`` of every subcommand that has one)."""
-    with open_output(path, "--json") as fh:
+    with open_output(path, "--json", workdir) as fh:
         json.dump(redact(data), fh, indent=2, default=str)
 
 
-def open_output(path: str, flag: str) -> IO[str]:
-    """``path`` opened for writing, never through a symbolic link (one put there after the preflight check too)."""
+def output_roots(workdir: str | None = None) -> tuple[str, ...]:
+    """The directories an output path is confined to when it lies in one (``core.confine.confined_output``): the
+    command's ``--workdir``, then the working directory."""
+    return (*([workdir] if workdir else []), os.getcwd())
+
+
+def open_output(path: str, flag: str, workdir: str | None = None, mode: str = "w") -> IO[Any]:
+    """``path`` opened for writing, never through a symbolic link (one put there after the preflight check too),
+    nor through a directory link leading out of the workdir or the working directory it was named in (issue 44):
+    inside one of those, every directory on the way is opened without following links (``open_confined``)."""
+    from autotune.core.confine import LinkRefused, confined_output, open_confined
+
+    try:
+        confined = confined_output(path, output_roots(workdir))
+        if confined is not None:
+            return open_confined(*confined, mode)
+    except LinkRefused as exc:
+        raise UsageError(f"{flag} {path}: {exc.strerror}") from None
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
     except OSError as exc:
@@ -123,7 +139,7 @@ def open_output(path: str, flag: str) -> IO[str]:
             raise UsageError(f"{flag} {path}: is a symbolic link; autotune does not write through links: give the "
                              "real path, or remove the link") from None
         raise
-    return os.fdopen(fd, "w")
+    return os.fdopen(fd, mode)
 
 
 def default_study_name(space: Any, engine: str) -> str:

@@ -104,11 +104,12 @@ def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
 
     from autotune.cli._disk_full import DiskFull, raise_if_disk_full
 
-    from autotune.cli.preflight import check_command_paths
+    from autotune.cli.preflight import check_command_paths, check_tracking_uri_of
 
     try:
         try:
             check_command_paths(args)  # every command's --workdir, before it runs
+            check_tracking_uri_of(args)  # and its MLflow tracking URI
             return ExitStatus(args.handler(args, out))
         except Exception as exc:
             # A full disk under the storage or workdir: one line naming which (issue 22, FS01/FS04).

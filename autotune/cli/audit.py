@@ -78,7 +78,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     if args.json:
         # Before the engine starts (issue 32, principle 7): never over the space, the dataset or the engine's logs.
         check_output_path(args.json, "--json", protected_paths(
-            space_file=space.source, dataset=dataset_path(space.workload), study_dir=args.workdir))
+            space_file=space.source, dataset=dataset_path(space.workload), study_dir=args.workdir),
+            workdir=args.workdir)
     params = parse_params(args.params, "--params")
     options = parse_kv(args.engine_opt, "--engine-opt")
     from pathlib import Path
@@ -148,7 +149,8 @@ def run_audit(
     for line in schedule_coverage(config, result):
         print(f"schedule audit: {line}", file=out)
     if json_path:
-        write_json(json_path, _audit_json(config, result, rows, facts))  # the configuration's credentials stay out
+        # The configuration's credentials stay out; confined to the workdir it lies in (the engine's cache_dir).
+        write_json(json_path, _audit_json(config, result, rows, facts), cache_dir)
     if not result.ok:
         return ExitStatus.ERROR
     if changed and strict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +31,8 @@ from autotune.bench import (
     render_targets,
     run_benchmark,
 )
+from autotune.cli._common import UsageError, open_output, output_roots
+from autotune.core.confine import LinkRefused, confined_output
 from autotune.core.exit_status import ExitStatus
 from autotune.engines.drift import PRESETS as DRIFT_PRESETS
 from autotune.observers.mlflow import DEFAULT_TRACKING_URI
@@ -120,12 +123,25 @@ def run(args: argparse.Namespace, out: IO[str]) -> int:
                          budgets=tuple(args.budgets), seeds=seeds, first_seed=first_seed,
                          jobs=args.jobs, root=args.root, sampler=args.sampler, verify=args.verify,
                          drift=args.drift)
-    result = run_benchmark(config, progress=_progress_printer(sys.stderr))
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out_dir / "bench.json", out_dir / "regret.png"
-    json_path.write_text(json.dumps(result, indent=1, default=str))
-    plot_regret(result, png_path)
+    # Before the benchmark runs: --out's files never through a link out of the directory --out was named in
+    # (issue 44; the rule is core.confine's), nor through a link as themselves.
+    for path in (json_path, png_path):
+        if path.is_symlink():
+            raise UsageError(f"--out {args.out}: {path} is a symbolic link (to {os.readlink(path)}); autotune does "
+                             "not write through links: give the real path, or remove the link")
+        try:
+            confined = confined_output(path, output_roots())
+        except LinkRefused as exc:
+            raise UsageError(f"--out {args.out}: {exc.strerror}") from None
+    result = run_benchmark(config, progress=_progress_printer(sys.stderr))
+    if confined is None:  # a directory named outside the working directory: made as given
+        out_dir.mkdir(parents=True, exist_ok=True)
+    with open_output(str(json_path), "--out") as fh:  # its directories made on the way, never through a link
+        fh.write(json.dumps(result, indent=1, default=str))
+    with open_output(str(png_path), "--out", mode="wb") as fh:
+        plot_regret(result, fh)
     lines = [render_header(result), f"  JSON: {json_path}  plot: {png_path}"]
     if not args.no_mlflow:
         from autotune.observers.mlflow import resolve_tracking_uri

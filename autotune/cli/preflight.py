@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import sqlite3
 import tempfile
 import time
@@ -108,6 +109,36 @@ def check_command_paths(args: Any) -> None:
     workdir = getattr(args, "workdir", None)
     if isinstance(workdir, str):
         _check_workdir(workdir)
+
+
+def check_tracking_uri_of(args: Any) -> None:
+    """The MLflow tracking URI of every command that logs to MLflow (``--tracking-uri``, else
+    ``$MLFLOW_TRACKING_URI``), unless it was told ``--no-mlflow``: a URI MLflow cannot use (a scheme it does not know,
+    a malformed one) is one line naming where it came from and the fix, before anything is created (issue 44,
+    principle 5). A command that ran on with it would run without MLflow, which is not what the flag asked for.
+    Commands without ``--tracking-uri`` (``report``, ``export``) never log to MLflow: they read the variable only to
+    keep their output off the store's files, so it is not theirs to refuse."""
+    if not hasattr(args, "tracking_uri") or getattr(args, "no_mlflow", False):
+        return
+    from autotune.observers.mlflow import tracking_uri_problem
+
+    flag = args.tracking_uri
+    name, uri = ("--tracking-uri", flag) if flag is not None else \
+        ("MLFLOW_TRACKING_URI", os.environ.get("MLFLOW_TRACKING_URI") or None)
+    if uri is None:
+        return  # the default store
+    problem = "it is empty" if not uri.strip() else tracking_uri_problem(uri)
+    if problem is None:
+        return
+    off = ", or pass --no-mlflow" if hasattr(args, "no_mlflow") else ""
+    raise PreflightError(f"{name} {shown_uri(uri)!r}: {problem}; give a tracking URI MLflow can open "
+                         f"(sqlite:///mlruns/mlflow.db, http://HOST:5000, postgresql://HOST/DB or a directory){off}")
+
+
+def shown_uri(uri: str) -> str:
+    """``uri`` as an error line may show it: everything before its last ``@`` after the scheme hidden (user and
+    password both), since a URI refused as malformed cannot be trusted to split where a parser would."""
+    return re.sub(r"^((?:[A-Za-z][A-Za-z0-9+.-]*:)?(?://)?).*@", r"\1***@", uri, flags=re.S)
 
 
 def _check_workdir(workdir: str) -> None:
@@ -222,7 +253,8 @@ def _clash(path: str, protected: Iterable[Protected]) -> Protected | None:
     return None
 
 
-def check_output_path(path: str, flag: str, protected: Iterable[Protected] = (), *, links: bool = True) -> None:
+def check_output_path(path: str, flag: str, protected: Iterable[Protected] = (), *, links: bool = True,
+                      workdir: str | None = None) -> None:
     """``path`` can be written at the end of the run: its directory exists and takes files, it is not a directory,
     and it is none of the ``protected`` paths (:func:`protected_paths`), through a symbolic or a hard link or not;
     with ``links``, it is no symbolic link at all (a first check before the protected paths are known leaves
@@ -233,6 +265,14 @@ def check_output_path(path: str, flag: str, protected: Iterable[Protected] = (),
         name = "report.json" if flag == "--json" else "winner.yaml"
         raise PreflightError(f"{flag} -: this command writes {flag} to a file, not to stdout (which carries its own "
                              f"output); give a file path, e.g. {flag} {name}")
+    # A directory link on the way out of the workdir or the working directory the path was named in (issue 44,
+    # principle 3; the rule is core.confine's): refused before the command runs, as the write would refuse it.
+    from autotune.core.confine import LinkRefused, confined_output
+
+    try:
+        confined_output(path, (*([workdir] if workdir else []), os.getcwd()))
+    except LinkRefused as exc:
+        raise PreflightError(f"{flag} {path}: {exc.strerror}") from None
     clash = _clash(path, protected)
     if clash is not None:
         shown = path if os.path.realpath(path) == os.path.realpath(clash.path) else \

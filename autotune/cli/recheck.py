@@ -121,7 +121,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     margin = _margin(args.margin)
     new_options = parse_kv(args.engine_opt, "--engine-opt")  # bad input (a literal credential) before the store
     if args.json:  # a first check before the study is read; the protected paths are checked once they are known
-        check_output_path(args.json, "--json", links=False)
+        check_output_path(args.json, "--json", links=False, workdir=args.workdir)
     check_storage(args.storage, write=True, existing=True)  # a typo's path must not become a new store
     ledger = load(args.study, args.storage)
     if ledger.verification() is None:
@@ -137,7 +137,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
 
         check_output_path(args.json, "--json", protected_paths(
             storage=args.storage, tracking_uri=resolve_tracking_uri(args.tracking_uri), space_file=meta.space_file,
-            dataset=dataset_path(meta.workload), study_dir=os.path.join(args.workdir, args.study)))
+            dataset=dataset_path(meta.workload), study_dir=os.path.join(args.workdir, args.study)),
+            workdir=args.workdir)
     # The study's own engine caches and logs (its compile caches are today's too): the directory the study owns.
     # Made only once every input (the space, the engine options) is accepted: a refused recheck leaves nothing.
     cache_dir = str(study_dir(args.workdir, args.study))
@@ -175,19 +176,24 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     for note in configs.translated:
         print(f"autotune: note: {note}", file=sys.stderr)
     prepare_study_dir(args.workdir, args.study)
+    from autotune.observers.progress import RecheckProgress
+
+    # Each restart is stored as it lands (study._recheck): the same command after Ctrl-C continues from them.
+    progress = RecheckProgress(sys.stderr, space.workload.unit)
     try:
         record = recheck(ledger, space, engine, RecheckOptions(args.restarts, args.budget_minutes, args.runner_ups,
                                                                       margin=margin),
-                         new_engine=new_engine)
+                         new_engine=new_engine, on_restart=progress.on_restart, on_start=progress.start)
     except RecheckError as exc:
         raise UsageError(str(exc)) from None
     finally:
+        progress.close()
         for e in (engine, new_engine):
             if e is not None:
                 e.close()
     print("\n".join(render_recheck(record, space.workload.unit)), file=out)
     if args.json:
-        write_json(args.json, record.to_dict())
+        write_json(args.json, record.to_dict(), args.workdir)
     if not args.no_mlflow:
         from autotune.observers.mlflow import TrackingError, log_recheck
 

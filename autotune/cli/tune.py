@@ -169,7 +169,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     if output.json_path:
         preflight.check_output_path(output.json_path, "--json", preflight.protected_paths(
             storage=options.storage, tracking_uri=resolve_tracking_uri(output.tracking_uri), space_file=space.source,
-            dataset=preflight.dataset_path(space.workload), study_dir=os.path.join(options.workdir, study_name)))
+            dataset=preflight.dataset_path(space.workload), study_dir=os.path.join(options.workdir, study_name)),
+            workdir=options.workdir)
     preflight.check_storage(options.storage, write=True)
     if args.fresh:
         preflight.check_fresh(options.storage, study_name)

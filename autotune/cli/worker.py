@@ -107,16 +107,16 @@ def run_here(space: Any, engine: Any, options: Any, output: StudyOutput, out: IO
         for obs in observers:
             obs.close()  # an error must not leave MLflow runs marked RUNNING
         engine.close()
-    return _print_report(report, output.json_path, out)
+    return _print_report(report, output.json_path, out, options.workdir)
 
 
-def _print_report(report: Any, json_path: str | None, out: IO[str]) -> ExitStatus:
+def _print_report(report: Any, json_path: str | None, out: IO[str], workdir: str | None = None) -> ExitStatus:
     """The study's report, redacted, on ``out`` (and ``--json``); a study with no result exits non-zero."""
     print(redact_text(report.render()), file=out)
     if json_path:
         from autotune.report import report_json
 
-        write_json(json_path, report_json(report))
+        write_json(json_path, report_json(report), workdir)
     if report.no_result:
         # A study that measured nothing claims nothing: scripts must not take its "winner" for a result.
         print(f"autotune: error: study {report.study!r} has no result: {redact_text(report.no_result)}",
@@ -182,7 +182,7 @@ def run_local_workers_for(options: Any, output: StudyOutput, engine_opts: Sequen
         print(f"autotune: a worker stopped early (worst status {status}); the others finished the study",
               file=sys.stderr)
     report = build_report(study, engine=engine, space=space)
-    return _print_report(report, output.json_path, out)
+    return _print_report(report, output.json_path, out, options.workdir)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -222,7 +222,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
 
         check_output_path(args.json, "--json", protected_paths(
             storage=args.storage, tracking_uri=resolve_tracking_uri(args.tracking_uri), space_file=meta.space_file,
-            dataset=dataset_path(space.workload), study_dir=os.path.join(args.workdir, args.study)))
+            dataset=dataset_path(space.workload), study_dir=os.path.join(args.workdir, args.study)),
+            workdir=args.workdir)
     engine_opts = args.engine_opt or []
     engine_options = {**dict(meta.engine_options), **typed_options}
     # The stored space and options hold references (${HF_TOKEN}): each must be set on this machine.

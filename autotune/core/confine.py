@@ -10,6 +10,13 @@ already there that lead out, for a one-line refusal before a study starts.
 
 The root itself is the user's to choose (``--workdir`` may well be a link to a big disk); only what lies below it
 is confined.
+
+An output a flag names (``report --json PATH``, ``export --out PATH``, ``bench --out DIR``) follows the same rule
+(:func:`confined_output`): its root is the directory it was named in, the workdir when it lies there, else the
+working directory; a symbolic link on its way below that root that leads out of it is refused, and the file is
+opened through :func:`open_confined` from the root's real path. A path outside every root (an absolute path
+elsewhere, ``../x``) names its directory itself and is written there as given, never through a link as its last
+part.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["LinkRefused", "confined_dir", "links_out_of", "open_confined"]
+__all__ = ["LinkRefused", "OutputLink", "confined_dir", "confined_output", "links_out_of", "open_confined"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -162,3 +169,45 @@ def links_out_of(root: str | os.PathLike[str], limit: int = 10) -> list[tuple[Pa
                 if len(found) >= limit:
                     return found
     return found
+
+
+class OutputLink(LinkRefused):
+    """An output path whose way below its root passes a symbolic link leading out of the root."""
+
+    def __init__(self, path: Path, root: Path, link: Path, target: str) -> None:
+        OSError.__init__(self, errno.ELOOP, f"{link} is a symbolic link (to {target}) leading out of {root}, where "
+                                            f"{path} was named; autotune does not follow links out of the directory "
+                                            f"an output is named in: give the real path "
+                                            f"({os.path.realpath(path)}), or remove the link")
+        self.path, self.root, self.link = path, root, link
+
+
+def confined_output(path: str | os.PathLike[str], roots: Any) -> tuple[Path, Path] | None:
+    """Where an output named ``path`` is written: ``(root, target)``, both real paths, for
+    :func:`open_confined` (``target`` below ``root``), when one of ``roots`` (the first that holds ``path`` by
+    name: the workdir, then the working directory) holds it; ``None`` when none does (written as given).
+
+    A link on the way that stays inside the root is followed (its real path is written); one that leads out of it
+    is refused: a file named inside a directory stays inside it (issue 44, principle 3).
+
+    Raises:
+        OutputLink: a directory on ``path``'s way below its root is a link leading out of the root.
+    """
+    target = Path(os.path.abspath(path))
+    for root in roots:
+        if root is None:
+            continue
+        base = Path(os.path.abspath(root))
+        if target == base or not _lexically_inside(target, base):
+            continue
+        real_base = Path(os.path.realpath(base))
+        real_parent = Path(os.path.realpath(target.parent))
+        if not _lexically_inside(real_parent, real_base):
+            here = base
+            for part in target.parent.relative_to(base).parts:
+                here = here / part
+                if here.is_symlink() and not _lexically_inside(Path(os.path.realpath(here)), real_base):
+                    raise OutputLink(target, base, here, os.readlink(here))
+            raise OutputLink(target, base, target.parent, os.path.realpath(target.parent))  # pragma: no cover
+        return real_base, real_parent / target.name
+    return None

@@ -13,7 +13,7 @@ from autotune.core.records import EngineConfig, RestartResult, config_difference
 from autotune.core.escape import escape_text, raw_stream
 from autotune.core.redact import redact_text
 
-__all__ = ["ProgressPrinter"]
+__all__ = ["ProgressPrinter", "RecheckProgress"]
 
 
 def _restart_line(label: str, result: RestartResult, config: EngineConfig | None, unit: str = "tok/s",
@@ -111,6 +111,39 @@ class ProgressPrinter(StudyObserver):
 
     def on_study_end(self, ctx: Any) -> None:
         self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class RecheckProgress:
+    """``autotune recheck``'s progress on stderr: a bar over the counted restarts planned and a line per restart as
+    it lands (each stored as it lands, so an interrupted recheck's run again continues from them)."""
+
+    def __init__(self, stream: IO[str] | None = None, unit: str = "tok/s") -> None:
+        self.stream = stream or sys.stderr
+        self.unit = unit
+        self.bar: tqdm | None = None
+
+    def start(self, planned: int, stored: int) -> None:
+        if stored:
+            self._write(f"recheck: continuing from the {stored} counted restart(s) an interrupted run of it stored")
+        self.bar = tqdm(total=max(planned, stored), initial=stored, desc="recheck", unit="restart",
+                        file=raw_stream(self.stream), leave=False, dynamic_ncols=True)
+
+    def on_restart(self, candidate: Any, result: RestartResult) -> None:
+        self._write(_restart_line(f"{candidate.role} {candidate.config.label()}", result, None, self.unit))
+        if self.bar is not None and result.ok and not result.cold:
+            self.bar.update(1)
+
+    def _write(self, text: str) -> None:
+        text = escape_text(redact_text(text))
+        if self.bar is not None:
+            self.bar.write(text, file=raw_stream(self.stream))
+        else:
+            print(text, file=self.stream)
 
     def close(self) -> None:
         if self.bar is not None:

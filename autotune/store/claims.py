@@ -33,10 +33,13 @@ from autotune.store.heartbeat import Heartbeat
 from autotune.store.ledger import CLAIMS_SUFFIX, claim_attrs, claim_holder_gone, claim_job, record_claim_restarts
 from autotune.core.records import RestartResult
 
-__all__ = ["START_JOB", "Claim", "Claims", "StartTokens"]
+__all__ = ["MINUTES_JOB", "START_JOB", "Claim", "Claims", "StartToken", "StartTokens"]
 
 #: The claims that make up the engine-start budget: ``start-<i>``, one per engine start (:class:`StartTokens`).
 START_JOB = "start-"
+#: A reservation of engine minutes under ``--budget-minutes``: ``minutes-<estimate>``, one per engine start, the
+#: minutes it reserved in its name and, once complete, the minutes it took as its value (:class:`StartTokens`).
+MINUTES_JOB = "minutes-"
 
 _LIVE = (TrialState.RUNNING, TrialState.COMPLETE)
 
@@ -55,9 +58,10 @@ class Claim:
         :meth:`autotune.store.ledger.Ledger.verify_rounds`)."""
         record_claim_restarts(self.claims.storage, self.trial_id, restarts)
 
-    def complete(self) -> None:
+    def complete(self, value: float = 0.0) -> None:
+        """Done; ``value`` is what it cost where that counts (a minutes reservation: the minutes the start took)."""
         self.claims.heartbeat.release(self.trial_id)
-        self.claims.storage.set_trial_state_values(self.trial_id, TrialState.COMPLETE, [0.0])
+        self.claims.storage.set_trial_state_values(self.trial_id, TrialState.COMPLETE, [float(value)])
 
     def give_up(self) -> None:
         self.claims.heartbeat.release(self.trial_id)
@@ -130,6 +134,31 @@ class Claims:
             sleep(poll_s)
 
 
+@dataclasses.dataclass
+class StartToken:
+    """One engine start's permission: its ``start-<i>`` token (``--budget-restarts``) and its minutes reservation
+    (``--budget-minutes``), either absent without that budget. Complete it with the minutes the start took once the
+    engine returned, or give it up when the engine never ran."""
+
+    restart: Claim | None
+    minutes: Claim | None
+
+    @property
+    def job(self) -> str:
+        return (self.restart or self.minutes).job  # type: ignore[union-attr]
+
+    def complete(self, minutes: float = 0.0) -> None:
+        if self.restart is not None:
+            self.restart.complete()
+        if self.minutes is not None:
+            self.minutes.complete(minutes)
+
+    def give_up(self) -> None:
+        for claim in (self.restart, self.minutes):
+            if claim is not None:
+                claim.give_up()
+
+
 class StartTokens:
     """The engine-start budget (``--budget-restarts``) as numbered claims, so that no number of workers, however
     they race or die, starts more engines than it.
@@ -144,30 +173,87 @@ class StartTokens:
     next start. A token completed by a holder that dies before recording its restart stays spent: the budget is
     then under-used by one, never overrun.
 
+    ``--budget-minutes`` holds the same way: every start first reserves the minutes it is estimated to take
+    (``price(key)``: the study's measured price of such a start, never less than the least start the engine can
+    take), a claim ``minutes-<estimate>`` made in one storage transaction; it is granted when the minutes spent
+    (each completed reservation's real minutes, and what was recorded before any reservation), the estimates of the
+    live reservations numbered before it, and its own fit the budget. Each granted reservation counted every one
+    granted before it, so two workers that both saw the last minutes free cannot both start: the study's recorded
+    minutes exceed the budget by at most what its starts ran over their estimates (issue 44, principle 7). A
+    reservation refused starts nothing (and gives its start token back); one whose holder died is failed like a
+    token, its minutes never recorded.
+
     The stored counts (``Ledger.budget_used`` and what running trials announce) still plan what to start; the
     tokens only guarantee the ceiling. Starts recorded without a token (a study run by autotune before issue 44)
     are taken off the budget when the tokens are opened.
 
     Args:
         claims: The study's claims (this worker's heartbeat keeps its held token alive).
-        budget: ``--budget-restarts``.
+        budget: ``--budget-restarts`` (``None``: no start tokens).
         recorded: Engine starts the study has on record now (``Ledger.budget_used()[0]``).
+        minutes: ``--budget-minutes`` (``None``: no reservations).
+        recorded_minutes: Engine minutes the study has on record now (``Ledger.budget_used()[1]``).
+        price: Minutes a start of a configuration key (``None``: unknown) is estimated to take.
     """
 
-    def __init__(self, claims: Claims, budget: int, recorded: int = 0) -> None:
+    def __init__(self, claims: Claims, budget: int | None, recorded: int = 0, *, minutes: float | None = None,
+                 recorded_minutes: float = 0.0, price: Callable[[str | None], float] | None = None) -> None:
         self.claims = claims
-        spent = sum(1 for t in self._tokens() if t.state == TrialState.COMPLETE)
-        self.limit = max(0, int(budget) - max(0, int(recorded) - spent))
+        self.limit: int | None = None
+        if budget is not None:
+            spent = sum(1 for t in self._tokens() if t.state == TrialState.COMPLETE)
+            self.limit = max(0, int(budget) - max(0, int(recorded) - spent))
+        self.minutes = None if minutes is None else float(minutes)
+        self.price = price or (lambda key: 0.0)
+        reserved = sum(_spent(t) for t in self._reservations() if t.state == TrialState.COMPLETE)
+        self.base_minutes = max(0.0, float(recorded_minutes) - reserved)
 
     def _tokens(self) -> list[FrozenTrial]:
-        return [t for t in self.claims.study.get_trials(deepcopy=False) if (claim_job(t) or "").startswith(START_JOB)]
+        return [t for t in self.claims.study.get_trials(deepcopy=False)
+                if (claim_job(t) or "").startswith(START_JOB) and (claim_job(t) or "")[len(START_JOB):].isdigit()]
 
-    def take(self) -> Claim | None:
-        """A token for one engine start (complete it once the engine returned, give it up if it did not), or
-        ``None``: every start the budget allows is taken or done."""
+    def _reservations(self) -> list[FrozenTrial]:
+        return [t for t in self.claims.study.get_trials(deepcopy=False)
+                if (claim_job(t) or "").startswith(MINUTES_JOB)]
+
+    def take(self, key: str | None = None) -> StartToken | None:
+        """Permission for one engine start of configuration ``key`` (complete it with the minutes the start took
+        once the engine returned, give it up if it did not), or ``None``: the budget has no room for it."""
+        restart = self._take_restart() if self.limit is not None else None
+        if self.limit is not None and restart is None:
+            return None
+        minutes = self._reserve(max(0.0, float(self.price(key)))) if self.minutes is not None else None
+        if self.minutes is not None and minutes is None:
+            if restart is not None:
+                restart.give_up()  # the start does not happen: its token goes to the next one
+            return None
+        return StartToken(restart, minutes)
+
+    def _reserve(self, estimate: float) -> Claim | None:
+        """A reservation of ``estimate`` minutes, or ``None`` when the budget has no room for it (see above)."""
+        claims = self.claims
+        claims.refresh()
+        job = f"{MINUTES_JOB}{estimate!r}"
+        template = optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs=claim_attrs(job, claims.owner))
+        trial_id = claims.storage.create_new_trial(claims.study._study_id, template_trial=template)
+        claims.heartbeat.hold(trial_id)
+        number = claims.storage.get_trial_number_from_id(trial_id)
+        used = self.base_minutes
+        for t in self._reservations():
+            if t.state == TrialState.COMPLETE:
+                used += _spent(t)
+            elif t.state == TrialState.RUNNING and t.number < number:
+                used += _reserved(t)
+        if used + estimate <= self.minutes + 1e-9:  # type: ignore[operator]
+            return Claim(claims, job, trial_id, number)
+        claims.heartbeat.release(trial_id)
+        claims.storage.set_trial_state_values(trial_id, TrialState.PRUNED)
+        return None
+
+    def _take_restart(self) -> Claim | None:
         self.claims.refresh()
         taken = {claim_job(t) for t in self._tokens() if t.state in _LIVE}
-        for i in range(self.limit):
+        for i in range(self.limit or 0):
             job = f"{START_JOB}{i}"
             if job in taken:
                 continue
@@ -175,3 +261,16 @@ class StartTokens:
             if claim is not None:
                 return claim
         return None
+
+
+def _reserved(trial: FrozenTrial) -> float:
+    """The minutes a reservation claim reserved (in its job's name)."""
+    try:
+        return max(0.0, float((claim_job(trial) or "")[len(MINUTES_JOB):]))
+    except ValueError:
+        return 0.0
+
+
+def _spent(trial: FrozenTrial) -> float:
+    """The minutes a completed reservation's start took (its value)."""
+    return max(0.0, float(trial.value or 0.0)) if trial.values else 0.0

@@ -508,6 +508,17 @@ class Ledger(WorkerRecords, VerificationRecords):
                         rounds.setdefault(int(run.get("restart") or 0), {}).setdefault(key, []).append(run)
         return rounds
 
+    def claim_restarts(self, job: str) -> dict[str, list[dict[str, Any]]]:
+        """The restarts every holder of ``job``'s claims stored (a holder that was interrupted or killed, then the
+        next), by config key, oldest holder first: what a rerun of the job continues from (a recheck's index)."""
+        claims = self._claims_study()
+        out: dict[str, list[dict[str, Any]]] = {}
+        for t in sorted(claims.get_trials(deepcopy=False) if claims is not None else (), key=lambda t: t.number):
+            if self._read_claim(t, CLAIM_JOB_KEY, text, "") == job:
+                for key, runs in self._read_claim(t, CLAIM_RESTARTS_KEY, _CLAIM_RESTARTS, {}).items():
+                    out.setdefault(key, []).extend(runs)
+        return out
+
     def _read_claim(self, trial: FrozenTrial, key: str, parse: Any, default: Any = None) -> Any:
         """A claim trial's stored value through ``parse``; one autotune never writes is one line naming the claims
         study, the claim trial and the key (claims were namespaced from the start: no schema-0 names)."""

@@ -10,6 +10,7 @@ import warnings
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import optuna
 
@@ -25,7 +26,7 @@ from autotune.store.fingerprint import check_resume, fingerprint
 from autotune.store.heartbeat import Heartbeat
 from autotune.store.ledger import Ledger, StudyMeta
 from autotune.store.studydir import check_owned, prepare_study_dir
-from autotune.study._budget import check_budget
+from autotune.study._budget import StartCosts, check_budget
 from autotune.study.events import StudyContext
 from autotune.study.options import StudyOptions
 
@@ -118,9 +119,13 @@ def _open(space: SearchSpace, engine: EngineBackend, options: StudyOptions, work
     heartbeat = Heartbeat(storage(ledger.study))
     owner = _ledger.owner_id(worker, gpus, cache_dir)
     claims = Claims(ledger.study, heartbeat, owner)
-    # Every engine start takes a token first: no race between workers (or death of one) overruns the start budget.
-    tokens = None if options.budget_restarts is None else StartTokens(claims, options.budget_restarts,
-                                                                     ledger.budget_used()[0])
+    # Every engine start takes a token and reserves its minutes first: no race between workers (or death of one)
+    # overruns the start budget, nor the minutes budget by more than what starts run over their estimates.
+    tokens = None
+    if options.budget_restarts is not None or options.budget_minutes is not None:
+        used, minutes = ledger.budget_used()
+        tokens = StartTokens(claims, options.budget_restarts, used, minutes=options.budget_minutes,
+                             recorded_minutes=minutes, price=_start_price(ledger, engine))
     ctx = StudyContext(options, space, engine, facts, ledger, resumed, claims=claims, owner=owner, poll_s=poll_s,
                        sleep=sleep, start_tokens=tokens)
     if not resumed or not ledger.baselines_enqueued():
@@ -154,3 +159,17 @@ def _record_metadata(ctx: StudyContext) -> None:
         ledger.record_space_yaml(Path(ctx.space.source).read_text() if os.path.exists(ctx.space.source)
                                  else json.dumps(dict(ctx.space.raw)))
 
+
+
+def _start_price(ledger: Any, engine: Any) -> Callable[[str | None], float]:
+    """The minutes a start of a configuration is reserved under ``--budget-minutes``: the study's measured price
+    (:class:`~autotune.study._budget.StartCosts`), a configuration with no warm start measured yet priced as a cold
+    start (the engine may start it so), never less than the least start the engine can take."""
+    least = float(getattr(engine, "least_start_s", lambda: 0.0)() or 0.0) / 60.0
+
+    def price(key: str | None) -> float:
+        costs = StartCosts.of(ledger)
+        cold = key is None or key not in costs.warm_by_key
+        return max(least, costs.price((key, cold)))
+
+    return price

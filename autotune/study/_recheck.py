@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 from autotune.config.space import SearchSpace
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult, Workload
 from autotune.decisions import recheck as rules
-from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, Verification
+from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, Rounds, Verification
 from autotune.engines.vllm.vocabulary import Untranslatable, carry, vocabulary_for
 from autotune.stats.intervals import Verdict
 from autotune.store.ledger import Ledger
@@ -172,8 +173,13 @@ def recheck_configs(ledger: Ledger, space: SearchSpace, engine: Any, *, new_engi
         None if new_engine is None else on(new_engine, winner, "the new engine"), tuple(notes))
 
 
-def _marked(config: EngineConfig) -> EngineConfig:
-    return dataclasses.replace(config, engine_args={**config.engine_args, NEW_ENGINE_ARG: "new"})
+def _marked(config: EngineConfig, new_engine: Any) -> EngineConfig:
+    """``config`` marked for the new engine, the mark naming the new engine's options: the side's configuration key
+    differs with the new engine, so a recheck continued from an interrupted one (:func:`_claim_index`) continues
+    only one on the same new engine."""
+    options = sorted((str(k), repr(v)) for k, v in dict(getattr(new_engine, "options", None) or {}).items())
+    mark = hashlib.sha256(repr(options).encode()).hexdigest()[:12]
+    return dataclasses.replace(config, engine_args={**config.engine_args, NEW_ENGINE_ARG: f"new-{mark}"})
 
 
 def _unmarked(config: EngineConfig) -> EngineConfig:
@@ -182,13 +188,18 @@ def _unmarked(config: EngineConfig) -> EngineConfig:
 
 def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOptions = RecheckOptions(), *,
             new_engine: Any = None, on_restart: Callable[[Candidate, RestartResult], None] | None = None,
-            store: bool = True) -> rules.RecheckRecord:
+            on_start: Callable[[int, int], None] | None = None, store: bool = True) -> rules.RecheckRecord:
     """Recheck the study's stored verdict (``new_engine``: the winner on two engines) and store the record.
 
     The rounds run as verification's, on seeds of their own (:func:`_claim_index`: a recheck running beside this
     one gets other seeds); after each round the change test (:func:`~autotune.decisions.recheck.change_test`) looks
     and the rounds stop once it decides. No engine starts once ``budget_minutes`` cannot pay for one more at the
     study's measured price (``tune``'s rule: the recheck overruns by at most the one start it began within it).
+
+    Every restart is stored on the recheck's claim as it lands. A recheck interrupted (Ctrl-C, SIGTERM, kill -9, an
+    error) gives its index up with them, and the same recheck run again takes that index back and continues: the
+    same seeds, the restarts already measured kept (and their minutes counted against ``budget_minutes``), none
+    run twice. ``on_start(planned, stored)`` is told the counted restarts planned and those already stored.
 
     Raises:
         RecheckError: no verification to recheck, ``space`` no longer builds the stored configurations, or a
@@ -207,7 +218,7 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOpt
         runner = engine
     else:
         assert configs.new_winner is not None
-        candidates = [Candidate(CANDIDATE, _marked(configs.new_winner)), Candidate(BASELINE, winner)]
+        candidates = [Candidate(CANDIDATE, _marked(configs.new_winner, new_engine)), Candidate(BASELINE, winner)]
         runner = _TwoEngines(engine, new_engine)
     alpha = 1.0 - (meta.confidence or 0.95)
     n, n_base, why = rules.plan_recheck_restarts(stored, len(candidates), restarts=options.restarts,
@@ -215,12 +226,23 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOpt
                                                  alpha=alpha)
     budget = _RecheckBudget(StartCosts.of(ledger), options.budget_minutes)
     budget.check_first_round(candidates)
-    claim, number = (None, options.index) if options.index is not None else _claim_index(ledger)
+    keys = {c.config.key() for c in candidates}
+    claim, number, done = (None, options.index, Rounds()) if options.index is not None else \
+        _claim_index(ledger, keys)
     try:
         seed_base = int(meta.seed or 0) * SEED_STRIDE + RECHECK_SEED_OFFSET + 1000 * number
         then = (tuple(checked.summary.values), tuple(stored.baseline.summary.values))
         looks = _Looks(then, winner.key(), base.key(), options.margin, alpha, decide=new_engine is None)
-        now = _run_rounds(runner, space, candidates, n, n_base, seed_base, meta, budget, looks, on_restart)
+        for key, results in done.progress().items():  # what an interrupted run of this recheck measured
+            for result in results:
+                budget.spend(key, result)
+                looks.add(key, result)
+        if on_start is not None:
+            challengers = sum(1 for c in candidates if c.role != BASELINE)
+            on_start(n * challengers + n_base, sum(1 for rs in done.progress().values() for r in rs
+                                                   if r.ok and not r.cold))
+        now = _run_rounds(runner, space, candidates, n, n_base, seed_base, meta, budget, looks, on_restart,
+                          done, claim)
         facts_old = EngineFacts.of(engine.describe())
         if new_engine is None:
             record = _baseline_record(stored, index, now, meta.engine, facts_old, n, why, seed_base,
@@ -232,9 +254,14 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOpt
                                      minutes_used=round(budget.spent, 4))
         if store:
             ledger.record_recheck(record.to_dict(), index=number)
-    finally:
+    except BaseException:
         if claim is not None:
-            claim.complete()  # the index is spent, stored or not: its seeds are never handed out again
+            # Interrupted or failed: the index goes back with the restarts stored on it, so the same recheck run
+            # again continues on the same seeds instead of starting over (issue 44).
+            claim.give_up()
+        raise
+    if claim is not None:
+        claim.complete()  # the index is spent: its seeds are never handed out again
     return record
 
 
@@ -242,17 +269,30 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOpt
 _MOST_INDEXES = 10_000
 
 
-def _claim_index(ledger: Ledger) -> tuple[Any, int]:
+def _claim_index(ledger: Ledger, keys: set[str]) -> tuple[Any, int, Rounds]:
     """The recheck's index, claimed for this process alone: the first from the number of stored rechecks that no
     other recheck holds or used (a claim ``recheck-<i>`` in the study's claims, the lowest claimant its holder).
     Two rechecks started together read the same stored count; the claim gives them different indexes, so their
-    rounds run on different seeds. Returns the claim (completed when the recheck ends) and the index."""
+    rounds run on different seeds. An index an interrupted recheck gave up comes back with the restarts it stored,
+    which this one continues from when they measured its own configurations (``keys``: the same recheck run
+    again); an index whose restarts measured others (another kind of recheck, other runner-ups, another new engine)
+    is closed and the next one taken. Returns the claim (completed when the recheck ends), the index and the
+    restarts to continue from, by round."""
     claims = Claims(ledger.study, Heartbeat(storage(ledger.study)), owner_id())
     first = len(ledger.rechecks())
     for number in range(first, first + _MOST_INDEXES):
-        claim = claims.try_claim(f"{RECHECK_JOB}-{number}")
-        if claim is not None:
-            return claim, number
+        job = f"{RECHECK_JOB}-{number}"
+        claim = claims.try_claim(job)
+        if claim is None:
+            continue
+        stored = ledger.claim_restarts(job)
+        if set(stored) <= keys:
+            done = Rounds()
+            for key, runs in stored.items():
+                for run in runs:
+                    done.add(int(run.get("restart") or 0), key, [RestartResult.from_dict(run)])
+            return claim, number, done
+        claim.complete()  # another recheck's measurements: not ours to continue, and its seeds are spent
     raise RecheckError(f"study {ledger.name!r} has {_MOST_INDEXES} rechecks running or unfinished: wait for them")
 
 
@@ -338,9 +378,12 @@ class _Looks:
 
 def _run_rounds(runner: Any, space: SearchSpace, candidates: Sequence[Candidate], n: int, n_base: int,
                 seed_base: int, meta: Any, budget: _RecheckBudget, looks: _Looks,
-                on_restart: Callable[[Candidate, RestartResult], None] | None) -> Verification:
-    """Verification's loop over the recheck's rounds, in memory; a round the change test decided before, or the
-    budget has no room for, starts nothing (it concludes on what ran, as a budget-cut verification does)."""
+                on_restart: Callable[[Candidate, RestartResult], None] | None, done: Rounds, claim: Any) -> Verification:
+    """Verification's loop over the recheck's rounds, in memory, from the restarts ``done`` (an interrupted run's:
+    a restart measured in a round is not run again); a round the change test decided before, or the budget has no
+    room for, starts nothing (it concludes on what ran, as a budget-cut verification does). Each restart is stored
+    on ``claim`` as it lands (with the earlier holders', the claim's job holds every restart of the recheck)."""
+    mine: dict[str, list[RestartResult]] = {}
 
     def run(candidate: Candidate, rnd: int, on_result: Callable[[RestartResult], None]) -> object:
         key = candidate.config.key()
@@ -351,12 +394,15 @@ def _run_rounds(runner: Any, space: SearchSpace, candidates: Sequence[Candidate]
                                run_again=lambda _failed: budget.fits(key))
 
     def landed(candidate: Candidate, result: RestartResult) -> None:
+        if claim is not None:
+            mine.setdefault(candidate.config.key(), []).append(result)
+            claim.record_restarts(mine)
         budget.spend(candidate.config.key(), result)
         looks.add(candidate.config.key(), result)
         if on_restart is not None:
             on_restart(candidate, result)
 
-    loop = VerificationLoop(candidates, MemoryRounds(), run, n, n, confidence=meta.confidence or 0.95,
+    loop = VerificationLoop(candidates, MemoryRounds(done), run, n, n, confidence=meta.confidence or 0.95,
                             interval_method=meta.interval_method or "t", slo=space.slo_constraints,
                             unit=space.workload.unit, on_restart=landed, baseline_restarts=n_base)
     verification = loop.run()

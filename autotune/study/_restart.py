@@ -51,9 +51,9 @@ def measure_restart(
     failure, after ``on_result`` saw it) says the budget and the floor rule allow it: the search and verification
     both pass it, so neither loses a configuration, the baseline included, to one passing fault (issue 32).
 
-    With ``tokens`` (the study's :class:`~autotune.store.claims.StartTokens`, under ``--budget-restarts``) every
-    engine start first takes a token; when none is left no engine starts, and what ran so far is returned (empty:
-    nothing ran, the budget is spent).
+    With ``tokens`` (the study's :class:`~autotune.store.claims.StartTokens`, under ``--budget-restarts`` or
+    ``--budget-minutes``) every engine start first takes a token and reserves its estimated minutes; when the budget
+    has no room no engine starts, and what ran so far is returned (empty: nothing ran, the budget is spent).
 
     Returns:
         The restarts run (one, or a cold one followed by a warm one, and again after a transient failure), in
@@ -85,7 +85,7 @@ def _start(engine: Any, config: EngineConfig, workload: Any, *, restart: int, se
     except MissingSecret as exc:
         raise EngineError(str(exc)) from None
     for attempt in range(2):
-        token = None if tokens is None else tokens.take()
+        token = None if tokens is None else tokens.take(config.key())
         if tokens is not None and token is None:
             break  # every start the budget allows is taken: this one is not started
         try:
@@ -96,7 +96,8 @@ def _start(engine: Any, config: EngineConfig, workload: Any, *, restart: int, se
                     token.give_up()  # nothing recorded: the next start may have the token
             raise
         if token is not None:
-            token.complete()  # before the restart is recorded: a death in between under-uses the budget by one
+            # Before the restart is recorded: a death in between under-uses the budget by one start (and its minutes).
+            token.complete(float(result.wall_s or 0.0) / 60.0)
         if hasattr(engine, "learn_noise"):
             engine.learn_noise(result)  # the warm-up noise prior the engine's next restarts warm up by
         if isinstance(workload, Workload):

@@ -24,7 +24,6 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from autotune.core.confine import open_confined
 from autotune.core.transient import LOST_PREFIX
 from autotune.engines.process import (TAG_ENV, Adopted, EngineProcess, RedactedLog, Survivor, kill_group, process_name,
                                      tagged_processes, wait_gone)
@@ -362,24 +361,26 @@ def launch_forked(
     """
     log = Path(log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open_confined(log.parent, log.name, "wb"):  # the runner appends to it: never to a link put in its place
-        pass
+    # The restart opens its log by path; it is handed a named pipe instead, whose lines autotune writes to the log
+    # redacted (RedactedLog, opened confined): a credential the restart prints never reaches the disk, even if
+    # autotune or the restart is killed mid-run (issue 44).
+    sink = RedactedLog(log, named=True)
     start = time.monotonic()
     try:
-        proc = host.start(request, str(log), env, timeout_s=startup_timeout_s, kill_grace_s=kill_grace_s)
-    except HostTimeout as exc:
-        # The start-up deadline passed before the host reported the restart (whatever it forked is stopped): a
-        # start-up timeout like any other; the tail shows what the host (importing vLLM, say) was doing.
-        host_log = host.log_path.read_text(errors="replace") if host.log_path.exists() else ""
-        return LaunchResult(returncode=None, timed_out="startup", log_path=str(log), wall_s=time.monotonic() - start,
-                            tail=tail_text(f"{host_log}\n{exc}"))
-    except HostLost as exc:
-        return LaunchResult(returncode=None, log_path=str(log), error=f"{LOST_PREFIX} {exc}",
-                            wall_s=time.monotonic() - start)
+        proc = host.start(request, str(sink.writer_path), env, timeout_s=startup_timeout_s,
+                          kill_grace_s=kill_grace_s)
     except HostError as exc:
-        return LaunchResult(returncode=None, log_path=str(log), error=str(exc), wall_s=time.monotonic() - start)
+        sink.finish()  # host.start stopped whatever it forked: every line the restart wrote is in the log
+        if isinstance(exc, HostTimeout):
+            # The start-up deadline passed before the host reported the restart: a start-up timeout like any
+            # other; the tail shows what the host (importing vLLM, say) was doing.
+            host_log = host.log_path.read_text(errors="replace") if host.log_path.exists() else ""
+            return LaunchResult(returncode=None, timed_out="startup", log_path=str(log),
+                                wall_s=time.monotonic() - start, tail=tail_text(f"{host_log}\n{exc}"))
+        error = f"{LOST_PREFIX} {exc}" if isinstance(exc, HostLost) else str(exc)
+        return LaunchResult(returncode=None, log_path=str(log), error=error, wall_s=time.monotonic() - start)
     outcome = supervise(proc, log, start, startup_timeout_s=startup_timeout_s, measure_timeout_s=measure_timeout_s,
-                        kill_grace_s=kill_grace_s)
+                        kill_grace_s=kill_grace_s, sink=sink)
     if proc.lost is not None:
         return dataclasses.replace(outcome, error=f"{LOST_PREFIX} {proc.lost}")
     return outcome

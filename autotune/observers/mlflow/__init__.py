@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from autotune.observers.mlflow._conventions import (DEFAULT_TRACKING_URI, EXPERIMENT_KIND, HTTP_DEFAULTS, KIND_STUDY,
     KIND_TRIAL, KIND_VERIFY, MAX_FAILURES_IN_A_ROW, TAG_CONFIG_KEY, TAG_KIND, TAG_LOGGED, TAG_STUDY, TAG_STUDY_UID,
-    TAG_TRIAL, TrackingError, artifact_location, config_params, engine_tags, experiment_name, resolve_tracking_uri)
+    TAG_TRIAL, TrackingError, artifact_location, config_params, engine_tags, experiment_name, resolve_tracking_uri,
+    tracking_uri_problem)
 from autotune.observers.mlflow._session import prepare_store
 from autotune.observers.mlflow._recheck import KIND_RECHECK, log_recheck
 from autotune.observers.mlflow._tracker import MlflowTracker, log_study
@@ -46,4 +47,5 @@ __all__ = [
     "log_study",
     "prepare_store",
     "resolve_tracking_uri",
+    "tracking_uri_problem",
 ]

@@ -54,6 +54,52 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
+#: Schemes MLflow registers for tracking but refuses to track to (its Unity Catalog model registries).
+_REGISTRY_ONLY = ("databricks-uc", "uc")
+
+
+def tracking_uri_problem(uri: str) -> str | None:
+    """Why MLflow cannot track to ``uri``, or ``None``: a scheme MLflow's tracking-store registry does not know
+    (its own lookup, plug-ins included, without building the store: nothing is created or contacted), or a URI its
+    store would fail to open (an unparsable host or port, a database URL SQLAlchemy cannot read, an SQLite database
+    kept in memory, a path that is empty). The text never repeats ``uri``: it may hold a password."""
+    import urllib.parse
+
+    try:
+        parsed = urllib.parse.urlparse(uri)
+        parsed.port  # noqa: B018 - parsing the port is the check (a port that is not a number raises)
+    except ValueError as exc:
+        return f"not a URI MLflow can read ({exc})"
+    try:
+        from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+        from mlflow.utils.uri import get_uri_scheme
+
+        scheme = uri if uri in {"databricks", *_REGISTRY_ONLY} else get_uri_scheme(uri)
+        known = getattr(_tracking_store_registry, "_registry", None)
+    except Exception:  # noqa: BLE001 - MLflow missing or its internals moved: the tracker says so when it starts
+        return None
+    if scheme in _REGISTRY_ONLY:
+        return f"'{scheme}' is a model-registry URI, which MLflow does not track to"
+    if isinstance(known, dict) and scheme not in known:
+        schemes = ", ".join(sorted(s for s in known if s and s not in _REGISTRY_ONLY))
+        return f"MLflow knows no tracking store for the scheme '{scheme}' (it knows {schemes}, or a local path)"
+    if scheme in ("http", "https") and not parsed.hostname:
+        return f"the {scheme} URI names no host"
+    if scheme in ("", "file") and not parsed.path:
+        return "the file store's path is empty"
+    if scheme not in ("", "file", "http", "https", "databricks"):  # a database: SQLAlchemy opens it
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            url = make_url(uri)
+        except (ArgumentError, ValueError) as exc:
+            return f"not a database URL SQLAlchemy can read ({type(exc).__name__})"
+        if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+            return "an SQLite database in memory keeps nothing once the command ends"
+    return None
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "experiment"
 

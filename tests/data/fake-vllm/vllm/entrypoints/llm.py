@@ -60,6 +60,11 @@ class LLM:
                                       start_new_session=True)
             with open(os.environ["FAKE_VLLM_PROCS"], "a") as fh:
                 fh.write(json.dumps({"kind": "daemon", "pid": daemon.pid}) + "\n")
+        if behaviour == "leak":
+            # vLLM prints its non-default arguments, a credential among them; then (here) it loads for ever.
+            print(f"non-default args: {kwargs}", flush=True)
+            print("login", kwargs.get("hf_token"), file=sys.stderr, flush=True)
+            time.sleep(600)
         if behaviour == "segv":
             os.kill(os.getpid(), signal.SIGSEGV)
         comp = SimpleNamespace(cudagraph_mode="CUDAGraphMode.NONE", cudagraph_capture_sizes=[], mode="NONE")
