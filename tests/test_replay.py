@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from autotune.bench.replay import _ci, load_models, replay_cell
 
 
@@ -36,3 +39,17 @@ def test_every_policy_replays_on_the_drifting_machine_within_its_budget():
         assert cell["starts"] >= 6 and cell["configs"] >= 2, policy
         longest = (60.0 * DRIFT_RESTART_MIN - DRIFT_PASSES * DRIFT_PASS_S + 12 * DRIFT_PASS_S) / 60.0
         assert cell["over"] <= longest + 1e-9, policy
+
+
+def test_the_start_up_covariate_is_measured_within_series_not_across_configurations():
+    # Two challengers whose own start-up cost and speed differ (offsets): within each, the log ratio falls exactly as
+    # the start-up difference grows. Centred per series the correlation is -1; pooled raw, the offsets would hide it.
+    from autotune.bench.covariate import _centred, _line
+
+    a = [(0.5 + x, -0.3 - x) for x in (-0.1, 0.0, 0.1)]
+    b = [(-0.5 + x, 0.4 - x) for x in (-0.2, 0.0, 0.2)]
+    x, y, kept = _centred([a, b, [(9.0, 9.0)]])  # a series of one round says nothing within itself
+    assert kept == 2 and len(x) == 6
+    assert np.corrcoef(x, y)[0, 1] == pytest.approx(-1.0)
+    assert "= -1.00" in _line("t", [a, b])
+    assert "too few" in _line("t", [a[:2]])
