@@ -39,7 +39,7 @@ from autotune.decisions import planning
 from autotune.decisions.noise import NoisePrior, planning_noise, study_prior
 from autotune.decisions.planning import estimate_noise, plan_restarts, plan_rounds, pooled_log_variance
 from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate
-from autotune.decisions.window import WindowCosts, sized_plan
+from autotune.decisions.window import MIN_GAIN, WindowCosts, sized_plan
 from autotune.engines.drift import PRESETS, DriftScenario
 from autotune.stats.components import Components, components
 from autotune.study import EXTENSION_SHARE, run_verification
@@ -277,7 +277,7 @@ class _Drifting:
 
 def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: int, seed: int,
                 null: str | None = None, max_share: float | None = None, effect_power: float | None = None,
-                drift: str | None = None, effect: float = 1.13) -> dict[str, float]:
+                drift: str | None = None, effect: float = 1.13, min_gain: float = MIN_GAIN) -> dict[str, float]:
     """``draws`` studies at ``budget`` minutes under ``policy``; ``null``: ``baseline``/``winner`` gives both
     sides that configuration's model. ``drift``: a preset name, the drifting machine's scenario at ``effect``
     instead of the recorded studies (``info`` unused)."""
@@ -311,7 +311,7 @@ def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: 
                 def plan_at(vc: float, vb: float, mc: float, mb: float) -> Any:
                     return plan_rounds(vc, vb, max_minutes=max_minutes, search_effect=seen, challenger_minutes=mc,
                                        baseline_minutes=mb)
-                return sized_plan(plan_at, *pvar, pw, pb, parts, DRIFT_PASSES, costs)
+                return sized_plan(plan_at, *pvar, pw, pb, parts, DRIFT_PASSES, costs, min_gain=min_gain)
 
             reserve = paired_plan(share * budget).minutes or 0.0
         elif policy == "plan":
@@ -370,14 +370,14 @@ def _ci(k: int, n: int) -> tuple[float, float]:
 
 def run(info: dict[str, Any] | None, draws: int, seed: int, out: Any, budgets: Sequence[float] = BUDGETS,
         max_share: float | None = None, effect_power: float | None = None, policies: Sequence[str] = POLICIES,
-        drift: str | None = None, effect: float = 1.13) -> None:
+        drift: str | None = None, effect: float = 1.13, min_gain: float = MIN_GAIN) -> None:
     started = time.monotonic()
     out.write("| budget | policy | faster (conclusive and right) [95% CP] | conclusive | mean counted starts | "
               "search configurations | false faster, null baseline [95% CP] | false faster, null winner [95% CP] |\n"
               "|---|---|---|---|---|---|---|---|\n")
     for b in budgets:
         for p in policies:
-            kw = dict(max_share=max_share, effect_power=effect_power, drift=drift, effect=effect)
+            kw = dict(max_share=max_share, effect_power=effect_power, drift=drift, effect=effect, min_gain=min_gain)
             r = replay_cell(info, p, b, draws, seed, **kw)
             lo, hi = _ci(int(r["right_n"]), draws)
             right = f"{100 * r['right']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
@@ -408,6 +408,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="replay on a drifting machine (issue 41: autotune.engines.drift's preset) instead of the "
                              "recorded studies, with a challenger --effect times the baseline")
     parser.add_argument("--effect", type=float, default=1.13, help="the drift scenario's true speedup (default 1.13)")
+    parser.add_argument("--min-gain", type=number(0, 1), default=MIN_GAIN,
+                        help="a variant of decisions.window.MIN_GAIN: the least predicted gain for the paired policy "
+                             "to size another timed window than the search's (0: always the predicted best)")
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     args = parser.parse_args(argv)
     if args.drift is not None:
@@ -415,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"{args.effect:g}x, {DRIFT_PER_CONFIG} min a search configuration, {DRIFT_RESTART_MIN} min a "
                          "warm restart\n\n")
         run(None, args.draws, args.seed, sys.stdout, args.budgets, args.max_share, args.effect_power, args.policies,
-            args.drift, args.effect)
+            args.drift, args.effect, args.min_gain)
         return 0
     try:
         info = load_models(scenario=args.scenario, scope=args.scope)

@@ -40,7 +40,7 @@ MIN_WITHIN_DF = 4
 #: The least gain for which verification's window differs from the search's: that many fewer planned minutes, or an
 #: effect resolved that much smaller (in log). The components come from a few restarts' passes, and adjacent passes
 #: correlate (``within`` is then low, which flatters short windows), so a smaller predicted gain is inside their
-#: error. Measured (docs/benchmarks.md, "Verification on a drifting machine", 400 studies a cell on the same seeds):
+#: error. Measured (docs/benchmarks.md, "The timed window, sized with the rounds", 400 studies a cell, same seeds):
 #: on the H100 drift scenario, taking the window the planner predicted a few percent better (one pass instead of the
 #: search's two) gave 39.3% conclusive and right at 30 minutes against 42.2% keeping the search's, 82.0% against
 #: 81.8% at 60: no gain to be had there, so the search's window (and its comparability) is kept.
@@ -67,7 +67,7 @@ PlanAt = Callable[[float, float, float, float], RestartPlan]
 
 def sized_plan(plan_at: PlanAt, challenger_var: float, baseline_var: float, challenger_minutes: float,
                baseline_minutes: float, parts: Components | None, searched: int, costs: WindowCosts | None,
-               most: int = MAX_WINDOW_PASSES) -> RestartPlan:
+               most: int = MAX_WINDOW_PASSES, min_gain: float = MIN_GAIN) -> RestartPlan:
     """The plan with its timed window sized (:attr:`RestartPlan.timed_passes`), or the plan at the search's window
     when the study cannot size one (no restart with two passes, too few degrees of freedom, no measured pass).
 
@@ -77,6 +77,7 @@ def sized_plan(plan_at: PlanAt, challenger_var: float, baseline_var: float, chal
         parts: The study's variance components.
         searched: The search's timed passes.
         costs: The study's measured pass and start costs.
+        min_gain: The least predicted gain for another window than the search's (:data:`MIN_GAIN`).
     """
     searched = max(1, int(searched))
     if parts is None or parts.within_df < MIN_WITHIN_DF or costs is None or costs.pass_s <= 0:
@@ -104,22 +105,22 @@ def sized_plan(plan_at: PlanAt, challenger_var: float, baseline_var: float, chal
             best = (key, plan, n)
     assert best is not None
     _, plan, n = best
-    if n != searched and searched_plan is not None and not _material(best[0], searched_key):
+    if n != searched and searched_plan is not None and not _material(best[0], searched_key, min_gain):
         plan, n = searched_plan, searched
     return dataclasses.replace(plan, timed_passes=n, window=_describe(n, searched, parts, costs))
 
 
-def _material(key: tuple[int, float, int], searched: tuple[int, float, int] | None) -> bool:
-    """Whether the best window's plan beats the search window's by :data:`MIN_GAIN`: it reaches a better tier, or
-    the same tier for that many fewer minutes, or resolves an effect that much smaller (in log)."""
+def _material(key: tuple[int, float, int], searched: tuple[int, float, int] | None, min_gain: float) -> bool:
+    """Whether the best window's plan beats the search window's by ``min_gain``: it reaches a better tier, or the
+    same tier for that many fewer minutes, or resolves an effect that much smaller (in log)."""
     if searched is None or key[0] < searched[0]:
         return True
     if key[0] > searched[0]:
         return False
     if key[0] < 2:
-        return key[1] <= (1.0 - MIN_GAIN) * searched[1]
+        return key[1] <= (1.0 - min_gain) * searched[1]
     return math.isfinite(key[1]) and (not math.isfinite(searched[1])
-                                      or math.log(key[1]) <= (1.0 - MIN_GAIN) * math.log(searched[1]))
+                                      or math.log(key[1]) <= (1.0 - min_gain) * math.log(searched[1]))
 
 
 def _drift(costs: WindowCosts, passes: int) -> float:
