@@ -180,7 +180,7 @@ def test_a_round_the_budget_cannot_pay_for_whole_is_left_out_when_paired(paired,
     # is not held back (each restart counts alone; in a study the runner stops at the budget start by start).
     engine, candidates, workload = _pair(1.3, 0.03)
     v = run_verification(engine, workload, candidates, 4, seed_for=lambda r: r, paired=paired,
-                         may_start=lambda n: len(engine.calls) + n <= 7)
+                         round_fits=lambda n: len(engine.calls) + n <= 7)
     assert len(engine.calls) == starts
     rounds = {e.candidate.role: sorted(r.restart for r in e.restarts) for e in v.entries}
     assert rounds[BASELINE] == rounds[CANDIDATE] == list(range(starts // 2))

@@ -111,6 +111,7 @@ def run_verification(
     extension_share: float = 0.0,
     paired: bool = True,
     order_seed: int | None = None,
+    round_fits: Callable[[int], bool] | None = None,
 ) -> Verification:
     """The verification phase in one process, in memory: :class:`VerificationLoop` on a :class:`MemoryRounds`.
 
@@ -133,6 +134,8 @@ def run_verification(
         extension_share: Share of ``alpha`` kept for the sequential rounds (see :class:`VerificationLoop`).
         paired: Compare by round (issue 41); ``False``: Welch on pooled restarts, the design before it.
         order_seed: Seeds each round's order (``None``: the candidates' order).
+        round_fits: ``round_fits(n)``: whether ``n`` starts of a planned round still fit the budget (``None``:
+            planned rounds always run; ``may_start`` governs only the rounds beyond them).
     """
     earlier = Rounds.from_progress({k: [RestartResult.from_dict(d) for d in v] for k, v in (done or {}).items()})
 
@@ -147,7 +150,8 @@ def run_verification(
                             workload.unit, None if may_start is None else (lambda todo: may_start(len(todo))),
                             on_result, sequential_rounds, margin,
                             None if may_start is None else (lambda pair, most: _fit(may_start, len(pair), most)),
-                            baseline_restarts, extension_share, paired=paired, order_seed=order_seed)
+                            baseline_restarts, extension_share, paired=paired, order_seed=order_seed,
+                            round_fits=None if round_fits is None else (lambda todo: round_fits(len(todo))))
     verification = loop.run()
     assert verification is not None  # one process concludes what it runs
     return verification

@@ -180,6 +180,9 @@ class VerificationLoop:
     #: Seeds the order of each round (a round's participants run in an order drawn from it, so a drift inside the
     #: round favours no side); ``None``: the candidates' order (A B C base), as before.
     order_seed: int | None = None
+    #: ``round_fits(todo)``: whether the budget still pays for a planned round's starts now (a study's budget, which
+    #: starts lost after the plan can leave short); ``None``: planned rounds always run, as the plan fitted them.
+    round_fits: Callable[[Sequence[Candidate]], bool] | None = None
 
     @property
     def common_rounds(self) -> int:
@@ -242,14 +245,15 @@ class VerificationLoop:
             claim.complete()
 
     def _round_fits(self, participants: Sequence[Candidate], rnd: int) -> bool:
-        """Whether the budget pays for what is left of planned round ``rnd``. The plan fitted its rounds to the
-        budget, but starts can be lost after it (a worker killed mid-restart spent one). Paired, a round counts only
-        where both sides ran, so one the budget cannot pay for whole is left out rather than half run: its lone
-        restart would be a start spent for nothing. Unpaired, each restart counts alone and runs while it fits."""
-        if not self.paired or self.may_start is None:
+        """Whether the budget pays for what is left of planned round ``rnd`` (:attr:`round_fits`). The plan fitted
+        its rounds to the budget, but starts can be lost after it (a worker killed mid-restart spent one). Paired, a
+        round counts only where both sides ran, so one the budget cannot pay for whole is left out rather than half
+        run: its lone restart would be a start spent for nothing. Unpaired, each restart counts alone and runs while
+        it fits."""
+        if not self.paired or self.round_fits is None:
             return True
         todo = self._todo(participants, rnd)
-        return not todo or self.may_start(todo)
+        return not todo or self.round_fits(todo)
 
     def _todo(self, participants: Sequence[Candidate], rnd: int) -> list[Candidate]:
         """The participants still to run round ``rnd``: not measured in it yet (an earlier holder may have), and
@@ -416,7 +420,8 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         extension=extension, infeasible=lambda keys: infeasible_keys(ledger, keys),
         # Rounds are blocks: analysed by round unless a stored plan from before issue 41 gave the sides unequal,
         # spread-out restarts (it concludes as it was planned).
-        paired=plan is None or plan.paired, order_seed=options.seed)
+        paired=plan is None or plan.paired, order_seed=options.seed,
+        round_fits=lambda todo: _verify_may_start(ledger, options, todo))
     return loop.run()
 
 
