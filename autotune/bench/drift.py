@@ -352,7 +352,7 @@ def fit_init(series: Sequence[Series], params: DriftParams) -> dict[str, float]:
             rows = [s.obs[i] for i in idx if s.obs[i].startup_s]
             if len(rows) < 2:
                 continue
-            a = np.log([o.startup_s for o in rows])  # type: ignore[misc]
+            a = np.log([o.startup_s for o in rows if o.startup_s])  # all of them: rows hold a startup_s
             b = np.log([o.value for o in rows])
             scale = math.sqrt(len(rows) / (len(rows) - 1))
             li += list((a - a.mean()) * scale)

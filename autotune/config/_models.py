@@ -17,6 +17,7 @@ fragment.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -101,7 +102,9 @@ class WorkloadSpec(_Model):
     num_prompts: Prompts = _WORKLOAD.num_prompts
     input_len: Tokens = _WORKLOAD.input_len
     output_len: Tokens = _WORKLOAD.output_len
-    concurrency: Level | list[Level] = Field(_WORKLOAD.concurrency,
+    # Workload's default is one level (an int); spelled as the field's own type, which a tuple is not.
+    concurrency: Level | list[Level] = Field(_WORKLOAD.concurrency if isinstance(_WORKLOAD.concurrency, int)
+                                             else list(_WORKLOAD.concurrency),
                                              description="one number, or load levels [1, 8, 32]")
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = _WORKLOAD.seed
     warmup_passes: Passes = _WORKLOAD.warmup_passes
@@ -517,7 +520,7 @@ def _at(raw: Any, loc: tuple[Any, ...]) -> Any:
     return raw
 
 
-def _branch_errors(errors: list[dict[str, Any]], raw: Any) -> tuple[list[dict[str, Any]], Any]:
+def _branch_errors(errors: Sequence[Mapping[str, Any]], raw: Any) -> tuple[Sequence[Mapping[str, Any]], Any]:
     """Keep the errors of the union member that matches the value's shape (a mapping: the model; a list: the
     list), so a typo inside ``{low, high, step}`` is reported as an unknown key, not as 'not a list'.
 

@@ -119,7 +119,8 @@ class RacingPolicy:
             # Nothing in the study has two restarts yet, so its noise is unknown and racing could decide nothing
             # at one restart: this trial (the first, a baseline) gets a second restart to start the estimate.
             return Decision.MORE
-        comparable = self.racing and bool(incumbent) and (noise is not None or (n >= 2 and len(incumbent) >= 2))
+        comparable = (self.racing and incumbent is not None and len(incumbent) > 0
+                      and (noise is not None or (n >= 2 and len(incumbent) >= 2)))
         if not comparable:
             return Decision.MORE if n < self.min_restarts else Decision.COMPLETE
         assert incumbent is not None

@@ -469,7 +469,7 @@ def first_round_cut(candidates: Sequence[Candidate], progress: Progress) -> list
 
     def score(cand: Candidate) -> float:
         have = standing(_restarts(cand, progress))
-        first = [float(r.value) for r in have if r.ok and not r.cold and r.value]  # type: ignore[arg-type]
+        first = [float(r.value) for r in have if r.ok and not r.cold and r.value]
         values = [v for v in (*cand.search_values, *first[:1]) if v > 0]
         if not first or not all(r.ok for r in have) or not values:
             return -math.inf

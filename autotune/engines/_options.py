@@ -42,7 +42,7 @@ def one_of(choices: Any) -> str:
 
 def rule(message: str) -> PydanticCustomError:
     """A rule across fields (or one a type cannot say) broken: ``message`` is the whole line after the engine."""
-    return PydanticCustomError("engine_rule", message)  # type: ignore[arg-type]
+    return PydanticCustomError("engine_rule", message)
 
 
 class EngineOptions(BaseModel):
@@ -84,7 +84,7 @@ class EngineOptions(BaseModel):
         kind, loc = error["type"], tuple(error["loc"])
         if kind == "engine_rule" or not loc:
             return str(error["msg"])
-        key = loc[0]
+        key = str(loc[0])  # a model's own field: always a name, never a list index
         if kind == "extra_forbidden":
             valid = ", ".join(cls.field(k) for k in cls.model_fields)
             return f"unknown option {cls.field(key)}; valid keys: {valid}"

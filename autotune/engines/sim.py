@@ -20,6 +20,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,7 @@ class SimEngine(EngineBackend):
         #: The simulated unified-memory host, read by the real memory guard and settle (None: not unified).
         self.host = _host(opts, self.hardware, self.model.name)
         #: How a restart's scaled wall time passes; the scaling benchmark swaps in a simulated clock.
-        self.sleep = time.sleep
+        self.sleep: Callable[[float], None] = time.sleep
         self._compiled: set[str] = set()
         self._plans: dict[str, model.Plan] = {}
         self._steady: dict[tuple[str, Workload], float] = {}
@@ -242,7 +243,7 @@ class SimEngine(EngineBackend):
                                                                                      steady)))
         wall_s = startup_s + self.hardware.shutdown_s + sum(warmup_s) + sum(timed_s)
         # The simulator models start-up as load, compile and capture; it has no launch or import of its own.
-        facts = {**F.phase_facts(**startup, warmup=sum(warmup_s), timed=sum(timed_s)),
+        facts: dict[str, F.FactValue] = {**F.phase_facts(**startup, warmup=sum(warmup_s), timed=sum(timed_s)),
                  F.WARMUP_PASSES: len(warmup), F.PASS_ROUNDS: passes.rounds, F.WARMUP_RULE: passes.stop}
         accept = self._accept_len(config, workload, rng)
         if self.host is not None:

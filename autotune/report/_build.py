@@ -285,7 +285,7 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                     None if v is None else v.restarts_used)
     # Under goodput the limits judge each request, not a configuration's percentiles: nothing to meet or miss.
     gating = {} if meta.objective == "goodput" else meta.slo
-    outcome = None if table is None else slo_outcome(table.entries, winner, baseline, gating)  # type: ignore[arg-type]
+    outcome = None if table is None else slo_outcome(table.entries, winner, baseline, gating)
     search_trials = tuple(SearchTrial(r) for r in records)
     if table is not None:
         levels = level_bests(meta.objective, [(e.label, e.restarts) for e in table.entries], "verification",

@@ -17,15 +17,21 @@ if TYPE_CHECKING:  # the row types only; _build imports this module, so the repo
 
 
 class ReportView(Protocol):
-    """What the verification's text reads of a :class:`~autotune.report._build.Report`."""
+    """What the verification's text reads of a :class:`~autotune.report._build.Report` (read only: the report is
+    frozen)."""
 
-    meta: StudyMeta
-    verdict: str | None
-    objective: str
-    slo_outcome: SloOutcome | None
-    no_result: str | None
-    levels: Sequence[object]
-
+    @property
+    def meta(self) -> StudyMeta: ...
+    @property
+    def verdict(self) -> str | None: ...
+    @property
+    def objective(self) -> str: ...
+    @property
+    def slo_outcome(self) -> SloOutcome | None: ...
+    @property
+    def no_result(self) -> str | None: ...
+    @property
+    def levels(self) -> Sequence[object]: ...
     @property
     def winner_is_baseline(self) -> bool: ...
 

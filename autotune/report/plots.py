@@ -24,6 +24,7 @@ if "matplotlib.pyplot" not in sys.modules:
     matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from autotune.core.confine import open_confined  # noqa: E402
 from autotune.core.escape import plot_text  # noqa: E402
@@ -207,7 +208,9 @@ def winner_vs_baseline(report: Report) -> Figure:
     ax.set_title(title)
     ax.set_xlabel("verification round (same seed for every configuration)")
     ax.set_ylabel("output tok/s" if report.unit == "tok/s" else "goodput, req/s meeting the SLO")
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    locator = ax.xaxis.get_major_locator()
+    if isinstance(locator, MaxNLocator):  # the default AutoLocator is one
+        locator.set_params(integer=True)
     ax.legend(fontsize="small")
     fig.tight_layout()
     return fig

@@ -21,9 +21,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from autotune.core.records import EngineConfig, RestartResult, config_differences
 from autotune.stats import scipy_stats
+
+#: One side's restarts: as the callers hold them, or already an array (compare() converts once and passes it on).
+Samples = Sequence[float] | NDArray[np.float64]
 
 __all__ = [
     "Comparison",
@@ -123,7 +127,7 @@ def _exp(x: float) -> float:
 
 
 def log_ratio_interval(
-    challenger: Sequence[float], reference: Sequence[float], confidence: float = 0.95
+    challenger: Samples, reference: Samples, confidence: float = 0.95
 ) -> tuple[float, float, float]:
     """Interval for mean(challenger) / mean(reference) from each side's own restarts: ``(low, high, p_value)``.
 
@@ -182,7 +186,7 @@ def matched_pairs(challenger: Sequence[RestartResult], reference: Sequence[Resta
     return a, b
 
 
-def paired_log_ratio_interval(challenger: Sequence[float], reference: Sequence[float], confidence: float = 0.95
+def paired_log_ratio_interval(challenger: Samples, reference: Samples, confidence: float = 0.95
                               ) -> tuple[float, float, float]:
     """Interval for the ratio of ``challenger`` to ``reference`` from aligned pairs (one pair a round):
     ``(low, high, p_value)``.

@@ -78,7 +78,8 @@ class VllmOptions(EngineOptions):
             for part in self.launcher or ():
                 _container.check_placeholders(part, self.field("launcher"), image=self.image)
             for key, value in self.env.items():
-                _container.check_placeholders(value, f"{self.field('env')}.{key}", image=self.image)
+                # Text by now (_env_as_text); the field's type is what the file may hold.
+                _container.check_placeholders(str(value), f"{self.field('env')}.{key}", image=self.image)
         except ValueError as exc:
             raise rule(str(exc)) from None
         if self.image and not any("{image}" in part for part in self.launcher or ()):

@@ -129,8 +129,8 @@ class _StudyLog:
         if space_path and os.path.isfile(space_path):
             if os.path.basename(space_path) not in have:
                 s.log_file(self.parent_id, space_path)
-        elif self.ledger.space_yaml() and "space.yaml" not in have:
-            s.log_text(self.parent_id, self.ledger.space_yaml(), "space.yaml")
+        elif (space_text := self.ledger.space_yaml()) and "space.yaml" not in have:
+            s.log_text(self.parent_id, space_text, "space.yaml")
         if command and "command.txt" not in have:
             s.log_text(self.parent_id, shlex.join(redact_command(command)) + "\n", "command.txt")
 
