@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
@@ -55,6 +55,13 @@ Positive = Annotated[int, Field(ge=1)]
 Prompts = Annotated[int, Field(ge=1, le=MAX_PROMPTS)]
 Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 Level = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
+# Literals over tuples built at run time, which pydantic validates against; the type checker reads them as text.
+if TYPE_CHECKING:
+    Aggregate = str
+    EngineName = str
+    SloKey = str
+else:
+    Aggregate, EngineName, SloKey = Literal[AGGREGATES], Literal[ENGINE_NAMES], Literal[SLO_KEYS]
 Passes = Annotated[int, Field(ge=0, le=MAX_PASSES)]
 Bounded = Annotated[float, Field(ge=-MAX_NUMBER, le=MAX_NUMBER)]
 
@@ -117,7 +124,7 @@ class WorkloadSpec(_Model):
     dataset: str | DatasetSpec | None = Field(None, description="a path, 'synthetic', or a mapping")
     temperature: Annotated[float, Field(ge=0.0, le=100.0)] = _WORKLOAD.temperature
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = _WORKLOAD.top_p
-    aggregate: Literal[AGGREGATES] | None = None  # type: ignore[valid-type]
+    aggregate: Aggregate | None = None
     weights: list[Annotated[float, Field(gt=0.0, le=MAX_NUMBER)]] | None = None
 
     @property
@@ -364,7 +371,7 @@ class EngineSection(BaseModel):
     options of the space's own engine (``engine: {name: cmd, command: [...]}``)."""
 
     model_config = ConfigDict(strict=True, extra="allow", frozen=True)
-    name: Literal[ENGINE_NAMES] | None = Field(  # type: ignore[valid-type]
+    name: EngineName | None = Field(
         None, description="the engine a study runs: sim, cmd or vllm (unset: vllm)")
     sim: dict[str, Any] | None = Field(None, description="the simulator's options")
     cmd: dict[str, Any] | None = Field(None, description="the cmd engine's options")
@@ -398,7 +405,7 @@ class SpaceFile(_Model):
     workload: WorkloadSpec
     search: SearchSpec
     objective: Literal["throughput", "goodput"] = "throughput"
-    slo: dict[Literal[SLO_KEYS], Annotated[float, Field(gt=0.0, le=MAX_MS)]] | None = Field(  # type: ignore[valid-type]
+    slo: dict[SloKey, Annotated[float, Field(gt=0.0, le=MAX_MS)]] | None = Field(
         None, description="latency limits in milliseconds, e.g. {tpot_p99_ms: 50}")
     output_check: OutputCheckSpec | None = None
 

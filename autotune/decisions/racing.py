@@ -169,13 +169,14 @@ def incumbent_values(study: optuna.Study, exclude_number: int, n: int | None = N
         n: Keep the first ``n`` restarts only, i.e. the challenger's matched seeds (all when ``None``).
     """
     best: FrozenTrial | None = None
+    best_value = 0.0  # read only once best is set
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if t.number == exclude_number or t.value is None or not t.intermediate_values:
             continue
         if any(v > 0.0 for v in t.constraints.values()):
             continue
-        if best is None or t.value > best.value:  # type: ignore[operator]
-            best = t
+        if best is None or t.value > best_value:
+            best, best_value = t, t.value
     if best is None:
         return None
     values = _values(best)

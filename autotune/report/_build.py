@@ -263,11 +263,11 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                 for r in records if r.summary is not None and r.summary.differences and r.duplicate_of is None]
     failures = listed(outcomes, FAILED)
     restarts_used, minutes_used = ledger.budget_used()
-    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+    complete = [(t.value, t) for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     search_best = None
     if complete:
-        best = max(complete, key=lambda t: t.value)  # type: ignore[arg-type, return-value]
-        search_best = SearchBest(best.number, ledger.label(best), float(best.value))  # type: ignore[arg-type]
+        value, best = max(complete, key=lambda vt: vt[0])
+        search_best = SearchBest(best.number, ledger.label(best), float(value))
     v = ledger.verification()
     table = winner = baseline = verdict = check = None
     if v is not None:

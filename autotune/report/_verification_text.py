@@ -41,11 +41,12 @@ __all__ = ["verification_lines"]
 def _baseline_won(report: ReportView, table: VerificationTable) -> str:
     """What the best challenger's comparison says when the baseline won: slower for sure, the same within the
     margin, or not yet known (the study's answer, :meth:`Verification.answer`)."""
-    best = max((e for e in table.entries if not e.is_baseline and e.speedup is not None and e.speedup.has_interval),
-               key=lambda e: e.speedup.speedup, default=None)  # type: ignore[union-attr]
-    if best is None or best.speedup is None:
+    shown = [(e.speedup, e.label) for e in table.entries
+             if not e.is_baseline and e.speedup is not None and e.speedup.has_interval]
+    if not shown:
         return ""
-    text = f" ({best.label}: {best.speedup.oneliner()}"
+    speedup, label = max(shown, key=lambda sl: sl[0].speedup)
+    text = f" ({label}: {speedup.oneliner()}"
     if report.verdict == Verdict.SLOWER:
         return text + ", slower)"
     if report.verdict == Verdict.EQUIVALENT:

@@ -170,11 +170,10 @@ def throughput_by_mode_and_k(records: Sequence[TrialRecord], baseline_key: str |
             err_high.append(0.0 if math.isnan(s.ci_high) else s.ci_high - s.mean)
         ax.bar(xs, means, width=width * 0.95, yerr=[err_low, err_high], capsize=3,
                label="K=0 (no speculation)" if k == 0 else f"K={k}")
-    base = next((r for r in records if baseline_key and r.config.key() == baseline_key and r.summary is not None
-                 and r.summary.n and not math.isnan(r.summary.mean)), None)
+    base = next((r.summary for r in records if baseline_key and r.config.key() == baseline_key
+                 and r.summary is not None and r.summary.n and not math.isnan(r.summary.mean)), None)
     if base is not None:
-        ax.axhline(base.summary.mean, color="black", linestyle="--", linewidth=1,  # type: ignore[union-attr]
-                   label="baseline (engine defaults)")
+        ax.axhline(base.mean, color="black", linestyle="--", linewidth=1, label="baseline (engine defaults)")
     ax.set_xticks(range(len(modes)), [plot_text(m) for m in modes], rotation=15)
     ax.set_xlabel("compilation_config.cudagraph_mode (best capture sizes / draft per cell)")
     ax.set_ylabel(_objective_label(unit))
@@ -232,12 +231,12 @@ def throughput_vs_latency(report: Report, latency_key: str = "tpot_p99_ms") -> F
     Raises:
         PlotSkipped: no trial reported latency.
     """
-    rows = [r for r in report.search_latency if r.mean_tok_s is not None and latency_key in r.latency]
+    rows = [(r, r.mean_tok_s) for r in report.search_latency if r.mean_tok_s is not None and latency_key in r.latency]
     if not rows:
         raise PlotSkipped(f"no trial reported {latency_key}")
-    points = [(float(r.mean_tok_s), float(r.latency[latency_key])) for r in rows]  # type: ignore[arg-type]
+    points = [(float(tok_s), float(r.latency[latency_key])) for r, tok_s in rows]
     fig, ax = plt.subplots(figsize=(8, 5))
-    missed = [bool(r.slo_failed) for r in rows]
+    missed = [bool(r.slo_failed) for r, _ in rows]
     for flag, colour, name in ((False, "tab:blue", "meets the SLOs" if report.slo else "trial"),
                                (True, "tab:red", "misses an SLO")):
         xs = [p[0] for p, m in zip(points, missed) if m == flag]

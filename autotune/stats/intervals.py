@@ -352,7 +352,7 @@ def summarize(
     restarts = list(restarts)
     counted = [r for r in restarts if r.ok and (counts(r) if counts is not None else not r.cold)]
     failed = [r for r in restarts if not r.ok]
-    values = tuple(float(r.value) for r in counted)  # type: ignore[arg-type]
+    values = tuple(r.measured() for r in counted)
     x = np.asarray(values, dtype=float)
     mean = float(x.mean()) if x.size else math.nan
     std = float(x.std(ddof=1)) if x.size > 1 else math.nan
@@ -365,7 +365,7 @@ def summarize(
                 diffs.append(str(d))
     accepts = [r.accept_len for r in counted if r.accept_len is not None]
     startups = [r.startup_s for r in restarts if r.startup_s is not None]
-    last_ok = next((r for r in reversed(restarts) if r.ok and r.resolved is not None), None)
+    last_resolved = next((r.resolved for r in reversed(restarts) if r.ok and r.resolved is not None), None)
     return TrialSummary(
         status="failed" if failed else "ok",
         values=values,
@@ -382,8 +382,8 @@ def summarize(
         accept_len=float(np.mean(accepts)) if accepts else None,
         startup_s=float(np.mean(startups)) if startups else None,
         differences=tuple(diffs),
-        resolved_mode=None if last_ok is None else last_ok.resolved.cudagraph_mode,  # type: ignore[union-attr]
-        resolved_sizes=None if last_ok is None else last_ok.resolved.cudagraph_capture_sizes,  # type: ignore[union-attr]
+        resolved_mode=None if last_resolved is None else last_resolved.cudagraph_mode,
+        resolved_sizes=None if last_resolved is None else last_resolved.cudagraph_capture_sizes,
         unit=unit,
     )
 

@@ -55,7 +55,7 @@ def _restart_metrics(restarts: Sequence[RestartResult], skip: int = 0,
     out = []
     for i, r in enumerate(_counted(restarts)):
         if i >= skip:
-            out.append((_restart_metric(unit), float(r.value), i))  # type: ignore[arg-type]
+            out.append((_restart_metric(unit), r.measured(), i))
             for level in r.levels:
                 # Per load level as well, whatever the objective: what each level measured, restart by restart.
                 if level.tok_s is not None:
