@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
@@ -58,10 +58,9 @@ Level = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
 # Literals over tuples built at run time, which pydantic validates against; the type checker reads them as text.
 if TYPE_CHECKING:
     Aggregate = str
-    EngineName = str
     SloKey = str
 else:
-    Aggregate, EngineName, SloKey = Literal[AGGREGATES], Literal[ENGINE_NAMES], Literal[SLO_KEYS]
+    Aggregate, SloKey = Literal[AGGREGATES], Literal[SLO_KEYS]
 Passes = Annotated[int, Field(ge=0, le=MAX_PASSES)]
 Bounded = Annotated[float, Field(ge=-MAX_NUMBER, le=MAX_NUMBER)]
 
@@ -361,7 +360,8 @@ class OutputCheckSpec(_Model):
 
 #: The engines a space may name (``autotune.engines.ENGINES``; config cannot import the engines, a test keeps the
 #: two the same).
-ENGINE_NAMES = ("sim", "cmd", "vllm")
+EngineName = Literal["sim", "cmd", "vllm"]
+ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)
 
 
 class EngineSection(BaseModel):
