@@ -300,7 +300,7 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def _cell(job: tuple[str, tuple, dict]) -> object:
+def _cell(job: tuple[str, tuple[Any, ...], dict[str, Any]]) -> object:
     cells: dict[str, Callable[..., object]] = {
         "throughput": throughput_coverage, "speedup": speedup_coverage, "verify": verification_coverage,
         "sequential": sequential_coverage}
@@ -314,7 +314,7 @@ def run(draws: int, seed: int, out: IO[str], cvs: Sequence[float] = (0.03, 0.06,
     started = time.monotonic()
     unequal = [(cv, ref_cv, n, ref_n) for cv, ref_cv in ((0.15, 0.03), (0.03, 0.15), (0.10, 0.05))
                for n, ref_n in ((3, 3), (3, 6), (6, 3), (6, 6))]
-    cells: list[tuple[str, tuple, dict]] = []
+    cells: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
     for noise in NOISES:
         for cv in cvs:
             cells += [("throughput", ("log-t", noise, cv, n, draws, seed), {}) for n in ns]

@@ -17,7 +17,7 @@ fragment.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -542,6 +542,7 @@ def _branch_errors(errors: Sequence[Mapping[str, Any]], raw: Any) -> tuple[Seque
             return errors, None
         prefix = loc[:i]
         value = _at(raw, prefix)
+        wanted: Callable[[str], bool]
         if isinstance(value, dict):
             wanted = lambda tag: tag[:1].isupper() or tag.startswith("dict[")  # noqa: E731
         elif isinstance(value, list):

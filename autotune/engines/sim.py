@@ -40,7 +40,7 @@ from autotune.engines._sim_memory import HostWedged
 # The vLLM runner's latency summary (stdlib only), so simulated and real restarts report the same figures.
 from autotune.engines.vllm._dataset import latency_summary, request_timing
 from autotune.engines.vllm.vocabulary import Vocabulary, recorded
-from autotune.machine import MemoryNotSettled, plan_page_cache
+from autotune.machine import GIB, MemoryNotSettled, plan_page_cache
 from autotune.core.records import (GOODPUT_METRICS, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult,
                               RestartStatus, Workload, combine_latency)
 
@@ -165,7 +165,7 @@ class SimEngine(EngineBackend):
 
     def memory_floor_gib(self) -> float | None:
         """The guard's floor on the simulated host (GiB; ``None`` without one)."""
-        return None if self.host is None else self.host.safety.floor / memory.GIB
+        return None if self.host is None else self.host.safety.floor / GIB
 
     def _runnable_plan(self, config: EngineConfig) -> Any:
         """The configuration's plan, or ``None`` when it cannot run (vLLM rejects it, or capture runs out of memory)."""
@@ -340,7 +340,10 @@ class SimEngine(EngineBackend):
         if self.drift is None:
             return None
         p = self.drift.params
-        gauss = lambda: rng.gauss(0.0, 1.0)  # noqa: E731 - the restart's own generator, in its fixed order
+
+        def gauss() -> float:  # the restart's own generator, in its fixed order
+            return rng.gauss(0.0, 1.0)
+
         slowness = self.drift.level(self.clock_s + startup_s) + p.restart_sd * gauss()
         init = self.drift.init_factor(slowness, gauss)
         chain = PassChain(p, gauss)

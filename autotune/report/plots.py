@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -280,7 +280,7 @@ def save_study_plots(ledger: Ledger, report: Report,
     records = ledger.trial_records()
     baseline = report.meta.baseline
     baseline_key = None if baseline is None else baseline.key()
-    draw = {
+    draw: dict[str, Callable[[], Figure]] = {
         "optimization_history": lambda: optimization_history(study, report.unit),
         "param_importances": lambda: param_importances(study, report.unit),
         "throughput_by_mode_and_k": lambda: throughput_by_mode_and_k(records, baseline_key, report.unit),

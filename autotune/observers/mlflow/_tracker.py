@@ -37,8 +37,7 @@ _P = ParamSpec("_P")
 def _guarded(method: Callable[Concatenate[MlflowTracker, _P], None]) -> Callable[Concatenate[MlflowTracker, _P], None]:
     """Observer methods never raise for tracking problems: the study's measurements come first."""
 
-    @functools.wraps(method)
-    def wrapper(self: MlflowTracker, *args: _P.args, **kwargs: _P.kwargs) -> None:
+    def wrapper(self: MlflowTracker, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
         if self._off:
             return
         try:
@@ -48,6 +47,7 @@ def _guarded(method: Callable[Concatenate[MlflowTracker, _P], None]) -> Callable
             return
         self._failures_in_a_row = 0
 
+    functools.update_wrapper(wrapper, method)  # functools.wraps, which the checker would type as another callable
     return wrapper
 
 
