@@ -38,7 +38,10 @@ TEST_WORKERS ?= 2
 # ~5 ms against ~0.15 ms on tmpfs (measured on CI's kind of machine). Durability across a power cut is not what
 # any test checks (kill -9 needs no fsync). TEST_TMPDIR= (empty) keeps the system's temporary directory.
 TEST_TMPDIR ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm)
+# The type check first: mypy over autotune/ ([tool.mypy] in pyproject.toml says how strict); one error fails the
+# target before a test runs.
 test: install
+	$(PY) -m mypy
 	$(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR) )$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # A full study on the simulated GB10 (sparse MoE): search, racing, verification, report. About a minute.

@@ -87,3 +87,17 @@ def test_a_fresh_empty_study_reads_as_nothing_recorded():
     assert ledger.version == SCHEMA_VERSION
     assert ledger.trial_records() == [] and ledger.verification() is None and ledger.budget_used() == (0, 0.0)
     assert ledger.meta().space_name is None
+
+
+def test_requeue_on_a_storage_without_heartbeats_queues_nothing_and_does_not_raise():
+    # A storage without heartbeats (memory) has no stale-trial callback to queue a retry with: the failed trial is
+    # left as it is (it raised AttributeError before mypy's check).
+    from optuna.trial import TrialState
+
+    from autotune.store.orphans import requeue
+
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    trial = study.ask()
+    study.tell(trial, state=TrialState.FAIL)
+    assert requeue(Ledger(study), study.trials[0]) is False
+    assert [t.state for t in study.trials] == [TrialState.FAIL]

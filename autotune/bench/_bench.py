@@ -50,6 +50,11 @@ from autotune.core.exit_status import ExitStatus
 
 __all__ = [
     "BenchConfig",
+    "DEFAULT_BUDGETS",
+    "DEFAULT_OUT",
+    "DEFAULT_SEEDS",
+    "HELD_OUT_SEEDS",
+    "MLFLOW_EXPERIMENT",
     "PROFILES",
     "Pick",
     "Profile",

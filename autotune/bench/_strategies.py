@@ -113,8 +113,9 @@ def _run_autotune(space: SearchSpace, engine: SimEngine, budget: int, seed: int,
     if winner.ci_low is not None and winner.ci_high is not None:
         ci = (float(winner.ci_low), float(winner.ci_high))
     speedup_ci = None
-    if winner.speedup is not None and winner.speedup.has_interval:
-        speedup_ci = (float(winner.speedup.ci_low), float(winner.speedup.ci_high))  # type: ignore[arg-type]
+    speedup = winner.speedup
+    if speedup is not None and speedup.ci_low is not None and speedup.ci_high is not None:  # has_interval
+        speedup_ci = (float(speedup.ci_low), float(speedup.ci_high))
     return Pick(winner.config, winner.mean, ci, report.verdict == "faster", used, minutes, trials, frozenset(started),
                 speedup_ci)
 
@@ -157,7 +158,7 @@ def _sweep(space: SearchSpace, engine: SimEngine, points: Iterable[Mapping[str, 
             used, wall_s = used + 1, wall_s + (result.wall_s or 0.0)
             if not result.ok:
                 break
-            values.append(float(result.value))  # type: ignore[arg-type]
+            values.append(result.measured())
         if len(values) == restarts:
             means.append((statistics.fmean(values), config))
     return _best_mean(space, means, used, wall_s, frozenset(started))
@@ -212,8 +213,8 @@ def _run_naive_tpe(space: SearchSpace, engine: SimEngine, budget: int, seed: int
             started.add(config.key())
             study.tell(trial, state=TrialState.FAIL)
             continue
-        study.tell(trial, float(result.value))  # type: ignore[arg-type]
-        observed.append((float(result.value), config))  # type: ignore[arg-type]
+        study.tell(trial, result.measured())
+        observed.append((result.measured(), config))
         started.add(config.key())
     if not observed:
         return Pick(None, None, None, False, used, wall_s / 60.0, 0, frozenset(started))

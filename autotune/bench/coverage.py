@@ -25,7 +25,7 @@ import math
 import multiprocessing
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 import numpy as np
@@ -243,7 +243,8 @@ def sequential_coverage(scenario: str, noise: str, cv: float, draws: int, seed: 
         # and the baseline, drawn on in the fixed phase's generator as the sequential rounds draw them.
         full = None
         if w.comparison is not None:
-            extra_w, extra_b = [], []
+            extra_w: list[float] = []
+            extra_b: list[float] = []
             for r in range(rounds):
                 for key, into in ((w.candidate.config.key(), extra_w), (b.candidate.config.key(), extra_b)):
                     into.append(float(draw_restarts(fixed_engine.rng, noise, cv, 1, mean=truth[key])[0, 0]))
@@ -299,10 +300,11 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def _cell(job: tuple[str, tuple, dict]) -> object:
-    fn = {"throughput": throughput_coverage, "speedup": speedup_coverage, "verify": verification_coverage,
-          "sequential": sequential_coverage}[job[0]]
-    return fn(*job[1], **job[2])
+def _cell(job: tuple[str, tuple[Any, ...], dict[str, Any]]) -> object:
+    cells: dict[str, Callable[..., object]] = {
+        "throughput": throughput_coverage, "speedup": speedup_coverage, "verify": verification_coverage,
+        "sequential": sequential_coverage}
+    return cells[job[0]](*job[1], **job[2])
 
 
 def run(draws: int, seed: int, out: IO[str], cvs: Sequence[float] = (0.03, 0.06, 0.10, 0.15),
@@ -312,7 +314,7 @@ def run(draws: int, seed: int, out: IO[str], cvs: Sequence[float] = (0.03, 0.06,
     started = time.monotonic()
     unequal = [(cv, ref_cv, n, ref_n) for cv, ref_cv in ((0.15, 0.03), (0.03, 0.15), (0.10, 0.05))
                for n, ref_n in ((3, 3), (3, 6), (6, 3), (6, 6))]
-    cells: list[tuple[str, tuple, dict]] = []
+    cells: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
     for noise in NOISES:
         for cv in cvs:
             cells += [("throughput", ("log-t", noise, cv, n, draws, seed), {}) for n in ns]

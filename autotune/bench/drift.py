@@ -36,6 +36,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy import optimize, stats
 
 from autotune.core.records import RestartResult
@@ -317,7 +318,7 @@ def fit_restarts(series: Sequence[Series], pass_params: DriftParams, ys: Sequenc
     bounds = [(math.log(BOUNDS[0][0]), math.log(BOUNDS[0][1])), (math.log(BOUNDS[1][0]), math.log(BOUNDS[1][1])),
               BOUNDS[2]]
 
-    def objective(z: Sequence[float]) -> float:
+    def objective(z: NDArray[np.float64]) -> float:  # scipy's minimize hands the point as an array
         return _reml((math.exp(z[0]), math.exp(z[1]), z[2]), designs, pass_params, ys)
 
     best: Any = None
@@ -352,7 +353,7 @@ def fit_init(series: Sequence[Series], params: DriftParams) -> dict[str, float]:
             rows = [s.obs[i] for i in idx if s.obs[i].startup_s]
             if len(rows) < 2:
                 continue
-            a = np.log([o.startup_s for o in rows])  # type: ignore[misc]
+            a = np.log([o.startup_s for o in rows if o.startup_s])  # all of them: rows hold a startup_s
             b = np.log([o.value for o in rows])
             scale = math.sqrt(len(rows) / (len(rows) - 1))
             li += list((a - a.mean()) * scale)

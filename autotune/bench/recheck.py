@@ -94,7 +94,7 @@ class Regressed:
 
 def _sim_factory(profile: str, seed: int, version: str | None) -> Callable[[], Any]:
     def make() -> Any:
-        sim = dict(PROFILES[profile].sim)
+        sim: dict[str, Any] = dict(PROFILES[profile].sim)
         if profile in PER_SEED_PROFILES:
             sim["landscape_seed"] = seed  # the study's own landscape
         if version is not None:
@@ -173,9 +173,9 @@ def draw_rechecks(profile: str, draws: int, seed: int = 0, version: str | None =
             old += old_rule_alarm(record)
             rounds += max(change.restarts[2:] or (0,))
         baseline_won = stored.winner.candidate.role == "baseline"
+        checked = stored.entries[rules.checked_entry(stored)].comparison
         return {**row, "draws": draws, "baseline_won": baseline_won, "true_speedup": true_speedup,
-                "stored_speedup": stored.entries[rules.checked_entry(stored)].comparison.speedup
-                if stored.entries[rules.checked_entry(stored)].comparison is not None else None,
+                "stored_speedup": None if checked is None else checked.speedup,
                 "alarms": alarms, "slower": slower, "old_alarms": old, "verdicts": dict(verdicts),
                 "coverage_true": covered_true / draws,
                 "coverage_change": covered_change / draws if (regress is not None or version is None) else None,

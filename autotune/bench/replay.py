@@ -27,7 +27,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -136,7 +136,7 @@ def load_models(root: str = ROOT, scenario: str = "h200-moe30", scope: str = "al
             for (key, phase), rs in groups.items():
                 m = models.setdefault(key, Model())
                 counted = [r for r in rs if r.ok and not r.cold and r.value and r.value > 0]
-                logs = [math.log(r.value) for r in counted]
+                logs = [math.log(r.value) for r in counted if r.value]  # all of them: counted holds values > 0
                 m.add_group(logs)
                 m.warm_s += [r.wall_s for r in counted if r.wall_s]
                 if own and logs:
@@ -241,7 +241,7 @@ class _Drifting:
         self.passes: dict[str, list[list[float]]] = {}
 
     def start(self, rng: np.random.Generator, budget: float) -> None:
-        medians = {"baseline": 3000.0, "winner": 3000.0 * self.effect}
+        medians: dict[Hashable, float] = {"baseline": 3000.0, "winner": 3000.0 * self.effect}
         medians |= {f"other{i}": 3000.0 for i in range(DRIFT_OTHERS)}
         self.scenario = DriftScenario(medians, self.params, rng, timed_s=DRIFT_PASSES * DRIFT_PASS_S,
                                       n_passes=DRIFT_PASSES, restart_s=60.0 * DRIFT_RESTART_MIN)
@@ -316,9 +316,9 @@ def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: 
             reserve = paired_plan(share * budget).minutes or 0.0
         elif policy == "plan":
             sb, sw = source.search(rng, "baseline", 2), source.search(rng, "winner", 2)
-            prior, _ = pooled_log_variance([list(sb), list(sw)] + others)
+            log_var, _ = pooled_log_variance([list(sb), list(sw)] + others)
             seen = math.exp(np.mean(np.log(sw)) - np.mean(np.log(sb)))
-            args = (estimate_noise(list(sw), prior), estimate_noise(list(sb), prior))
+            args = (estimate_noise(list(sw), log_var), estimate_noise(list(sb), log_var))
             # A variant of the planner's halving: it plans for sqrt(search_effect); effect**(2p) makes that effect**p.
             pk = dict(search_effect=seen if effect_power is None else seen ** (effect_power / planning.SEARCH_EFFECT_POWER), challenger_minutes=pw, baseline_minutes=pb)
             reserve = plan_restarts(*args, max_minutes=share * budget, **pk).minutes or 0.0
@@ -346,8 +346,12 @@ def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: 
         # A start is priced at the side's restart price, or on the drifting machine at what a restart of the
         # verification's window costs there.
         price = (pw + pb) / 2 if drift is None else source.scenario.restart_cost_s(workload.timed_passes) / 60.0
-        v = run_verification(engine, workload, candidates, seed_for=lambda r: r, margin=MARGIN,
-                             may_start=lambda n, e=engine: e.spent + n * price <= budget + 1e-9, **kw)
+
+        def may_start(n: int, e: Any = engine) -> bool:
+            return bool(e.spent + n * price <= budget + 1e-9)
+
+        v = run_verification(engine, workload, candidates, seed_for=lambda r: r, margin=MARGIN, may_start=may_start,
+                             **kw)
         c = next(e for e in v.entries if e.candidate.role != BASELINE).comparison
         if c is not None:
             out["conclusive"] += (c.ci_low > 1 or c.ci_high < 1
@@ -377,7 +381,8 @@ def run(info: dict[str, Any] | None, draws: int, seed: int, out: Any, budgets: S
               "|---|---|---|---|---|---|---|---|\n")
     for b in budgets:
         for p in policies:
-            kw = dict(max_share=max_share, effect_power=effect_power, drift=drift, effect=effect, min_gain=min_gain)
+            kw: dict[str, Any] = dict(max_share=max_share, effect_power=effect_power, drift=drift, effect=effect,
+                                      min_gain=min_gain)
             r = replay_cell(info, p, b, draws, seed, **kw)
             lo, hi = _ci(int(r["right_n"]), draws)
             right = f"{100 * r['right']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"

@@ -147,7 +147,7 @@ def replay_study(restarts: Sequence[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _process(rng: random.Random, sigma: float, ramp: int) -> tuple[Callable[[int, int], float], int]:
+def _process(rng: random.Random, sigma: float, ramp: int) -> tuple[Callable[..., float], int]:
     """A synthetic process: ``pass_at(j, rounds)`` (tok/s relative to steady state) and the ramp's length."""
     first = rng.uniform(0.0, 0.8)
     start = rng.uniform(0.2, 0.5)

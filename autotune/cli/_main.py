@@ -15,7 +15,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import IO, NoReturn
+from typing import IO, NoReturn, cast
 
 from autotune import __version__
 from autotune.cli import audit, bench, bench_scaling, doctor, export, recheck, report, schema, track, tune, ui, worker
@@ -150,7 +150,8 @@ def raw_main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> E
         try:
             with interrupt_on_sigterm():
                 try:
-                    return program(args, EscapingStream(out or sys.stdout))
+                    # A text stream (io.TextIOBase), which typeshed does not count as a typing.IO.
+                    return program(args, cast(IO[str], EscapingStream(out or sys.stdout)))
                 finally:
                     stop_live()  # an engine an interruption caught mid-start must not outlive autotune
         except KeyboardInterrupt as exc:

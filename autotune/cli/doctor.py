@@ -23,7 +23,8 @@ from typing import IO, Any
 import psutil
 
 from autotune.core.exit_status import ExitStatus
-from autotune.engines import EngineOptions, engine_settings
+from autotune.engines import EngineOptions, SimOptions, engine_settings
+from autotune.engines.vllm import VllmEngine, VllmOptions
 from autotune.engines.vllm.vocabulary import from_introspection, introspect_source, recorded
 from autotune.machine import (
     GpuState,
@@ -128,14 +129,14 @@ def gather(space: Any = None) -> Facts:
     states = gpu_states()
     interpreter: tuple[str, ...] = ()
     version = error = None
-    if engine == "vllm":
+    if isinstance(settings, VllmOptions):  # engine == "vllm": its model validated the options
         # What vLLM is given: engine.vllm.extra_args over engine_args (the GB10 recipe sets its memory there).
         engine_args.update(settings.extra_args)
         with contextlib.ExitStack() as scratch:
             interpreter = _interpreter(settings, options, scratch)
             version, error, found = vllm_facts(interpreter)
         vocab = None if version is None else (from_introspection(found) if found else recorded(version))
-    elif engine == "sim":
+    elif isinstance(settings, SimOptions):  # engine == "sim"
         vocab = recorded(settings.engine_version)
     else:
         vocab = None
@@ -158,6 +159,7 @@ def _interpreter(settings: Any, options: Mapping[str, Any], scratch: contextlib.
         from autotune.engines import make_engine
 
         engine = make_engine("vllm", **options)
+        assert isinstance(engine, VllmEngine)  # what the registry makes for "vllm"
         scratch.callback(engine.close)
         scratch.enter_context(engine.throwaway_workdir())
         return tuple(engine.interpreter())
@@ -234,8 +236,8 @@ def findings(facts: Facts) -> list[Finding]:
     mem = facts.memory
     if mem is None:
         # Without the host's memory figures neither the guard nor the settle can work: the one thing to fix first.
-        out = [Finding("FIX", "memory", facts.memory_error or "/proc/meminfo could not be read")]
-        return out + _cpu(facts) + _gpu(facts, False) + _vllm(facts)
+        first = [Finding("FIX", "memory", facts.memory_error or "/proc/meminfo could not be read")]
+        return first + _cpu(facts) + _gpu(facts, False) + _vllm(facts)
     unified = is_unified_memory(list(facts.gpus) if facts.gpus else None, mem.total, facts.machine)
     out: list[Finding] = []
     out += _memory(facts, unified)
@@ -249,6 +251,7 @@ def findings(facts: Facts) -> list[Finding]:
 
 def _memory(facts: Facts, unified: bool) -> list[Finding]:
     mem = facts.memory
+    assert mem is not None  # findings() reads no rule of memory without it
     floor = engine_floor(facts.settings.memory_floor_gib, mem.total)
     have = f"MemAvailable {gib(mem.available)} of {gib(mem.total)}; the guard's floor is {gib(floor)}"
     out = []
@@ -287,6 +290,7 @@ def _page_cache_plan(facts: Facts, unified: bool) -> Any:
 
 def _page_cache(facts: Facts, unified: bool) -> list[Finding]:
     mem = facts.memory
+    assert mem is not None  # findings() reads no rule of memory without it
     text = f"Cached {gib(mem.cached)} ({mem.cached / mem.total:.0%} of MemTotal)"
     plan = _page_cache_plan(facts, unified)
     if facts.engine != "sim":

@@ -64,15 +64,17 @@ class EngineArgDim:
     def suggest(self, trial: Any) -> Any:
         if self.choices is not None:
             return trial.suggest_categorical(self.name, list(self.choices))
+        assert self.low is not None and self.high is not None  # a range: low and high are set (the space's model)
         if self.integer:
-            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)  # type: ignore[arg-type]
-        return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)  # type: ignore[arg-type]
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
+        return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
 
     def grid(self) -> list[Any]:
         """The values a grid over the space uses: every choice, or a few points spread over the range."""
         if self.choices is not None:
             return list(self.choices)
-        low, high = float(self.low), float(self.high)  # type: ignore[arg-type]
+        assert self.low is not None and self.high is not None  # a range: low and high are set (the space's model)
+        low, high = float(self.low), float(self.high)
         if self.integer and high - low + 1 <= _GRID_POINTS:
             return list(range(int(low), int(high) + 1))
         if self.log:

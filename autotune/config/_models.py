@@ -17,7 +17,8 @@ fragment.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
@@ -54,6 +55,12 @@ Positive = Annotated[int, Field(ge=1)]
 Prompts = Annotated[int, Field(ge=1, le=MAX_PROMPTS)]
 Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 Level = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
+# Literals over tuples built at run time, which pydantic validates against; the type checker reads them as text.
+if TYPE_CHECKING:
+    Aggregate = str
+    SloKey = str
+else:
+    Aggregate, SloKey = Literal[AGGREGATES], Literal[SLO_KEYS]
 Passes = Annotated[int, Field(ge=0, le=MAX_PASSES)]
 Bounded = Annotated[float, Field(ge=-MAX_NUMBER, le=MAX_NUMBER)]
 
@@ -101,7 +108,9 @@ class WorkloadSpec(_Model):
     num_prompts: Prompts = _WORKLOAD.num_prompts
     input_len: Tokens = _WORKLOAD.input_len
     output_len: Tokens = _WORKLOAD.output_len
-    concurrency: Level | list[Level] = Field(_WORKLOAD.concurrency,
+    # Workload's default is one level (an int); spelled as the field's own type, which a tuple is not.
+    concurrency: Level | list[Level] = Field(_WORKLOAD.concurrency if isinstance(_WORKLOAD.concurrency, int)
+                                             else list(_WORKLOAD.concurrency),
                                              description="one number, or load levels [1, 8, 32]")
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = _WORKLOAD.seed
     warmup_passes: Passes = _WORKLOAD.warmup_passes
@@ -114,7 +123,7 @@ class WorkloadSpec(_Model):
     dataset: str | DatasetSpec | None = Field(None, description="a path, 'synthetic', or a mapping")
     temperature: Annotated[float, Field(ge=0.0, le=100.0)] = _WORKLOAD.temperature
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = _WORKLOAD.top_p
-    aggregate: Literal[AGGREGATES] | None = None  # type: ignore[valid-type]
+    aggregate: Aggregate | None = None
     weights: list[Annotated[float, Field(gt=0.0, le=MAX_NUMBER)]] | None = None
 
     @property
@@ -351,7 +360,8 @@ class OutputCheckSpec(_Model):
 
 #: The engines a space may name (``autotune.engines.ENGINES``; config cannot import the engines, a test keeps the
 #: two the same).
-ENGINE_NAMES = ("sim", "cmd", "vllm")
+EngineName = Literal["sim", "cmd", "vllm"]
+ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)
 
 
 class EngineSection(BaseModel):
@@ -361,7 +371,7 @@ class EngineSection(BaseModel):
     options of the space's own engine (``engine: {name: cmd, command: [...]}``)."""
 
     model_config = ConfigDict(strict=True, extra="allow", frozen=True)
-    name: Literal[ENGINE_NAMES] | None = Field(  # type: ignore[valid-type]
+    name: EngineName | None = Field(
         None, description="the engine a study runs: sim, cmd or vllm (unset: vllm)")
     sim: dict[str, Any] | None = Field(None, description="the simulator's options")
     cmd: dict[str, Any] | None = Field(None, description="the cmd engine's options")
@@ -395,7 +405,7 @@ class SpaceFile(_Model):
     workload: WorkloadSpec
     search: SearchSpec
     objective: Literal["throughput", "goodput"] = "throughput"
-    slo: dict[Literal[SLO_KEYS], Annotated[float, Field(gt=0.0, le=MAX_MS)]] | None = Field(  # type: ignore[valid-type]
+    slo: dict[SloKey, Annotated[float, Field(gt=0.0, le=MAX_MS)]] | None = Field(
         None, description="latency limits in milliseconds, e.g. {tpot_p99_ms: 50}")
     output_check: OutputCheckSpec | None = None
 
@@ -517,7 +527,7 @@ def _at(raw: Any, loc: tuple[Any, ...]) -> Any:
     return raw
 
 
-def _branch_errors(errors: list[dict[str, Any]], raw: Any) -> tuple[list[dict[str, Any]], Any]:
+def _branch_errors(errors: Sequence[Mapping[str, Any]], raw: Any) -> tuple[Sequence[Mapping[str, Any]], Any]:
     """Keep the errors of the union member that matches the value's shape (a mapping: the model; a list: the
     list), so a typo inside ``{low, high, step}`` is reported as an unknown key, not as 'not a list'.
 
@@ -532,6 +542,7 @@ def _branch_errors(errors: list[dict[str, Any]], raw: Any) -> tuple[list[dict[st
             return errors, None
         prefix = loc[:i]
         value = _at(raw, prefix)
+        wanted: Callable[[str], bool]
         if isinstance(value, dict):
             wanted = lambda tag: tag[:1].isupper() or tag.startswith("dict[")  # noqa: E731
         elif isinstance(value, list):

@@ -34,5 +34,6 @@ def min_agreement_from_yaml(text: str | None) -> float:
         raw = None
     section = raw.get("output_check") if isinstance(raw, dict) else None
     value = section.get("min_agreement") if isinstance(section, dict) else None
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1
-    return float(value) if ok else DEFAULT_MIN_AGREEMENT
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1:
+        return float(value)
+    return DEFAULT_MIN_AGREEMENT

@@ -301,7 +301,7 @@ class SearchSpace:
 
     def all_params(self) -> list[dict[str, Any]]:
         """Every distinct parameter combination (for grids, ground truth and small spaces)."""
-        out = []
+        out: list[dict[str, Any]] = []
         for mode in self.modes:
             size_names = [DEFAULT] if mode == "NONE" else [s.name for s in self.sizes]
             for size_name in size_names:
@@ -319,8 +319,8 @@ class SearchSpace:
                             continue
                         out.append(p)
                 for name in dict(self.schedules):
-                    for draft in self.drafts:
-                        p = {"cudagraph_mode": mode, SCHEDULE_PARAM: name, "draft": draft.name,
+                    for option in self.drafts:
+                        p = {"cudagraph_mode": mode, SCHEDULE_PARAM: name, "draft": option.name,
                              "num_speculative_tokens": dict(self.schedules)[name].max_k}
                         if mode != "NONE":
                             p["capture_sizes"] = size_name

@@ -86,8 +86,8 @@ def parse_dataset(value: str | DatasetSpec, fail: Fail, base_dir: Path) -> Datas
     if isinstance(value, str):
         if value == "synthetic":
             return Dataset("synthetic")
-        fmt = "sharegpt" if value.endswith(".json") else "jsonl"
-        return Dataset(fmt, path=_existing(value, field, fail, base_dir))
+        by_suffix = "sharegpt" if value.endswith(".json") else "jsonl"
+        return Dataset(by_suffix, path=_existing(value, field, fail, base_dir))
     if "vllm" in value.model_fields_set:
         if value.vllm not in VLLM_DATASETS:
             raise fail(f"{field}.vllm", f"unknown vLLM dataset {value.vllm!r}",

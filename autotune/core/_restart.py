@@ -141,6 +141,17 @@ class RestartResult:
             return self.score
         return sum(self.passes_tok_s) / len(self.passes_tok_s)
 
+    def measured(self) -> float:
+        """:attr:`value` of a restart the caller knows is :attr:`ok` (every ok restart has one).
+
+        Raises:
+            ValueError: the restart failed, so it has no value.
+        """
+        value = self.value
+        if value is None:
+            raise ValueError(f"restart {self.restart} {self.status}: it has no value")
+        return value
+
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["passes_tok_s"] = list(self.passes_tok_s)

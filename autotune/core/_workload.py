@@ -194,10 +194,11 @@ class Workload:
             latency = combine_latency([lv.latency for lv in result.levels], self)
         else:
             by_level = [self.level_value(result.passes_tok_s, result.latency)]
-        if any(v is None for v in by_level):
+        values = [float(v) for v in by_level if v is not None]
+        if len(values) < len(by_level):
             return dataclasses.replace(result, status=RestartStatus.FAILED, latency=latency,
                                        error="engine reported no goodput (it measures no per-request latency)")
-        score = self.combine([float(v) for v in by_level])  # type: ignore[arg-type]
+        score = self.combine(values)
         if self.objective == "goodput" and score <= 0.0 and not result.cold:
             # (A cold first start is never counted: its slow requests say nothing, and the warm one runs next.)
             return dataclasses.replace(result, status=RestartStatus.FAILED, latency=latency, score=0.0,

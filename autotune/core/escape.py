@@ -72,13 +72,17 @@ class EscapingStream(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
+    # typeshed declares TextIOBase.encoding a writable attribute; at run time it is a read-only property, as here.
     @property
     def encoding(self) -> Any:  # type: ignore[override]
         return getattr(self.raw, "encoding", "utf-8")
 
     def getvalue(self) -> str:
         """What a ``StringIO`` underneath holds (tests read a command's output so)."""
-        return self.raw.getvalue()  # type: ignore[attr-defined]
+        getvalue = getattr(self.raw, "getvalue", None)  # a StringIO's (or a stream like it), not every IO's
+        if getvalue is None:
+            raise AttributeError(f"{type(self.raw).__name__!r} object has no attribute 'getvalue'")
+        return str(getvalue())
 
 
 def raw_stream(stream: IO[str]) -> IO[str]:

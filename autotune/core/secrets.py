@@ -243,7 +243,7 @@ def resolve_workload(workload: Any, env: Mapping[str, str] | None = None) -> Any
     dataset read from a gated hub repository: ``args: {hf_token: ${HF_TOKEN}}``), as :func:`resolve_config`."""
     dataset = getattr(workload, "dataset", None)
     args = dict(getattr(dataset, "args", None) or ())
-    if not references(args):
+    if dataset is None or not references(args):
         return workload
     resolved = resolve(args, "workload.dataset.args", env)
     return dataclasses.replace(workload, dataset=dataclasses.replace(dataset, args=tuple(resolved.items())))

@@ -9,13 +9,17 @@ password of any of them before it is printed or stored.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autotune.core.redact import redact_uri
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 __all__ = ["sqlite_path", "redact_url"]
 
 
-def _parse(url: str):  # -> sqlalchemy.engine.URL | None
+def _parse(url: str) -> URL | None:
     # Imported here: sqlalchemy is heavy, and `autotune --help` should not pay for it.
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError

@@ -119,7 +119,8 @@ class RacingPolicy:
             # Nothing in the study has two restarts yet, so its noise is unknown and racing could decide nothing
             # at one restart: this trial (the first, a baseline) gets a second restart to start the estimate.
             return Decision.MORE
-        comparable = self.racing and bool(incumbent) and (noise is not None or (n >= 2 and len(incumbent) >= 2))
+        comparable = (self.racing and incumbent is not None and len(incumbent) > 0
+                      and (noise is not None or (n >= 2 and len(incumbent) >= 2)))
         if not comparable:
             return Decision.MORE if n < self.min_restarts else Decision.COMPLETE
         assert incumbent is not None
@@ -168,13 +169,14 @@ def incumbent_values(study: optuna.Study, exclude_number: int, n: int | None = N
         n: Keep the first ``n`` restarts only, i.e. the challenger's matched seeds (all when ``None``).
     """
     best: FrozenTrial | None = None
+    best_value = 0.0  # read only once best is set
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if t.number == exclude_number or t.value is None or not t.intermediate_values:
             continue
         if any(v > 0.0 for v in t.constraints.values()):
             continue
-        if best is None or t.value > best.value:  # type: ignore[operator]
-            best = t
+        if best is None or t.value > best_value:
+            best, best_value = t, t.value
     if best is None:
         return None
     values = _values(best)

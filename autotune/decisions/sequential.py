@@ -154,7 +154,7 @@ class SequentialLook:
 
 
 def _counted(results: Sequence[RestartResult]) -> list[float]:
-    return [float(r.value) for r in results if r.ok and not r.cold]  # type: ignore[arg-type]
+    return [r.measured() for r in results if r.ok and not r.cold]
 
 
 def _inside_margin(c: Comparison, margin: float) -> bool:

@@ -282,9 +282,9 @@ class Verification:
         with the highest speedup interval), whose comparison says whether the defaults are really ahead."""
         if self.winner.candidate.role != BASELINE:
             return self.winner if self.winner.comparison is not None else None
-        compared = [e for e in self.entries if e.candidate.role != BASELINE and e.comparison is not None
-                    and not e.dropped and e.comparison.ci_low == e.comparison.ci_low]
-        return max(compared, key=lambda e: e.comparison.speedup) if compared else None  # type: ignore[union-attr]
+        compared = [(e.comparison.speedup, e) for e in self.entries if e.candidate.role != BASELINE
+                    and e.comparison is not None and not e.dropped and e.comparison.ci_low == e.comparison.ci_low]
+        return max(compared, key=lambda se: se[0])[1] if compared else None
 
     def answer(self, margin: float) -> str:
         """The study's answer, never a bare "no significant difference" (issue 41): ``faster`` (the winner's
@@ -469,7 +469,7 @@ def first_round_cut(candidates: Sequence[Candidate], progress: Progress) -> list
 
     def score(cand: Candidate) -> float:
         have = standing(_restarts(cand, progress))
-        first = [float(r.value) for r in have if r.ok and not r.cold and r.value]  # type: ignore[arg-type]
+        first = [float(r.value) for r in have if r.ok and not r.cold and r.value]
         values = [v for v in (*cand.search_values, *first[:1]) if v > 0]
         if not first or not all(r.ok for r in have) or not values:
             return -math.inf
@@ -494,7 +494,7 @@ def _contenders(current: Sequence[Candidate], progress: Progress, rnd: int,
     for cand in current:
         have = standing(_restarts(cand, progress))
         if all(r.ok for r in have):
-            counted = [float(r.value) for r in have if r.ok and not r.cold]  # type: ignore[arg-type]
+            counted = [r.measured() for r in have if r.ok and not r.cold]
             if len(counted) >= rnd:
                 values[cand.config.key()] = counted[:rnd]
     alive = [c for c in current if c.config.key() in values]

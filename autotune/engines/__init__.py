@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotune.engines._base import EngineBackend, EngineError, EngineOptionError
-from autotune.engines._options import EngineOptions
+from autotune.engines._options import EngineOptions, SimOptions
 
-__all__ = ["ENGINES", "EngineBackend", "EngineError", "EngineOptionError", "EngineOptions", "engine_settings", "make_engine"]
+__all__ = ["ENGINES", "EngineBackend", "EngineError", "EngineOptionError", "EngineOptions", "SimOptions",
+           "engine_settings", "make_engine"]
 
 #: Registry name -> "module:Class", imported lazily so that e.g. ``sim`` never imports vLLM helpers.
 ENGINES: dict[str, str] = {

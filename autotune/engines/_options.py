@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
@@ -33,7 +33,11 @@ FLOOR = f"a number of GiB from 0 (no floor) to {MAX_FLOOR_GIB:g}"
 
 Seconds = Annotated[float, Field(gt=0.0, le=MAX_WAIT_S)]
 FloorGib = Annotated[float, Field(ge=0.0, le=MAX_FLOOR_GIB)]
-PageCache = Literal[PAGE_CACHE_POLICIES]  # type: ignore[valid-type]
+# Literals over tuples built at run time, which pydantic validates against; the type checker reads them as text.
+if TYPE_CHECKING:
+    PageCache = str
+else:
+    PageCache = Literal[PAGE_CACHE_POLICIES]
 
 
 def one_of(choices: Any) -> str:
@@ -42,7 +46,7 @@ def one_of(choices: Any) -> str:
 
 def rule(message: str) -> PydanticCustomError:
     """A rule across fields (or one a type cannot say) broken: ``message`` is the whole line after the engine."""
-    return PydanticCustomError("engine_rule", message)  # type: ignore[arg-type]
+    return PydanticCustomError("engine_rule", message)
 
 
 class EngineOptions(BaseModel):
@@ -84,7 +88,7 @@ class EngineOptions(BaseModel):
         kind, loc = error["type"], tuple(error["loc"])
         if kind == "engine_rule" or not loc:
             return str(error["msg"])
-        key = loc[0]
+        key = str(loc[0])  # a model's own field: always a name, never a list index
         if kind == "extra_forbidden":
             valid = ", ".join(cls.field(k) for k in cls.model_fields)
             return f"unknown option {cls.field(key)}; valid keys: {valid}"
@@ -101,6 +105,12 @@ PROFILES = (*sorted(sim_model.HARDWARE), "random")
 MODELS = tuple(sorted(sim_model.MODELS))
 #: The simulator's machines: ``off`` (restarts independent, as before issue 41) or a drifting machine's preset.
 DRIFTS = ("off", *sorted(DRIFT_PRESETS))
+if TYPE_CHECKING:  # as PageCache
+    Profile = str
+    ModelProfile = str
+    Drift = str
+else:
+    Profile, ModelProfile, Drift = Literal[PROFILES], Literal[MODELS], Literal[DRIFTS]
 
 
 class SimOptions(EngineOptions):
@@ -110,8 +120,8 @@ class SimOptions(EngineOptions):
     #: The profile that draws its landscape from ``landscape_seed`` instead of the physics model's constants.
     RANDOM: ClassVar[str] = "random"
 
-    profile: Literal[PROFILES] = Field("h200", description=one_of(PROFILES))  # type: ignore[valid-type]
-    model_profile: Literal[MODELS] = Field("dense", description=one_of(MODELS))  # type: ignore[valid-type]
+    profile: Profile = Field("h200", description=one_of(PROFILES))
+    model_profile: ModelProfile = Field("dense", description=one_of(MODELS))
     engine_version: str = Field("0.26.0", description='a vLLM version text, e.g. "0.26.0"')
     noise: Annotated[float, Field(ge=0.0, le=1.0)] | None = Field(
         None, description="a relative sd from 0 to 1 (e.g. 0.03; unset: the profile's)")
@@ -122,7 +132,7 @@ class SimOptions(EngineOptions):
     landscape_shift: Annotated[float, Field(ge=0.0, lt=2.0)] = Field(
         0.0, description="a number from 0 to 2 (e.g. 0.1; profile random only)")
     unified_memory: bool = Field(False, description="true or false")
-    drift: Literal[DRIFTS] = Field("off", description=one_of(DRIFTS))  # type: ignore[valid-type]
+    drift: Drift = Field("off", description=one_of(DRIFTS))
     drift_seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = Field(
         0, description="an integer from 0 to 2**32-1 (e.g. 7; with drift only: which path the machine's level takes)")
 

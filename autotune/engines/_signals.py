@@ -163,7 +163,7 @@ def interrupt_on_sigterm() -> Iterator[None]:
     Only the first signal raises. Outside the main thread this is a no-op.
     """
     delivery = _Delivery()
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     try:
         for sig in TERMINATING_SIGNALS:
             previous[sig] = signal.signal(sig, delivery.handler)

@@ -213,7 +213,8 @@ def batch_size(plan: Plan, workload: Workload) -> int:
     A step verifies ``1+K`` tokens per sequence, so a ``max_num_batched_tokens`` budget admits at most
     ``budget // (1+K)`` sequences (a 32-token budget with K=2 runs 10).
     """
-    b = min(workload.concurrency, plan.max_num_seqs, workload.num_prompts)
+    (concurrency,) = workload.levels  # the simulator measures several load levels one at a time (Workload.at)
+    b = min(concurrency, plan.max_num_seqs, workload.num_prompts)
     if plan.max_num_batched_tokens is not None:
         b = min(b, plan.max_num_batched_tokens // (1 + plan.k))
     return max(1, b)

@@ -439,7 +439,7 @@ def _signals_held() -> Iterator[None]:
         yield
         return
     pending: list[int] = []
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     try:
         for sig in _HELD_SIGNALS:
             previous[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))

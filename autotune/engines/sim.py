@@ -20,6 +20,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from autotune.engines._sim_memory import HostWedged
 # The vLLM runner's latency summary (stdlib only), so simulated and real restarts report the same figures.
 from autotune.engines.vllm._dataset import latency_summary, request_timing
 from autotune.engines.vllm.vocabulary import Vocabulary, recorded
-from autotune.machine import MemoryNotSettled, plan_page_cache
+from autotune.machine import GIB, MemoryNotSettled, plan_page_cache
 from autotune.core.records import (GOODPUT_METRICS, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult,
                               RestartStatus, Workload, combine_latency)
 
@@ -109,7 +110,7 @@ class SimEngine(EngineBackend):
         #: The simulated unified-memory host, read by the real memory guard and settle (None: not unified).
         self.host = _host(opts, self.hardware, self.model.name)
         #: How a restart's scaled wall time passes; the scaling benchmark swaps in a simulated clock.
-        self.sleep = time.sleep
+        self.sleep: Callable[[float], None] = time.sleep
         self._compiled: set[str] = set()
         self._plans: dict[str, model.Plan] = {}
         self._steady: dict[tuple[str, Workload], float] = {}
@@ -164,7 +165,7 @@ class SimEngine(EngineBackend):
 
     def memory_floor_gib(self) -> float | None:
         """The guard's floor on the simulated host (GiB; ``None`` without one)."""
-        return None if self.host is None else self.host.safety.floor / memory.GIB
+        return None if self.host is None else self.host.safety.floor / GIB
 
     def _runnable_plan(self, config: EngineConfig) -> Any:
         """The configuration's plan, or ``None`` when it cannot run (vLLM rejects it, or capture runs out of memory)."""
@@ -242,7 +243,7 @@ class SimEngine(EngineBackend):
                                                                                      steady)))
         wall_s = startup_s + self.hardware.shutdown_s + sum(warmup_s) + sum(timed_s)
         # The simulator models start-up as load, compile and capture; it has no launch or import of its own.
-        facts = {**F.phase_facts(**startup, warmup=sum(warmup_s), timed=sum(timed_s)),
+        facts: dict[str, F.FactValue] = {**F.phase_facts(**startup, warmup=sum(warmup_s), timed=sum(timed_s)),
                  F.WARMUP_PASSES: len(warmup), F.PASS_ROUNDS: passes.rounds, F.WARMUP_RULE: passes.stop}
         accept = self._accept_len(config, workload, rng)
         if self.host is not None:
@@ -339,7 +340,10 @@ class SimEngine(EngineBackend):
         if self.drift is None:
             return None
         p = self.drift.params
-        gauss = lambda: rng.gauss(0.0, 1.0)  # noqa: E731 - the restart's own generator, in its fixed order
+
+        def gauss() -> float:  # the restart's own generator, in its fixed order
+            return rng.gauss(0.0, 1.0)
+
         slowness = self.drift.level(self.clock_s + startup_s) + p.restart_sd * gauss()
         init = self.drift.init_factor(slowness, gauss)
         chain = PassChain(p, gauss)

@@ -186,9 +186,10 @@ def gpu_free_bytes() -> tuple[int, ...] | None:
     states = gpu_states()
     if states:
         states = visible(states, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    if not states or any(s.memory_free is None for s in states):
+    free = [s.memory_free for s in states or () if s.memory_free is not None]
+    if not states or len(free) < len(states):
         return None
-    return tuple(int(s.memory_free) for s in states)  # type: ignore[arg-type]
+    return tuple(int(f) for f in free)
 
 
 def driver_version() -> str | None:

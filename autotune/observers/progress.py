@@ -43,7 +43,7 @@ class ProgressPrinter(StudyObserver):
     def __init__(self, stream: IO[str] | None = None, quiet: bool = False) -> None:
         self.stream = stream or sys.stderr
         self.quiet = quiet
-        self.bar: tqdm | None = None
+        self.bar: tqdm[Any] | None = None
         self.config: EngineConfig | None = None
 
     def _write(self, text: str) -> None:

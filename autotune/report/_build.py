@@ -263,11 +263,11 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                 for r in records if r.summary is not None and r.summary.differences and r.duplicate_of is None]
     failures = listed(outcomes, FAILED)
     restarts_used, minutes_used = ledger.budget_used()
-    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+    complete = [(t.value, t) for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     search_best = None
     if complete:
-        best = max(complete, key=lambda t: t.value)  # type: ignore[arg-type, return-value]
-        search_best = SearchBest(best.number, ledger.label(best), float(best.value))  # type: ignore[arg-type]
+        value, best = max(complete, key=lambda vt: vt[0])
+        search_best = SearchBest(best.number, ledger.label(best), float(value))
     v = ledger.verification()
     table = winner = baseline = verdict = check = None
     if v is not None:
@@ -285,7 +285,7 @@ def build_report(study: Ledger | optuna.Study, *, engine: Any = None, space: Any
                     None if v is None else v.restarts_used)
     # Under goodput the limits judge each request, not a configuration's percentiles: nothing to meet or miss.
     gating = {} if meta.objective == "goodput" else meta.slo
-    outcome = None if table is None else slo_outcome(table.entries, winner, baseline, gating)  # type: ignore[arg-type]
+    outcome = None if table is None else slo_outcome(table.entries, winner, baseline, gating)
     search_trials = tuple(SearchTrial(r) for r in records)
     if table is not None:
         levels = level_bests(meta.objective, [(e.label, e.restarts) for e in table.entries], "verification",

@@ -16,7 +16,7 @@ import math
 from autotune.decisions.noise import SIDE_PRIOR_DF
 from autotune.decisions.planning import RestartPlan, estimate_noise, pooled_log_variance, power
 from autotune.decisions.sequential import DEFAULT_MARGIN, SequentialPlan
-from autotune.decisions.verification import BASELINE, Verification
+from autotune.decisions.verification import BASELINE, Verification, VerifiedConfig
 from autotune.stats import scipy_stats
 from autotune.stats.intervals import Verdict, matched_pairs
 from autotune.stats.sequential import look_levels
@@ -30,7 +30,7 @@ __all__ = ["decision_chance", "open_verdict_note"]
 _NOISIER = 1.25
 
 
-def _counted(entry) -> list[float]:  # noqa: ANN001 - a VerifiedConfig
+def _counted(entry: VerifiedConfig) -> list[float]:
     return [float(r.value) for r in entry.restarts if r.ok and not r.cold and r.value]
 
 

@@ -17,15 +17,21 @@ if TYPE_CHECKING:  # the row types only; _build imports this module, so the repo
 
 
 class ReportView(Protocol):
-    """What the verification's text reads of a :class:`~autotune.report._build.Report`."""
+    """What the verification's text reads of a :class:`~autotune.report._build.Report` (read only: the report is
+    frozen)."""
 
-    meta: StudyMeta
-    verdict: str | None
-    objective: str
-    slo_outcome: SloOutcome | None
-    no_result: str | None
-    levels: Sequence[object]
-
+    @property
+    def meta(self) -> StudyMeta: ...
+    @property
+    def verdict(self) -> str | None: ...
+    @property
+    def objective(self) -> str: ...
+    @property
+    def slo_outcome(self) -> SloOutcome | None: ...
+    @property
+    def no_result(self) -> str | None: ...
+    @property
+    def levels(self) -> Sequence[object]: ...
     @property
     def winner_is_baseline(self) -> bool: ...
 
@@ -35,11 +41,12 @@ __all__ = ["verification_lines"]
 def _baseline_won(report: ReportView, table: VerificationTable) -> str:
     """What the best challenger's comparison says when the baseline won: slower for sure, the same within the
     margin, or not yet known (the study's answer, :meth:`Verification.answer`)."""
-    best = max((e for e in table.entries if not e.is_baseline and e.speedup is not None and e.speedup.has_interval),
-               key=lambda e: e.speedup.speedup, default=None)  # type: ignore[union-attr]
-    if best is None or best.speedup is None:
+    shown = [(e.speedup, e.label) for e in table.entries
+             if not e.is_baseline and e.speedup is not None and e.speedup.has_interval]
+    if not shown:
         return ""
-    text = f" ({best.label}: {best.speedup.oneliner()}"
+    speedup, label = max(shown, key=lambda sl: sl[0].speedup)
+    text = f" ({label}: {speedup.oneliner()}"
     if report.verdict == Verdict.SLOWER:
         return text + ", slower)"
     if report.verdict == Verdict.EQUIVALENT:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ if "matplotlib.pyplot" not in sys.modules:
     matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from autotune.core.confine import open_confined  # noqa: E402
 from autotune.core.escape import plot_text  # noqa: E402
@@ -169,11 +170,10 @@ def throughput_by_mode_and_k(records: Sequence[TrialRecord], baseline_key: str |
             err_high.append(0.0 if math.isnan(s.ci_high) else s.ci_high - s.mean)
         ax.bar(xs, means, width=width * 0.95, yerr=[err_low, err_high], capsize=3,
                label="K=0 (no speculation)" if k == 0 else f"K={k}")
-    base = next((r for r in records if baseline_key and r.config.key() == baseline_key and r.summary is not None
-                 and r.summary.n and not math.isnan(r.summary.mean)), None)
+    base = next((r.summary for r in records if baseline_key and r.config.key() == baseline_key
+                 and r.summary is not None and r.summary.n and not math.isnan(r.summary.mean)), None)
     if base is not None:
-        ax.axhline(base.summary.mean, color="black", linestyle="--", linewidth=1,  # type: ignore[union-attr]
-                   label="baseline (engine defaults)")
+        ax.axhline(base.mean, color="black", linestyle="--", linewidth=1, label="baseline (engine defaults)")
     ax.set_xticks(range(len(modes)), [plot_text(m) for m in modes], rotation=15)
     ax.set_xlabel("compilation_config.cudagraph_mode (best capture sizes / draft per cell)")
     ax.set_ylabel(_objective_label(unit))
@@ -207,7 +207,9 @@ def winner_vs_baseline(report: Report) -> Figure:
     ax.set_title(title)
     ax.set_xlabel("verification round (same seed for every configuration)")
     ax.set_ylabel("output tok/s" if report.unit == "tok/s" else "goodput, req/s meeting the SLO")
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    locator = ax.xaxis.get_major_locator()
+    if isinstance(locator, MaxNLocator):  # the default AutoLocator is one
+        locator.set_params(integer=True)
     ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
@@ -229,12 +231,12 @@ def throughput_vs_latency(report: Report, latency_key: str = "tpot_p99_ms") -> F
     Raises:
         PlotSkipped: no trial reported latency.
     """
-    rows = [r for r in report.search_latency if r.mean_tok_s is not None and latency_key in r.latency]
+    rows = [(r, r.mean_tok_s) for r in report.search_latency if r.mean_tok_s is not None and latency_key in r.latency]
     if not rows:
         raise PlotSkipped(f"no trial reported {latency_key}")
-    points = [(float(r.mean_tok_s), float(r.latency[latency_key])) for r in rows]  # type: ignore[arg-type]
+    points = [(float(tok_s), float(r.latency[latency_key])) for r, tok_s in rows]
     fig, ax = plt.subplots(figsize=(8, 5))
-    missed = [bool(r.slo_failed) for r in rows]
+    missed = [bool(r.slo_failed) for r, _ in rows]
     for flag, colour, name in ((False, "tab:blue", "meets the SLOs" if report.slo else "trial"),
                                (True, "tab:red", "misses an SLO")):
         xs = [p[0] for p, m in zip(points, missed) if m == flag]
@@ -278,7 +280,7 @@ def save_study_plots(ledger: Ledger, report: Report,
     records = ledger.trial_records()
     baseline = report.meta.baseline
     baseline_key = None if baseline is None else baseline.key()
-    draw = {
+    draw: dict[str, Callable[[], Figure]] = {
         "optimization_history": lambda: optimization_history(study, report.unit),
         "param_importances": lambda: param_importances(study, report.unit),
         "throughput_by_mode_and_k": lambda: throughput_by_mode_and_k(records, baseline_key, report.unit),

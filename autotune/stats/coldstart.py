@@ -119,8 +119,8 @@ def cold_pairs(restarts_per_config: Iterable[Sequence[RestartResult]]) -> list[t
         warm = [r for r in restarts if r.ok and not r.cold and r.value]
         use = [r for r in warm if r.seed == cold.seed][:1] or warm
         if use:
-            logs = np.log([float(r.value) for r in use])  # type: ignore[arg-type]
-            pairs.append((float(cold.value), float(np.exp(logs.mean()))))  # type: ignore[arg-type]
+            logs = np.log([r.measured() for r in use])
+            pairs.append((cold.measured(), float(np.exp(logs.mean()))))
     return pairs
 
 

@@ -21,9 +21,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from autotune.core.records import EngineConfig, RestartResult, config_differences
 from autotune.stats import scipy_stats
+
+#: One side's restarts: as the callers hold them, or already an array (compare() converts once and passes it on).
+Samples = Sequence[float] | NDArray[np.float64]
 
 __all__ = [
     "Comparison",
@@ -123,7 +127,7 @@ def _exp(x: float) -> float:
 
 
 def log_ratio_interval(
-    challenger: Sequence[float], reference: Sequence[float], confidence: float = 0.95
+    challenger: Samples, reference: Samples, confidence: float = 0.95
 ) -> tuple[float, float, float]:
     """Interval for mean(challenger) / mean(reference) from each side's own restarts: ``(low, high, p_value)``.
 
@@ -182,7 +186,7 @@ def matched_pairs(challenger: Sequence[RestartResult], reference: Sequence[Resta
     return a, b
 
 
-def paired_log_ratio_interval(challenger: Sequence[float], reference: Sequence[float], confidence: float = 0.95
+def paired_log_ratio_interval(challenger: Samples, reference: Samples, confidence: float = 0.95
                               ) -> tuple[float, float, float]:
     """Interval for the ratio of ``challenger`` to ``reference`` from aligned pairs (one pair a round):
     ``(low, high, p_value)``.
@@ -348,7 +352,7 @@ def summarize(
     restarts = list(restarts)
     counted = [r for r in restarts if r.ok and (counts(r) if counts is not None else not r.cold)]
     failed = [r for r in restarts if not r.ok]
-    values = tuple(float(r.value) for r in counted)  # type: ignore[arg-type]
+    values = tuple(r.measured() for r in counted)
     x = np.asarray(values, dtype=float)
     mean = float(x.mean()) if x.size else math.nan
     std = float(x.std(ddof=1)) if x.size > 1 else math.nan
@@ -361,7 +365,7 @@ def summarize(
                 diffs.append(str(d))
     accepts = [r.accept_len for r in counted if r.accept_len is not None]
     startups = [r.startup_s for r in restarts if r.startup_s is not None]
-    last_ok = next((r for r in reversed(restarts) if r.ok and r.resolved is not None), None)
+    last_resolved = next((r.resolved for r in reversed(restarts) if r.ok and r.resolved is not None), None)
     return TrialSummary(
         status="failed" if failed else "ok",
         values=values,
@@ -378,8 +382,8 @@ def summarize(
         accept_len=float(np.mean(accepts)) if accepts else None,
         startup_s=float(np.mean(startups)) if startups else None,
         differences=tuple(diffs),
-        resolved_mode=None if last_ok is None else last_ok.resolved.cudagraph_mode,  # type: ignore[union-attr]
-        resolved_sizes=None if last_ok is None else last_ok.resolved.cudagraph_capture_sizes,  # type: ignore[union-attr]
+        resolved_mode=None if last_resolved is None else last_resolved.cudagraph_mode,
+        resolved_sizes=None if last_resolved is None else last_resolved.cudagraph_capture_sizes,
         unit=unit,
     )
 

@@ -79,7 +79,7 @@ def live_holders(storage: str, study_name: str, heartbeat_s: int = DEFAULT_HEART
         study = optuna.load_study(study_name=name, storage=store)
         is_claims = name != study_name
         ledger = None if is_claims else Ledger(study)
-        stale_ids = getattr(store, "_get_stale_trial_ids", lambda _id: [])(study._study_id)
+        stale_ids: list[int] = getattr(store, "_get_stale_trial_ids", lambda _id: [])(study._study_id)
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner = claim_owner(trial) if ledger is None else ledger.owner(trial)
             if not _alive(owner, trial, trial._trial_id in stale_ids, grace_s, machine):

@@ -91,7 +91,7 @@ def fingerprint(space: SearchSpace, engine: EngineFacts | Mapping[str, Any]) -> 
     facts = EngineFacts.of(engine)
     engine_part = {k: v for k, v in redact(facts.to_dict()).items() if v is not None}
     args = {k: v for k, v in space.engine_args.items() if k != "model"}
-    sections = {
+    sections: dict[str, Any] = {
         "engine_args": args,
         "workload": space.workload.to_dict(),
         "search.cudagraph_mode": list(space.modes),

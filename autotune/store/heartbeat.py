@@ -17,7 +17,7 @@ import logging
 import threading
 from typing import Any
 
-from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
+from optuna.storages._heartbeat import is_heartbeat_enabled
 
 __all__ = ["Heartbeat"]
 
@@ -35,7 +35,7 @@ class Heartbeat:
 
     def __init__(self, storage: Any) -> None:
         self._storage = storage
-        self.enabled = isinstance(storage, BaseHeartbeat) and is_heartbeat_enabled(storage)
+        self.enabled = is_heartbeat_enabled(storage)  # a BaseHeartbeat whose interval is set
         self.interval = float(storage.get_heartbeat_interval()) if self.enabled else 0.0
         self._held: set[int] = set()
         self._lock = threading.Lock()

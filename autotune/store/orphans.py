@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.store._keys import _REQUEUE_JOB
@@ -43,6 +44,8 @@ def requeue(ledger: Ledger, trial: FrozenTrial) -> bool:
     if trial.number in ledger.retried():
         return False
     storage = ledger.study._storage
+    if not isinstance(storage, BaseHeartbeat):
+        return False  # no heartbeats (``memory``): no stale-trial callback to requeue with
     callback = storage.get_heartbeat_stale_trial_callback()
     if callback is None:
         return False

@@ -62,6 +62,9 @@ __all__ = ["BudgetTooSmall", "PhasedStart", "Start", "StartCosts", "check_budget
 
 #: A planned engine start: the configuration's key (``None``: not known yet) and whether it starts cold.
 Start = tuple[str | None, bool]
+#: A start of a configuration not known yet, cold and warm.
+_ANY_KEY_COLD: Start = (None, True)
+_ANY_KEY_WARM: Start = (None, False)
 
 
 class BudgetTooSmall(ValueError):
@@ -251,7 +254,8 @@ def _verify_top_k(ledger: Ledger, options: StudyOptions) -> int:
         return options.verify_top_k
     costs = StartCosts.of(ledger)
     warm = costs.price((None, False)) if costs.warm else 0.0
-    return options.top_k_for(options.budget_minutes / warm if warm > 0 else 0)
+    minutes = options.budget_minutes or 0.0  # set whenever top-k follows the minutes (top_k_follows_minutes)
+    return options.top_k_for(minutes / warm if warm > 0 else 0)
 
 
 def restart_plan(ledger: Ledger, space: SearchSpace, options: StudyOptions,
@@ -295,13 +299,13 @@ def _verify_plan(ledger: Ledger, space: SearchSpace, options: StudyOptions) -> l
 def _runner_up_starts(ledger: Ledger) -> list[Start]:
     """The runner-up's share of verification: its first-round restart, and with several compile caches a cold
     start before it (the round may run in a cache its configuration never ran in)."""
-    return [(None, True)] * (ledger.compile_caches() > 1) + [(None, False)]
+    return [_ANY_KEY_COLD] * (ledger.compile_caches() > 1) + [_ANY_KEY_WARM]
 
 
 def _entry_starts(options: StudyOptions, verdict: ColdVerdict) -> list[Start]:
     """A new configuration's first starts: its cold start, its first counted restarts (the cold one among them when
     the study's cold starts count)."""
-    return [(None, True)] + [(None, False)] * (options.policy.min_restarts - (1 if verdict.counts else 0))
+    return [_ANY_KEY_COLD] + [_ANY_KEY_WARM] * (options.policy.min_restarts - (1 if verdict.counts else 0))
 
 
 def _first_starts(options: StudyOptions, landed: int, verdict: ColdVerdict) -> int:

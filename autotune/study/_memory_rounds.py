@@ -47,7 +47,7 @@ class MemoryRounds:
         self.done = done or Rounds()
         self.on_change = on_change
         self.completed: set[int] = set()
-        self.claims: list[_MemoryClaim] = []
+        self.claims: list[tuple[int, _MemoryClaim]] = []  # the rounds taken, each with its claim
         self.verification: Verification | None = None
         self.plan: SequentialPlan | None = None
 
@@ -68,7 +68,7 @@ class MemoryRounds:
 
     def try_round(self, rnd: int) -> RoundClaim | None:
         claim = _MemoryClaim(self, rnd)
-        self.claims.append(claim)
+        self.claims.append((rnd, claim))
         return claim
 
     wait_round = try_round
@@ -81,9 +81,9 @@ class MemoryRounds:
 
     def rounds(self) -> Rounds:
         rounds = self.done.merged(Rounds())
-        for claim in self.claims:
+        for rnd, claim in self.claims:
             for key, results in claim.restarts.items():
-                rounds.add(claim.rnd, key, results)  # type: ignore[arg-type]
+                rounds.add(rnd, key, results)
         return rounds
 
     def record_verification(self, verification: Verification) -> None:

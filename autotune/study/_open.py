@@ -44,6 +44,7 @@ def make_sampler(name: str, seed: int) -> tuple[optuna.samplers.BaseSampler, str
     Under latency limits each trial carries Optuna's constraints (``Trial.set_constraint``, one per limit), which
     TPE and GP read to model feasibility; Optuna 5 deprecates ``constraints_func`` in its favour.
     """
+    sampler: optuna.samplers.BaseSampler
     if name == "tpe":
         with warnings.catch_warnings():  # group= is "experimental" but is what makes TPE handle the conditional space
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -159,7 +159,7 @@ def recheck_configs(ledger: Ledger, space: SearchSpace, engine: Any, *, new_engi
         except Untranslatable as exc:
             raise RecheckError(f"{config.label()} was measured on vLLM {ran.version if ran else '?'} and cannot run "
                                f"with the same meaning on {side}: {exc}") from None
-        if out is not config:
+        if out is not config and vocab is not None:  # carry() changes nothing without a target vocabulary
             note = (f"the study ran vLLM {ran.version if ran else '?'}; its configurations run on {side} in that "
                     f"version's names, as `autotune export --vllm-version {vocab.version}` writes them")
             if note not in notes:

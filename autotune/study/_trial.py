@@ -66,7 +66,7 @@ class TrialMeasurement:
         self.ctx, self.trial, self.config, self.observers = ctx, trial, config, observers
         self.verdict = _cold_verdict(ctx)
         self.restarts: list[RestartResult] = list(ctx.ledger.restarts(frozen_trial(ctx.study, trial)))
-        self.values: list[float] = [float(r.value) for r in self.restarts if self.counts(r)]  # type: ignore[arg-type]
+        self.values: list[float] = [r.measured() for r in self.restarts if self.counts(r)]  # counts: ok
         self.estimate: float | None = None
         self.state = TrialState.COMPLETE
         self.reason: str | None = None
@@ -141,8 +141,8 @@ class TrialMeasurement:
                 elif not self.values:
                     self._end(TrialState.PRUNED, "no counted restart: the budget left no room for a warm rerun")
                 return
-            self.values.append(float(last.value))  # type: ignore[arg-type]
-            trial.report(float(last.value), step=j)  # type: ignore[arg-type]
+            self.values.append(last.measured())
+            trial.report(last.measured(), step=j)
             if trial.should_prune():
                 self._end(TrialState.PRUNED, "raced out: interval below the incumbent's")
                 return

@@ -9,9 +9,12 @@ that need them, after the runner has read its request.
 from __future__ import annotations
 
 import subprocess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import _dataset
+if TYPE_CHECKING:  # the type checker reads the sibling under the package it sits in
+    from autotune.engines.vllm import _dataset
+else:
+    import _dataset
 
 #: Counters whose deltas give the mean acceptance length (1 + accepted drafts per verification step).
 _DRAFTS = "vllm:spec_decode_num_drafts"

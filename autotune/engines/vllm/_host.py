@@ -39,7 +39,7 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 #: Modules the forkserver imports once. The top-level ``vllm`` package alone loads its names lazily, so the
 #: modules a restart really needs are named; none of them initialises CUDA.
@@ -113,7 +113,10 @@ class Host:
     def start(self, message: dict[str, Any]) -> None:
         # The restart's target is pickled by reference: importable here (this script's folder) and in the
         # forkserver, which gets this process's sys.path and preloads it.
-        import _runner
+        if TYPE_CHECKING:  # the type checker reads the sibling under the package it sits in
+            from autotune.engines.vllm import _runner
+        else:
+            import _runner
 
         rid = int(message["id"])
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -25,6 +25,12 @@ _MAX_NUMBER = 1e15
 Text = Annotated[str, Field(min_length=1, pattern=r"\S")]
 Number = Annotated[float, Field(ge=-_MAX_NUMBER, le=_MAX_NUMBER)]
 Scalar = str | bool | int | Number
+# Literals over tuples built at run time, which pydantic validates against; the type checker reads them as text.
+if TYPE_CHECKING:
+    Mode = str
+    StartMethod = str
+else:
+    Mode, StartMethod = Literal[MODES], Literal[START_METHODS]
 
 
 class VllmOptions(EngineOptions):
@@ -35,8 +41,8 @@ class VllmOptions(EngineOptions):
     python: Text | None = Field(None, description="a path like /opt/venv/bin/python")
     launcher: Command | None = Field(None, description="a command prefix ending in an interpreter, e.g. [docker, "
                                                        "run, -i, --rm, --gpus, all, IMAGE, python3]")
-    mode: Literal[MODES] = Field("offline", description=one_of(MODES))  # type: ignore[valid-type]
-    start_method: Literal[START_METHODS] | None = Field(  # type: ignore[valid-type]
+    mode: Mode = Field("offline", description=one_of(MODES))
+    start_method: StartMethod | None = Field(
         None, description=one_of(START_METHODS))
     startup_timeout_s: Seconds = Field(900.0, description=SECONDS)
     measure_timeout_s: Seconds = Field(900.0, description=SECONDS)
@@ -78,7 +84,8 @@ class VllmOptions(EngineOptions):
             for part in self.launcher or ():
                 _container.check_placeholders(part, self.field("launcher"), image=self.image)
             for key, value in self.env.items():
-                _container.check_placeholders(value, f"{self.field('env')}.{key}", image=self.image)
+                # Text by now (_env_as_text); the field's type is what the file may hold.
+                _container.check_placeholders(str(value), f"{self.field('env')}.{key}", image=self.image)
         except ValueError as exc:
             raise rule(str(exc)) from None
         if self.image and not any("{image}" in part for part in self.launcher or ()):

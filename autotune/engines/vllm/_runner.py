@@ -48,14 +48,22 @@ import traceback
 _STARTED_AT = time.time()
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # The runner runs by path: its sibling modules (stdlib only) are imported from this directory.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _dataset  # noqa: E402
-from _warmup import timed_rounds, warmup_stop  # noqa: E402
-from _facts import (  # noqa: E402
-    _ACCEPTED, _DRAFTS, accept_length, device_facts, offline_timing, peak_memory_gib, resolved_config, spec_counters)
+if TYPE_CHECKING:  # the type checker reads the same siblings under the package they sit in
+    from autotune.engines.vllm import _dataset
+    from autotune.engines.vllm._facts import (
+        _ACCEPTED, _DRAFTS, accept_length, device_facts, offline_timing, peak_memory_gib, resolved_config,
+        spec_counters)
+    from autotune.engines.vllm._warmup import timed_rounds, warmup_stop
+else:
+    import _dataset  # noqa: E402
+    from _warmup import timed_rounds, warmup_stop  # noqa: E402
+    from _facts import (  # noqa: E402
+        _ACCEPTED, _DRAFTS, accept_length, device_facts, offline_timing, peak_memory_gib, resolved_config,
+        spec_counters)
 
 READY = "AUTOTUNE_READY"
 PASS = "AUTOTUNE_PASS"
@@ -131,7 +139,7 @@ class Passes:
         return emit_pass(kind, index, self.concurrency, rounds, tokens, seconds, before, after, timings)
 
 
-def emit_pass(kind: str, index: int, concurrency: int, rounds: int, tokens: int, seconds: float,
+def emit_pass(kind: str, index: int, concurrency: int | None, rounds: int, tokens: int, seconds: float,
               before: dict[str, Any], after: dict[str, Any], timings: list[Any]) -> dict[str, Any]:
     """One pass's record (offline or serve: the same shape), printed as a progress line and returned."""
     record = {
@@ -598,9 +606,8 @@ def serve_measure(request: dict[str, Any]) -> dict[str, Any]:
     device = {"vllm": vllm.__version__}
     emit(READY, {"startup_s": startup_s, "resolved": None, "device": device,
                  "preloaded": request.get("preloaded")})
-    passes = ServePasses(request, port, workdir, concurrency=(load_levels(request["workload"]) or [None])[0],
-                         client=client)
     levels = load_levels(request["workload"])
+    passes = ServePasses(request, port, workdir, concurrency=levels[0] if levels else None, client=client)
     if levels is not None:
         try:
             warmups_by, timed_by = measure_levels(passes.at, levels, request["workload"], request.get("warmup_noise"))

@@ -169,9 +169,9 @@ class NoisePool:
         self.ss = 0.0
         self.df = 0
 
-    def add(self, tok_s: Sequence[float], rounds: int | float | None = 1) -> None:
+    def add(self, tok_s: Sequence[float], rounds: object = 1) -> None:
         """Add one process's warm passes (``rounds`` rounds of the prompt set each); ignored if fewer than two are
-        finite and positive."""
+        finite and positive. ``rounds`` is read as a stored fact may hold it: anything but a number >= 1 counts 1."""
         ys = [math.log(v) for v in tok_s if isinstance(v, int | float) and v > 0 and math.isfinite(v)]
         if len(ys) < 2:
             return

@@ -197,7 +197,7 @@ FEATURES: tuple[Feature, ...] = (
 )
 
 
-def _text(version: tuple[int, int, int]) -> str:
+def _text(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version))
 
 

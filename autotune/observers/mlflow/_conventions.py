@@ -7,8 +7,8 @@ import logging
 import math
 import os
 import re
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult
 from autotune.core.redact import redact_text
@@ -38,8 +38,6 @@ MAX_FAILURES_IN_A_ROW = 3
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 #: MLflow's per-request limits for log_batch.
 _BATCH_PARAMS, _BATCH_TAGS, _BATCH_METRICS = 100, 100, 1000
-
-_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class TrackingError(RuntimeError):

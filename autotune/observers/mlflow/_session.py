@@ -176,8 +176,8 @@ class _Session:
                 wait()
         tags = {TAG_KIND: KIND_STUDY, TAG_STUDY: ledger.name, "mlflow.source.name": "autotune",
                 "mlflow.source.type": "LOCAL", "space": str(meta.space_name or ""), **engine_tags(meta.engine)}
-        if ledger.study_uid():
-            tags[TAG_STUDY_UID] = ledger.study_uid()
+        if uid := ledger.study_uid():
+            tags[TAG_STUDY_UID] = uid
         created = self.client.create_run(experiment_id, run_name=escape_text(ledger.name), tags=_shown(tags))
         run_id = created.info.run_id
         self.log(run_id, params=_study_params(meta))

@@ -55,7 +55,7 @@ def _restart_metrics(restarts: Sequence[RestartResult], skip: int = 0,
     out = []
     for i, r in enumerate(_counted(restarts)):
         if i >= skip:
-            out.append((_restart_metric(unit), float(r.value), i))  # type: ignore[arg-type]
+            out.append((_restart_metric(unit), r.measured(), i))
             for level in r.levels:
                 # Per load level as well, whatever the objective: what each level measured, restart by restart.
                 if level.tok_s is not None:
@@ -129,8 +129,8 @@ class _StudyLog:
         if space_path and os.path.isfile(space_path):
             if os.path.basename(space_path) not in have:
                 s.log_file(self.parent_id, space_path)
-        elif self.ledger.space_yaml() and "space.yaml" not in have:
-            s.log_text(self.parent_id, self.ledger.space_yaml(), "space.yaml")
+        elif (space_text := self.ledger.space_yaml()) and "space.yaml" not in have:
+            s.log_text(self.parent_id, space_text, "space.yaml")
         if command and "command.txt" not in have:
             s.log_text(self.parent_id, shlex.join(redact_command(command)) + "\n", "command.txt")
 

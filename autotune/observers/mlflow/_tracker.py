@@ -8,12 +8,12 @@ import os
 import shlex
 import sys
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Concatenate, ParamSpec
 
 from autotune.core.records import EngineConfig, RestartResult
 from autotune.core.redact import redact
 from autotune.core.urls import redact_url
-from autotune.observers.mlflow._conventions import (MAX_FAILURES_IN_A_ROW, TrackingError, _F, _one_line,
+from autotune.observers.mlflow._conventions import (MAX_FAILURES_IN_A_ROW, TrackingError, _one_line,
     resolve_tracking_uri)
 from autotune.observers.mlflow._session import _Session
 from autotune.observers.mlflow._study_log import _StudyLog
@@ -31,22 +31,24 @@ _log = logging.getLogger("autotune.observers.mlflow")
 # -- the observer ----------------------------------------------------------------------------------------
 
 
-def _guarded(method: _F) -> _F:
+_P = ParamSpec("_P")
+
+
+def _guarded(method: Callable[Concatenate[MlflowTracker, _P], None]) -> Callable[Concatenate[MlflowTracker, _P], None]:
     """Observer methods never raise for tracking problems: the study's measurements come first."""
 
-    @functools.wraps(method)
-    def wrapper(self: MlflowTracker, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: MlflowTracker, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
         if self._off:
-            return None
+            return
         try:
-            result = method(self, *args, **kwargs)
+            method(self, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - any tracking failure is logged and survived
             self._problem(method.__name__, exc)
-            return None
+            return
         self._failures_in_a_row = 0
-        return result
 
-    return wrapper  # type: ignore[return-value]
+    functools.update_wrapper(wrapper, method)  # functools.wraps, which the checker would type as another callable
+    return wrapper
 
 
 class MlflowTracker(StudyObserver):
