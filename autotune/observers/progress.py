@@ -125,7 +125,7 @@ class RecheckProgress:
     def __init__(self, stream: IO[str] | None = None, unit: str = "tok/s") -> None:
         self.stream = stream or sys.stderr
         self.unit = unit
-        self.bar: tqdm | None = None
+        self.bar: tqdm[Any] | None = None
 
     def start(self, planned: int, stored: int) -> None:
         if stored:

@@ -72,7 +72,8 @@ def tracking_uri_problem(uri: str) -> str | None:
         from mlflow.tracking._tracking_service.utils import _tracking_store_registry
         from mlflow.utils.uri import get_uri_scheme
 
-        scheme = uri if uri in {"databricks", *_REGISTRY_ONLY} else get_uri_scheme(uri)
+        # MLflow leaves get_uri_scheme unannotated.
+        scheme = uri if uri in {"databricks", *_REGISTRY_ONLY} else str(get_uri_scheme(uri))  # type: ignore[no-untyped-call]
         known = getattr(_tracking_store_registry, "_registry", None)
     except Exception:  # noqa: BLE001 - MLflow missing or its internals moved: the tracker says so when it starts
         return None
