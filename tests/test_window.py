@@ -113,3 +113,16 @@ def test_a_study_runs_verification_with_the_window_its_plan_stored(tmp_path, cap
         # A start costs one whatever its passes: the search's window.
         searched = {len(r.passes_tok_s) for t in lg.measured_complete() for r in lg.restarts(t) if r.ok}
         assert plan.timed_passes is None and set(runs) == searched
+
+
+def test_with_load_levels_the_window_is_not_sized(tmp_path, capsys):
+    # A restart's passes then run at several loads: their spread is the loads', not one pass's noise.
+    space = tmp_path / "space.yaml"
+    levels = {**SMALL_SPACE, "engine": {"name": "sim"},
+              "workload": {**SMALL_SPACE.get("workload", {}), "concurrency": [4, 16], "aggregate": "min"}}
+    space.write_text(yaml.safe_dump(levels))
+    storage = f"sqlite:///{tmp_path}/o.db"
+    raw_main(["tune", "--space", str(space), "--engine", "sim", "--study", "levels", "--budget-minutes", "150",
+              "--storage", storage, "--workdir", str(tmp_path / "w"), "--no-mlflow", "--trials", "6"])
+    plan = ledger_mod.load("levels", storage).verify_plan()
+    assert plan is not None and plan.timed_passes is None and "timed window" not in capsys.readouterr().out

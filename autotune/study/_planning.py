@@ -190,8 +190,9 @@ def plan_for(ledger: Ledger, space: SearchSpace, options: StudyOptions, challeng
     # Each side's noise at an upper credible value of its moderated estimate (autotune.decisions.noise): two
     # restarts that agree by luck cannot plan a verification on no noise.
     var_c, var_b = planning_noise(lead, prior), planning_noise(base_values, prior)
-    if options.budget_restarts is None and price is not None:
-        # Engine-minutes are the cost: the timed window is sized with the rounds (autotune.decisions.window).
+    if options.budget_restarts is None and price is not None and len(space.workload.levels) == 1:
+        # Engine-minutes are the cost: the timed window is sized with the rounds (autotune.decisions.window). With
+        # load levels a restart's passes run at several loads, so their spread is not one pass's noise: not sized.
         parts, costs = _window_evidence(ledger)
         plan = sized_plan(plan_at, var_c, var_b, cost_c, cost_b, parts, space.workload.timed_passes, costs)
     else:
