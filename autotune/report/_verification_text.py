@@ -81,8 +81,8 @@ def _drift_lines(table: VerificationTable) -> list[str]:
     moved = [f"{e.label} {100 * (e.mean / e.search_mean - 1.0):+.0f}%" for e in table.entries
              if not e.is_baseline and not e.dropped and e.search_mean and e.mean]
     if moved:
-        who = "the challenger" if len(moved) == 1 else "the challengers"
-        text += f", {who} {', '.join(moved)} (which also carries the search's luck in picking {'it' if len(moved) == 1 else 'them'})"
+        who, it = ("the challenger", "it") if len(moved) == 1 else ("the challengers", "them")
+        text += f", {who} {', '.join(moved)} (which also carries the search's luck in picking {it})"
     return [text + "; each round measures both sides minutes apart, so a move of the machine's level favours neither"]
 
 
