@@ -652,19 +652,36 @@ def test_a_forked_restarts_log_holds_no_credential_after_autotune_and_the_restar
     from tests.engines.test_vllm_launcher import _wait_gone
 
     fake = Path(__file__).resolve().parent / "data" / "fake-vllm"
-    procs, study, tmp = tmp_path / "procs", tmp_path / "study", tmp_path / "tmp"
-    tmp.mkdir()
+    procs, study = tmp_path / "procs", tmp_path / "study"
+    # The child's temporary directory, where its log FIFO lives: a short path of its own. Under xdist tmp_path is
+    # deep enough (popen-gwN/...) that multiprocessing's forkserver socket below it passed the 108-byte AF_UNIX
+    # limit, and the host never forked the restart (autotune ended at once, exit 0).
+    import shutil
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="at-"))
     env = {**os.environ, "AT_TEST_LOGIN": CMD_LOGIN, "FAKE_VLLM_PROCS": str(procs), "TMPDIR": str(tmp),
            "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    autotune = subprocess.Popen([sys.executable, "-c", _FORKED_RESTART, str(study), str(fake)], env=env)
+    # What the test's autotune said, for the message if it ends early (beside tmp_path: the scan below is of what
+    # autotune and the restart wrote, and a terminal is not their file).
+    err = tmp_path.parent / f"{tmp_path.name}-autotune.err"
+    with open(err, "wb") as err_fh:
+        autotune = subprocess.Popen([sys.executable, "-c", _FORKED_RESTART, str(study), str(fake)], env=env,
+                                    stdin=subprocess.DEVNULL, stdout=err_fh, stderr=err_fh)
+
+    def printed() -> list[Path]:
+        return [p for p in study.rglob("*.log") if "forkserver-host" not in p.name
+                and "login" in p.read_text(errors="replace")]
+
     restart_log: list[Path] = []
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not restart_log and autotune.poll() is None:
-            restart_log = [p for p in study.rglob("*.log") if "forkserver-host" not in p.name
-                           and "login" in p.read_text(errors="replace")]
+            restart_log = printed()
             time.sleep(0.1)
-        assert restart_log, "the forked restart never printed its arguments"
+        restart_log = restart_log or printed()  # it may have printed just before the loop's last look
+        assert restart_log, (f"the forked restart never printed its arguments (autotune exit {autotune.poll()}): "
+                             + redact_text(err.read_text(errors="replace"))[-3000:])
     finally:
         autotune.send_signal(signal.SIGKILL)
         autotune.wait()
@@ -677,6 +694,9 @@ def test_a_forked_restarts_log_holds_no_credential_after_autotune_and_the_restar
     assert _wait_gone(engine_pids) == []
     text = restart_log[0].read_text()
     assert "login ${AT_TEST_LOGIN}" in text and "'hf_token': '${AT_TEST_LOGIN}'" in text, text
-    for path in tmp_path.rglob("*"):
-        if path.is_file() and not path.is_symlink():  # a FIFO is no file, and reading one would block
-            assert CMD_LOGIN.encode() not in path.read_bytes(), path
+    try:
+        for path in [*tmp_path.rglob("*"), *tmp.rglob("*")]:
+            if path.is_file() and not path.is_symlink():  # a FIFO is no file, and reading one would block
+                assert CMD_LOGIN.encode() not in path.read_bytes(), path
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
