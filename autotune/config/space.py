@@ -42,7 +42,8 @@ from autotune.config._capture import Infeasible, SizeOption, capture_fields
 from autotune.config._engine_args import EngineArgDim, search_dims, spelled
 from autotune.config._models import MAX_CAPTURE_SIZE  # noqa: F401 (the bound's old home; the models hold it now)
 from autotune.config._models import (CUDAGRAPH_MODES, DEFAULT, K_HARD_MAX, MAX_NUMBER, Draft, EngineSection,
-                                     SearchSpec, SizePattern, SpaceFile, first_problem, space_json_schema)
+                                     SearchSpec, SizePattern, SpaceFile, space_json_schema)
+from autotune.config._problems import first_problem
 from autotune.config._schedule import FIXED, SCHEDULE_PARAM, derive_enabled, k_limit, parse_schedules, schedule_problem
 from autotune.config._yaml import load_yaml, read_text
 from autotune.core.schedule import SCHEDULE_KEY, KSchedule
