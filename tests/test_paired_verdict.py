@@ -16,7 +16,7 @@ from autotune.decisions.noise import DEFAULT_CV, NoisePrior, planning_noise, stu
 from autotune.decisions.planning import budget_reach, paired_power, plan_rounds
 from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate
 from autotune.report._verdict import decision_chance
-from autotune.stats.intervals import Verdict, compare_paired, matched_pairs
+from autotune.stats.intervals import PairPrior, Verdict, compare_paired, matched_pairs
 from autotune.study import run_verification
 from tests.conftest import SMALL_SPACE, FakeEngine
 from tests.test_racing import BETTER
@@ -308,3 +308,76 @@ def test_earlier_studies_on_the_same_store_and_machine_are_the_next_studys_prior
     assert "1 earlier study on GPU-X" in prior.source and prior.cv < DEFAULT_CV
     other = machine_prior(None, later, EngineFacts(name="fake", gpu="GPU-Y").to_dict())
     assert other.cv == pytest.approx(DEFAULT_CV) and "no earlier study" in other.source
+
+
+# -- 3b. the rounds' variance moderated by the plan's prior ----------------------------------------------------------
+
+
+def test_three_rounds_that_agree_by_luck_no_longer_give_a_narrow_wrong_interval():
+    # Seed 32 of the simulator's drifting flat landscape (docs/benchmarks.md): a configuration 0.937x the baseline
+    # measured 1.053x, 1.071x and 1.069x in its three rounds, where a round's log ratio varies by about 0.10.
+    w, b = [1053.0, 1071.0, 1069.0], [1000.0, 1000.0, 1000.0]
+    raw = compare_paired(w, b)
+    assert raw.verdict == Verdict.FASTER  # two degrees of freedom of a lucky variance
+    prior = PairPrior(2 * math.log1p(DEFAULT_CV ** 2), 4.0)
+    moderated = compare_paired(w, b, prior=prior)
+    assert moderated.verdict == Verdict.NOT_SIGNIFICANT and moderated.ci_low < 0.937 < moderated.ci_high
+    assert moderated.speedup == pytest.approx(raw.speedup)  # the centre is the rounds' own
+
+
+def test_many_rounds_outweigh_the_prior():
+    rng = np.random.default_rng(7)
+    d = rng.normal(math.log(1.1), 0.03, 60)
+    w, b = list(1000 * np.exp(d)), [1000.0] * 60
+    raw, moderated = compare_paired(w, b), compare_paired(w, b, prior=PairPrior(2 * 0.03 ** 2, 4.0))
+    # Sixty rounds at sd 0.03 against a prior twice their variance, worth four rounds: the interval is the rounds'.
+    width = (lambda c: math.log(c.ci_high / c.ci_low))
+    assert 0.97 < width(moderated) / width(raw) < 1.06 and moderated.verdict == Verdict.FASTER
+    # Three of them, which happen to agree closer than sd 0.03: the prior dominates and widens their interval.
+    few = compare_paired(w[:3], b[:3], prior=PairPrior(2 * 0.03 ** 2, 4.0))
+    assert few.verdict == Verdict.FASTER and width(few) > 1.5 * width(compare_paired(w[:3], b[:3]))
+
+
+@pytest.mark.parametrize("prior_scale", [1.0, 2.0])
+def test_the_moderated_analysis_holds_its_level_when_its_prior_is_right_or_too_wide(prior_scale):
+    # The rounds' true log-ratio variance is drawn around the prior (as limma's model has it) or the prior is twice
+    # the truth (a plan that gave the round's correlation no credit): false "faster" on a null at most 2.5%.
+    rng = np.random.default_rng(11)
+    prior_var, prior_df, draws, false = 0.015, 4.0, 4000, 0
+    for _ in range(draws):
+        true_var = prior_var * prior_df / rng.chisquare(prior_df) / prior_scale
+        n = int(rng.integers(2, 8))
+        d = rng.normal(0.0, math.sqrt(true_var), n)
+        c = compare_paired(list(np.exp(d)), [1.0] * n, prior=PairPrior(prior_var, prior_df))
+        false += c.verdict == Verdict.FASTER
+    assert false / draws <= 0.025 + 3 * math.sqrt(0.025 * 0.975 / draws)
+
+
+def test_a_pair_prior_needs_a_positive_variance():
+    with pytest.raises(ValueError, match="positive variance"):
+        PairPrior(0.0, 4.0)
+
+
+def test_a_study_stores_its_pair_prior_with_the_plan_and_its_verdict_reads_it(tmp_path):
+    from autotune.study import StudyOptions, run_study
+
+    space = parse_space(SMALL_SPACE)
+    engine = FakeEngine(lambda c: 1000.0 * (1.3 if c.num_speculative_tokens else 1.0), noise=0.03)
+    ledger = run_study(space, engine, StudyOptions(study_name="s", storage=f"sqlite:///{tmp_path / 'o.db'}",
+                                                   workdir=str(tmp_path), budget_restarts=24, top_k=1, seed=0,
+                                                   verify_planned=True))
+    plan = ledger.verify_plan()
+    assert plan is not None and plan.paired and plan.pair_prior is not None
+    assert plan.pair_prior.df > 0 and "read with this prior" in plan.describe()
+    v = ledger.verification()
+    assert v is not None and v.plan is not None and v.plan.pair_prior == plan.pair_prior
+    winner, base = v.winner, v.baseline
+    assert winner.candidate.role != BASELINE and winner.comparison is not None
+    a, b = matched_pairs(winner.restarts, base.restarts)
+    level = 1.0 - winner.comparison.confidence
+    if v.sequential is not None:
+        level = 1.0 - v.sequential.nominal_confidence  # the look's nominal level (its stated one is the design's)
+    moderated = compare_paired(a, b, alpha=level, prior=plan.pair_prior)
+    raw = compare_paired(a, b, alpha=level)
+    assert winner.comparison.ci_low == pytest.approx(moderated.ci_low)
+    assert winner.comparison.ci_low != pytest.approx(raw.ci_low)

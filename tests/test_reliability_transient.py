@@ -132,6 +132,9 @@ def test_a_study_that_lost_its_baseline_to_a_guard_trip_recovers_when_the_same_c
     report = build_report(ledger)
     calm = build_report(run_study(space, FakeEngine(_speed), _options(tmp_path / "calm")))
     assert report.no_result is None and report.verdict == calm.verdict
+    # Concluded again as the study concludes: by round (a redo once fell back to Welch on pooled restarts).
+    redone = ledger.verification()
+    assert redone is not None and redone.winner.comparison is not None and redone.winner.comparison.pairs
     assert report.winner.config.key() == calm.winner.config.key()
     # It ran the baseline's missing restarts only: its first round again, and the round it was left out of.
     assert [key for key, _ in engine.calls[calls:]] == [base, base]

@@ -22,6 +22,7 @@ machine as the search (no cold verification starts). The null gives both sides t
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import math
 import os
@@ -46,7 +47,10 @@ from autotune.study import EXTENSION_SHARE, run_verification
 
 __all__ = ["Model", "load_models", "main", "replay_cell"]
 
-POLICIES = ("fixed", "sequential", "plan", "paired", "paired-search-window")
+POLICIES = ("fixed", "sequential", "plan", "paired", "paired-search-window", "paired-raw")
+#: A policy drawn on another's random stream: ``paired-raw`` (the paired design with the rounds' own variance, no
+#: prior: session 26's analysis) on ``paired``'s, so the two differ by the analysis alone, draw for draw.
+STREAM = {"paired-raw": "paired"}
 BUDGETS = (20.0, 30.0, 60.0)
 MARGIN = 0.03
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "measurements"))
@@ -287,7 +291,7 @@ def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: 
     candidates = [Candidate(CANDIDATE, win_c), Candidate(BASELINE, base_c)]
     pw, pb = source.price_w, source.price_b
     q = source.per_config
-    rng = np.random.default_rng([seed, POLICIES.index(policy), int(budget),
+    rng = np.random.default_rng([seed, POLICIES.index(STREAM.get(policy, policy)), int(budget),
                                  (None, "baseline", "winner").index(null)])
     share = planning.MAX_SHARE if max_share is None else max_share
     out = {"conclusive": 0, "faster": 0, "right": 0, "starts": 0, "configs": 0.0, "over": 0.0}
@@ -305,7 +309,8 @@ def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: 
             prior = study_prior([list(sb), list(sw)] + others, NoisePrior.default())
             seen = math.exp(np.mean(np.log(sw)) - np.mean(np.log(sb)))
             pvar = (planning_noise(list(sw), prior), planning_noise(list(sb), prior))
-            parts, costs = source.window() if policy == "paired" and hasattr(source, "window") else (None, None)
+            sized = policy in ("paired", "paired-raw") and hasattr(source, "window")
+            parts, costs = source.window() if sized else (None, None)
 
             def paired_plan(max_minutes: float) -> Any:
                 def plan_at(vc: float, vb: float, mc: float, mb: float) -> Any:
@@ -331,8 +336,12 @@ def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: 
         workload = Workload(timed_passes=DRIFT_PASSES)
         if paired:
             final = paired_plan(max(0.0, budget - spent))
+            if policy != "paired-raw":
+                # The analysis's prior for a round's log-ratio variance, as the study's plan stores it
+                # (autotune.study._planning.plan_for).
+                final = dataclasses.replace(final, pair_variance=2.0 * prior.variance, pair_prior_df=prior.df)
             kw |= dict(restarts=final.challenger, baseline_restarts=final.baseline, sequential_rounds=5,
-                       extension_share=EXTENSION_SHARE, order_seed=int(rng.integers(1 << 30)))
+                       extension_share=EXTENSION_SHARE, order_seed=int(rng.integers(1 << 30)), plan=final)
             workload = Workload(timed_passes=final.timed_passes or DRIFT_PASSES)
         elif policy == "plan":
             final = plan_restarts(*args, max_minutes=max(0.0, budget - spent), **pk)

@@ -39,6 +39,7 @@ import numpy as np
 
 from autotune.decisions.noise import DEFAULT_CV, log_variance, pooled_sum
 from autotune.stats import scipy_stats
+from autotune.stats.intervals import PairPrior
 
 __all__ = ["DEFAULT_CV", "DEFAULT_MIN_EFFECT", "DEFAULT_POWER", "MAX_SHARE", "BudgetReach", "NoiseEstimate",
            "RestartPlan", "budget_reach", "closing_restarts", "estimate_noise", "paired_power", "plan_restarts",
@@ -240,6 +241,16 @@ class RestartPlan:
     timed_passes: int | None = None
     #: Why that window (the plan line states it).
     window: str = ""
+    #: The prior the paired analysis moderates the rounds' log-ratio variance by (:class:`PairPrior`), fixed here
+    #: before any round ran; ``None``: the rounds' own variance alone (plans stored before it).
+    pair_variance: float | None = None
+    pair_prior_df: float = 0.0
+
+    @property
+    def pair_prior(self) -> PairPrior | None:
+        if not self.paired or self.pair_variance is None or self.pair_variance <= 0.0:
+            return None
+        return PairPrior(self.pair_variance, self.pair_prior_df)
 
     @property
     def starts(self) -> int:
@@ -261,6 +272,10 @@ class RestartPlan:
                 f"restart CV {100 * self.baseline_cv:.0f}% baseline / {100 * self.challenger_cv:.0f}% challenger "
                 f"planned ({self.noise_source}), to resolve {self.effect:.2f}x at {100 * self.power:.0f}% power")
         text += self._why_and_cost(_rounds_needed(self.min_effect_needs))
+        prior = self.pair_prior
+        if prior is not None:
+            text += (f"; the rounds' variance read with this prior worth {prior.df:.0f} degrees of freedom "
+                     f"(a round's CV {100 * math.sqrt(math.expm1(prior.variance)):.0f}%)")
         return text + (f"; {self.window}" if self.window else "")
 
     def _why_and_cost(self, needs: str) -> str:

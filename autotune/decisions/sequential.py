@@ -23,7 +23,7 @@ from typing import Any
 
 from autotune.core.records import RestartResult
 from autotune.core.transient import standing
-from autotune.stats.intervals import Comparison, Verdict, compare, compare_paired, matched_pairs
+from autotune.stats.intervals import Comparison, PairPrior, Verdict, compare, compare_paired, matched_pairs
 from autotune.stats.sequential import SPENDING, look_levels, obrien_fleming_spent
 
 __all__ = ["DEFAULT_MARGIN", "SequentialLook", "SequentialPlan", "continues", "read_look", "sequential_lines"]
@@ -169,7 +169,8 @@ def _values(plan: SequentialPlan, winner: Sequence[RestartResult], baseline: Seq
     return _counted(winner), _counted(baseline)
 
 
-def _look(plan: SequentialPlan, winner: Sequence[float], baseline: Sequence[float]) -> tuple[Comparison, int, float]:
+def _look(plan: SequentialPlan, winner: Sequence[float], baseline: Sequence[float],
+          pair_prior: PairPrior | None = None) -> tuple[Comparison, int, float]:
     """The comparison at the last look these values reach, its look number and its nominal level."""
     extra = max(0, min(len(winner) - plan.n_winner, len(baseline) - plan.n_baseline, plan.extra_rounds))
     if plan.first_alpha > 0.0:
@@ -179,7 +180,8 @@ def _look(plan: SequentialPlan, winner: Sequence[float], baseline: Sequence[floa
     else:
         nominal = look_levels([plan.fraction(k) for k in range(extra + 1)], plan.alpha)[-1]
     if plan.paired:
-        c = compare_paired(winner[: plan.n_winner + extra], baseline[: plan.n_baseline + extra], alpha=nominal)
+        c = compare_paired(winner[: plan.n_winner + extra], baseline[: plan.n_baseline + extra], alpha=nominal,
+                           prior=pair_prior)
     else:
         c = compare(winner[: plan.n_winner + extra], baseline[: plan.n_baseline + extra], alpha=nominal)
     # The interval is the repeated confidence interval: its stated level is the design's, not the nominal one.
@@ -187,10 +189,11 @@ def _look(plan: SequentialPlan, winner: Sequence[float], baseline: Sequence[floa
     return stated, extra + 1, nominal
 
 
-def read_look(plan: SequentialPlan, winner: Sequence[RestartResult],
-              baseline: Sequence[RestartResult]) -> tuple[Comparison, SequentialLook]:
-    """The winner's comparison with the baseline at the last look its restarts reach, and the design's state."""
-    comparison, look, nominal = _look(plan, *_values(plan, winner, baseline))
+def read_look(plan: SequentialPlan, winner: Sequence[RestartResult], baseline: Sequence[RestartResult],
+              pair_prior: PairPrior | None = None) -> tuple[Comparison, SequentialLook]:
+    """The winner's comparison with the baseline at the last look its restarts reach, and the design's state
+    (paired looks read the rounds' variance moderated by ``pair_prior``, as :func:`conclude` does)."""
+    comparison, look, nominal = _look(plan, *_values(plan, winner, baseline), pair_prior)
     equivalent = _inside_margin(comparison, plan.margin)
     failed = any(not r.ok for r in (*standing(winner), *standing(baseline)))  # a rerun transient failure is none
     if comparison.verdict != Verdict.NOT_SIGNIFICANT:
@@ -211,7 +214,7 @@ def read_look(plan: SequentialPlan, winner: Sequence[RestartResult],
 
 
 def continues(plan: SequentialPlan, winner: Sequence[RestartResult], baseline: Sequence[RestartResult],
-              rnd: int) -> bool:
+              rnd: int, pair_prior: PairPrior | None = None) -> bool:
     """Whether sequential round ``rnd`` runs, from the winner's and the baseline's restarts of the rounds before it.
 
     It runs while it is within the plan, every earlier sequential round added a counted restart to both (an
@@ -224,7 +227,7 @@ def continues(plan: SequentialPlan, winner: Sequence[RestartResult], baseline: S
     w, b = _values(plan, winner, baseline)
     if len(w) != plan.n_winner + done or len(b) != plan.n_baseline + done:
         return False
-    comparison, _, _ = _look(plan, w, b)
+    comparison, _, _ = _look(plan, w, b, pair_prior)
     return comparison.verdict == Verdict.NOT_SIGNIFICANT and not _inside_margin(comparison, plan.margin)
 
 

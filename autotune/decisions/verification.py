@@ -27,7 +27,7 @@ from autotune.decisions.planning import RestartPlan
 from autotune.decisions.schedule import prefer_fixed_k
 from autotune.decisions.sequential import SequentialLook, SequentialPlan, read_look
 from autotune.stats.intervals import (
-    Comparison, TrialSummary, Verdict, compare, compare_paired, matched_pairs, shrunk_means, summarize,
+    Comparison, PairPrior, TrialSummary, Verdict, compare, compare_paired, matched_pairs, shrunk_means, summarize,
 )
 from autotune.stats.latency import SloCheck, check_slo, meets_slo, summarize_latency
 from autotune.core.records import EngineConfig, RestartResult
@@ -518,6 +518,7 @@ def conclude(
     unit: str = "tok/s",
     sequential: SequentialPlan | None = None,
     paired: bool = False,
+    pair_prior: PairPrior | None = None,
 ) -> Verification:
     """The verification's outcome from its restarts: every configuration summarised, the winner (the highest
     verified mean that may win) and its comparison with the baseline.
@@ -525,7 +526,8 @@ def conclude(
     ``paired``: each challenger is compared with the baseline round by round (:func:`compare_paired` on the
     restarts of matched seeds, :func:`~autotune.stats.intervals.matched_pairs`), so a level shift of the machine
     that hits a round's restarts alike cancels (issue 41); a round a side lost gives no pair, and the rest keep the
-    level. Off: Welch on the two sides' pooled restarts (studies whose plan was made before it).
+    level. Off: Welch on the two sides' pooled restarts (studies whose plan was made before it). ``pair_prior``: the
+    rounds' variance moderated by the plan's prior (:class:`~autotune.stats.intervals.PairPrior`).
 
     With a ``sequential`` plan that ran rounds after the first look, the winner is the plan's (picked at the first
     look) and its comparison is the design's interval at the last look (:func:`read_look`).
@@ -552,7 +554,8 @@ def conclude(
             # pairs are counted, and its failures stated, in the report.
             a, b = matched_pairs(standing(per_key[cand.config.key()]), standing(per_key[base.config.key()]))
             # Fewer than two pairs say nothing of the noise: no comparison, as an unmeasured baseline gives none.
-            comparison = compare_paired(a, b, alpha=alpha, comparisons=max(1, len(kept))) if len(a) >= 2 else None
+            comparison = (compare_paired(a, b, alpha=alpha, comparisons=max(1, len(kept)), prior=pair_prior)
+                          if len(a) >= 2 else None)
         elif cand.role != BASELINE and not dropped and s.status == "ok" and base_summary.status == "ok" and s.values:
             # Bonferroni over the challengers that went on. The kept one's first-round restart also took part in
             # the cut (first_round_cut): a selection on one restart in three, between near-ties, that the
@@ -567,19 +570,20 @@ def conclude(
     winner = prefer_fixed_k(entries, usable, winner, alpha)  # a K schedule wins only when clearly faster
     look = None
     if sequential is not None and sequential.extra_rounds > 0:
-        winner, look = _sequential_winner(entries, winner, sequential, per_key[base.config.key()])
+        winner, look = _sequential_winner(entries, winner, sequential, per_key[base.config.key()], pair_prior)
     all_restarts = [r for rs in per_key.values() for r in rs]
     minutes = sum((r.wall_s or 0.0) for r in all_restarts) / 60.0
     return Verification(tuple(entries), winner, restarts, len(all_restarts), minutes, max_restarts, look)
 
 
 def _sequential_winner(entries: list[VerifiedConfig], winner: int, plan: SequentialPlan,
-                       base_restarts: Sequence[RestartResult]) -> tuple[int, SequentialLook | None]:
+                       base_restarts: Sequence[RestartResult],
+                       pair_prior: PairPrior | None) -> tuple[int, SequentialLook | None]:
     """The plan's winner, its comparison replaced by the sequential design's (``entries`` is updated)."""
     index = next((i for i, e in enumerate(entries) if e.candidate.config.key() == plan.winner
                   and e.comparison is not None), None)
     if index is None:
         return winner, None
-    comparison, look = read_look(plan, entries[index].restarts, base_restarts)
+    comparison, look = read_look(plan, entries[index].restarts, base_restarts, pair_prior)
     entries[index] = dataclasses.replace(entries[index], comparison=comparison)
     return index, look

@@ -31,6 +31,7 @@ Samples = Sequence[float] | NDArray[np.float64]
 
 __all__ = [
     "Comparison",
+    "PairPrior",
     "TrialSummary",
     "UNSTABLE_CV",
     "Verdict",
@@ -186,8 +187,32 @@ def matched_pairs(challenger: Sequence[RestartResult], reference: Sequence[Resta
     return a, b
 
 
-def paired_log_ratio_interval(challenger: Samples, reference: Samples, confidence: float = 0.95
-                              ) -> tuple[float, float, float]:
+@dataclasses.dataclass(frozen=True)
+class PairPrior:
+    """What the machine's and the search's restarts say of a round's log-ratio variance before verification ran.
+
+    A paired interval from three rounds rests on a variance of two degrees of freedom: three ratios that agree by
+    luck give a narrow, wrong interval (seen on the simulator's drifting machine, docs/benchmarks.md). As limma
+    moderates gene-wise variances (Smyth 2004), the rounds' variance is pulled toward this prior, which is worth
+    ``df`` degrees of freedom, and the t quantile gets them too. The prior is fixed before the rounds are read
+    (the plan stores it), so the moderated t keeps its level where the prior is right or too large.
+
+    Attributes:
+        variance: Prior log-ratio variance of one round (the plan uses both sides' restart variance summed: no
+            credit for the correlation a round gives, so where rounds correlate it errs wide).
+        df: Degrees of freedom it is worth.
+    """
+
+    variance: float
+    df: float
+
+    def __post_init__(self) -> None:
+        if not (self.variance > 0.0 and math.isfinite(self.variance) and self.df >= 0.0 and math.isfinite(self.df)):
+            raise ValueError(f"a pair prior needs a positive variance and degrees of freedom, not {self}")
+
+
+def paired_log_ratio_interval(challenger: Samples, reference: Samples, confidence: float = 0.95,
+                              prior: PairPrior | None = None) -> tuple[float, float, float]:
     """Interval for the ratio of ``challenger`` to ``reference`` from aligned pairs (one pair a round):
     ``(low, high, p_value)``.
 
@@ -196,6 +221,8 @@ def paired_log_ratio_interval(challenger: Samples, reference: Samples, confidenc
     noise. It estimates the ratio of geometric means, which equals the ratio of arithmetic means when both sides'
     log spreads are alike (the Cox term of :func:`log_ratio_interval` is half their difference, below 0.5% at 10% CV
     a side). ``p_value`` is the two-sided test of no difference on the same statistic.
+
+    ``prior``: the rounds' variance moderated by it (:class:`PairPrior`), ``n - 1 + prior.df`` degrees of freedom.
 
     Returns:
         ``(nan, nan, nan)`` with fewer than two pairs or a non-positive value.
@@ -208,12 +235,15 @@ def paired_log_ratio_interval(challenger: Samples, reference: Samples, confidenc
         return math.nan, math.nan, math.nan
     d = np.log(a) - np.log(b)
     mean, n = float(d.mean()), d.size
-    sd = float(d.std(ddof=1))
-    if sd == 0.0:
+    var, df = float(d.var(ddof=1)), float(n - 1)
+    if prior is not None and prior.df > 0.0:
+        var = (prior.df * prior.variance + df * var) / (prior.df + df)
+        df += prior.df
+    if var == 0.0:
         return math.exp(mean), math.exp(mean), 0.0 if mean != 0.0 else 1.0
-    se = sd / math.sqrt(n)
-    half = _t_quantile(0.5 + confidence / 2.0, n - 1) * se
-    p = float(2.0 * scipy_stats().t.sf(abs(mean) / se, n - 1))
+    se = math.sqrt(var / n)
+    half = _t_quantile(0.5 + confidence / 2.0, df) * se
+    p = float(2.0 * scipy_stats().t.sf(abs(mean) / se, df))
     return _exp(mean - half), _exp(mean + half), p
 
 
@@ -476,9 +506,11 @@ def compare_paired(
     reference: Sequence[float],
     alpha: float = 0.05,
     comparisons: int = 1,
+    prior: PairPrior | None = None,
 ) -> Comparison:
     """Speedup of ``challenger`` over ``reference`` from aligned pairs (:func:`matched_pairs`): the within-round
-    analysis (:func:`paired_log_ratio_interval`), Bonferroni over ``comparisons`` as :func:`compare`.
+    analysis (:func:`paired_log_ratio_interval`, its variance moderated by ``prior``), Bonferroni over
+    ``comparisons`` as :func:`compare`.
 
     The speedup is the geometric mean of the pairs' ratios, the centre of the interval.
     """
@@ -487,5 +519,5 @@ def compare_paired(
     b = np.asarray(reference, dtype=float)
     speedup = (float(np.exp(np.mean(np.log(a) - np.log(b)))) if a.size and a.size == b.size
                and min(float(a.min()), float(b.min())) > 0.0 else math.nan)
-    low, high, p = paired_log_ratio_interval(a, b, confidence)
+    low, high, p = paired_log_ratio_interval(a, b, confidence, prior)
     return Comparison(speedup, low, high, p, confidence, comparisons, _verdict_of(low, high), pairs=int(a.size))

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from autotune.core.records import RestartResult, Workload
+from autotune.decisions.planning import RestartPlan
 from autotune.decisions.sequential import DEFAULT_MARGIN, SequentialPlan
 from autotune.decisions.verification import Candidate, Rounds, Verification
 from autotune.study._verification import RoundClaim, VerificationLoop, restart_runner
@@ -112,6 +113,7 @@ def run_verification(
     paired: bool = True,
     order_seed: int | None = None,
     round_fits: Callable[[int], bool] | None = None,
+    plan: RestartPlan | None = None,
 ) -> Verification:
     """The verification phase in one process, in memory: :class:`VerificationLoop` on a :class:`MemoryRounds`.
 
@@ -136,6 +138,8 @@ def run_verification(
         order_seed: Seeds each round's order (``None``: the candidates' order).
         round_fits: ``round_fits(n)``: whether ``n`` starts of a planned round still fit the budget (``None``:
             planned rounds always run; ``may_start`` governs only the rounds beyond them).
+        plan: The restart plan the counts came from: paired, its prior moderates the rounds' variance
+            (:attr:`RestartPlan.pair_prior`), as a study's does.
     """
     earlier = Rounds.from_progress({k: [RestartResult.from_dict(d) for d in v] for k, v in (done or {}).items()})
 
@@ -150,7 +154,7 @@ def run_verification(
                             workload.unit, None if may_start is None else (lambda todo: may_start(len(todo))),
                             on_result, sequential_rounds, margin,
                             None if may_start is None else (lambda pair, most: _fit(may_start, len(pair), most)),
-                            baseline_restarts, extension_share, paired=paired, order_seed=order_seed,
+                            baseline_restarts, extension_share, plan=plan, paired=paired, order_seed=order_seed,
                             round_fits=None if round_fits is None else (lambda todo: round_fits(len(todo))))
     verification = loop.run()
     assert verification is not None  # one process concludes what it runs

@@ -197,5 +197,10 @@ def plan_for(ledger: Ledger, space: SearchSpace, options: StudyOptions, challeng
         plan = sized_plan(plan_at, var_c, var_b, cost_c, cost_b, parts, space.workload.timed_passes, costs)
     else:
         plan = plan_at(var_c, var_b, cost_c, cost_b)
+    if plan.paired:
+        # The analysis's prior for a round's log-ratio variance: both sides' restart noise as the study knows it
+        # before verification (the machine's prior and the search's restarts, no credit for a round's correlation),
+        # worth what a side's prior is worth. Fixed and stored now, before a round is read.
+        plan = dataclasses.replace(plan, pair_variance=2.0 * prior.variance, pair_prior_df=prior.df)
     # Under a restart budget the plan's cost is in starts, not minutes.
     return plan if options.budget_minutes is not None else dataclasses.replace(plan, minutes=None)

@@ -24,7 +24,7 @@ from autotune.store.ledger import VERIFY_REDO_JOB
 from autotune.study._budget import _starts_fit
 from autotune.study._floor import infeasible_keys
 from autotune.study._verification import (_candidates, _given_up_unless_done, _may_run_again, _StudyRounds,
-                                          restart_runner)
+                                          restart_runner, verify_workload)
 from autotune.study.events import StudyContext, StudyObserver, notify
 
 __all__ = ["lost_restarts", "redo_lost"]
@@ -71,7 +71,11 @@ def redo_lost(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verifica
     claim = ctx.claims.wait_for(VERIFY_REDO_JOB.format(n), ctx.poll_s, ctx.sleep)
     if claim is None:
         return None  # another worker redid them
-    run = restart_runner(ctx.engine, ctx.space.workload, options.verify_seed,
+    # Concluded again as the study concluded it (verify_study): by round unless a plan from before issue 41 said
+    # otherwise, its rounds' variance moderated by the plan's prior.
+    plan = ledger.verify_plan()
+    paired = plan is None or plan.paired
+    run = restart_runner(ctx.engine, verify_workload(ctx.space.workload, plan), options.verify_seed,
                          lambda cand: _may_run_again(ledger, options, cand), ctx.start_tokens)
     mine: dict[str, list[RestartResult]] = {}
     with _given_up_unless_done(claim):
@@ -88,7 +92,8 @@ def redo_lost(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verifica
         verification = conclude(candidates, book.rounds().progress(), common, options.confidence,
                                 options.interval_method, max_restarts=max(common, options.verify_max_restarts or common),
                                 slo=ctx.space.slo_constraints or {}, unit=ctx.space.workload.unit,
-                                sequential=book.sequential_plan())
+                                sequential=book.sequential_plan(), paired=paired,
+                                pair_prior=plan.pair_prior if plan is not None and paired else None)
         book.record_verification(verification)
     claim.complete()
     return verification

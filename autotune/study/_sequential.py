@@ -38,7 +38,8 @@ def plan(loop: VerificationLoop) -> SequentialPlan | None:
         return stored
     fixed = _before(loop.book.rounds(), loop.tie_end).progress()
     first = conclude(loop.candidates, fixed, loop.common, loop.confidence, loop.interval_method, loop.alpha,
-                     max_restarts=loop.cap, slo=loop.slo or {}, unit=loop.unit, paired=loop.paired)
+                     max_restarts=loop.cap, slo=loop.slo or {}, unit=loop.unit, paired=loop.paired,
+                     pair_prior=loop.pair_prior)
     winner, comparison = first.winner, first.winner.comparison
     if winner.candidate.role == BASELINE or comparison is None or comparison.ci_low != comparison.ci_low:
         return None
@@ -77,7 +78,8 @@ def sequential_rounds(loop: VerificationLoop) -> None:
         if loop.book.concluded():
             return
         earlier = _before(loop.book.rounds(), rnd).progress()
-        if not continues(design, earlier.get(winner.config.key(), ()), earlier.get(base.config.key(), ()), rnd):
+        if not continues(design, earlier.get(winner.config.key(), ()), earlier.get(base.config.key(), ()), rnd,
+                         loop.pair_prior):
             return
         todo = loop._todo(pair, rnd)
         if todo and loop.may_start is not None and not loop.may_start(todo):

@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial
 from autotune.config.space import SearchSpace
 from autotune.core.records import RestartResult, Workload
 from autotune.decisions.planning import RestartPlan
+from autotune.stats.intervals import PairPrior
 from autotune.decisions.sequential import BUDGET as BUDGET_STOP
 from autotune.decisions.sequential import DEFAULT_MARGIN, SequentialPlan
 from autotune.decisions.verification import (
@@ -185,6 +186,12 @@ class VerificationLoop:
     round_fits: Callable[[Sequence[Candidate]], bool] | None = None
 
     @property
+    def pair_prior(self) -> PairPrior | None:
+        """The plan's prior for a round's log-ratio variance (the paired analysis moderates by it); ``None`` without
+        a plan, or a plan stored before it."""
+        return self.plan.pair_prior if self.paired and self.plan is not None else None
+
+    @property
     def common_rounds(self) -> int:
         """The common rounds: as many as the side with more counted restarts."""
         return max(self.common, self.baseline_restarts or self.common)
@@ -302,7 +309,8 @@ class VerificationLoop:
             return None
         verification = conclude(self.candidates, self.book.rounds().progress(), self.common, self.confidence,
                                 self.interval_method, self.alpha, max_restarts=self.cap, slo=self.slo or {},
-                                unit=self.unit, sequential=self.book.sequential_plan(), paired=self.paired)
+                                unit=self.unit, sequential=self.book.sequential_plan(), paired=self.paired,
+                                pair_prior=self.pair_prior)
         verification = dataclasses.replace(verification, plan=self.plan, baseline_restarts=self.baseline_restarts,
                                            extension=self.extension)
         self.book.record_verification(verification)
