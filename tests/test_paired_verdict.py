@@ -381,3 +381,15 @@ def test_a_study_stores_its_pair_prior_with_the_plan_and_its_verdict_reads_it(tm
     raw = compare_paired(a, b, alpha=level)
     assert winner.comparison.ci_low == pytest.approx(moderated.ci_low)
     assert winner.comparison.ci_low != pytest.approx(raw.ci_low)
+
+
+def test_the_planned_power_is_the_moderated_analysiss():
+    # The plan counts the prior's degrees of freedom (paired_power's prior_df) because the analysis does.
+    rng = np.random.default_rng(3)
+    var_d, n, effect, hits = 0.02, 6, 1.12, 0
+    prior = PairPrior(var_d, 4.0)
+    for _ in range(3000):
+        d = rng.normal(math.log(effect), math.sqrt(var_d), n)
+        hits += compare_paired(list(np.exp(d)), [1.0] * n, prior=prior).verdict == Verdict.FASTER
+    assert hits / 3000 == pytest.approx(paired_power(n, var_d, effect, 0.05, prior_df=4.0), abs=0.03)
+    assert paired_power(n, var_d, effect, 0.05, prior_df=4.0) > paired_power(n, var_d, effect, 0.05) + 0.05

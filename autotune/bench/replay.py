@@ -315,7 +315,7 @@ def replay_cell(info: dict[str, Any] | None, policy: str, budget: float, draws: 
             def paired_plan(max_minutes: float) -> Any:
                 def plan_at(vc: float, vb: float, mc: float, mb: float) -> Any:
                     return plan_rounds(vc, vb, max_minutes=max_minutes, search_effect=seen, challenger_minutes=mc,
-                                       baseline_minutes=mb)
+                                       baseline_minutes=mb, prior_df=0.0 if policy == "paired-raw" else prior.df)
                 return sized_plan(plan_at, *pvar, pw, pb, parts, DRIFT_PASSES, costs, min_gain=min_gain)
 
             reserve = paired_plan(share * budget).minutes or 0.0

@@ -405,12 +405,14 @@ def closing_restarts(challenger: Sequence[float], baseline: Sequence[float], alp
 # the search cannot measure): conservative where rounds do correlate, right where they do not.
 
 
-def paired_power(rounds: int | np.ndarray, var_d: float, effect: float, alpha: float) -> np.ndarray | float:
+def paired_power(rounds: int | np.ndarray, var_d: float, effect: float, alpha: float,
+                 prior_df: float = 0.0) -> np.ndarray | float:
     """Power of the two-sided paired t test on ``rounds`` pairs with log-ratio variance ``var_d`` to find
-    ``effect`` at level ``alpha`` (noncentral t at ``rounds - 1`` degrees of freedom)."""
+    ``effect`` at level ``alpha`` (noncentral t at ``rounds - 1`` degrees of freedom, and the ``prior_df`` the
+    analysis's moderated variance adds: :class:`~autotune.stats.intervals.PairPrior`)."""
     stats = scipy_stats()
     n = np.asarray(rounds, dtype=float)
-    df = np.maximum(1.0, n - 1.0)
+    df = np.maximum(1.0, n - 1.0 + prior_df)
     if var_d <= 0.0:
         out = np.where(n >= 2, 1.0 if effect != 1.0 else 0.0, 0.0)
         return float(out) if out.ndim == 0 else out
@@ -423,14 +425,15 @@ def paired_power(rounds: int | np.ndarray, var_d: float, effect: float, alpha: f
 _ROUNDS = np.arange(MIN_RESTARTS, MAX_RESTARTS + 1)
 
 
-def _fewest_rounds(var_d: float, effect: float, target: float, alpha: float, most: int = MAX_RESTARTS) -> int | None:
+def _fewest_rounds(var_d: float, effect: float, target: float, alpha: float, most: int = MAX_RESTARTS,
+                   prior_df: float = 0.0) -> int | None:
     """The fewest rounds (at least :data:`MIN_RESTARTS`) with ``target`` power, up to ``most`` (``None``: more)."""
     counts = _ROUNDS if most == MAX_RESTARTS else np.arange(MIN_RESTARTS, most + 1)
-    ok = np.nonzero(np.asarray(paired_power(counts, var_d, effect, alpha)) >= target)[0]
+    ok = np.nonzero(np.asarray(paired_power(counts, var_d, effect, alpha, prior_df)) >= target)[0]
     return None if ok.size == 0 else int(counts[ok[0]])
 
 
-def resolvable_paired(rounds: int, var_d: float, target: float, alpha: float) -> float:
+def resolvable_paired(rounds: int, var_d: float, target: float, alpha: float, prior_df: float = 0.0) -> float:
     """The smallest speedup ``rounds`` pairs find with ``target`` power (``inf``: none up to 20x)."""
     if rounds < 2:
         return math.inf
@@ -438,7 +441,7 @@ def resolvable_paired(rounds: int, var_d: float, target: float, alpha: float) ->
     if var_d <= 0.0:
         return math.exp(float(logs[0]))
     stats = scipy_stats()
-    df = rounds - 1
+    df = rounds - 1 + prior_df
     crit = float(stats.t.isf(alpha / 2.0, df))
     ncp = logs / math.sqrt(var_d / rounds)
     powers = stats.nct.sf(crit, df, ncp)
@@ -451,11 +454,13 @@ def plan_rounds(challenger_var: float, baseline_var: float, *, challengers: int 
                 search_effect: float | None = None, max_minutes: float | None = None,
                 challenger_minutes: float = 1.0, baseline_minutes: float = 1.0,
                 challenger_cv: float | None = None, baseline_cv: float | None = None,
-                noise_source: str = "") -> RestartPlan:
+                noise_source: str = "", prior_df: float = 0.0) -> RestartPlan:
     """The rounds a paired verification needs: the fewest whose paired t test (Bonferroni over ``challengers``) has
     ``target_power`` for ``min_effect`` within ``max_minutes``; else for the search's effect discounted to its cube
     root; else the most rounds the budget pays for, stating the effect they resolve. Variances are the planning
-    values of :func:`autotune.decisions.noise.planning_noise`.
+    values of :func:`autotune.decisions.noise.planning_noise`; ``prior_df``: the degrees of freedom the analysis's
+    prior adds to the rounds' (:class:`~autotune.stats.intervals.PairPrior`), so the power planned is the
+    analysis's.
     """
     k = max(1, int(challengers))
     level = alpha / k
@@ -465,19 +470,19 @@ def plan_rounds(challenger_var: float, baseline_var: float, *, challengers: int 
     cap = max_minutes if max_minutes is not None else UNBUDGETED * per_round
     fits = max(0, int(math.floor(cap / per_round + 1e-9)))
 
-    needed = _fewest_rounds(var_d, min_effect, target_power, level)
+    needed = _fewest_rounds(var_d, min_effect, target_power, level, prior_df=prior_df)
     basis, effect, rounds = "min-effect", min_effect, needed
     if rounds is None or rounds > fits:
         rounds = None
         if search_effect is not None and search_effect > min_effect:
             effect = max(min_effect, search_effect ** SEARCH_EFFECT_POWER)
-            found = _fewest_rounds(var_d, effect, target_power, level)
+            found = _fewest_rounds(var_d, effect, target_power, level, prior_df=prior_df)
             if found is not None and found <= fits:
                 basis, rounds = "search", found
     if rounds is None:
         basis = "budget"
         rounds = max(MIN_RESTARTS, min(fits, MAX_RESTARTS))
-    resolvable = resolvable_paired(rounds, var_d, target_power, level)
+    resolvable = resolvable_paired(rounds, var_d, target_power, level, prior_df)
     if basis == "budget":
         effect = resolvable
     needs = None if needed is None else (needed, needed)
@@ -546,7 +551,8 @@ def _duration(minutes: float) -> str:
 
 def budget_reach(prior_var: float, source: str, *, budget_minutes: float | None, budget_starts: int | None,
                  restart_minutes: float, min_effect: float = DEFAULT_MIN_EFFECT,
-                 target_power: float = DEFAULT_POWER, alpha: float = 0.05, share: float = MAX_SHARE) -> BudgetReach:
+                 target_power: float = DEFAULT_POWER, alpha: float = 0.05, share: float = MAX_SHARE,
+                 prior_df: float = 0.0) -> BudgetReach:
     """:class:`BudgetReach` for one challenger against the baseline, both at ``prior_var`` (a planning value), a
     round costing two restarts of ``restart_minutes`` each; the verification gets ``share`` of the budget (what
     the search holds back for it)."""
@@ -554,8 +560,8 @@ def budget_reach(prior_var: float, source: str, *, budget_minutes: float | None,
     per_round = 2.0 * restart_minutes if budget_minutes is not None else 2.0
     total = budget_minutes if budget_minutes is not None else float(budget_starts or 0)
     rounds = min(MAX_RESTARTS, int(math.floor(share * total / per_round + 1e-9)))
-    resolvable = resolvable_paired(rounds, var_d, target_power, alpha)
-    need = _fewest_rounds(var_d, min_effect, target_power, alpha, most=REACH_ROUNDS)
+    resolvable = resolvable_paired(rounds, var_d, target_power, alpha, prior_df)
+    need = _fewest_rounds(var_d, min_effect, target_power, alpha, most=REACH_ROUNDS, prior_df=prior_df)
     need_minutes = None
     if need is not None and budget_minutes is not None:
         need_minutes = need * per_round / share

@@ -163,11 +163,12 @@ ADVICE_TARGET = 0.8
 
 
 def decision_chance(d: list[float], var_d: float, extra: int, level: float, margin: float,
-                    prior_sd: float = ADVICE_PRIOR_SD) -> float:
+                    prior_sd: float = ADVICE_PRIOR_SD, prior_df: float = 0.0) -> float:
     """The chance that ``extra`` more rounds end in a decision ("faster"/"slower", or "equivalent" within
     ``margin``) at the final look's nominal ``level``, from the pairs' log ratios ``d`` so far: the predictive
     probability under the effect's posterior (a normal prior of sd ``prior_sd`` around no effect, the pairs'
     mean with variance ``var_d / n``), not the power at the effect seen (which assumes the luckiest look is true).
+    ``prior_df``: the degrees of freedom the analysis's moderated variance adds to the rounds' (its t quantile).
     """
     n0 = len(d)
     if n0 == 0 or var_d <= 0.0:
@@ -179,7 +180,7 @@ def decision_chance(d: list[float], var_d: float, extra: int, level: float, marg
     mu = (n0 * mean + extra * post_mean) / total
     sd = extra * math.sqrt(post_var + var_d / max(extra, 1)) / total if extra else 0.0
     stats = scipy_stats()
-    half = float(stats.t.isf(level / 2.0, max(1, total - 1))) * math.sqrt(var_d / total)
+    half = float(stats.t.isf(level / 2.0, max(1.0, total - 1 + prior_df))) * math.sqrt(var_d / total)
     bound = math.log1p(margin) - half
     if sd == 0.0:
         return float(abs(mu) > half or abs(mu) < bound)
@@ -196,7 +197,9 @@ def _paired_note(ledger: Ledger, meta: StudyMeta, v: Verification, design: Seque
     base = next(e for e in v.entries if e.candidate.role == BASELINE)
     w, b = matched_pairs(entry.restarts, base.restarts)
     d = [math.log(x) - math.log(y) for x, y in zip(w, b)]
-    planned = math.log1p(plan.challenger_cv ** 2) + math.log1p(plan.baseline_cv ** 2)
+    prior = plan.pair_prior
+    planned = (prior.variance if prior is not None
+               else math.log1p(plan.challenger_cv ** 2) + math.log1p(plan.baseline_cv ** 2))
     seen = (sum((x - sum(d) / len(d)) ** 2 for x in d) / (len(d) - 1)) if len(d) > 1 else planned
     # The pairs' noise moderated by the plan's (worth SIDE_PRIOR_DF): a few pairs that agreed by luck don't promise.
     var_d = (SIDE_PRIOR_DF * planned + (len(d) - 1) * seen) / (SIDE_PRIOR_DF + len(d) - 1) if d else planned
@@ -215,7 +218,7 @@ def _paired_note(ledger: Ledger, meta: StudyMeta, v: Verification, design: Seque
     chances = []
     for k in range(1, left + 1):
         level = look_levels([design.fraction(j) for j in range(1, done + k + 1)], design.alpha)[-1]
-        chances.append(decision_chance(d, var_d, k, level, margin))
+        chances.append(decision_chance(d, var_d, k, level, margin, prior_df=prior.df if prior is not None else 0.0))
     need = next((k for k, p in enumerate(chances, 1) if p >= ADVICE_TARGET), None)
     k = need if need is not None else left
     chance = chances[k - 1]

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.config.space import SearchSpace
-from autotune.decisions.noise import NoisePrior, planning_noise, study_prior
+from autotune.decisions.noise import SIDE_PRIOR_DF, NoisePrior, planning_noise, study_prior
 from autotune.decisions.planning import MAX_SHARE, BudgetReach, RestartPlan, budget_reach, plan_rounds
 from autotune.decisions.verification import BASELINE, Candidate
 from autotune.decisions.window import WindowCosts, sized_plan
@@ -88,7 +88,7 @@ def budget_reach_for(options: StudyOptions, engine: Mapping[str, Any], ledger: L
     return budget_reach(prior.variance, source, budget_minutes=options.budget_minutes,
                         budget_starts=options.budget_restarts, restart_minutes=minutes,
                         min_effect=options.min_effect, target_power=options.power,
-                        alpha=1.0 - options.confidence, share=MAX_SHARE)
+                        alpha=1.0 - options.confidence, share=MAX_SHARE, prior_df=SIDE_PRIOR_DF)
 
 
 def verification_counts(plan: RestartPlan | None, options: StudyOptions) -> tuple[int, int]:
@@ -185,7 +185,8 @@ def plan_for(ledger: Ledger, space: SearchSpace, options: StudyOptions, challeng
         return plan_rounds(var_c, var_b, challengers=challengers, min_effect=options.min_effect,
                            target_power=options.power, alpha=1.0 - options.confidence, search_effect=effect,
                            max_minutes=cap, challenger_minutes=max(minutes_c, 1e-6),
-                           baseline_minutes=max(minutes_b, 1e-6), noise_source=prior.source)
+                           baseline_minutes=max(minutes_b, 1e-6), noise_source=prior.source,
+                           prior_df=prior.df)
 
     # Each side's noise at an upper credible value of its moderated estimate (autotune.decisions.noise): two
     # restarts that agree by luck cannot plan a verification on no noise.
