@@ -41,6 +41,8 @@ __all__ = ["adjusted_var", "break_even_s", "drawn_vars", "main", "raw_var"]
 
 #: A restart's timed window on the drifting machines (two 5-s passes, as the replay's search runs them).
 TIMED_S = 10.0
+#: How far apart in time the two compared configurations were measured, seconds.
+SEPARATION_S = 600.0
 #: Spacings of a control before the configuration it adjusts, seconds (a warm restart takes 36-60 s on the H100).
 SPACINGS_S = (30.0, 60.0, 120.0, 300.0, 600.0)
 #: A machine whose level is larger than the fitted ones' and moves over ten minutes: an illustration of where a control
@@ -50,10 +52,6 @@ LARGER = DriftParams(level_sd=0.15, level_tau_s=600.0, restart_sd=0.0, pass_sd=0
 
 def _own_var(params: DriftParams, timed_s: float) -> float:
     return params.restart_sd ** 2 + params.window_var(timed_s)
-
-
-#: How far apart in time the two compared configurations were measured, seconds.
-SEPARATION_S = 600.0
 
 
 def _cov(params: DriftParams, lag_s: float) -> float:
