@@ -356,7 +356,7 @@ class Adopted:
     """
 
     def __init__(self) -> None:
-        self.since = time.time()
+        self.since = _since_boot()
         self.before = _child_pids()
 
     def kill(self, exclude: Collection[int] = ()) -> list[Survivor]:
@@ -374,7 +374,7 @@ class Adopted:
                 if pid in self.before or pid in live:
                     continue
                 try:
-                    status, created = child.status(), child.create_time()
+                    status, created = child.status(), child.create_time() - psutil.boot_time()
                 except psutil.Error:
                     continue
                 sid = _session(pid)
@@ -397,9 +397,20 @@ class Adopted:
 
 #: Rounds of :meth:`Adopted.kill`: a chain of daemons comes to us one generation a round.
 _ADOPTION_ROUNDS = 16
-#: psutil's process start times are in clock ticks: a child started just after :class:`Adopted` may read a hair
-#: earlier.
-_CLOCK_SLACK_S = 0.5
+#: A process's start is counted in clock ticks since boot (USER_HZ, 10 ms): a child started just after
+#: :class:`Adopted` may read up to a tick earlier.
+_CLOCK_SLACK_S = 0.05
+
+
+def _since_boot() -> float:
+    """Now, in the time base of a process's start: seconds since boot.
+
+    psutil gives a start as the boot's wall-clock time plus the ticks since boot, and the kernel states the boot's
+    time in whole seconds (``btime``), so against ``time.time()`` a start just made can read up to a second early
+    (0.73 s on a Firecracker VM here, where the adopted-daemon tests then found no daemon to kill). Both sides in
+    seconds since boot compare exactly, to a tick.
+    """
+    return time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic()
 
 
 def _children() -> list[psutil.Process]:
