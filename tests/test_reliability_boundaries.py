@@ -454,10 +454,10 @@ def test_a_locked_store_is_called_locked_not_corrupt(tmp_path, capsys, monkeypat
     import subprocess
     import sys
 
-    from autotune.cli import preflight
+    from autotune.store import health
 
     shutil.copy(_stored_study / "optuna.db", tmp_path / "optuna.db")
-    monkeypatch.setattr(preflight, "LOCK_WAIT_S", 0.5, raising=False)
+    monkeypatch.setattr(health, "LOCK_WAIT_S", 0.5)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
          "c.execute('BEGIN EXCLUSIVE'); print('held', flush=True); time.sleep(60)", str(tmp_path / "optuna.db")],

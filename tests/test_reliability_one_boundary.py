@@ -105,11 +105,11 @@ def _meminfo(tmp_path: Path, text: str) -> Path:
 
 def test_doctor_on_a_meminfo_without_memavailable_is_a_fix_line(tmp_path, capsys, monkeypatch):
     """A kernel before 3.14 (or a foreign file) has no MemAvailable line: ``doctor`` was a ValueError traceback."""
-    import autotune.cli.doctor as doctor
+    from autotune.machine import _checkup as checkup
     from autotune.machine import read_meminfo
 
     path = _meminfo(tmp_path, "MemTotal:       16000000 kB\nMemFree:         8000000 kB\nCached: 100 kB\n")
-    monkeypatch.setattr(doctor, "read_meminfo", lambda: read_meminfo(path))
+    monkeypatch.setattr(checkup, "read_meminfo", lambda: read_meminfo(path))
     status, out, err = _run(["doctor"], capsys)
     assert "Traceback" not in err and err == "", err
     fix = [line for line in out.splitlines() if line.startswith("FIX") and "memory" in line]
@@ -175,9 +175,9 @@ def test_an_impossible_cpu_clock_reads_as_unknown():
 
 def test_doctor_without_any_gpu_does_not_describe_one(capsys, monkeypatch):
     """``doctor`` on a machine with no GPU said "no: the GPU has its own memory"."""
-    import autotune.cli.doctor as doctor
+    from autotune.machine import _checkup as checkup
 
-    monkeypatch.setattr(doctor, "gpu_states", lambda: None)
+    monkeypatch.setattr(checkup, "gpu_states", lambda: None)
     _, out, _ = _run(["doctor"], capsys)
     unified = [line for line in out.splitlines() if "unified" in line]
     assert unified and "the GPU has its own memory" not in unified[0] and "no GPU" in unified[0], unified

@@ -94,6 +94,7 @@ def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.engines import EngineError
     from autotune.machine import MachineFileError
     from autotune.store.fingerprint import FingerprintMismatch
+    from autotune.store.health import StoreNotUsable
     from autotune.store.ledger import LedgerError
     from autotune.cli.preflight import PreflightError
     from autotune.core.redact import redact_text
@@ -102,7 +103,7 @@ def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.study import BudgetTooSmall
     from autotune.store.studydir import NotOwned
 
-    from autotune.cli._disk_full import DiskFull, raise_if_disk_full
+    from autotune.store.disk_full import DiskFull, raise_if_disk_full
 
     from autotune.cli.preflight import check_command_paths, check_tracking_uri_of
 
@@ -118,8 +119,8 @@ def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     except DiskFull as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)
         return ExitStatus.ERROR
-    except (SpaceError, UsageError, LedgerError, PreflightError, NotOwned, FingerprintMismatch, BudgetTooSmall,
-            ReportFormatError) as exc:
+    except (SpaceError, UsageError, LedgerError, PreflightError, StoreNotUsable, NotOwned, FingerprintMismatch,
+            BudgetTooSmall, ReportFormatError) as exc:
         print(f"autotune: error: {redact_text(str(exc))}", file=sys.stderr)
         return ExitStatus.BAD_INPUT
     except (EngineError, MachineFileError) as exc:  # the engine or the machine: not the command line's fault
