@@ -23,7 +23,8 @@ from autotune.stats.coldstart import (
 )
 from autotune.decisions.racing import RacingPolicy
 from autotune.core.records import EngineConfig, RestartResult, Workload
-from autotune.report._build import build_report, render_report
+from autotune.report._build import build_report
+from autotune.report._report import render_report
 from autotune.config.space import parse_space
 from autotune.study import BudgetTooSmall, StudyOptions, run_study, smallest_restart_budget
 from autotune.study._budget import minimum_plan

@@ -17,7 +17,8 @@ from autotune.cli.export import NoResult, to_cli, to_llm_kwargs, to_vllm_yaml
 from autotune.decisions.racing import RacingPolicy
 from autotune.store.ledger import StudyMeta
 from autotune.core.records import EngineConfig, EngineFacts, Resolved
-from autotune.report._build import Budget, CompareResult, Report, TrialCounts, VerificationTable, VerifiedRow, build_report
+from autotune.report._build import build_report
+from autotune.report._report import Budget, CompareResult, Report, TrialCounts, VerificationTable, VerifiedRow
 from autotune.config.space import parse_space
 from autotune.core.exit_status import ExitStatus
 from autotune.study import StudyOptions, run_study

@@ -24,7 +24,7 @@ from autotune.core.schedule import SCHEDULE_KEY, KSchedule, coverage_problems, s
 from autotune.decisions.schedule import derive_schedule
 from autotune.engines.sim import SimEngine
 from autotune.store.ledger import StudyMeta
-from autotune.report._build import Budget, CompareResult, Report, TrialCounts, VerificationTable, VerifiedRow
+from autotune.report._report import Budget, CompareResult, Report, TrialCounts, VerificationTable, VerifiedRow
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEDULE = [[1, 8, 4], [9, 32, 2], [33, 128, 1]]

@@ -10,7 +10,8 @@ import pytest
 from autotune.store import ledger as ledger_mod
 from autotune.store.ledger import SCHEMA_VERSION, Ledger, LedgerError
 from autotune.decisions.racing import RacingPolicy
-from autotune.report._build import build_report, render_report
+from autotune.report._build import build_report
+from autotune.report._report import render_report
 from autotune.config.space import parse_space
 from autotune.study import StudyOptions, run_study
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params

@@ -12,7 +12,8 @@ import pytest
 from autotune.engines.sim import SimEngine
 from autotune.decisions.racing import RacingPolicy
 from autotune.core.records import LevelResult, RestartResult, Workload
-from autotune.report._build import build_report, render_report
+from autotune.report._build import build_report
+from autotune.report._report import render_report
 from autotune.config.space import parse_space
 from autotune.study import StudyOptions, run_study
 

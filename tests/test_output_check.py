@@ -19,7 +19,8 @@ from autotune.core.facts import OUTPUT_DIGESTS
 from autotune.core.outputs import CHECK_TOKENS, agreement, check_prompts, digest_outputs, parse_digests
 from autotune.decisions.racing import RacingPolicy
 from autotune.engines.cmd import CmdEngine
-from autotune.report._build import build_report, render_report
+from autotune.report._build import build_report
+from autotune.report._report import render_report
 from autotune.study import StudyOptions, run_study
 from tests.conftest import SMALL_SPACE
 

@@ -151,7 +151,8 @@ def test_the_plan_is_reserved_before_the_search_ends_and_stored_for_resumes(tmp_
 
 
 def test_an_open_verdict_says_why_and_what_closes_it_and_a_larger_budget_extends_it(tmp_path):
-    from autotune.report._build import build_report, render_report
+    from autotune.report._build import build_report
+    from autotune.report._report import render_report
 
     # Every speculative configuration 8% faster under 10% restart noise, 16 minutes: the plan cannot resolve it.
     engine = FakeEngine(lambda c: 1000.0 * (1.08 if c.num_speculative_tokens else 1.0), noise=0.10, wall_s=60.0)

@@ -12,7 +12,8 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune.decisions.racing import Decision, Noise, RacingPolicy, RacingPruner, incumbent_values, pooled_noise
-from autotune.report._build import build_report, render_report
+from autotune.report._build import build_report
+from autotune.report._report import render_report
 from autotune.config.space import parse_space
 from autotune.store.ledger import Ledger
 from autotune.study import StudyOptions, run_study

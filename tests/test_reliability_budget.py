@@ -21,7 +21,8 @@ from autotune.cli._main import raw_main
 from autotune.config.space import parse_space
 from autotune.core.exit_status import ExitStatus
 from autotune.decisions.racing import RacingPolicy
-from autotune.report._build import build_report, render_report
+from autotune.report._build import build_report
+from autotune.report._report import render_report
 from autotune.study import StudyOptions, run_study
 from tests.conftest import SMALL_SPACE, FakeEngine
 

@@ -6,7 +6,8 @@ import io
 
 from autotune.decisions.racing import RacingPolicy
 from autotune.core.records import EngineConfig, Resolved, speculation_plan_change
-from autotune.report._build import build_report, render_report
+from autotune.report._build import build_report
+from autotune.report._report import render_report
 from autotune.config.space import parse_space
 from autotune.study import StudyOptions, run_study
 from autotune.observers.mlflow import MlflowTracker

@@ -135,7 +135,8 @@ def test_verification_records_with_and_without_the_design_load():
 
 
 def test_the_report_states_the_design_and_json_carries_it(tmp_path):
-    from autotune.report._build import build_report, render_report
+    from autotune.report._build import build_report
+    from autotune.report._report import render_report
     from autotune.study import run_study
 
     space = parse_space(SMALL_SPACE)
@@ -164,7 +165,8 @@ def test_bad_sequential_settings_are_one_line_errors_naming_the_flag(tmp_path, c
 def test_an_open_verdict_whose_budget_paid_for_no_round_says_so(tmp_path):
     # The H200 MoE study ended "no significant difference" at 31.0 of 30 engine-minutes and said nothing of the
     # sequential rounds it was set to run; only --json's "sequential": null showed that none fitted.
-    from autotune.report._build import build_report, render_report
+    from autotune.report._build import build_report
+    from autotune.report._report import render_report
     from autotune.study import run_study
 
     space = parse_space(SMALL_SPACE)

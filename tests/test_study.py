@@ -16,7 +16,8 @@ from optuna.trial import TrialState
 from autotune.store import ledger as ledger_mod
 from autotune.decisions.racing import RacingPolicy
 from autotune.core.records import Resolved
-from autotune.report._build import build_report, render_report
+from autotune.report._build import build_report
+from autotune.report._report import render_report
 from autotune.config.space import parse_space
 from autotune.study import Interrupted, StudyOptions, run_study
 from tests import slow_study

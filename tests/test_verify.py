@@ -148,7 +148,8 @@ def test_a_runner_up_whose_first_round_failed_is_the_one_dropped():
 
 
 def test_a_study_verifies_a_runner_up_for_one_round_and_the_report_says_it_was_dropped(tmp_path):
-    from autotune.report._build import build_report, render_report
+    from autotune.report._build import build_report
+    from autotune.report._report import render_report
     from autotune.study import run_study
 
     space = parse_space(SMALL_SPACE)
