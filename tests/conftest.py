@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import functools
 import hashlib
+import io
 import math
 import os
 import random
@@ -168,6 +169,20 @@ def store(tmp: Path) -> str:
     return f"sqlite:///{db}"
 
 
+@pytest.fixture(scope="module")
+def stored_study(tmp_path_factory) -> Path:
+    """A finished two-trial sim study with verification (``tests/_helpers/cli.py``'s space), once for each module
+    that uses it: its directory holds ``optuna.db``."""
+    root = tmp_path_factory.mktemp("stored")
+    from autotune.cli._main import raw_main
+    from autotune.core.exit_status import ExitStatus
+    from tests._helpers.cli import space_file, tune_argv
+
+    argv = [a for a in tune_argv(root, space_file(root)) if a != "--no-verify"] + ["--verify-restarts", "2", "--top-k", "1"]
+    assert raw_main(argv, out=io.StringIO()) == ExitStatus.SUCCESS
+    return root
+
+
 # -- pytest-xdist scheduling (``make test`` runs the suite on TEST_WORKERS processes with --dist loadgroup) -------
 
 #: Tests that run on one worker, one at a time, by node-id prefix -> group. Real vLLM on the CPU takes both cores of a
@@ -214,7 +229,9 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
         if group is None:
             defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}) or {}
             module = item.nodeid.split("::", 1)[0]
-            if any(d.scope in ("module", "class") and d.baseid == module for ds in defs.values() for d in ds):
+            # A module- or class-scoped fixture is built once for each module that uses it, wherever it is defined
+            # (the module itself, or this file).
+            if any(d.scope in ("module", "class") for ds in defs.values() for d in ds):
                 group = module
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))

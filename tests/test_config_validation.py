@@ -46,7 +46,7 @@ from autotune.cli._main import raw_main  # noqa: E402
 from autotune.config.space import SpaceError, load_space  # noqa: E402
 from autotune.core.exit_status import ExitStatus  # noqa: E402
 from autotune.store import ledger as _ledger  # noqa: E402
-from tests.test_reliability_resume import _tune  # noqa: E402
+from tests._helpers.cli import tune_status  # noqa: E402
 
 #: A small simulated study with a searched engine argument (choices) and a searched range.
 SIM_SPACE = {
@@ -116,11 +116,11 @@ def test_slo03_a_nan_slo_limit_is_refused_at_load_before_any_start(tmp_path, cap
     message = _load_error(tmp_path, _BASE_YAML + "  concurrency: 2\nslo: {tpot_p99_ms: .nan}\n")
     assert "slo.tpot_p99_ms: must be a finite number, got nan" in message and "milliseconds" in message
     raw = _edited(slo={"tpot_p99_ms": float("nan")})
-    status, err = _tune(tmp_path, capsys, _write(tmp_path, raw))
+    status, err = tune_status(tmp_path, capsys, _write(tmp_path, raw))
     assert status == ExitStatus.BAD_INPUT and "slo.tpot_p99_ms" in _one_line(err)
     assert _nothing_ran(tmp_path)
     # Fixing the limit then starts the study: nothing was recorded under the bad setup.
-    status, err = _tune(tmp_path, capsys, _write(tmp_path, _edited(slo={"tpot_p99_ms": 50})))
+    status, err = tune_status(tmp_path, capsys, _write(tmp_path, _edited(slo={"tpot_p99_ms": 50})))
     assert status == ExitStatus.SUCCESS, err
 
 
@@ -191,13 +191,13 @@ def test_ds14_a_workload_output_len_beyond_max_model_len_is_refused(tmp_path):
 def test_ds17_a_malformed_dataset_is_read_and_refused_with_the_sim_engine(tmp_path, capsys):
     data = tmp_path / "prompts.jsonl"
     data.write_text('{"prompt": "fine"}\nnot json at all\n')
-    status, err = _tune(tmp_path, capsys, _write(tmp_path, _edited(workload__dataset=str(data))))
+    status, err = tune_status(tmp_path, capsys, _write(tmp_path, _edited(workload__dataset=str(data))))
     line = _one_line(err)
     assert status == ExitStatus.BAD_INPUT and f"{data}:2: not JSON" in line
     assert _nothing_ran(tmp_path)
     share = tmp_path / "sg.json"
     share.write_text('{"conversations": "not a list"}')
-    status, err = _tune(tmp_path, capsys, _write(tmp_path, _edited(workload__dataset=str(share))))
+    status, err = tune_status(tmp_path, capsys, _write(tmp_path, _edited(workload__dataset=str(share))))
     assert status == ExitStatus.BAD_INPUT and "a ShareGPT file is a JSON list" in _one_line(err)
 
 
@@ -208,17 +208,17 @@ def test_ds17_a_malformed_dataset_is_read_and_refused_with_the_sim_engine(tmp_pa
     ("max_num_batched_tokens=600.5", "use a whole number from 512 to 1024"),
 ])
 def test_ea08_ea09_enqueue_outside_the_space_is_refused_before_anything_starts(tmp_path, capsys, item, words):
-    status, err = _tune(tmp_path, capsys, _write(tmp_path, SIM_SPACE), "--enqueue", item)
+    status, err = tune_status(tmp_path, capsys, _write(tmp_path, SIM_SPACE), "--enqueue", item)
     line = _one_line(err)
     assert status == ExitStatus.BAD_INPUT and words in line and "--enqueue" in line
     assert _nothing_ran(tmp_path)
     # The study was never created: the same command without --enqueue starts it.
-    status, err = _tune(tmp_path, capsys, _write(tmp_path, SIM_SPACE))
+    status, err = tune_status(tmp_path, capsys, _write(tmp_path, SIM_SPACE))
     assert status == ExitStatus.SUCCESS, err
 
 
 def test_enqueue_inside_the_space_is_accepted(tmp_path, capsys):
-    status, err = _tune(tmp_path, capsys, _write(tmp_path, SIM_SPACE), "--enqueue",
+    status, err = tune_status(tmp_path, capsys, _write(tmp_path, SIM_SPACE), "--enqueue",
                         "max_num_seqs=16,max_num_batched_tokens=700")
     assert status == ExitStatus.SUCCESS, err
 
@@ -229,9 +229,9 @@ def test_enqueue_inside_the_space_is_accepted(tmp_path, capsys):
 ])
 def test_ea10_ea11_a_resume_after_the_searched_engine_args_changed_is_refused_naming_them(tmp_path, capsys,
                                                                                           search_engine_args):
-    assert _tune(tmp_path, capsys, _write(tmp_path, SIM_SPACE))[0] == ExitStatus.SUCCESS
+    assert tune_status(tmp_path, capsys, _write(tmp_path, SIM_SPACE))[0] == ExitStatus.SUCCESS
     before = len(_ledger.load("one", f"sqlite:///{tmp_path}/optuna.db").study.trials)
-    status, err = _tune(tmp_path, capsys, _write(tmp_path, _edited(search__engine_args=search_engine_args)), trials=4)
+    status, err = tune_status(tmp_path, capsys, _write(tmp_path, _edited(search__engine_args=search_engine_args)), trials=4)
     line = _one_line(err)
     assert status == ExitStatus.BAD_INPUT and "space sections changed: search.engine_args" in line
     assert "--study NEW-NAME" in line
@@ -242,11 +242,11 @@ def test_ds16_a_resume_after_the_dataset_content_changed_is_refused(tmp_path, ca
     data = tmp_path / "prompts.jsonl"
     data.write_text('{"prompt": "first"}\n{"prompt": "second"}\n')
     space = _write(tmp_path, _edited(workload__dataset=str(data)))
-    assert _tune(tmp_path, capsys, space)[0] == ExitStatus.SUCCESS
-    status, err = _tune(tmp_path, capsys, space, trials=3)
+    assert tune_status(tmp_path, capsys, space)[0] == ExitStatus.SUCCESS
+    status, err = tune_status(tmp_path, capsys, space, trials=3)
     assert status == ExitStatus.SUCCESS, err  # the same prompts resume
     data.write_text('{"prompt": "something else entirely"}\n{"prompt": "second"}\n')
-    status, err = _tune(tmp_path, capsys, space, trials=4)
+    status, err = tune_status(tmp_path, capsys, space, trials=4)
     assert status == ExitStatus.BAD_INPUT and "space sections changed: workload.prompts" in _one_line(err)
 
 

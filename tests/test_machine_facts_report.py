@@ -174,7 +174,7 @@ def test_departed_machine_states_are_named_by_the_report(tmp_path):
 
 
 def test_numeric_facts_reach_mlflow_as_metrics_per_restart_and_strings_stay_out(tmp_path):
-    from tests.test_tracking import child_runs, client_for, fake_engine, tracked_study
+    from tests._helpers.tracking import child_runs, client_for, fake_engine, tracked_study
 
     class WithFacts(FakeEngine):
         def run_restart(self, config, workload, *, restart, seed):

@@ -19,7 +19,7 @@ from autotune.report._verdict import decision_chance
 from autotune.stats.intervals import Verdict, compare_paired, matched_pairs
 from autotune.study import run_verification
 from tests.conftest import SMALL_SPACE, FakeEngine
-from tests.test_racing import BETTER
+from tests._helpers.landscape import BETTER
 
 #: The H100 study of issue 41, in time order: round, winner tok/s, baseline tok/s (8 rounds over 11 minutes).
 H100_ROUNDS = [(3352, 2465), (3641, 2983), (3092, 2892), (3552, 3404), (3953, 3120), (2889, 2876), (2767, 2609),

@@ -13,7 +13,7 @@ from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, roun
 from autotune.stats.intervals import Verdict, compare
 from autotune.study import StudyOptions, run_study, run_verification
 from tests.conftest import SMALL_SPACE, FakeEngine
-from tests.test_racing import BETTER
+from tests._helpers.landscape import BETTER
 
 
 def _noise(cv: float) -> NoiseEstimate:

@@ -18,19 +18,8 @@ from autotune.config.space import parse_space
 from autotune.store.ledger import Ledger
 from autotune.study import StudyOptions, run_study
 from autotune.study._open import make_sampler
+from tests._helpers.landscape import BEHIND, BETTER, CLOSE, INCUMBENT, ORDER, TRUTH, WORSE
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
-
-INCUMBENT = {"cudagraph_mode": "PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 0}
-WORSE = {"cudagraph_mode": "NONE", "num_speculative_tokens": 0}
-CLOSE = {"cudagraph_mode": "FULL_AND_PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 0}
-BEHIND = {"cudagraph_mode": "PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 1, "draft": "ngram"}
-BETTER = {"cudagraph_mode": "FULL_AND_PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 1,
-          "draft": "ngram"}
-#: True means by (mode, K), run in this order against a 100 tok/s incumbent: a clearly worse challenger, a close
-#: one just ahead (101), one just behind the new incumbent (100), and a clearly better one.
-TRUTH = {("PIECEWISE", 0): 100.0, ("NONE", 0): 40.0, ("FULL_AND_PIECEWISE", 0): 101.0, ("PIECEWISE", 1): 100.0,
-         ("FULL_AND_PIECEWISE", 1): 250.0, ("default", 0): 90.0}
-ORDER = [INCUMBENT, WORSE, CLOSE, BEHIND, BETTER]
 
 
 def cold_first_engine(true_mean, **kw) -> FakeEngine:

@@ -12,7 +12,6 @@ Principles tested here (docs/reliability.md, "Round four (issue 32): input bound
 from __future__ import annotations
 
 import copy
-import io
 import os
 import time
 from pathlib import Path
@@ -20,54 +19,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.cli._main import raw_main
+from tests._helpers.cli import SIM_SPACE, one_line, run_cli, space_file, tune_argv
 from autotune.config.space import SpaceError, load_space
 from autotune.core.exit_status import ExitStatus
-
-#: A small simulated space every case edits.
-SPACE = {
-    "name": "b",
-    "engine": {"name": "sim", "sim": {"profile": "h200", "model_profile": "dense"}},
-    "engine_args": {"model": "sim/dense-1b", "max_model_len": 4096},
-    "workload": {"num_prompts": 8, "input_len": 64, "output_len": 64, "concurrency": 4, "timed_passes": 2},
-    "search": {"cudagraph_mode": ["NONE", "FULL_AND_PIECEWISE"]},
-}
-
-
-def _space(tmp_path: Path, edit=None, name: str = "space.yaml") -> Path:
-    raw = copy.deepcopy(SPACE)
-    if edit is not None:
-        edit(raw)
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
-
-
-def _one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
-
-
-def _tune(tmp_path: Path, space: Path | str, *extra: str) -> list[str]:
-    return ["tune", "--space", str(space), "--engine", "sim", "--trials", "2", "--no-verify", "--no-mlflow",
-            "--quiet", "--storage", f"sqlite:///{tmp_path}/optuna.db", "--workdir", str(tmp_path / "w"),
-            "--study", "one", *extra]
-
 
 #: Every command that reads a space file, as argv for a space path (``schema`` reads none).
 def _commands(tmp_path: Path) -> dict[str, object]:
     return {
-        "tune": lambda s: _tune(tmp_path, s),
+        "tune": lambda s: tune_argv(tmp_path, s),
         "doctor": lambda s: ["doctor", "--space", str(s)],
         "audit": lambda s: ["audit", "--space", str(s), "--engine", "sim", "--workdir", str(tmp_path / "a")],
     }
-
-
-def _run(argv: list[str], capsys) -> tuple[ExitStatus, str, str]:
-    out = io.StringIO()
-    status = raw_main(argv, out=out)
-    return status, out.getvalue(), capsys.readouterr().err
 
 
 # -- principle 1 and 2: the space file as YAML ------------------------------------------------------------------
@@ -85,9 +47,9 @@ def test_a_yaml_alias_bomb_is_refused_at_once_in_every_command(tmp_path, capsys)
     assert len(_BOMB) < 2048  # a 2 KB file that expands to 10**10 items
     for name, argv in _commands(tmp_path).items():
         started = time.monotonic()
-        status, _, err = _run(argv(path), capsys)
+        status, _, err = run_cli(argv(path), capsys)
         assert time.monotonic() - started < 10, name
-        line = _one_line(err)
+        line = one_line(err)
         assert status == ExitStatus.BAD_INPUT, (name, line)
         assert str(path) in line and "alias" in line and "fix:" in line, line
 
@@ -101,7 +63,7 @@ def test_a_recursive_yaml_alias_is_one_line(tmp_path):
 
 def test_a_few_ordinary_aliases_still_load(tmp_path):
     path = tmp_path / "ok.yaml"
-    path.write_text(yaml.safe_dump(SPACE, sort_keys=False).replace(
+    path.write_text(yaml.safe_dump(SIM_SPACE, sort_keys=False).replace(
         "search:\n", "search:\n  capture_sizes: {tiny: &s [1, 2, 4, 8], again: *s}\n"))
     assert [s.name for s in load_space(path).sizes] == ["default", "tiny", "again"]
 
@@ -112,15 +74,15 @@ def test_a_space_that_is_not_a_readable_text_file_is_one_line_in_every_command(t
     if kind == "directory":
         path.mkdir()
     elif kind == "unreadable":
-        _space(tmp_path)
+        space_file(tmp_path)
         path.chmod(0)
         if os.access(path, os.R_OK):
             pytest.skip("running as root: every file is readable")
     elif kind == "not-utf8":
-        path.write_bytes(b"name: caf\xe9\n" + yaml.safe_dump(SPACE).encode())
+        path.write_bytes(b"name: caf\xe9\n" + yaml.safe_dump(SIM_SPACE).encode())
     for name, argv in _commands(tmp_path).items():
-        status, _, err = _run(argv(path), capsys)
-        line = _one_line(err)
+        status, _, err = run_cli(argv(path), capsys)
+        line = one_line(err)
         assert status == ExitStatus.BAD_INPUT, (name, line)
         assert line.startswith(f"autotune: error: {path}: ") and "fix:" in line, (name, line)
 
@@ -141,13 +103,13 @@ def test_a_space_that_is_not_a_readable_text_file_is_one_line_in_every_command(t
 ])
 def test_a_boolean_or_fraction_where_an_integer_is_expected_is_refused_naming_the_field(tmp_path, edit, field):
     with pytest.raises(SpaceError) as info:
-        load_space(_space(tmp_path, edit))
+        load_space(space_file(tmp_path, edit))
     message = str(info.value)
     assert "\n" not in message and f": {field}" in message and "; fix: " in message, message
 
 
 def test_booleans_where_booleans_belong_still_load(tmp_path):
-    space = load_space(_space(tmp_path, lambda d: (d["engine_args"].update(enforce_eager=True),
+    space = load_space(space_file(tmp_path, lambda d: (d["engine_args"].update(enforce_eager=True),
                                                    d["search"].update(engine_args={"enable_prefix_caching":
                                                                                    [True, False]}))))
     assert space.engine_args["enforce_eager"] is True
@@ -259,7 +221,7 @@ _CASES = [(field, bad) for field, _, _ in _number_fields() for bad in _BAD] + \
 def test_every_number_field_of_the_space_refuses_inf_nan_and_absurd_values(tmp_path, field, bad):
     annotation = next((a for f, _, a in _number_fields() if f == field), None)
     value = bad if annotation is None else _sample(annotation, bad)
-    raw = copy.deepcopy(SPACE)
+    raw = copy.deepcopy(SIM_SPACE)
     raw.setdefault("search", {})
     _set(raw, field, value, _BASES)
     path = tmp_path / "space.yaml"
@@ -283,7 +245,7 @@ def test_the_fuzz_covers_every_model_and_number_field():
 def test_an_unbounded_workload_size_is_refused_at_load(tmp_path):
     for key in ("num_prompts", "input_len", "concurrency"):
         with pytest.raises(SpaceError, match=rf": workload.{key}: must be <= "):
-            load_space(_space(tmp_path, lambda d, k=key: d["workload"].update({k: 10**12})))
+            load_space(space_file(tmp_path, lambda d, k=key: d["workload"].update({k: 10**12})))
 
 
 # -- principle 2: what the engine says is checked before it is believed ------------------------------------------
@@ -360,11 +322,11 @@ _BAD_SPACES = {
 
 @pytest.mark.parametrize("case", sorted(_BAD_SPACES))
 def test_every_command_refuses_a_bad_space_with_the_same_line(tmp_path, capsys, case):
-    path = _space(tmp_path, _BAD_SPACES[case])
+    path = space_file(tmp_path, _BAD_SPACES[case])
     lines = {}
     for name, argv in _commands(tmp_path).items():
-        status, out, err = _run(argv(path), capsys)
-        lines[name] = _one_line(err)
+        status, out, err = run_cli(argv(path), capsys)
+        lines[name] = one_line(err)
         assert status == ExitStatus.BAD_INPUT, (name, lines[name], out)
         assert "nothing to fix" not in out and "cannot import vllm" not in out, (name, out)
         assert lines[name].startswith(f"autotune: error: {path}: "), (name, lines[name])
@@ -380,15 +342,6 @@ from autotune.store import _keys  # noqa: E402
 
 _STORED_KEYS = sorted({v for k, v in vars(_keys).items() if k.endswith("_KEY") and isinstance(v, str)
                        and v.startswith("autotune:")})
-
-
-@pytest.fixture(scope="module")
-def _stored_study(tmp_path_factory) -> Path:
-    """A finished two-trial sim study with verification, once for the module."""
-    root = tmp_path_factory.mktemp("stored")
-    argv = [a for a in _tune(root, _space(root)) if a != "--no-verify"] + ["--verify-restarts", "2", "--top-k", "1"]
-    assert raw_main(argv, out=io.StringIO()) == ExitStatus.SUCCESS
-    return root
 
 
 def _tampered(src: Path, dst: Path, key: str, value: object, on: str = "both") -> str:
@@ -417,24 +370,24 @@ def _tampered(src: Path, dst: Path, key: str, value: object, on: str = "both") -
 
 @pytest.mark.parametrize("value", ["garbage", [1, "two"]], ids=["text", "list"])
 @pytest.mark.parametrize("key", _STORED_KEYS)
-def test_every_stored_key_of_the_wrong_type_is_one_line_or_harmless_in_report(tmp_path, capsys, _stored_study, key,
+def test_every_stored_key_of_the_wrong_type_is_one_line_or_harmless_in_report(tmp_path, capsys, stored_study, key,
                                                                               value):
-    url = _tampered(_stored_study, tmp_path, key, value)
-    status, _, err = _run(["report", "--storage", url, "--study", "one"], capsys)
+    url = _tampered(stored_study, tmp_path, key, value)
+    status, _, err = run_cli(["report", "--storage", url, "--study", "one"], capsys)
     if status != ExitStatus.SUCCESS:
-        line = _one_line(err)
+        line = one_line(err)
         assert key in line, line
     else:
         assert "Traceback" not in err
 
 
 @pytest.mark.parametrize(("key", "value"), [("autotune:restarts", "lots"), ("autotune:config", [1, 2])])
-def test_a_stored_value_of_the_wrong_type_is_one_line_naming_the_key_and_the_trial(tmp_path, capsys, _stored_study,
+def test_a_stored_value_of_the_wrong_type_is_one_line_naming_the_key_and_the_trial(tmp_path, capsys, stored_study,
                                                                                    key, value):
-    url = _tampered(_stored_study, tmp_path, key, value, on="trial")
+    url = _tampered(stored_study, tmp_path, key, value, on="trial")
     for argv in (["report", "--storage", url, "--study", "one"], ["export", "--storage", url, "--study", "one"],
-                 [*_tune(tmp_path, _space(tmp_path))[:-2], "--study", "one", "--storage", url, "--trials", "3"]):
-        status, _, err = _run(argv, capsys)
+                 [*tune_argv(tmp_path, space_file(tmp_path))[:-2], "--study", "one", "--storage", url, "--trials", "3"]):
+        status, _, err = run_cli(argv, capsys)
         lines = [text for text in err.splitlines() if "autotune: error:" in text]  # after tune's progress bar
         assert len(lines) == 1 and "Traceback" not in err, err
         line = lines[0][lines[0].index("autotune: error:"):]
@@ -442,21 +395,21 @@ def test_a_stored_value_of_the_wrong_type_is_one_line_naming_the_key_and_the_tri
         assert key in line and "trial 0" in line, (argv[0], line)
 
 
-def test_an_unknown_schema_version_is_one_line(tmp_path, capsys, _stored_study):
+def test_an_unknown_schema_version_is_one_line(tmp_path, capsys, stored_study):
     for value in (99, "two"):
-        url = _tampered(_stored_study, tmp_path, "autotune:schema_version", value, on="study")
-        status, _, err = _run(["report", "--storage", url, "--study", "one"], capsys)
-        line = _one_line(err)
+        url = _tampered(stored_study, tmp_path, "autotune:schema_version", value, on="study")
+        status, _, err = run_cli(["report", "--storage", url, "--study", "one"], capsys)
+        line = one_line(err)
         assert status == ExitStatus.BAD_INPUT and "schema" in line, line
 
 
-def test_a_locked_store_is_called_locked_not_corrupt(tmp_path, capsys, monkeypatch, _stored_study):
+def test_a_locked_store_is_called_locked_not_corrupt(tmp_path, capsys, monkeypatch, stored_study):
     import subprocess
     import sys
 
     from autotune.store import health
 
-    shutil.copy(_stored_study / "optuna.db", tmp_path / "optuna.db")
+    shutil.copy(stored_study / "optuna.db", tmp_path / "optuna.db")
     monkeypatch.setattr(health, "LOCK_WAIT_S", 0.5)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
@@ -465,10 +418,10 @@ def test_a_locked_store_is_called_locked_not_corrupt(tmp_path, capsys, monkeypat
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         url = f"sqlite:///{tmp_path}/optuna.db"
-        for argv in (_tune(tmp_path, _space(tmp_path))[:-2] + ["--study", "one", "--storage", url],
+        for argv in (tune_argv(tmp_path, space_file(tmp_path))[:-2] + ["--study", "one", "--storage", url],
                      ["report", "--storage", url, "--study", "one"]):
-            status, _, err = _run(argv, capsys)
-            line = _one_line(err)
+            status, _, err = run_cli(argv, capsys)
+            line = one_line(err)
             assert status != ExitStatus.SUCCESS, line
             assert "locked" in line and "restore" not in line and "not a usable" not in line, line
             assert f"pid {holder.pid}" in line, line
@@ -485,33 +438,33 @@ def test_a_locked_store_is_called_locked_not_corrupt(tmp_path, capsys, monkeypat
 def test_a_dangling_symlink_output_is_refused_before_the_study_runs(tmp_path, capsys):
     link = tmp_path / "report.json"
     link.symlink_to(tmp_path / "gone" / "elsewhere.json")
-    status, _, err = _run(_tune(tmp_path, _space(tmp_path), "--json", str(link)), capsys)
-    line = _one_line(err)
+    status, _, err = run_cli(tune_argv(tmp_path, space_file(tmp_path), "--json", str(link)), capsys)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT and "--json" in line and "symbolic link" in line, line
     assert not (tmp_path / "optuna.db").exists(), "the study ran before the output path was checked"
 
 
-def test_no_output_flag_writes_through_a_symbolic_link(tmp_path, capsys, _stored_study):
-    url = f"sqlite:///{_stored_study}/optuna.db"
+def test_no_output_flag_writes_through_a_symbolic_link(tmp_path, capsys, stored_study):
+    url = f"sqlite:///{stored_study}/optuna.db"
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")
     for argv in (["report", "--storage", url, "--study", "one", "--json"],
                  ["export", "--storage", url, "--study", "one", "--out"]):
         link = tmp_path / f"{argv[0]}.yaml"
         link.symlink_to(victim)
-        status, _, err = _run([*argv, str(link)], capsys)
-        line = _one_line(err)
+        status, _, err = run_cli([*argv, str(link)], capsys)
+        line = one_line(err)
         assert status == ExitStatus.BAD_INPUT and "symbolic link" in line, line
         assert victim.read_text() == "keep me\n"
 
 
-def test_report_into_a_closed_pipe_is_not_an_error(tmp_path, _stored_study):
+def test_report_into_a_closed_pipe_is_not_an_error(tmp_path, stored_study):
     import subprocess
     import sys
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "report", "--storage",
-                             f"sqlite:///{_stored_study}/optuna.db", "--study", "one"],
+                             f"sqlite:///{stored_study}/optuna.db", "--study", "one"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # `autotune report | head -0`: the reader is gone before the first line
@@ -545,14 +498,14 @@ def test_a_dataset_in_a_format_autotune_does_not_read_is_refused_at_load(tmp_pat
     else:
         path.write_text(body)
     dataset = str(path) if spec is None else {**spec, "path": str(path)}
-    space = _space(tmp_path, lambda d: d["workload"].update(dataset=dataset))
+    space = space_file(tmp_path, lambda d: d["workload"].update(dataset=dataset))
     with pytest.raises(SpaceError) as info:
         load_space(space)
     message = str(info.value)
     assert "\n" not in message and ": workload.dataset" in message and name in message, message
     assert "; fix: " in message and ("jsonl" in message if body is not None else "is a directory" in message), message
-    status, _, err = _run(_tune(tmp_path, space), capsys)
-    assert status == ExitStatus.BAD_INPUT and _one_line(err) == f"autotune: error: {message}"
+    status, _, err = run_cli(tune_argv(tmp_path, space), capsys)
+    assert status == ExitStatus.BAD_INPUT and one_line(err) == f"autotune: error: {message}"
 
 
 @pytest.mark.parametrize(("name", "body", "spec"), [
@@ -565,7 +518,7 @@ def test_a_dataset_in_a_supported_format_loads(tmp_path, name, body, spec):
     path = tmp_path / name
     path.write_text(body)
     dataset = str(path) if spec is None else {**spec, "path": str(path)}
-    space = load_space(_space(tmp_path, lambda d: d["workload"].update(dataset=dataset)))
+    space = load_space(space_file(tmp_path, lambda d: d["workload"].update(dataset=dataset)))
     assert space.prompts_digest is not None
 
 
@@ -573,6 +526,6 @@ def test_a_dataset_in_a_supported_format_loads(tmp_path, name, body, spec):
                                   "noise=[1,", "noise=&a [*a]"])
 def test_a_command_line_value_is_read_like_the_space_file(tmp_path, capsys, item):
     """--engine-opt and --params values are YAML: the same reading (aliases bounded) and the same number rule."""
-    status, _, err = _run(_tune(tmp_path, _space(tmp_path), "--engine-opt", item), capsys)
-    line = _one_line(err)
+    status, _, err = run_cli(tune_argv(tmp_path, space_file(tmp_path), "--engine-opt", item), capsys)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT and f"--engine-opt {item!r}" in line, line

@@ -16,7 +16,7 @@ import yaml
 
 from autotune.cli._main import raw_main
 from autotune.core.exit_status import ExitStatus
-from tests.test_reliability_boundaries import _one_line, _run, _space, _stored_study, _tune  # noqa: F401
+from tests._helpers.cli import one_line, run_cli, space_file, tune_argv
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,8 +69,8 @@ def test_a_link_out_of_the_study_directory_is_refused_before_the_study_writes_an
     (study / ".autotune-study").write_text('{"study": "one", "created_by": "autotune"}\n')
     (study / "logs").symlink_to(elsewhere)
     space = _cmd_space(tmp_path, [sys.executable, str(REPO / "examples" / "cmd_engine_example.py")])
-    status, _, err = _run(_cmd_tune(tmp_path, space), capsys)
-    line = _one_line(err)
+    status, _, err = run_cli(_cmd_tune(tmp_path, space), capsys)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT, line
     assert str(study / "logs") in line and "symbolic link" in line and "remove the link" in line, line
     assert list(elsewhere.iterdir()) == []
@@ -88,7 +88,7 @@ def test_a_link_planted_while_the_study_runs_is_not_followed(tmp_path, capsys):
                        f"ln -s {elsewhere} \"$AUTOTUNE_CACHE_DIR/logs\"; fi\n"
                        f"exec {sys.executable} {REPO / 'examples' / 'cmd_engine_example.py'} --profile h200\n")
     wrapper.chmod(0o755)
-    status, _, err = _run(_cmd_tune(tmp_path, _cmd_space(tmp_path, [str(wrapper)])), capsys)
+    status, _, err = run_cli(_cmd_tune(tmp_path, _cmd_space(tmp_path, [str(wrapper)])), capsys)
     assert status in (ExitStatus.SUCCESS, ExitStatus.NO_RESULT), err[-2000:]
     assert (tmp_path / "w" / "one" / "logs").is_symlink(), "the wrapper did plant its link"
     assert list(elsewhere.iterdir()) == [], "a log was written through the link, outside the workdir"
@@ -122,13 +122,13 @@ def _renamed(src: Path, dst: Path, name: str) -> str:
 
 @pytest.mark.parametrize("name", ["../../x", "/etc/x", "one\x1b[2Jforged", ".."])
 @pytest.mark.parametrize("command", ["report", "export", "recheck", "worker", "track", "report-latest"])
-def test_a_study_name_another_tool_stored_is_one_line_in_every_command(tmp_path, capsys, monkeypatch, _stored_study,
+def test_a_study_name_another_tool_stored_is_one_line_in_every_command(tmp_path, capsys, monkeypatch, stored_study,
                                                                         name, command):
     """A stored study named ``../../x`` made ``recheck`` and ``worker`` traceback (ValueError from the study's
     directory); ``report`` printed an escape sequence in the name raw. Every command that reads a study refuses the
     name in one line (shown escaped), exit 2, and writes nothing."""
     monkeypatch.chdir(tmp_path)
-    url = _renamed(_stored_study, tmp_path, name)
+    url = _renamed(stored_study, tmp_path, name)
     argv = {"report": ["report", "--storage", url, "--study", name],
             "report-latest": ["report", "--storage", url],
             "export": ["export", "--storage", url, "--study", name],
@@ -136,8 +136,8 @@ def test_a_study_name_another_tool_stored_is_one_line_in_every_command(tmp_path,
             "worker": ["worker", "--storage", url, "--study", name, "--workdir", str(tmp_path / "w"), "--no-mlflow"],
             "track": ["track", "--storage", url, "--study", name, "--tracking-uri", f"sqlite:///{tmp_path}/m.db"],
             }[command]
-    status, out, err = _run(argv, capsys)
-    line = _one_line(err)
+    status, out, err = run_cli(argv, capsys)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT, line
     assert "stored study name" in line and "\x1b" not in line + out, line
     assert not (tmp_path / "w").exists() and not (tmp_path / "m.db").exists()
@@ -158,11 +158,11 @@ def test_a_storage_path_that_does_not_exist_leaves_no_database_behind(tmp_path, 
             "report": ["report", "--storage", url],
             "export": ["export", "--storage", url],
             "track": ["track", "--storage", url, "--study", "one", "--tracking-uri", "sqlite:///m.db"],
-            "warm-start": [*_tune(tmp_path, _space(tmp_path)), "--warm-start", "earlier"]}[command]
+            "warm-start": [*tune_argv(tmp_path, space_file(tmp_path)), "--warm-start", "earlier"]}[command]
     if command == "warm-start":
         argv[argv.index("--storage") + 1] = url
-    status, _, err = _run(argv, capsys)
-    line = _one_line(err)
+    status, _, err = run_cli(argv, capsys)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT, line
     assert "typo.db" in line, line
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.name != "space.yaml")
@@ -170,15 +170,15 @@ def test_a_storage_path_that_does_not_exist_leaves_no_database_behind(tmp_path, 
 
 
 @pytest.mark.parametrize("where", ["engine-opt", "space"])
-def test_recheck_makes_nothing_for_inputs_it_refuses(tmp_path, capsys, _stored_study, where):
+def test_recheck_makes_nothing_for_inputs_it_refuses(tmp_path, capsys, stored_study, where):
     """``recheck --engine-opt noise=abc`` (or a missing ``--space``) refused the input only after making the study's
     directory (and said "error", exit 1, for a bad option): now exit 2 and no directory."""
     url = f"sqlite:///{tmp_path}/optuna.db"
-    shutil.copy(_stored_study / "optuna.db", tmp_path / "optuna.db")
+    shutil.copy(stored_study / "optuna.db", tmp_path / "optuna.db")
     extra = ["--engine-opt", "noise=abc"] if where == "engine-opt" else ["--space", str(tmp_path / "nope.yaml")]
-    status, _, err = _run(["recheck", "--storage", url, "--study", "one", "--workdir", str(tmp_path / "w"),
+    status, _, err = run_cli(["recheck", "--storage", url, "--study", "one", "--workdir", str(tmp_path / "w"),
                            "--no-mlflow", *extra], capsys)
-    line = _one_line(err)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT, line
     assert not (tmp_path / "w").exists()
 
@@ -186,18 +186,18 @@ def test_recheck_makes_nothing_for_inputs_it_refuses(tmp_path, capsys, _stored_s
 def test_tune_makes_no_store_for_a_bad_engine_option(tmp_path, capsys):
     """``tune --engine-opt noise=abc`` created the store (and its directory) before the engine refused the option,
     then exited 1: the option is bad input (exit 2), and nothing is made."""
-    argv = _tune(tmp_path, _space(tmp_path), "--engine-opt", "noise=abc")
+    argv = tune_argv(tmp_path, space_file(tmp_path), "--engine-opt", "noise=abc")
     argv[argv.index("--storage") + 1] = f"sqlite:///{tmp_path}/new/optuna.db"
-    status, _, err = _run(argv, capsys)
-    line = _one_line(err)
+    status, _, err = run_cli(argv, capsys)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT and "engine.sim.noise" in line, line
     assert not (tmp_path / "new").exists() and not (tmp_path / "w").exists()
 
 
 def test_a_new_store_is_still_made_by_a_study_that_runs(tmp_path, capsys):
-    argv = _tune(tmp_path, _space(tmp_path))
+    argv = tune_argv(tmp_path, space_file(tmp_path))
     argv[argv.index("--storage") + 1] = f"sqlite:///{tmp_path}/new/dir/optuna.db"
-    status, _, err = _run(argv, capsys)
+    status, _, err = run_cli(argv, capsys)
     assert status in (ExitStatus.SUCCESS, ExitStatus.NO_RESULT), err[-1000:]
     assert (tmp_path / "new" / "dir" / "optuna.db").is_file()
     assert os.path.isdir(tmp_path / "w" / "one")
@@ -251,7 +251,7 @@ def project(tmp_path, monkeypatch):
     root = tmp_path / "proj"
     root.mkdir()
     shutil.copyfile(_RECHECK_DB, root / "study.db")
-    shutil.copyfile(_space(tmp_path), root / "space.yaml")
+    shutil.copyfile(space_file(tmp_path), root / "space.yaml")
     (tmp_path / "elsewhere").mkdir()
     (root / "out").symlink_to("../elsewhere")
     (root / "sub").mkdir()
@@ -268,8 +268,8 @@ def test_no_output_flag_writes_through_a_link_out_of_the_directory_it_was_named_
     argv, flag = _output_commands(project)[command]
     target = "out/r.json" if flag == "--json" else ("out/bench" if command == "bench --out" else "out/w.yaml")
     before = {p.name for p in project.iterdir()}
-    status, out, err = _run([*argv, target], capsys)
-    line = _one_line(err)
+    status, out, err = run_cli([*argv, target], capsys)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT and line.startswith(f"autotune: error: {flag} {target}:"), line
     assert "is a symbolic link (to ../elsewhere) leading out of" in line, line
     assert list((project.parent / "elsewhere").iterdir()) == []
@@ -280,13 +280,13 @@ def test_an_output_through_a_link_that_stays_inside_or_named_elsewhere_is_writte
     """The rule refuses only what leads out: a link inside the directory is followed, and a path named outside it
     (its directory given in full) is written where it says."""
     store = ["--storage", f"sqlite:///{project}/study.db", "--study", "h200-sim"]
-    status, _, err = _run(["report", *store, "--json", "inside/r.json"], capsys)
+    status, _, err = run_cli(["report", *store, "--json", "inside/r.json"], capsys)
     assert status == ExitStatus.SUCCESS, err
     assert (project / "sub" / "r.json").is_file()
-    status, _, err = _run(["export", *store, "--out", str(tmp_path / "elsewhere" / "w.yaml")], capsys)
+    status, _, err = run_cli(["export", *store, "--out", str(tmp_path / "elsewhere" / "w.yaml")], capsys)
     assert status == ExitStatus.SUCCESS, err
     assert (tmp_path / "elsewhere" / "w.yaml").is_file()
-    status, _, err = _run(["audit", "--space", "space.yaml", "--engine", "sim", "--workdir", "a", "--json",
+    status, _, err = run_cli(["audit", "--space", "space.yaml", "--engine", "sim", "--workdir", "a", "--json",
                            "inside/a.json"], capsys)
     assert status == ExitStatus.SUCCESS, err
     assert (project / "sub" / "a.json").is_file()

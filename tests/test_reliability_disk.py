@@ -22,7 +22,7 @@ import pytest
 
 from autotune.core.exit_status import ExitStatus
 from tests.conftest import _migrated_store
-from tests.test_reliability_faults import REPO, _command, _stored
+from tests._helpers.faults import REPO, fault_command, read_stored
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def _one_error_line(err: str) -> str:
 def _cmd(tmp: Path) -> list[str]:
     # The fault test's deterministic study (its outcome can be compared exactly), with a 1 s heartbeat: a trial
     # failed by a run that died before queuing its retry is queued again after the grace period (4 s here).
-    return [*_command(tmp, "sim"), "--heartbeat", "1"]
+    return [*fault_command(tmp, "sim"), "--heartbeat", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def reference(tmp_path_factory) -> tuple[dict, int, set[str]]:
     tmp = tmp_path_factory.mktemp("ref")
     done = _run(_cmd(tmp))
     assert done.returncode == 0, done.stderr[-3000:]
-    outcome = _stored(tmp).outcome
+    outcome = read_stored(tmp).outcome
     assert outcome is not None
     return outcome, (tmp / "optuna.db").stat().st_size, _measured(tmp)
 
@@ -90,11 +90,11 @@ def test_fs01_a_full_disk_under_the_storage_is_one_line_and_the_resume_loses_not
         line = _one_error_line(full.stderr)
         assert f"cannot write to the study storage --storage sqlite:///{tmp_path}/optuna.db" in line
         assert "free space" in line and "run the same command again" in line
-        before = before or _stored(tmp_path)
+        before = before or read_stored(tmp_path)
     assert before is not None and sum(before.restarts.values()) > 0
     resumed = _run(cmd)
     assert resumed.returncode == ExitStatus.SUCCESS, resumed.stderr[-3000:]
-    after = _stored(tmp_path)
+    after = read_stored(tmp_path)
     assert not before.restarts - after.restarts, "restarts stored before the disk filled were lost"
     assert after.outcome == outcome
     assert _measured(tmp_path) == measured, "a configuration dropped out of the search"

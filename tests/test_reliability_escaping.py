@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from autotune.core.exit_status import ExitStatus
-from tests.test_reliability_boundaries import _run, _stored_study, _tune  # noqa: F401
+from tests._helpers.cli import run_cli, tune_argv
 
 #: What a forged label holds: clear the screen, colour, set the window title, a C1 CSI, a right-to-left override.
 FORGED = "\x1b[2J\x1b[31mx1.99 WINNER\x1b]0;pwned\x07\x9b1m\u202e"
@@ -37,16 +37,16 @@ def test_escape_text_keeps_lines_and_makes_every_control_visible():
     assert escape_text(shown) == shown  # escaping twice changes nothing: layers may each escape
 
 
-def test_report_from_json_with_forged_labels_writes_no_escape_to_the_terminal(tmp_path, capsys, _stored_study):
+def test_report_from_json_with_forged_labels_writes_no_escape_to_the_terminal(tmp_path, capsys, stored_study):
     """The issue's case: ``report --from-json`` of a report whose labels hold escape sequences wrote them raw."""
-    status, out, err = _run(["report", "--storage", f"sqlite:///{_stored_study}/optuna.db", "--study", "one",
+    status, out, err = run_cli(["report", "--storage", f"sqlite:///{stored_study}/optuna.db", "--study", "one",
                              "--json", str(tmp_path / "r.json")], capsys)
     assert status == ExitStatus.SUCCESS, err
     text = (tmp_path / "r.json").read_text()
     forged = text.replace("default-mode", json.dumps(FORGED)[1:-1] + "default-mode")
     assert forged != text
     (tmp_path / "forged.json").write_text(forged)
-    status, out, err = _run(["report", "--from-json", str(tmp_path / "forged.json")], capsys)
+    status, out, err = run_cli(["report", "--from-json", str(tmp_path / "forged.json")], capsys)
     assert status == ExitStatus.SUCCESS, err
     assert _clean(out) and _clean(err), "an escape sequence from the file reached the terminal"
     assert "\\x1b[2J\\x1b[31mx1.99 WINNER" in out, "the forged text is shown, visibly"
@@ -65,9 +65,9 @@ def test_an_engine_error_line_is_escaped_in_the_progress_and_the_report(tmp_path
         "workload": {"num_prompts": 8, "input_len": 64, "output_len": 64, "concurrency": 4, "timed_passes": 2},
         "search": {"cudagraph_mode": ["NONE"]},
     }, sort_keys=False))
-    argv = [a for a in _tune(tmp_path, space) if a not in ("--quiet",)]
+    argv = [a for a in tune_argv(tmp_path, space) if a not in ("--quiet",)]
     argv[argv.index("--engine") + 1] = "cmd"
-    status, out, err = _run(argv, capsys)
+    status, out, err = run_cli(argv, capsys)
     assert "boom" in err + out, err[-2000:]
     assert _clean(out) and _clean(err), "an engine's escape sequence reached the terminal"
 
@@ -88,13 +88,13 @@ def test_mlflow_run_names_params_tags_and_text_are_escaped(tmp_path):
     assert all("x1.99 WINNER" in value for value in stored)
 
 
-def test_a_plot_label_with_terminal_escapes_or_mathtext_is_drawn_as_text(tmp_path, _stored_study):
+def test_a_plot_label_with_terminal_escapes_or_mathtext_is_drawn_as_text(tmp_path, stored_study):
     """A label holding ``$\\frac{`` made matplotlib's mathtext fail the whole plot; escapes went into the image.
     The plot is drawn, its texts escaped and taken literally."""
     from autotune.report import read_report
     from autotune.report.plots import winner_vs_baseline
 
-    status = _run(["report", "--storage", f"sqlite:///{_stored_study}/optuna.db", "--study", "one", "--json",
+    status = run_cli(["report", "--storage", f"sqlite:///{stored_study}/optuna.db", "--study", "one", "--json",
                    str(tmp_path / "r.json")], _NoCapsys())[0]
     assert status == ExitStatus.SUCCESS
     text = (tmp_path / "r.json").read_text()
@@ -108,7 +108,7 @@ def test_a_plot_label_with_terminal_escapes_or_mathtext_is_drawn_as_text(tmp_pat
 
 
 class _NoCapsys:
-    """``_run`` reads stderr from capsys; here only the status is wanted."""
+    """``run_cli`` reads stderr from capsys; here only the status is wanted."""
 
     @staticmethod
     def readouterr() -> object:
@@ -130,6 +130,6 @@ def test_every_command_line_passes_the_escaping_stream(stream, capsys, monkeypat
     monkeypatch.setattr(_main, "SUBCOMMANDS", tuple(
         _main.Subcommand(c.name, c.help, c.configure, forged if c.name == "schema" else c.run)
         for c in _main.SUBCOMMANDS))
-    status, out, err = _run(["schema"], capsys)
+    status, out, err = run_cli(["schema"], capsys)
     assert status == ExitStatus.SUCCESS
     assert _clean(out) and _clean(err) and "label \\x1b[2J" in out + err

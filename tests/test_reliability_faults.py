@@ -24,65 +24,24 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from autotune.core.records import RestartResult
+from tests._helpers.faults import REPO, fault_command, read_stored
 
 pytestmark = pytest.mark.slow
 
 RUNS = int(os.environ.get("AUTOTUNE_FAULT_RUNS", "30"))
 SEED = int(os.environ.get("AUTOTUNE_FAULT_SEED", "20261201"))
 WORKERS = int(os.environ.get("AUTOTUNE_FAULT_WORKERS", str(min(4, os.cpu_count() or 1))))
-#: Real seconds per simulated engine second: a restart of the gb10 profile (150-200 simulated seconds, start-up
-#: included) takes ~50-120 ms, so the kill delays (0-150 ms after a restart line) land anywhere in one.
-TIME_SCALE = 0.0005
 SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT}
 ENGINES = ("sim", "cmd")
-VERIFY_RESTARTS = 2
-#: How long the cmd engine's helper process lives unless its process group is stopped: far longer than a run.
-LINGER_S = 600
 RESTART_LINE = re.compile(r"\br\d+ seed=\d+")
-REPO = Path(__file__).resolve().parent.parent
 TAG = "AUTOTUNE_FAULT_TAG"
-
-
-def _space(tmp: Path) -> Path:
-    space = {
-        "name": "faults",
-        "engine": {"name": "sim",
-                   "sim": {"profile": "gb10", "model_profile": "moe", "time_scale": TIME_SCALE},
-                   "cmd": {"command": [sys.executable, str(REPO / "tests" / "fault_engine.py"), str(LINGER_S),
-                                       "--profile", "gb10", "--model-profile", "moe"]}},
-        "engine_args": {"model": "Qwen/Qwen3-30B-A3B", "max_num_seqs": 4},
-        "workload": {"num_prompts": 16, "input_len": 256, "output_len": 256, "concurrency": 4, "timed_passes": 2},
-        "search": {"cudagraph_mode": ["PIECEWISE", "FULL_AND_PIECEWISE"],
-                   "capture_sizes": {"tiny": [1, 2, 4, 8]},
-                   "num_speculative_tokens": {"low": 0, "high": 4},
-                   "drafts": {"ngram": {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 5}}},
-    }
-    path = tmp / "faults.yaml"
-    path.write_text(yaml.safe_dump(space, sort_keys=False))
-    return path
-
-
-def _command(tmp: Path, engine: str) -> list[str]:
-    # Two baselines and two enqueued trials make the whole search: the trial sequence does not depend on the
-    # sampler, and without racing no decision depends on the order in which trials finish.
-    return [sys.executable, "-m", "autotune", "tune", "--space", str(_space(tmp)), "--engine", engine,
-            "--trials", "4", "--no-racing", "--restarts", "2", "--top-k", "2",
-            "--verify-restarts", str(VERIFY_RESTARTS), "--seed", "0",
-            "--enqueue", "cudagraph_mode=PIECEWISE,capture_sizes=tiny,num_speculative_tokens=4,draft=ngram",
-            "--enqueue", "cudagraph_mode=FULL_AND_PIECEWISE,capture_sizes=tiny,num_speculative_tokens=0",
-            "--storage", f"sqlite:///{tmp}/optuna.db", "--workdir", str(tmp / "work"), "--study", "faults",
-            "--no-mlflow", "--json", str(tmp / "report.json")]
 
 
 def _env(tag: str) -> dict[str, str]:
@@ -123,44 +82,6 @@ def _stop(pids: list[int]) -> None:
             pass
 
 
-@dataclasses.dataclass
-class Stored:
-    """What the store holds: every restart, keyed by where it belongs, and the outcome if there is one."""
-
-    restarts: Counter[tuple[Any, ...]]
-    counted: dict[tuple[Any, ...], list[int]]
-    outcome: dict[str, Any] | None
-
-
-def _stored(tmp: Path) -> Stored:
-    from autotune.store import ledger as _ledger
-    from autotune.report._build import build_report
-
-    ledger = _ledger.load("faults", f"sqlite:///{tmp}/optuna.db")
-    restarts: Counter[tuple[Any, ...]] = Counter()
-    counted: dict[tuple[Any, ...], list[int]] = {}
-
-    def ident(r: Any) -> tuple[Any, ...]:
-        return (r.restart, r.seed, r.status, r.cold, r.passes_tok_s)
-
-    for record in ledger.trial_records():
-        for r in record.restarts:
-            restarts[("trial", record.number, *ident(r))] += 1
-        if record.state == "COMPLETE" and not record.interrupted and record.duplicate_of is None:
-            counted[("trial", record.number)] = [r.seed for r in record.restarts if r.ok and not r.cold]
-    for key, rs in ledger.verify_progress().items():
-        results = [RestartResult.from_dict(d) for d in rs]
-        for r in results:
-            restarts[("verify", key, *ident(r))] += 1
-        counted[("verify", key)] = [r.seed for r in results if r.ok and not r.cold]
-    outcome = None
-    if ledger.has_verification():
-        report = build_report(ledger).to_json()
-        outcome = {"verdict": report["verdict"], "winner": report["winner"]["label"],
-                   "verified": {e["label"]: e["values"] for e in report["verification"]["entries"]}}
-    return Stored(restarts, counted, outcome)
-
-
 def _run_to_end(cmd: list[str], tag: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=REPO, env=_env(tag), capture_output=True, text=True, timeout=timeout)
 
@@ -177,9 +98,9 @@ _references: dict[str, Reference] = {}
 def _reference(engine: str, tmp: Path) -> Reference:
     if engine not in _references:
         tag = uuid.uuid4().hex
-        result = _run_to_end(_command(tmp, engine), tag)
+        result = _run_to_end(fault_command(tmp, engine), tag)
         assert result.returncode == 0, result.stderr[-3000:]
-        stored = _stored(tmp)
+        stored = read_stored(tmp)
         assert stored.outcome is not None
         lines = sum(1 for line in result.stderr.splitlines() if RESTART_LINE.search(line))
         assert lines >= 10, result.stderr[-3000:]
@@ -192,7 +113,7 @@ def _inject(engine: str, sig_name: str, target: int, delay: float, tmp: Path, re
     problems: list[str] = []
     where = f"{engine}/{sig_name} after restart {target} + {delay * 1000:.0f} ms"
     tag = uuid.uuid4().hex
-    cmd = _command(tmp, engine)
+    cmd = fault_command(tmp, engine)
     proc = subprocess.Popen(cmd, cwd=REPO, env=_env(tag), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     seen = 0
@@ -217,7 +138,7 @@ def _inject(engine: str, sig_name: str, target: int, delay: float, tmp: Path, re
         if left:
             problems.append(f"{where}: engine processes {left} still running after autotune exited")
             _stop(left)
-    before = _stored(tmp)
+    before = read_stored(tmp)
     resumed = _run_to_end(cmd, tag)
     if resumed.returncode != 0:
         return problems + [f"{where}: resume exited {resumed.returncode}: {resumed.stderr[-1500:]}"]
@@ -225,7 +146,7 @@ def _inject(engine: str, sig_name: str, target: int, delay: float, tmp: Path, re
     if left:
         problems.append(f"{where}: engine processes {left} left after the resume")
         _stop(left)
-    after = _stored(tmp)
+    after = read_stored(tmp)
     lost = before.restarts - after.restarts
     if lost:
         problems.append(f"{where}: finished restarts lost by the resume: {sorted(lost)[:3]}")

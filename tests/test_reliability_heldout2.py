@@ -11,7 +11,7 @@ import pytest
 from autotune.cli._main import raw_main
 from autotune.core.exit_status import ExitStatus
 from autotune.engines.sim import SimEngine
-from tests.test_reliability_boundaries import _one_line, _run, _space, _stored_study, _tune  # noqa: F401
+from tests._helpers.cli import one_line, run_cli, space_file, tune_argv
 
 
 
@@ -22,8 +22,8 @@ def _output_commands(tmp: Path, stored: Path) -> dict[str, list[str]]:
     """Every command that writes a file named by a flag, as argv without that flag's value (it comes last)."""
     url = f"sqlite:///{stored}/optuna.db"
     return {
-        "tune": _tune(tmp, _space(tmp), "--json"),
-        "audit": ["audit", "--space", str(_space(tmp)), "--engine", "sim", "--workdir", str(tmp / "a"), "--json"],
+        "tune": tune_argv(tmp, space_file(tmp), "--json"),
+        "audit": ["audit", "--space", str(space_file(tmp)), "--engine", "sim", "--workdir", str(tmp / "a"), "--json"],
         "recheck": ["recheck", "--storage", url, "--study", "one", "--workdir", str(stored / "w"), "--no-mlflow",
                     "--restarts", "2", "--json"],
         "export": ["export", "--storage", url, "--study", "one", "--out"],
@@ -32,7 +32,7 @@ def _output_commands(tmp: Path, stored: Path) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("command", ["tune", "audit", "recheck", "export"])
 @pytest.mark.parametrize("where", ["dash", "missing-directory"])
-def test_every_output_flag_is_checked_before_any_engine_start(tmp_path, capsys, monkeypatch, _stored_study, command,
+def test_every_output_flag_is_checked_before_any_engine_start(tmp_path, capsys, monkeypatch, stored_study, command,
                                                                where):
     """``--json -`` (or ``--out -``) where stdout carries the command's own output, and a path in a directory that
     does not exist: one line naming the flag, exit 2, before any restart; no file named ``-`` is written."""
@@ -41,19 +41,19 @@ def test_every_output_flag_is_checked_before_any_engine_start(tmp_path, capsys, 
     real = SimEngine.run_restart
     monkeypatch.setattr(SimEngine, "run_restart", lambda self, *a, **kw: starts.append(a) or real(self, *a, **kw))
     value = "-" if where == "dash" else str(tmp_path / "no-such-dir" / "out.yaml")
-    status, _, err = _run([*_output_commands(tmp_path, _stored_study)[command], value], capsys)
-    line = _one_line(err)
+    status, _, err = run_cli([*_output_commands(tmp_path, stored_study)[command], value], capsys)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT, (status, line)
     assert ("--json" in line or "--out" in line) and (value in line or "-:" in line), line
     assert starts == [], f"{command} started the engine before it checked its output path"
     assert not (tmp_path / "-").exists()
 
 
-def test_report_json_dash_still_writes_json_to_stdout(capsys, _stored_study):
+def test_report_json_dash_still_writes_json_to_stdout(capsys, stored_study):
     """``report --json -`` is the one output flag whose ``-`` means stdout (the report is its only output)."""
     import json
 
-    status, out, err = _run(["report", "--storage", f"sqlite:///{_stored_study}/optuna.db", "--study", "one",
+    status, out, err = run_cli(["report", "--storage", f"sqlite:///{stored_study}/optuna.db", "--study", "one",
                              "--json", "-"], capsys)
     assert status == ExitStatus.SUCCESS and err == ""
     assert json.loads(out)["format"].startswith("autotune.report/")
@@ -79,7 +79,7 @@ def test_two_commands_creating_one_new_store_at_once_is_not_a_broken_store(tmp_p
         return real(storage, *args, **kwargs)
 
     monkeypatch.setattr(optuna, "get_all_study_summaries", racing)
-    status, out, err = _run(_tune(tmp_path, _space(tmp_path)), capsys)
+    status, out, err = run_cli(tune_argv(tmp_path, space_file(tmp_path)), capsys)
     assert lost and status == ExitStatus.SUCCESS, err
     assert "cannot be used" not in err and "Search ended" in out, (out, err)
 
@@ -140,7 +140,7 @@ def test_a_winner_whose_outputs_were_never_compared_is_said_so(tmp_path, capsys,
     argv = ["tune", "--space", str(_cmd_space(tmp_path, mode)), "--trials", "3", "--no-mlflow", "--quiet",
             "--storage", f"sqlite:///{tmp_path}/o.db", "--workdir", str(tmp_path / "w"), "--study", "oc",
             "--verify-restarts", "2", "--verify-rounds", "0", "--enqueue", "num_speculative_tokens=2,draft=ngram"]
-    status, out, err = _run(argv, capsys)
+    status, out, err = run_cli(argv, capsys)
     assert status == ExitStatus.SUCCESS and "Verdict: FASTER" in out, (out, err)
     warned = [line for line in out.splitlines() if line.startswith("WARNING: the output check did not apply")]
     if why is None:
@@ -150,7 +150,7 @@ def test_a_winner_whose_outputs_were_never_compared_is_said_so(tmp_path, capsys,
         # The same in the report's JSON, and read back from it.
         import json
 
-        status, out, _ = _run(["report", "--storage", f"sqlite:///{tmp_path}/o.db", "--study", "oc", "--json", "-"],
+        status, out, _ = run_cli(["report", "--storage", f"sqlite:///{tmp_path}/o.db", "--study", "oc", "--json", "-"],
                               capsys)
         assert json.loads(out)["output_check"]["winner_unchecked"] == why
 
@@ -167,12 +167,12 @@ def test_a_baseline_the_floor_made_infeasible_in_the_search_is_not_called_unsucc
     from autotune.report._build import build_report
     from autotune.study import run_study
     from tests.conftest import SMALL_SPACE, FakeEngine
-    from tests.test_reliability_transient import TRIP, _options, _speed
+    from tests._helpers.transient import TRIP, speed, study_options
 
     space = parse_space(SMALL_SPACE)
     base = space.baseline().key()
-    engine = FakeEngine(_speed, fail=lambda c: TRIP if c.key() == base else None)
-    report = build_report(run_study(space, engine, _options(tmp_path)))
+    engine = FakeEngine(speed, fail=lambda c: TRIP if c.key() == base else None)
+    report = build_report(run_study(space, engine, study_options(tmp_path)))
     assert report.no_result is not None and "no restart succeeded" not in report.no_result, report.no_result
     assert "none of its restarts ran" in report.no_result and GUARD_PREFIX in report.no_result
     assert "infeasible" in report.no_result
@@ -201,8 +201,8 @@ def test_a_read_command_never_writes_optunas_tables_into_a_file_without_them(tmp
     the file (its bytes changed). Now one line, exit 2, and the file's bytes as they were."""
     db = _foreign(tmp_path, tables)
     before = db.read_bytes()
-    status, _, err = _run([command, "--storage", f"sqlite:///{db}"], capsys)
-    line = _one_line(err)
+    status, _, err = run_cli([command, "--storage", f"sqlite:///{db}"], capsys)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT and "no studies" in line and "no Optuna tables" in line, line
     assert db.read_bytes() == before
 
@@ -210,17 +210,17 @@ def test_a_read_command_never_writes_optunas_tables_into_a_file_without_them(tmp
 def test_tune_does_not_add_its_tables_to_another_programs_database(tmp_path, capsys):
     db = _foreign(tmp_path, tables=True)
     before = db.read_bytes()
-    status, _, err = _run(["tune", "--space", str(_space(tmp_path)), "--engine", "sim", "--trials", "1",
+    status, _, err = run_cli(["tune", "--space", str(space_file(tmp_path)), "--engine", "sim", "--trials", "1",
                            "--no-verify", "--no-mlflow", "--quiet", "--storage", f"sqlite:///{db}", "--workdir",
                            str(tmp_path / "w")], capsys)
-    line = _one_line(err)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT and "another program's SQLite database" in line and "users" in line, line
     assert db.read_bytes() == before
 
 
 def test_tune_still_starts_a_new_store_in_an_empty_file(tmp_path, capsys):
     db = _foreign(tmp_path, tables=False)
-    status, out, err = _run(["tune", "--space", str(_space(tmp_path)), "--engine", "sim", "--trials", "1",
+    status, out, err = run_cli(["tune", "--space", str(space_file(tmp_path)), "--engine", "sim", "--trials", "1",
                              "--no-verify", "--no-mlflow", "--quiet", "--storage", f"sqlite:///{db}", "--workdir",
                              str(tmp_path / "w")], capsys)
     assert status == ExitStatus.SUCCESS, err

@@ -12,7 +12,7 @@ import pytest
 
 from autotune.core.exit_status import ExitStatus
 from autotune.engines.sim import SimEngine
-from tests.test_reliability_boundaries import _one_line, _run, _space, _stored_study, _tune  # noqa: F401
+from tests._helpers.cli import one_line, run_cli, space_file, tune_argv
 
 
 # -- stored reports ------------------------------------------------------------------------------------------
@@ -23,8 +23,8 @@ def test_report_from_json_of_deeply_nested_json_is_one_line(tmp_path, capsys, de
     the readers below the decoder. Both are one line naming the file, exit 2."""
     path = tmp_path / "deep.json"
     path.write_text('{"format": "autotune.report/1", "record": ' + "[" * depth + "]" * depth + "}")
-    status, _, err = _run(["report", "--from-json", str(path)], capsys)
-    line = _one_line(err)
+    status, _, err = run_cli(["report", "--from-json", str(path)], capsys)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT and str(path) in line and "nested deeper" in line, line
 
 
@@ -49,9 +49,9 @@ def test_audit_params_that_the_space_cannot_take_are_one_line_before_the_engine_
     traceback; an unknown key (``foo=1``) was dropped and the defaults audited, exit 0."""
     starts: list[object] = []
     monkeypatch.setattr(SimEngine, "run_restart", lambda self, *a, **kw: starts.append(a))
-    status, _, err = _run(["audit", "--space", str(_space(tmp_path)), "--engine", "sim", "--workdir",
+    status, _, err = run_cli(["audit", "--space", str(space_file(tmp_path)), "--engine", "sim", "--workdir",
                            str(tmp_path / "a"), "--params", params], capsys)
-    line = _one_line(err)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT and "--params" in line, line
     assert starts == []
 
@@ -62,8 +62,8 @@ def test_ui_address_flags_are_one_line_and_make_nothing(tmp_path, capsys, monkey
     """``ui --port 99999`` was an OverflowError traceback after ``mlruns/`` was made; an unknown host was called
     "in use"."""
     monkeypatch.chdir(tmp_path)
-    status, _, err = _run(["ui", "--tracking-uri", f"sqlite:///{tmp_path}/m/mlflow.db", *argv], capsys)
-    line = _one_line(err)
+    status, _, err = run_cli(["ui", "--tracking-uri", f"sqlite:///{tmp_path}/m/mlflow.db", *argv], capsys)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT and argv[0] in line and "in use" not in line, line
     assert not (tmp_path / "m").exists()
 
@@ -90,7 +90,7 @@ def test_every_benchmarks_flag_is_one_line_before_it_runs(capsys, module, argv):
     with pytest.raises(SystemExit) as caught:
         main(argv)
     err = capsys.readouterr().err
-    line = _one_line(err)
+    line = one_line(err)
     assert caught.value.code == 2, (caught.value.code, line)
     assert argv[0] in line, line
 
@@ -110,7 +110,7 @@ def test_doctor_on_a_meminfo_without_memavailable_is_a_fix_line(tmp_path, capsys
 
     path = _meminfo(tmp_path, "MemTotal:       16000000 kB\nMemFree:         8000000 kB\nCached: 100 kB\n")
     monkeypatch.setattr(checkup, "read_meminfo", lambda: read_meminfo(path))
-    status, out, err = _run(["doctor"], capsys)
+    status, out, err = run_cli(["doctor"], capsys)
     assert "Traceback" not in err and err == "", err
     fix = [line for line in out.splitlines() if line.startswith("FIX") and "memory" in line]
     assert status == ExitStatus.ERROR and fix and str(path) in fix[0] and "MemAvailable" in fix[0], out
@@ -122,12 +122,12 @@ def test_a_study_on_a_meminfo_without_memavailable_is_one_line(tmp_path, capsys,
 
     path = _meminfo(tmp_path, "MemTotal:       16000000 kB\n")
     monkeypatch.setattr(meminfo.MeminfoReader.__init__, "__defaults__", (str(path),))
-    space = _space(tmp_path, lambda raw: raw.update(engine={"name": "cmd", "cmd": {"command": [
+    space = space_file(tmp_path, lambda raw: raw.update(engine={"name": "cmd", "cmd": {"command": [
         sys.executable, "-c", "pass"]}}))
-    argv = _tune(tmp_path, space)
+    argv = tune_argv(tmp_path, space)
     argv[argv.index("--engine") + 1] = "cmd"
-    status, _, err = _run(argv, capsys)
-    line = _one_line(err)
+    status, _, err = run_cli(argv, capsys)
+    line = one_line(err)
     assert status == ExitStatus.ERROR and str(path) in line and "MemAvailable" in line, line
 
 
@@ -159,7 +159,7 @@ def test_doctor_and_the_machine_state_on_a_garbled_cpuinfo(tmp_path, capsys, mon
         psutil.cpu_freq(percpu=True)  # the injection reproduces psutil's own failure
     state = read_machine_state(cpu_freq=psutil.cpu_freq, gpus=lambda: None)
     assert state.cpu_mhz_mean is None and state.cpu_mhz_min is None
-    status, out, err = _run(["doctor"], capsys)
+    status, out, err = run_cli(["doctor"], capsys)
     assert "Traceback" not in err and err == "", err
     assert any(line.startswith("note  cpu") and "clock not reported" in line for line in out.splitlines()), out
 
@@ -178,7 +178,7 @@ def test_doctor_without_any_gpu_does_not_describe_one(capsys, monkeypatch):
     from autotune.machine import _checkup as checkup
 
     monkeypatch.setattr(checkup, "gpu_states", lambda: None)
-    _, out, _ = _run(["doctor"], capsys)
+    _, out, _ = run_cli(["doctor"], capsys)
     unified = [line for line in out.splitlines() if "unified" in line]
     assert unified and "the GPU has its own memory" not in unified[0] and "no GPU" in unified[0], unified
 
@@ -242,8 +242,8 @@ def test_bench_scaling_flags_are_one_line(capsys, argv):
     """A held-out probe of every numeric flag of every command (115 values): ``bench-scaling --seeds 0`` (and -1)
     ran nothing and exited 0; ``--workers 0``, ``--profiles nope`` were KeyError tracebacks, ``--workers 1,x`` and
     ``--first-seed -1`` ValueError tracebacks."""
-    status, _, err = _run(["bench-scaling", *argv], capsys)
-    line = _one_line(err)
+    status, _, err = run_cli(["bench-scaling", *argv], capsys)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT and argv[0] in line, line
 
 
@@ -256,7 +256,7 @@ def _tracking_commands(tmp_path: Path) -> dict[str, list[str]]:
     """Every command that logs to MLflow, as argv that would otherwise make a store, a workdir or run an engine."""
     store = ["--storage", f"sqlite:///{tmp_path}/sub/optuna.db"]
     return {
-        "tune": ["tune", "--space", str(_space(tmp_path)), "--engine", "sim", "--trials", "2", "--no-verify",
+        "tune": ["tune", "--space", str(space_file(tmp_path)), "--engine", "sim", "--trials", "2", "--no-verify",
                  "--quiet", *store, "--workdir", str(tmp_path / "w"), "--study", "one"],
         "worker": ["worker", "--study", "one", *store, "--workdir", str(tmp_path / "w")],
         "recheck": ["recheck", "--study", "one", *store, "--workdir", str(tmp_path / "w")],
@@ -285,8 +285,8 @@ def test_a_tracking_uri_mlflow_cannot_use_is_one_line_in_every_command_that_logs
         argv = [*argv, "--tracking-uri", uri]
     else:
         monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    status, out, err = _run(argv, capsys)
-    line = _one_line(err)
+    status, out, err = run_cli(argv, capsys)
+    line = one_line(err)
     name = "--tracking-uri" if source == "flag" else "MLFLOW_TRACKING_URI"
     assert status == ExitStatus.BAD_INPUT and line.startswith(f"autotune: error: {name} 'xx://***@tracking"), line
     assert "'xx'" in line and "sqlite:///mlruns/mlflow.db" in line, line
@@ -300,8 +300,8 @@ def test_a_tracking_uri_mlflow_cannot_use_is_one_line_in_every_command_that_logs
     ("uc", "model-registry"), (f"bob:{_SECRET}@host", "scheme 'bob'"), ("", "empty"), ("file:", "path is empty")])
 def test_a_malformed_tracking_uri_is_refused_before_the_study_starts(tmp_path, capsys, monkeypatch, uri, why):
     monkeypatch.chdir(tmp_path)
-    status, out, err = _run([*_tracking_commands(tmp_path)["tune"], "--tracking-uri", uri], capsys)
-    line = _one_line(err)
+    status, out, err = run_cli([*_tracking_commands(tmp_path)["tune"], "--tracking-uri", uri], capsys)
+    line = one_line(err)
     assert status == ExitStatus.BAD_INPUT and "--tracking-uri" in line and why in line, line
     assert _SECRET not in line + out
     assert _made(tmp_path) == set()
@@ -321,5 +321,5 @@ def test_no_mlflow_leaves_the_tracking_uri_unread(tmp_path, capsys, monkeypatch)
     it."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "xx://nowhere")
-    status, _, err = _run([*_tracking_commands(tmp_path)["tune"], "--no-mlflow"], capsys)
+    status, _, err = run_cli([*_tracking_commands(tmp_path)["tune"], "--no-mlflow"], capsys)
     assert status == ExitStatus.SUCCESS, err

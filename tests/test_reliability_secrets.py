@@ -649,7 +649,7 @@ def test_a_forked_restarts_log_holds_no_credential_after_autotune_and_the_restar
     import signal
     import subprocess
 
-    from tests.engines.test_vllm_launcher import _wait_gone
+    from tests._helpers.processes import wait_gone
 
     fake = Path(__file__).resolve().parent / "data" / "fake-vllm"
     procs, study = tmp_path / "procs", tmp_path / "study"
@@ -691,7 +691,7 @@ def test_a_forked_restarts_log_holds_no_credential_after_autotune_and_the_restar
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    assert _wait_gone(engine_pids) == []
+    assert wait_gone(engine_pids) == []
     text = restart_log[0].read_text()
     assert "login ${AT_TEST_LOGIN}" in text and "'hf_token': '${AT_TEST_LOGIN}'" in text, text
     try:

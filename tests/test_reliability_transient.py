@@ -4,21 +4,16 @@ never silently loses verification."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from autotune.config.space import parse_space
 from autotune.core.records import RestartResult
-from autotune.decisions.racing import RacingPolicy
 from autotune.decisions.verification import Rounds
 from autotune.machine import GUARD_PREFIX
 from autotune.report._build import build_report
-from autotune.study import StudyOptions, run_study
+from autotune.study import run_study
 from autotune.study.options import SEED_STRIDE, VERIFY_SEED_OFFSET
+from tests._helpers.transient import TRIP, speed, study_options
 from tests.conftest import SMALL_SPACE, FakeEngine
 
-TRIP = (f"{GUARD_PREFIX} MemAvailable fell below the floor 7.0 s into the restart; killed the engine's process group "
-        "(MemAvailable 8.4 GiB, floor 8.5 GiB, lowest 8.4 GiB, Cached 3.0 GiB, MemTotal 121.7 GiB); a configuration "
-        "that does this twice is infeasible")
 LOST = "restart lost: the forkserver host exited with status -9 before it reported the restart"
 
 
@@ -41,34 +36,22 @@ class TripsOnce(FakeEngine):
         return super().run_restart(config, workload, restart=restart, seed=seed)
 
 
-def _options(tmp_path: Path, **kw) -> StudyOptions:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    base = dict(study_name="t", storage=f"sqlite:///{tmp_path}/o.db", workdir=str(tmp_path / "w"), trials=4,
-                policy=RacingPolicy(min_restarts=1, racing=False), top_k=1, verify_restarts=2, sampler="random")
-    base.update(kw)
-    return StudyOptions(**base)
-
-
 def _verify_seed(seed: int) -> bool:
     return seed % SEED_STRIDE >= VERIFY_SEED_OFFSET
-
-
-def _speed(config) -> float:
-    return 100.0 + 50 * config.num_speculative_tokens
 
 
 def test_a_guard_trip_on_the_baselines_first_verification_restart_is_run_again_and_the_verdict_stands(tmp_path):
     space = parse_space(SMALL_SPACE)
     base = space.baseline().key()
-    first_round = _options(tmp_path).verify_seed(0)
-    engine = TripsOnce(_speed, when=lambda c, seed: c.key() == base and seed == first_round)
-    ledger = run_study(space, engine, _options(tmp_path))
+    first_round = study_options(tmp_path).verify_seed(0)
+    engine = TripsOnce(speed, when=lambda c, seed: c.key() == base and seed == first_round)
+    ledger = run_study(space, engine, study_options(tmp_path))
     report = build_report(ledger)
     assert engine.tripped == {(base, first_round)}
     # The killed start was run once more on the same seed, and the study has its verdict.
     assert engine.calls.count((base, first_round)) == 2
     # The same verdict, winner and verified values as the same study on a host where nothing tripped.
-    calm_ledger = run_study(space, FakeEngine(_speed), _options(tmp_path / "calm"))
+    calm_ledger = run_study(space, FakeEngine(speed), study_options(tmp_path / "calm"))
     calm = build_report(calm_ledger)
     assert report.no_result is None and calm.no_result is None and report.verdict == calm.verdict
     assert report.winner.config.key() == calm.winner.config.key()
@@ -83,11 +66,11 @@ def test_a_guard_trip_on_the_baselines_first_verification_restart_is_run_again_a
 def test_a_lost_restart_in_the_search_is_run_again_before_the_trial_fails(tmp_path):
     space = parse_space(SMALL_SPACE)
     base = space.baseline().key()
-    engine = TripsOnce(_speed, when=lambda c, seed: c.key() == base and not _verify_seed(seed), error=LOST)
-    ledger = run_study(space, engine, _options(tmp_path))
+    engine = TripsOnce(speed, when=lambda c, seed: c.key() == base and not _verify_seed(seed), error=LOST)
+    ledger = run_study(space, engine, study_options(tmp_path))
     report = build_report(ledger)
     assert len(engine.tripped) == 1
-    calm = build_report(run_study(space, FakeEngine(_speed), _options(tmp_path / "calm")))
+    calm = build_report(run_study(space, FakeEngine(speed), study_options(tmp_path / "calm")))
     assert report.no_result is None and report.verdict == calm.verdict
     assert report.winner.config.key() == calm.winner.config.key()
     first = next(t for t in ledger.study.trials if ledger.config_key(t) == base)
@@ -118,25 +101,25 @@ def test_a_study_that_lost_its_baseline_to_a_guard_trip_recovers_when_the_same_c
 
     space = parse_space(SMALL_SPACE)
     base = space.baseline().key()
-    first_round = _options(tmp_path).verify_seed(0)
-    engine = TripsOnce(_speed, when=lambda c, seed: c.key() == base and seed == first_round)
+    first_round = study_options(tmp_path).verify_seed(0)
+    engine = TripsOnce(speed, when=lambda c, seed: c.key() == base and seed == first_round)
     with monkeypatch.context() as m:
         m.setattr(_verification, "_may_run_again", lambda *a: False)  # as autotune before issue 32 did
         m.setattr(_verification.Rounds, "failed", _failed_before_issue_32)
         # and as before issue 44 (principle 8): a baseline that failed got no more starts
         m.setattr(_verification, "_baseline_broken", lambda results: True)
-        lost = build_report(run_study(space, engine, _options(tmp_path)))
+        lost = build_report(run_study(space, engine, study_options(tmp_path)))
     assert lost.no_result and "baseline" in lost.no_result and GUARD_PREFIX in lost.no_result
     calls = len(engine.calls)
-    ledger = run_study(space, engine, _options(tmp_path))  # the same command again
+    ledger = run_study(space, engine, study_options(tmp_path))  # the same command again
     report = build_report(ledger)
-    calm = build_report(run_study(space, FakeEngine(_speed), _options(tmp_path / "calm")))
+    calm = build_report(run_study(space, FakeEngine(speed), study_options(tmp_path / "calm")))
     assert report.no_result is None and report.verdict == calm.verdict
     assert report.winner.config.key() == calm.winner.config.key()
     # It ran the baseline's missing restarts only: its first round again, and the round it was left out of.
     assert [key for key, _ in engine.calls[calls:]] == [base, base]
     # A third run has nothing to recover and starts nothing.
-    run_study(space, engine, _options(tmp_path))
+    run_study(space, engine, study_options(tmp_path))
     assert len(engine.calls) == calls + 2
 
 
@@ -157,9 +140,9 @@ def test_a_configuration_the_floor_made_infeasible_in_verification_gets_no_more_
     best = {"cudagraph_mode": "FULL_AND_PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": 2,
             "draft": "ngram"}
     key = space.config_from_params(best).key()
-    options = _options(tmp_path, enqueue=(best,), budget_restarts=1_000, verify_restarts=3)
+    options = study_options(tmp_path, enqueue=(best,), budget_restarts=1_000, verify_restarts=3)
     search0, verify0 = options.search_seed(0), options.verify_seed(0)
-    engine = TripsOnce(_speed, when=lambda c, seed: c.key() == key and seed in (search0, verify0))
+    engine = TripsOnce(speed, when=lambda c, seed: c.key() == key and seed in (search0, verify0))
     report = build_report(run_study(space, engine, options))
     assert engine.tripped == {(key, search0), (key, verify0)}
     assert engine.calls.count((key, search0)) == 2  # the search's hit was run again

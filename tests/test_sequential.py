@@ -17,7 +17,7 @@ from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, Veri
 from autotune.stats.sequential import look_levels, obrien_fleming_spent
 from autotune.study import StudyOptions, run_verification
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
-from tests.test_racing import BETTER, TRUTH
+from tests._helpers.landscape import BETTER, TRUTH
 
 
 def test_the_spending_function_is_monotone_and_spends_exactly_alpha_at_the_last_look():

@@ -12,7 +12,7 @@ from autotune.config.space import parse_space
 from autotune.study import StudyOptions, run_verification
 from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, first_round_cut
 from tests.conftest import SMALL_SPACE, FakeEngine, by_params
-from tests.test_racing import BEHIND, BETTER, CLOSE, TRUTH
+from tests._helpers.landscape import BEHIND, BETTER, CLOSE, TRUTH
 
 
 def test_verification_reruns_a_cold_start_warm_and_counts_it_in_its_cost():

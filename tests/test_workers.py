@@ -586,7 +586,7 @@ def test_a_trial_run_a_peer_opened_first_is_reused_by_the_trials_worker(tmp_path
     from autotune.config.space import load_space
     from autotune.study import run_study
     from tests.conftest import store
-    from tests.test_tracking import child_runs, client_for, fake_engine, measured_trials, options, write_space
+    from tests._helpers.tracking import child_runs, client_for, fake_engine, measured_trials, options, write_space
 
     study = run_study(load_space(write_space(tmp_path)), fake_engine(), options(tmp_path, trials=3, verify=False))
     record = measured_trials(study)[0]
