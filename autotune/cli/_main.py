@@ -47,16 +47,14 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("worker", worker.HELP, worker.configure_parser, worker.run),
     Subcommand("report", report.HELP, report.configure_parser, report.run),
     Subcommand("track", track.HELP, track.configure_parser, track.run),
-    Subcommand("export", "Export the verified winner as a vllm serve YAML, CLI flags or LLM kwargs.",
-               export.configure_parser, export.run),
+    Subcommand("export", export.HELP, export.configure_parser, export.run),
     Subcommand("ui", ui.HELP, ui.configure_parser, ui.run),
     Subcommand("audit", audit.HELP, audit.configure_parser, audit.run),
     Subcommand("recheck", recheck.HELP, recheck.configure_parser, recheck.run),
     Subcommand("bench", bench.HELP, bench.configure_parser, bench.run),
     Subcommand("bench-scaling", bench_scaling.HELP, bench_scaling.configure_parser, bench_scaling.run),
-    Subcommand("schema", "Print the JSON Schema of a space file, for editors.", schema.configure_parser, schema.run),
-    Subcommand("doctor", "Check the machine before a long study and say what to fix.",
-               doctor.configure_parser, doctor.run),
+    Subcommand("schema", schema.HELP, schema.configure_parser, schema.run),
+    Subcommand("doctor", doctor.HELP, doctor.configure_parser, doctor.run),
 )
 
 

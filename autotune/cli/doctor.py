@@ -25,7 +25,9 @@ from autotune.engines.vllm import VllmEngine, VllmOptions
 from autotune.engines.vllm.vocabulary import from_introspection, introspect_source, recorded
 from autotune.machine import EngineDemand, Finding, HostFacts, machine_findings, read_host_facts, weights_bytes
 
-__all__ = ["Facts", "Finding", "configure_parser", "findings", "gather", "run", "weights_bytes"]
+__all__ = ["HELP", "Facts", "Finding", "configure_parser", "findings", "gather", "run", "weights_bytes"]
+
+HELP = "Check the machine before a long study and say what to fix."
 
 #: How long importing vLLM may take in the configured interpreter (a container pull is not waited for).
 IMPORT_TIMEOUT_S = 180.0
@@ -61,7 +63,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                                         "settings are checked too)")
 
 
-def run(args: argparse.Namespace, out: IO[str]) -> int:
+def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """Gather the facts, print one line a check, return the exit status."""
     space = None
     if getattr(args, "space", None):
