@@ -193,9 +193,9 @@ def stored_study(tmp_path_factory) -> Path:
 #: The two kill -9 tests each run five processes on a 1 s heartbeat.
 _GROUPS = {
     "tests/integration/test_vllm_cpu.py::": "vllm-cpu",
-    "tests/test_machine_guard.py::test_a_real_allocation_": "vllm-cpu",
-    "tests/test_machine_guard.py::test_a_configuration_whose_real_restarts_": "vllm-cpu",
-    "tests/test_workers.py::test_four_workers_": "kill-9",
+    "tests/machine/test_guard.py::test_a_real_allocation_": "vllm-cpu",
+    "tests/machine/test_guard.py::test_a_configuration_whose_real_restarts_": "vllm-cpu",
+    "tests/study/test_workers.py::test_four_workers_": "kill-9",
 }
 
 
@@ -203,15 +203,15 @@ _GROUPS = {
 #: left to run alone at the end while the other worker idles: the two fault-injection runs (minutes each) go one to
 #: each worker, the vllm-cpu module (several minutes) and the kill -9 tests next; then the rest in file order.
 _FIRST = (
-    "tests/test_reliability_faults.py::test_killed_and_resumed_runs_",
+    "tests/reliability/test_killed_and_resumed.py::test_killed_and_resumed_runs_",
     "tests/integration/test_vllm_cpu.py::",
-    "tests/test_workers.py::test_four_workers_",
-    "tests/test_reliability_disk.py::",
-    "tests/test_racing.py::test_a_study_never_exceeds_its_restart_budget_",
-    "tests/test_study.py::test_verification_overrules_a_lucky_search_best",
-    "tests/test_workers.py::test_a_queued_trial_goes_to_one_worker_",
-    "tests/test_start_design.py::test_the_start_design_spreads_",
-    "tests/test_workers.py::test_every_engine_start_sees_only_",
+    "tests/study/test_workers.py::test_four_workers_",
+    "tests/reliability/test_disk_full.py::",
+    "tests/decisions/test_racing.py::test_a_study_never_exceeds_its_restart_budget_",
+    "tests/study/test_study.py::test_verification_overrules_a_lucky_search_best",
+    "tests/study/test_workers.py::test_a_queued_trial_goes_to_one_worker_",
+    "tests/study/test_start_design.py::test_the_start_design_spreads_",
+    "tests/study/test_workers.py::test_every_engine_start_sees_only_",
 )
 
 
