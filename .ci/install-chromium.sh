@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install headless Chromium for the MLflow UI test (tests/test_ui.py loads the runs table in it).
+# Install headless Chromium for the MLflow UI test (tests/cli/test_ui.py loads the runs table in it).
 #
 # Usage: .ci/install-chromium.sh          (needs root, or sudo without a password)
 #

@@ -3,7 +3,7 @@
 #
 # Usage: scripts/kill9_stress.sh [RUNS]          (default 20; run it under .ci/with-services.sh, as make does)
 #
-# Each iteration runs tests/test_workers.py's two kill -9 tests (four workers through PostgreSQL and an MLflow
+# Each iteration runs tests/study/test_workers.py's two kill -9 tests (four workers through PostgreSQL and an MLflow
 # server; four workers on the default SQLite storage), each killing one worker mid-trial and one mid-verification,
 # while two busy-loop processes keep both cores of a CI machine loaded: the races between workers (issue 22) show up
 # under load, about once in four clean-clone CI runs before they were fixed. Prints PASS/FAIL per iteration and a
@@ -57,7 +57,7 @@ for i in $(seq "$RUNS"); do
     log="$WORK/iteration-$i.log"
     set +e
     # -p no:xdist: one test at a time, whatever the suite's own options say; each iteration's files stay apart.
-    "$PYTHON" -m pytest -q -p no:cacheprovider -p no:xdist -rf tests/test_workers.py -k kill_9s \
+    "$PYTHON" -m pytest -q -p no:cacheprovider -p no:xdist -rf tests/study/test_workers.py -k kill_9s \
         --basetemp="$WORK/tmp-$i" >"$log" 2>&1
     rc=$?
     set -e

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import functools
 import hashlib
+import io
 import math
 import os
 import random
@@ -168,6 +169,20 @@ def store(tmp: Path) -> str:
     return f"sqlite:///{db}"
 
 
+@pytest.fixture(scope="module")
+def stored_study(tmp_path_factory) -> Path:
+    """A finished two-trial sim study with verification (``tests/_helpers/cli.py``'s space), once for each module
+    that uses it: its directory holds ``optuna.db``."""
+    root = tmp_path_factory.mktemp("stored")
+    from autotune.cli._main import raw_main
+    from autotune.core.exit_status import ExitStatus
+    from tests._helpers.cli import space_file, tune_argv
+
+    argv = [a for a in tune_argv(root, space_file(root)) if a != "--no-verify"] + ["--verify-restarts", "2", "--top-k", "1"]
+    assert raw_main(argv, out=io.StringIO()) == ExitStatus.SUCCESS
+    return root
+
+
 # -- pytest-xdist scheduling (``make test`` runs the suite on TEST_WORKERS processes with --dist loadgroup) -------
 
 #: Tests that run on one worker, one at a time, by node-id prefix -> group. Real vLLM on the CPU takes both cores of a
@@ -178,9 +193,9 @@ def store(tmp: Path) -> str:
 #: The two kill -9 tests each run five processes on a 1 s heartbeat.
 _GROUPS = {
     "tests/integration/test_vllm_cpu.py::": "vllm-cpu",
-    "tests/test_machine_guard.py::test_a_real_allocation_": "vllm-cpu",
-    "tests/test_machine_guard.py::test_a_configuration_whose_real_restarts_": "vllm-cpu",
-    "tests/test_workers.py::test_four_workers_": "kill-9",
+    "tests/machine/test_guard.py::test_a_real_allocation_": "vllm-cpu",
+    "tests/machine/test_guard.py::test_a_configuration_whose_real_restarts_": "vllm-cpu",
+    "tests/study/test_workers.py::test_four_workers_": "kill-9",
 }
 
 
@@ -188,15 +203,15 @@ _GROUPS = {
 #: left to run alone at the end while the other worker idles: the two fault-injection runs (minutes each) go one to
 #: each worker, the vllm-cpu module (several minutes) and the kill -9 tests next; then the rest in file order.
 _FIRST = (
-    "tests/test_reliability_faults.py::test_killed_and_resumed_runs_",
+    "tests/reliability/test_killed_and_resumed.py::test_killed_and_resumed_runs_",
     "tests/integration/test_vllm_cpu.py::",
-    "tests/test_workers.py::test_four_workers_",
-    "tests/test_reliability_disk.py::",
-    "tests/test_racing.py::test_a_study_never_exceeds_its_restart_budget_",
-    "tests/test_study.py::test_verification_overrules_a_lucky_search_best",
-    "tests/test_workers.py::test_a_queued_trial_goes_to_one_worker_",
-    "tests/test_start_design.py::test_the_start_design_spreads_",
-    "tests/test_workers.py::test_every_engine_start_sees_only_",
+    "tests/study/test_workers.py::test_four_workers_",
+    "tests/reliability/test_disk_full.py::",
+    "tests/decisions/test_racing.py::test_a_study_never_exceeds_its_restart_budget_",
+    "tests/study/test_study.py::test_verification_overrules_a_lucky_search_best",
+    "tests/study/test_workers.py::test_a_queued_trial_goes_to_one_worker_",
+    "tests/study/test_start_design.py::test_the_start_design_spreads_",
+    "tests/study/test_workers.py::test_every_engine_start_sees_only_",
 )
 
 
@@ -214,7 +229,9 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
         if group is None:
             defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}) or {}
             module = item.nodeid.split("::", 1)[0]
-            if any(d.scope in ("module", "class") and d.baseid == module for ds in defs.values() for d in ds):
+            # A module- or class-scoped fixture is built once for each module that uses it, wherever it is defined
+            # (the module itself, or this file).
+            if any(d.scope in ("module", "class") for ds in defs.values() for d in ds):
                 group = module
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))

@@ -1,7 +1,7 @@
 """Known-bad space files and cmd result lines, and the one-line errors autotune gives for them.
 
 The messages were taken from the hand-written validators before the move to pydantic and stored in
-``tests/data/golden_errors/errors.json``; ``tests/test_config_validation.py`` checks that today's messages are at
+``tests/data/golden_errors/errors.json``; ``tests/config/test_validation.py`` checks that today's messages are at
 least as informative (the file, the dotted field path and a fix) and unchanged unless a case is listed in
 :data:`REWORDED`. Regenerate the file only on purpose::
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
 
-#: docs/architecture.md's packages, lowest first: data flows config -> engines -> stats/decisions -> store -> study
-#: -> report/observers -> cli. A module may import its own package and the ones before it.
+#: docs/architecture.md's packages, lowest first: data flows core -> config -> machine -> engines -> stats -> decisions
+#: -> store -> study -> report -> observers -> bench -> cli. A module may import its own package and the ones before it.
 LAYERS = [
     {"autotune", "autotune.core"},
     {"autotune.config"},
@@ -295,6 +295,17 @@ def test_the_docs_key_table_lists_exactly_the_stored_keys() -> None:
               if isinstance(n, ast.Constant) and isinstance(n.value, str) and STORED_KEY.fullmatch(n.value)}
     _, documented = _key_table(DOC.read_text())
     assert documented == stored, f"missing from the doc: {stored - documented}; not stored: {documented - stored}"
+
+
+def test_the_docs_flow_and_package_table_name_the_layers_in_order() -> None:
+    # The doc's one-line data flow and its package table are the layering a newcomer reads: each names every
+    # package of LAYERS, lowest first, and no other.
+    layers = [next(m.split(".")[1] for m in sorted(layer) if m.count(".") == 1 and m != "autotune.__main__")
+              for layer in LAYERS]
+    section = DOC.read_text().split("## Packages", 1)[1].split("\n## ", 1)[0]
+    flow = re.search(r"Data flows one way: \*\*(.+?)\*\*", section)
+    assert flow is not None and flow.group(1).split(" -> ") == layers, flow
+    assert re.findall(r"^\| `([a-z]+)/` \|", section, re.M) == layers
 
 
 def test_the_config_face_costs_the_engines_no_pydantic() -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from autotune.cli.gpu_workers import STORAGE_ENV
-from autotune.cli.preflight import check_storage
+from autotune.store.health import check_storage
 from autotune.core.redact import redact, redact_command
 from autotune.core.secrets import literal_secret, unresolvable
 from autotune.store.ledger import DEFAULT_STORAGE, DEFAULT_WORKDIR, Ledger, latest_study_name, load
@@ -271,7 +271,7 @@ def make_engine_from_input(name: str, cache_dir: str | None, options: Mapping[st
 def open_named_study(args: argparse.Namespace) -> Ledger:
     """The ledger of the study ``--study`` names in ``--storage`` (the latest one without ``--study``).
 
-    The store is checked first (:func:`autotune.cli.preflight.check_storage`): a bad URL, a missing or corrupt
+    The store is checked first (:func:`autotune.store.health.check_storage`): a bad URL, a missing or corrupt
     database is one line, and reading never creates a store.
     """
     check_storage(args.storage, write=False)

@@ -47,16 +47,14 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("worker", worker.HELP, worker.configure_parser, worker.run),
     Subcommand("report", report.HELP, report.configure_parser, report.run),
     Subcommand("track", track.HELP, track.configure_parser, track.run),
-    Subcommand("export", "Export the verified winner as a vllm serve YAML, CLI flags or LLM kwargs.",
-               export.configure_parser, export.run),
+    Subcommand("export", export.HELP, export.configure_parser, export.run),
     Subcommand("ui", ui.HELP, ui.configure_parser, ui.run),
     Subcommand("audit", audit.HELP, audit.configure_parser, audit.run),
     Subcommand("recheck", recheck.HELP, recheck.configure_parser, recheck.run),
     Subcommand("bench", bench.HELP, bench.configure_parser, bench.run),
     Subcommand("bench-scaling", bench_scaling.HELP, bench_scaling.configure_parser, bench_scaling.run),
-    Subcommand("schema", "Print the JSON Schema of a space file, for editors.", schema.configure_parser, schema.run),
-    Subcommand("doctor", "Check the machine before a long study and say what to fix.",
-               doctor.configure_parser, doctor.run),
+    Subcommand("schema", schema.HELP, schema.configure_parser, schema.run),
+    Subcommand("doctor", doctor.HELP, doctor.configure_parser, doctor.run),
 )
 
 
@@ -94,6 +92,7 @@ def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.engines import EngineError
     from autotune.machine import MachineFileError
     from autotune.store.fingerprint import FingerprintMismatch
+    from autotune.store.health import StoreNotUsable
     from autotune.store.ledger import LedgerError
     from autotune.cli.preflight import PreflightError
     from autotune.core.redact import redact_text
@@ -102,7 +101,7 @@ def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.study import BudgetTooSmall
     from autotune.store.studydir import NotOwned
 
-    from autotune.cli._disk_full import DiskFull, raise_if_disk_full
+    from autotune.store.disk_full import DiskFull, raise_if_disk_full
 
     from autotune.cli.preflight import check_command_paths, check_tracking_uri_of
 
@@ -118,8 +117,8 @@ def program(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     except DiskFull as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)
         return ExitStatus.ERROR
-    except (SpaceError, UsageError, LedgerError, PreflightError, NotOwned, FingerprintMismatch, BudgetTooSmall,
-            ReportFormatError) as exc:
+    except (SpaceError, UsageError, LedgerError, PreflightError, StoreNotUsable, NotOwned, FingerprintMismatch,
+            BudgetTooSmall, ReportFormatError) as exc:
         print(f"autotune: error: {redact_text(str(exc))}", file=sys.stderr)
         return ExitStatus.BAD_INPUT
     except (EngineError, MachineFileError) as exc:  # the engine or the machine: not the command line's fault

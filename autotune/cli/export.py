@@ -24,6 +24,7 @@ from autotune.observers.mlflow import resolve_tracking_uri
 
 __all__ = [
     "FORMATS",
+    "HELP",
     "NoResult",
     "configure_parser",
     "header_lines",
@@ -34,6 +35,8 @@ __all__ = [
     "to_vllm_yaml",
     "winner_config",
 ]
+
+HELP = "Export the verified winner as a vllm serve YAML, CLI flags or LLM kwargs."
 
 
 # -- the command -----------------------------------------------------------------------------------------
@@ -56,7 +59,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     add_store_args(parser)
 
 
-def run(args: argparse.Namespace, out: IO[str]) -> int:
+def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """Export the study's verified winner.
 
     Returns:

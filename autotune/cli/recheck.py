@@ -105,11 +105,12 @@ def _margin(value: float | None) -> float:
 
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
 
-    from autotune.cli.preflight import (MAX_RESTARTS, check_budget, check_count, check_output_path, check_storage,
-                                        dataset_path, protected_paths)
+    from autotune.cli.preflight import (MAX_RESTARTS, check_budget, check_count, check_output_path, dataset_path,
+                                        protected_paths)
     from autotune.config.space import load_space, load_space_text
     from autotune.engines.vllm.vocabulary import vocabulary_for
     from autotune.report.lineage import render_recheck
+    from autotune.store.health import check_storage
     from autotune.store.ledger import load
     from autotune.store.studydir import check_owned, prepare_study_dir, study_dir
     from autotune.study import RecheckError, RecheckOptions, recheck, recheck_configs

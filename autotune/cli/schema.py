@@ -18,7 +18,9 @@ from typing import IO
 from autotune.config.space import space_json_schema
 from autotune.core.exit_status import ExitStatus
 
-__all__ = ["configure_parser", "run"]
+__all__ = ["HELP", "configure_parser", "run"]
+
+HELP = "Print the JSON Schema of a space file, for editors."
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +31,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "and options, from the table recorded for it; `doctor` asks the installed vLLM itself)")
 
 
-def run(args: argparse.Namespace, out: IO[str]) -> int:
+def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """Print the schema as JSON."""
     from autotune.cli.preflight import check_count
 

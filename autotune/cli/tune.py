@@ -143,6 +143,7 @@ def _check_flags(args: argparse.Namespace, options: Any) -> None:
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.cli import preflight
     from autotune.observers.mlflow import resolve_tracking_uri
+    from autotune.store.health import check_storage
     from autotune.store.studydir import check_owned
     from autotune.study import StudyOptions, prepare_study, smallest_restart_budget
 
@@ -171,7 +172,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
             storage=options.storage, tracking_uri=resolve_tracking_uri(output.tracking_uri), space_file=space.source,
             dataset=preflight.dataset_path(space.workload), study_dir=os.path.join(options.workdir, study_name)),
             workdir=options.workdir)
-    preflight.check_storage(options.storage, write=True)
+    check_storage(options.storage, write=True)
     if args.fresh:
         preflight.check_fresh(options.storage, study_name)
     if output.mlflow:

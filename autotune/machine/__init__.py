@@ -2,11 +2,13 @@
 
 Below the engines in the layering (core -> config -> machine -> engines): real engines start each restart inside a
 :class:`MemoryGuard` after the page-cache policy (:func:`plan_page_cache`) and :func:`settle`, and ``autotune
-doctor`` reads the same facts before a long study.
+doctor`` prints the checkup's findings on the same facts before a long study (:func:`read_host_facts`,
+:func:`machine_findings`: the machine's rules, pure, checked on any machine's facts).
 """
 
 from __future__ import annotations
 
+from autotune.machine._checkup import EngineDemand, Finding, HostFacts, machine_findings, read_host_facts
 from autotune.machine._gpu import GpuState, driver_version, gpu_free_bytes, gpu_states, is_unified_memory
 from autotune.machine._guard import (
     GUARD_PREFIX,
@@ -44,9 +46,12 @@ __all__ = [
     "GIB",
     "GUARD_PREFIX",
     "SAMPLE_INTERVAL_S",
+    "EngineDemand",
+    "Finding",
     "GpuState",
     "GuardSummary",
     "GuardTrip",
+    "HostFacts",
     "KernelLog",
     "MachineFileError",
     "MachineState",
@@ -74,9 +79,11 @@ __all__ = [
     "hub_cache_dir",
     "is_driver_oom",
     "is_unified_memory",
+    "machine_findings",
     "measure_level",
     "parse_page_cache",
     "plan_page_cache",
+    "read_host_facts",
     "read_machine_state",
     "read_meminfo",
     "settle",

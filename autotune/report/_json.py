@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from autotune.core.inputs import InputFileError, parse_json, read_input
-from autotune.report._build import Report
+from autotune.report._report import Report
 
 __all__ = ["REPORT_FORMAT", "ReportFormatError", "read_report", "report_from_json", "report_json"]
 

@@ -15,7 +15,7 @@ from autotune.report._counts import COMPLETE, RACED_OUT, SCREENED, FailedTrial, 
 
 
 class VerifiedRow(Protocol):
-    """What this module reads of a verification table's row (:class:`autotune.report._build.VerifiedRow`, which
+    """What this module reads of a verification table's row (:class:`autotune.report._report.VerifiedRow`, which
     imports this module)."""
 
     @property

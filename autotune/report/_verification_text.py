@@ -1,5 +1,5 @@
 """The verification table as text: each configuration's fresh restarts, the verdict under it and what stands behind
-it (the sequential design, the plan, an open verdict's note); a part of :func:`~autotune.report._build.render_report`.
+it (the sequential design, the plan, an open verdict's note); a part of :func:`~autotune.report._report.render_report`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from autotune.report.latency import SloOutcome
 from autotune.stats.intervals import Verdict
 from autotune.store.ledger import StudyMeta
 
-if TYPE_CHECKING:  # the row types only; _build imports this module, so the report itself is a protocol here
+if TYPE_CHECKING:  # the row types only; _report imports this module, so the report itself is a protocol here
     from autotune.report._rows import VerificationTable, VerifiedRow
 
 
 class ReportView(Protocol):
-    """What the verification's text reads of a :class:`~autotune.report._build.Report` (read only: the report is
+    """What the verification's text reads of a :class:`~autotune.report._report.Report` (read only: the report is
     frozen)."""
 
     @property

@@ -37,7 +37,7 @@ from autotune.core.records import EngineConfig
 from autotune.core.redact import REFERENCE, has_reference, redact, redact_text
 from autotune.core.schedule import SCHEDULE_SINCE, supports_schedule
 from autotune.engines.vllm.vocabulary import Untranslatable, carry, recorded, version_tuple, vocabulary_for
-from autotune.report._build import Report, VerifiedRow
+from autotune.report._report import Report, VerifiedRow
 
 __all__ = [
     "FORMATS",

@@ -1,6 +1,6 @@
 """The report's workload and latency part: what the prompts were, latency per configuration, the SLO outcome.
 
-:func:`autotune.report._build.build_report` fills these into the typed :class:`~autotune.report._build.Report`:
+:func:`autotune.report._build.build_report` fills these into the typed :class:`~autotune.report._report.Report`:
 
 * :class:`Prompts`: the dataset the study ran and, for a real engine on synthetic token ids, a warning:
   speculative decoding's acceptance (prompt lookup above all) on repeated or random tokens says little about real
@@ -112,7 +112,7 @@ def search_latency(ledger: Ledger) -> tuple[TrialLatency, ...]:
 
 def slo_outcome(rows: Sequence[Any], winner: Any, baseline: Any,
                 slo: Mapping[str, float]) -> SloOutcome | None:
-    """The verified rows (:class:`~autotune.report._build.VerifiedRow`) against the limits; ``None`` without limits."""
+    """The verified rows (:class:`~autotune.report._report.VerifiedRow`) against the limits; ``None`` without limits."""
     if not slo:
         return None
     missed = tuple((r.label, r.role, tuple(c for c in r.slo_checks if c.fails)) for r in rows if not r.meets_slo)
@@ -134,7 +134,7 @@ def _check_text(check: SloCheck) -> str:
 
 
 def render_latency(report: Any) -> list[str]:
-    """Text lines for a :class:`~autotune.report._build.Report`: the limits, each verified configuration's latency and
+    """Text lines for a :class:`~autotune.report._report.Report`: the limits, each verified configuration's latency and
     SLO outcome, the prompts warning."""
     lines: list[str] = []
     if report.slo and report.objective == "goodput":

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from autotune.store.ledger import Ledger, TrialRecord
-    from autotune.report._build import Report
+    from autotune.report._report import Report
 
 __all__ = [
     "PLOT_FILES",
@@ -268,7 +268,7 @@ def save_study_plots(ledger: Ledger, report: Report,
 
     Args:
         ledger: The study.
-        report: Its :class:`~autotune.report._build.Report`.
+        report: Its :class:`~autotune.report._report.Report`.
         out_dir: Directory for the PNG files (created if missing).
 
     Returns:

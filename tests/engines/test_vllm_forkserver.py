@@ -24,7 +24,7 @@ from autotune.engines import EngineError, make_engine
 from autotune.engines.vllm import VllmEngine
 from autotune.engines.vllm._forkserver import ForkHost
 from autotune.core.records import Dataset, EngineConfig, RestartStatus, Workload
-from tests.engines.test_vllm_launcher import _wait_gone
+from tests._helpers.processes import wait_gone
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="process checks read /proc")
 
@@ -112,7 +112,7 @@ def test_forked_restarts_import_vllm_once_and_each_run_in_a_session_of_their_own
     forkserver = importers[0]
 
     engine.close()
-    assert _wait_gone([host.pid, forkserver, *(r["pid"] for r in runs)]) == [], "close() stops host and forkserver"
+    assert wait_gone([host.pid, forkserver, *(r["pid"] for r in runs)]) == [], "close() stops host and forkserver"
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def test_a_stopped_host_leaves_nothing_in_the_temporary_directory(engines, files
     host = engine._host
     assert host is not None
     engine.close()
-    assert _wait_gone([host.pid, *_importers(files["imports"])]) == []
+    assert wait_gone([host.pid, *_importers(files["imports"])]) == []
     assert sorted(p.name for p in short_tmp.iterdir()) == []
 
 
@@ -147,7 +147,7 @@ def test_an_engine_dropped_without_close_stops_its_host(tmp_path: Path, files) -
     pids = [engine._host.pid, *_importers(files["imports"])]  # the host and its forkserver
     del engine
     gc.collect()
-    assert _wait_gone(pids) == []
+    assert wait_gone(pids) == []
 
 
 def test_startup_deadline_kills_the_forked_group_and_the_host_serves_the_next_restart(engines, files) -> None:
@@ -158,7 +158,7 @@ def test_startup_deadline_kills_the_forked_group_and_the_host_serves_the_next_re
     assert "loading forever" in (hung.log_tail or "")
     stuck = [r["pid"] for r in _records(files["procs"]) if r["kind"] in ("engine", "grandchild")]
     assert len(stuck) == 2
-    assert _wait_gone(stuck) == [], "the restart and its SIGTERM-ignoring grandchild are gone"
+    assert wait_gone(stuck) == [], "the restart and its SIGTERM-ignoring grandchild are gone"
 
     # Room for a loaded test machine: what matters is that the same host serves the next restart.
     engine.settings = engine.settings.model_copy(update={"startup_timeout_s": 60})
@@ -175,7 +175,7 @@ def test_a_host_that_cannot_fork_before_the_deadline_is_a_startup_timeout(engine
     assert result.error is not None and result.error.startswith("engine start-up exceeded 3 s")
     assert "the forkserver host did not fork the restart within 3 s" in (result.log_tail or "")
     importers = _importers(files["imports"])
-    assert len(importers) == 1 and _wait_gone(importers) == [], "the stuck host and its forkserver are stopped"
+    assert len(importers) == 1 and wait_gone(importers) == [], "the stuck host and its forkserver are stopped"
     assert engine._host is None or not engine._host.alive()
 
 
@@ -184,7 +184,7 @@ def test_a_daemon_that_left_the_forked_restarts_group_is_found_and_killed(engine
     result = engine.run_restart(_config("daemon"), WORKLOAD, restart=0, seed=0)
     assert result.status == RestartStatus.OK, result.error
     daemon = _records(files["procs"], "daemon")[0]["pid"]
-    assert _wait_gone([daemon]) == []
+    assert wait_gone([daemon]) == []
     assert "killed 1 process(es) that had left the engine's process group" in Path(result.log_path).read_text()
 
 
@@ -217,7 +217,7 @@ def test_a_dead_host_fails_the_running_restart_with_a_reason_and_a_new_host_take
     assert result.error is not None
     assert result.error.startswith("restart lost: the forkserver host exited with status -9"), result.error
     orphans = [r["pid"] for r in _records(files["procs"]) if r["kind"] in ("engine", "grandchild")]
-    assert _wait_gone(orphans) == [], "the unsupervised restart's group is stopped"
+    assert wait_gone(orphans) == [], "the unsupervised restart's group is stopped"
 
     after = engine.run_restart(_config("ok"), WORKLOAD, restart=1, seed=1)
     assert after.status == RestartStatus.OK, after.error
@@ -239,7 +239,7 @@ def test_a_host_that_dies_between_the_fork_and_its_report_leaves_nothing_of_the_
     assert result.error.startswith("restart lost: the forkserver host exited with status -9"), result.error
     lost = [r["pid"] for r in _records(files["procs"]) if r["kind"] in ("engine", "grandchild")]
     assert len(lost) == 2, "the restart ran as far as its SIGTERM-ignoring grandchild"
-    assert _wait_gone(lost, timeout=0.5) == [], "the failed restart stopped what the host had forked"
+    assert wait_gone(lost, timeout=0.5) == [], "the failed restart stopped what the host had forked"
     assert engine.safety.leftovers() == [], "nothing of the lost restart is left for the next settle"
 
     after = engine.run_restart(_config("ok"), WORKLOAD, restart=1, seed=1)
@@ -266,7 +266,7 @@ def test_the_host_stops_its_restarts_when_autotune_goes_away(tmp_path: Path, fil
         host._stdin.close()
         assert host.proc.wait(timeout=30) == 0
         pids = [proc.pid, forkserver, *(r["pid"] for r in _records(files["procs"], "grandchild"))]
-        assert _wait_gone(pids, timeout=15) == []
+        assert wait_gone(pids, timeout=15) == []
     finally:
         host.stop()
 
@@ -293,11 +293,11 @@ def test_ctrl_c_during_a_forked_restart_stops_its_group(engines, files) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     pids = [r["pid"] for r in _records(files["procs"]) if r["kind"] in ("engine", "grandchild")]
-    assert len(pids) == 2 and _wait_gone(pids) == []
+    assert len(pids) == 2 and wait_gone(pids) == []
     host = engine._host
     assert host is not None
     engine.close()
-    assert _wait_gone([host.pid]) == []
+    assert wait_gone([host.pid]) == []
 
 
 def test_a_forkserver_that_could_not_preload_vllm_is_reported_once(engines, files, monkeypatch,

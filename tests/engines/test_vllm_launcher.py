@@ -21,27 +21,9 @@ from autotune.engines.vllm import _runner as runner
 from autotune.engines.vllm._launcher import kill_group, launch, tail_text
 from autotune.config.workload import DEFAULT_PROMPTS
 from autotune.core.records import Dataset, EngineConfig, RestartStatus, Workload
+from tests._helpers.processes import wait_gone
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="process checks read /proc")
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for init to reap it holds nothing and counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = [p for p in pids if _alive(p)]
-        if not left:
-            return []
-        time.sleep(0.05)
-    return [p for p in pids if _alive(p)]
 
 
 def _script(tmp_path: Path, body: str) -> list[str]:
@@ -173,7 +155,7 @@ def test_timeout_kills_the_whole_group_including_sigterm_ignoring_grandchildren(
     assert out.timed_out == "startup"
     pids = _pids(pidfile)
     assert len(pids) == 3
-    assert _wait_gone(pids) == []
+    assert wait_gone(pids) == []
 
 
 def test_grandchildren_left_behind_by_a_finished_engine_are_killed(tmp_path: Path) -> None:
@@ -182,7 +164,7 @@ def test_grandchildren_left_behind_by_a_finished_engine_are_killed(tmp_path: Pat
     argv = _script(tmp_path, SPAWN_GRANDCHILDREN.format(tail=tail)) + [str(pidfile)]
     out = _launch(argv, tmp_path)
     assert out.returncode == 0 and out.result == {}
-    assert _wait_gone(_pids(pidfile)) == []
+    assert wait_gone(_pids(pidfile)) == []
 
 
 def test_crashing_engine_takes_its_grandchildren_with_it(tmp_path: Path) -> None:
@@ -191,7 +173,7 @@ def test_crashing_engine_takes_its_grandchildren_with_it(tmp_path: Path) -> None
     argv = _script(tmp_path, SPAWN_GRANDCHILDREN.format(tail=tail)) + [str(pidfile)]
     out = _launch(argv, tmp_path)
     assert out.returncode == -11
-    assert _wait_gone(_pids(pidfile)) == []
+    assert wait_gone(_pids(pidfile)) == []
 
 
 def test_missing_executable_is_reported_not_raised(tmp_path: Path) -> None:
