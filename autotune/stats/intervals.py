@@ -9,7 +9,7 @@ Restart noise is multiplicative (a restart lands on another kernel selection, cl
 scales throughput), so both intervals are computed on log throughput and mapped back: they stay positive at
 any spread, and a speedup interval is symmetric in ratio terms. With two to six restarts per side the levels
 hold on lognormal and on normal noise from 3% to 15% CV: ``python -m autotune.bench.coverage`` measures them
-(table in docs/benchmarks.md) and tests/test_intervals.py keeps them.
+(table in docs/benchmarks.md) and tests/stats/test_intervals.py keeps them.
 """
 
 from __future__ import annotations
