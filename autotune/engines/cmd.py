@@ -48,6 +48,7 @@ from typing import IO, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.core import facts as F
+from autotune.core.failure import FailureKind
 from autotune.core.redact import redact_text
 from autotune.core.secrets import MissingSecret, resolve
 from autotune.core.confine import open_confined
@@ -151,7 +152,8 @@ class CmdEngine(EngineBackend):
         tail = _tail(shown_out, shown_err)
         trip = self.safety.last_guard.trip if self.safety.last_guard is not None else None
         if trip is not None:
-            return RestartResult.failure(RestartStatus.FAILED, trip.reason(), log_tail=tail, **common)
+            return RestartResult.failure(RestartStatus.FAILED, trip.reason(), failure_kind=FailureKind.GUARD,
+                                         log_tail=tail, **common)
         if timed_out:
             return RestartResult.failure(RestartStatus.TIMEOUT, f"cmd engine: no result within "
                                          f"{self.settings.timeout_s:g}s; killed the process group", log_tail=tail,

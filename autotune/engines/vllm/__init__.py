@@ -50,6 +50,7 @@ from autotune.engines._output_check import check_request, output_facts, skip_rea
 from autotune.engines.process import engine_leftovers, kill_started_since, own_tagged
 from autotune.engines.vllm import _container
 from autotune.core import facts as F
+from autotune.core.failure import FailureKind
 from autotune.core.secrets import MissingSecret, resolve
 from autotune.core.confine import LinkRefused, confined_dir
 from autotune.engines.vllm._caches import caches_empty as jit_caches_empty
@@ -227,7 +228,7 @@ class VllmEngine(EngineBackend):
             if guard.trip is not None:
                 # Under the floor before anything started (the settle saw it above a moment ago): start nothing.
                 return RestartResult.failure(RestartStatus.FAILED, guard.trip.reason(), restart=restart, seed=seed,
-                                             cold=cold, start_method=method, wall_s=0.0,
+                                             failure_kind=FailureKind.GUARD, cold=cold, start_method=method, wall_s=0.0,
                                              facts=self.safety.restart_facts())
             outcome = self._launch(config, request, restart, seed, method)
         if method == "forkserver" and outcome.ready is not None and outcome.ready.get("preloaded") is False:
@@ -244,6 +245,7 @@ class VllmEngine(EngineBackend):
                                                     **log_facts(outcome.log_path), F.CACHES_EMPTY: empty})
         if guard.trip is not None:
             return dataclasses.replace(result, status=RestartStatus.FAILED, error=guard.trip.reason(),
+                                       failure_kind=FailureKind.GUARD,
                                        passes_tok_s=(), log_tail=outcome.tail)
         return result
 
@@ -517,7 +519,8 @@ class VllmEngine(EngineBackend):
             "resolved": resolved, "log_path": outcome.log_path, "start_method": start_method,
         }
         if outcome.error:
-            return RestartResult.failure(RestartStatus.FAILED, outcome.error, **common)
+            return RestartResult.failure(RestartStatus.FAILED, outcome.error, failure_kind=outcome.failure_kind,
+                                         **common)
         if outcome.timed_out:
             return RestartResult.failure(RestartStatus.TIMEOUT, self._timeout_reason(outcome.timed_out),
                                          log_tail=outcome.tail, **common)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.confine import open_confined
+from autotune.core.failure import FailureKind
 from autotune.engines.process import EngineProcess, RedactedLog, kill_group, scrub_log
 
 __all__ = [
@@ -62,7 +63,8 @@ class LaunchResult:
         wall_s: Seconds from launch until the whole process group was gone.
         log_path: The log file (stdout and stderr together).
         tail: The last lines of the log.
-        error: Why the process could not be started at all (``None`` otherwise).
+        error: Why the process could not be started at all, or was lost (``None`` otherwise).
+        failure_kind: The kind of :attr:`error` when the launcher knows it (a restart lost with its forkserver host).
     """
 
     returncode: int | None
@@ -75,6 +77,7 @@ class LaunchResult:
     log_path: str = ""
     tail: str = ""
     error: str | None = None
+    failure_kind: FailureKind | None = None
 
 
 def tail_text(text: str, lines: int = _TAIL_LINES, chars: int = _TAIL_CHARS) -> str:
