@@ -62,6 +62,7 @@ from autotune.engines.vllm._phases import restart_phases
 from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
 from autotune.engines.vllm._kvfacts import KvFacts, kv_audit, log_facts
 from autotune.engines.vllm._options import VllmOptions
+from autotune.engines.vllm._wire import RestartReply, WireError
 from autotune.engines.vllm.vocabulary import Vocabulary, introspect_source, vocabulary_for
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
@@ -524,25 +525,29 @@ class VllmEngine(EngineBackend):
         if outcome.timed_out:
             return RestartResult.failure(RestartStatus.TIMEOUT, self._timeout_reason(outcome.timed_out),
                                          log_tail=outcome.tail, **common)
-        result = outcome.result
-        if outcome.returncode != 0 or result is None or "passes_tok_s" not in result:
+        if outcome.returncode != 0 or outcome.result is None or "passes_tok_s" not in outcome.result:
             sizes = config.capture_sizes or (resolved.cudagraph_capture_sizes if resolved else None)
             reason = failure_reason(text, error=dict(outcome.failure or {}) or None,
                                     capture_sizes=sizes, ready=outcome.ready is not None)
             if outcome.returncode and outcome.returncode < 0 and outcome.failure is None:
                 reason = f"engine killed by signal {-outcome.returncode} ({reason})"
             return RestartResult.failure(RestartStatus.FAILED, reason, log_tail=outcome.tail, **common)
+        try:
+            reply = RestartReply.decode(outcome.result)
+        except WireError as exc:  # a runner of another autotune, or one that printed over its own line
+            return RestartResult.failure(RestartStatus.FAILED, f"vllm engine: the runner's result line is malformed: "
+                                         f"{exc}", log_tail=outcome.tail, **common)
         return RestartResult(
             status=RestartStatus.OK,
-            passes_tok_s=tuple(float(x) for x in result["passes_tok_s"]),
-            warmup_tok_s=tuple(float(x) for x in result.get("warmup_tok_s") or ()),
-            passes_s=tuple(float(x) for x in result.get("passes_s") or ()),
-            facts={**restart_phases(result.get("phases"), text, launched_at),
-                   **output_facts(result.get("output_tokens"), self.output_check_skipped(config))},
-            accept_len=result.get("accept_len"),
-            peak_memory_gib=result.get("peak_memory_gib"),
-            latency={k: float(v) for k, v in dict(result.get("latency") or {}).items() if v is not None},
-            levels=tuple(LevelResult.from_dict(level) for level in result.get("levels") or ()),
+            passes_tok_s=reply.passes_tok_s,
+            warmup_tok_s=reply.warmup_tok_s,
+            passes_s=reply.passes_s,
+            facts={**restart_phases(reply.phases, text, launched_at),
+                   **output_facts(reply.output_tokens, self.output_check_skipped(config))},
+            accept_len=reply.accept_len,
+            peak_memory_gib=reply.peak_memory_gib,
+            latency=reply.latency,
+            levels=tuple(LevelResult(lv.concurrency, lv.passes_tok_s, lv.latency) for lv in reply.levels),
             **common,
         )
 

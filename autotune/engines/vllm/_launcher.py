@@ -25,6 +25,7 @@ from typing import Any
 from autotune.core.confine import open_confined
 from autotune.core.failure import FailureKind
 from autotune.engines.process import EngineProcess, RedactedLog, kill_group, scrub_log
+from autotune.engines.vllm._wire import ERROR, READY, RESULT
 
 __all__ = [
     "ERROR_MARKER",
@@ -38,11 +39,11 @@ __all__ = [
 ]
 
 #: A line the engine process prints once it is ready to measure; the start-up deadline stops there.
-READY_MARKER = "AUTOTUNE_READY"
-#: The line carrying the process's JSON result.
-RESULT_MARKER = "AUTOTUNE_RESULT"
+READY_MARKER = READY
+#: The line carrying the process's JSON result (the runner's :class:`._wire.RestartReply`).
+RESULT_MARKER = RESULT
 #: The line a process prints about its own failure (exception type and message) before exiting.
-ERROR_MARKER = "AUTOTUNE_ERROR"
+ERROR_MARKER = ERROR
 
 _POLL_S = 0.2
 _TAIL_LINES = 80
