@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.core import facts as F
 from autotune.core.records import EngineConfig, RestartStatus, Workload
 from autotune.engines.cmd import _OkLine, parse_result_line
 from autotune.engines.vllm import VllmEngine
@@ -81,3 +82,38 @@ def test_the_cmd_engine_reads_the_same_message():
     assert isinstance(parsed, RestartReply) and parsed == RestartReply.decode(line)
     # Every field a cmd wrapper may send is a field of the message.
     assert set(_OkLine.model_fields) <= {f for f in RestartReply.__dataclass_fields__}
+
+
+def test_a_restarts_vllm_log_is_read_and_parsed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # The caches, the resolved configuration, the phases and the KV facts all read one EngineLog.
+    from autotune.engines.vllm import _enginelog, _kvfacts, _logparse, _phases
+
+    script = tmp_path / "fake_runner.py"
+    script.write_text(textwrap.dedent("""
+        import json, sys
+        sys.stdin.read()
+        print("INFO 01-01 00:00:00 [gpu_worker.py:1] Available KV cache memory: 60.72 GiB", flush=True)
+        print('AUTOTUNE_READY {"startup_s": 1.0, "resolved": {"cudagraph_mode": "FULL"}, "device": {}}', flush=True)
+        print("AUTOTUNE_RESULT " + json.dumps({"passes_tok_s": [100.0], "phases": {"engine_s": 5.0, "timed_s": 1.0}}),
+              flush=True)
+    """))
+    counts = {"kv": 0, "startup": 0}
+
+    def counting(name, parse):
+        def wrapped(text):
+            counts[name] += 1
+            return parse(text)
+        return wrapped
+
+    kv, startup = counting("kv", _kvfacts.parse_kv_facts), counting("startup", _logparse.parse_startup_log)
+    for module in (_enginelog, _kvfacts, _phases):
+        monkeypatch.setattr(module, "parse_kv_facts", kv, raising=False)
+    for module in (_enginelog, _logparse):
+        monkeypatch.setattr(module, "parse_startup_log", startup, raising=False)
+    engine = VllmEngine(cache_dir=str(tmp_path / "study"), launcher=[sys.executable, str(script)],
+                        startup_timeout_s=30, memory_floor_gib=0)
+    result = engine.run_restart(EngineConfig(engine_args={"model": "m"}), Workload(num_prompts=2, input_len=8,
+                                output_len=4), restart=0, seed=0)
+    assert result.status == RestartStatus.OK, result.error
+    assert result.facts[F.KV_GIB] == pytest.approx(60.72), result.facts
+    assert counts == {"kv": 1, "startup": 1}
