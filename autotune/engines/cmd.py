@@ -28,9 +28,10 @@ prices later starts phase by phase from them, as for the vllm engine. ``output_t
 autotune compares them with the baseline's (:mod:`autotune.core.outputs`).
 
 The line is the engines' one result message (:class:`~autotune.engines.vllm._wire.RestartReply`, which the vllm
-runner prints too), of which a wrapper may send the fields above. Anything else - a non-zero exit, no JSON, a missing, unknown or ill-typed field, a negative or non-finite number,
-a timeout - becomes a failed :class:`~autotune.core.records.RestartResult` with a one-line reason and the output's
-tail; this engine never raises for a bad restart. See ``examples/cmd_engine_example.py``.
+runner prints too), of which a wrapper may send the fields above. Anything else - a non-zero exit, no JSON, a
+missing, unknown or ill-typed field, a negative or non-finite number, a timeout - becomes a failed
+:class:`~autotune.core.records.RestartResult` with a one-line reason and the output's tail; this engine never
+raises for a bad restart. See ``examples/cmd_engine_example.py``.
 """
 
 from __future__ import annotations

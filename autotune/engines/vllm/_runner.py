@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING, Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 if TYPE_CHECKING:  # the type checker reads the same siblings under the package they sit in
     from autotune.engines.vllm import _dataset
-    from autotune.engines.vllm._facts import device_facts, offline_timing, peak_memory_gib, resolved_config, spec_counters
+    from autotune.engines.vllm._facts import (device_facts, offline_timing, peak_memory_gib, resolved_config,
+                                              spec_counters)
     from autotune.engines.vllm._passes import (emit, emit_pass, is_text, load_levels, measure_levels, reply,
                                                time_passes, warm_up)
     from autotune.engines.vllm._serve import serve_measure
