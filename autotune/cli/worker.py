@@ -97,9 +97,10 @@ def run_here(space: Any, engine: Any, options: Any, output: StudyOutput, out: IO
     try:
         ledger = run_study(space, engine, options, observers, worker=worker,
                            gpus=os.environ.get(GPU_ENV) if worker is not None else None)
-        # One report per tune: the one MLflow logged (when this process logged it) is the one printed.
-        report = (tracker.report if tracker is not None and tracker.report is not None
-                  else build_report(ledger, engine=engine, space=space))
+        # One report per tune, built here: MLflow logs (when this process concluded the study) the one printed.
+        report = build_report(ledger, engine=engine, space=space)
+        if tracker is not None:
+            tracker.on_report(report)
     except Interrupted as exc:
         print(f"autotune: {exc}", file=sys.stderr)
         return ExitStatus.for_signal(exc.signum)

@@ -10,6 +10,7 @@ from typing import Any
 
 from autotune.core._bounds import ERROR_CHARS, LOG_TAIL_CHARS, bound_text
 from autotune.core.facts import FactValue, clean_facts
+from autotune.core.failure import FailureKind
 from autotune.core.plausible import implausible, plausible_facts, throughput_problem
 from autotune.core.resolved import Resolved
 
@@ -85,6 +86,8 @@ class RestartResult:
             :attr:`value` to the mean output tok/s.
         facts: What the restart measured besides throughput, flat (memory, KV capacity, machine state, phases, the
             output check); keys are named in :mod:`autotune.core.facts`. Empty when the engine says nothing.
+        failure_kind: Why it failed, when the engine knew (the memory guard, a lost restart); read it through
+            :func:`autotune.core.failure.kind_of`, which also reads restarts stored without it.
     """
 
     status: str
@@ -107,6 +110,7 @@ class RestartResult:
     levels: tuple[LevelResult, ...] = ()
     score: float | None = None
     facts: Mapping[str, FactValue] = dataclasses.field(default_factory=dict)
+    failure_kind: FailureKind | None = None
 
     def __post_init__(self) -> None:
         # A phase, start-up, latency or memory no restart can have (core/plausible.py) is a failure too; the
@@ -169,6 +173,10 @@ class RestartResult:
         out["facts"] = dict(self.facts)
         if not self.facts:
             del out["facts"]
+        if self.failure_kind is None:
+            del out["failure_kind"]  # an ok restart's stored shape stays what it was
+        else:
+            out["failure_kind"] = self.failure_kind.value
         return out
 
     @classmethod
@@ -183,6 +191,9 @@ class RestartResult:
         kwargs["levels"] = tuple(LevelResult.from_dict(lv) for lv in data.get("levels") or ())
         kwargs["score"] = None if data.get("score") is None else float(data["score"])
         kwargs["facts"] = clean_facts(data.get("facts") if isinstance(data.get("facts"), Mapping) else None)
+        # A kind this autotune does not know (a newer one's) reads as none: kind_of then reads the error line.
+        kind = data.get("failure_kind")
+        kwargs["failure_kind"] = FailureKind(kind) if kind in {k.value for k in FailureKind} else None
         return cls(**kwargs)
 
     @classmethod

@@ -8,30 +8,28 @@ the failure stays in the record and the report, but only a restart that failed a
 the configuration a failure. Two guard trips of one configuration are the floor rule's business
 (:func:`autotune.decisions.floor.floor_infeasible`): such a configuration is infeasible and gets no more starts.
 
-The restart's error line says which it was, so a stored restart of any version is read the same way.
+A restart's kind says which it was (:func:`autotune.core.failure.kind_of`, which reads a stored restart of any
+version the same way).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from autotune.core.failure import GUARD_PREFIX, LOST_PREFIX, FailureKind, kind_of
 from autotune.core.records import RestartResult
 
-__all__ = ["GUARD_PREFIX", "LOST_PREFIX", "TRANSIENT_PREFIXES", "TRANSIENT_RUNS_AGAIN", "is_transient", "standing"]
+__all__ = ["GUARD_PREFIX", "LOST_PREFIX", "TRANSIENT_RUNS_AGAIN", "FailureKind", "is_transient", "kind_of",
+           "standing"]
 
-#: Every memory-guard failure reason starts with this, so the study can count hits from the restarts' errors alone.
-GUARD_PREFIX = "memory guard:"
-#: A restart lost with the forkserver host that forked it (``engines/vllm/_forkserver.py``).
-LOST_PREFIX = "restart lost:"
-#: The error prefixes of transient failures.
-TRANSIENT_PREFIXES = (GUARD_PREFIX, LOST_PREFIX)
 #: Times a transiently failed restart is run again (docs/gb10.md: "a restart the guard killed is run once more").
 TRANSIENT_RUNS_AGAIN = 1
 
 
 def is_transient(result: RestartResult) -> bool:
-    """Whether ``result`` failed for the machine's reasons (:data:`TRANSIENT_PREFIXES`), not the configuration's."""
-    return not result.ok and (result.error or "").startswith(TRANSIENT_PREFIXES)
+    """Whether ``result`` failed for the machine's reasons (:attr:`FailureKind.transient`), not the configuration's."""
+    kind = kind_of(result)
+    return kind is not None and kind.transient
 
 
 def standing(restarts: Sequence[RestartResult]) -> list[RestartResult]:

@@ -27,9 +27,11 @@ prices later starts phase by phase from them, as for the vllm engine. ``output_t
 ``{"<prompt index>": [token ids], ...}``, the first ``tokens`` output ids of each named prompt generated greedily;
 autotune compares them with the baseline's (:mod:`autotune.core.outputs`).
 
-Anything else - a non-zero exit, no JSON, a missing, unknown or ill-typed field, a negative or non-finite number,
-a timeout - becomes a failed :class:`~autotune.core.records.RestartResult` with a one-line reason and the output's
-tail; this engine never raises for a bad restart. See ``examples/cmd_engine_example.py``.
+The line is the engines' one result message (:class:`~autotune.engines.vllm._wire.RestartReply`, which the vllm
+runner prints too), of which a wrapper may send the fields above. Anything else - a non-zero exit, no JSON, a
+missing, unknown or ill-typed field, a negative or non-finite number, a timeout - becomes a failed
+:class:`~autotune.core.records.RestartResult` with a one-line reason and the output's tail; this engine never
+raises for a bad restart. See ``examples/cmd_engine_example.py``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from typing import IO, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.core import facts as F
+from autotune.core.failure import FailureKind
 from autotune.core.redact import redact_text
 from autotune.core.secrets import MissingSecret, resolve
 from autotune.core.confine import open_confined
@@ -56,6 +59,7 @@ from autotune.engines._base import EngineBackend, EngineError, EngineOptionError
 from autotune.engines._options import CmdOptions
 from autotune.engines._output_check import check_request, output_facts, skip_reason
 from autotune.engines.process import EngineProcess, engine_leftovers
+from autotune.engines.vllm._wire import RestartReply, WireError
 from autotune.machine import MachineFileError, MemoryNotSettled, StartSafety
 from autotune.core.records import EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus, Workload
 
@@ -151,35 +155,39 @@ class CmdEngine(EngineBackend):
         tail = _tail(shown_out, shown_err)
         trip = self.safety.last_guard.trip if self.safety.last_guard is not None else None
         if trip is not None:
-            return RestartResult.failure(RestartStatus.FAILED, trip.reason(), log_tail=tail, **common)
+            return RestartResult.failure(RestartStatus.FAILED, trip.reason(), failure_kind=FailureKind.GUARD,
+                                         log_tail=tail, **common)
         if timed_out:
             return RestartResult.failure(RestartStatus.TIMEOUT, f"cmd engine: no result within "
                                          f"{self.settings.timeout_s:g}s; killed the process group", log_tail=tail,
                                          **common)
         try:
-            data = parse_result_line(stdout)
+            reply = parse_result_line(stdout)
         except ProtocolError as exc:
             reason = redact_text(f"cmd engine: {exc}")  # it may quote the line
             if returncode != 0:
                 reason = f"cmd engine: command exited with status {returncode}: {_last_line(shown_err or shown_out)}"
             return RestartResult.failure(RestartStatus.FAILED, reason, log_tail=tail, **common)
-        if data["status"] == RestartStatus.FAILED:
-            return RestartResult.failure(RestartStatus.FAILED, redact_text(data["error"]),
-                                         resolved=data.get("resolved"),
-                                         cold=data.get("cold", False), log_tail=tail, **common)
+        resolved = Resolved.from_dict(reply.resolved)
+        if reply.status == RestartStatus.FAILED:
+            return RestartResult.failure(RestartStatus.FAILED, redact_text(reply.error or "command reported failure"),
+                                         resolved=resolved, cold=bool(reply.cold), log_tail=tail, **common)
         if returncode != 0:
             return RestartResult.failure(RestartStatus.FAILED, f"cmd engine: command reported ok but exited with "
                                          f"status {returncode}", log_tail=tail, **common)
-        levels = data.pop("levels", ())
-        facts = {**output_facts(data.pop("output_tokens", None), skip_reason(config)),
-                 **F.phase_facts(**data.pop("phases", {}))}
+        levels = tuple(LevelResult(lv.concurrency, lv.passes_tok_s, lv.latency) for lv in reply.levels)
+        # parse_result_line let only phase names with seconds through.
+        phases = {k: float(v) for k, v in (reply.phases or {}).items() if isinstance(v, (int, float))}
+        facts = {**output_facts(reply.output_tokens, skip_reason(config)), **F.phase_facts(**phases)}
         if [lv.concurrency for lv in levels] != (list(workload.levels) if len(workload.levels) > 1 else []):
             return RestartResult.failure(
                 RestartStatus.FAILED, f"cmd engine: the workload's load levels are {list(workload.levels)} but the "
                 f"reply's 'levels' are {[lv.concurrency for lv in levels]} (one entry per level, in order; none for "
                 "one level)", log_tail=tail, **common)
-        return RestartResult(status=RestartStatus.OK, levels=levels, facts=facts, **common,
-                             **{k: v for k, v in data.items() if k != "status"})
+        return RestartResult(status=RestartStatus.OK, passes_tok_s=reply.passes_tok_s, warmup_tok_s=reply.warmup_tok_s,
+                             resolved=resolved, accept_len=reply.accept_len, startup_s=reply.startup_s,
+                             peak_memory_gib=reply.peak_memory_gib, cold=bool(reply.cold), latency=reply.latency,
+                             levels=levels, facts=facts, **common)
 
     def describe(self) -> EngineFacts:
         """The engine name and the command it runs."""
@@ -289,11 +297,12 @@ class _OkLine(BaseModel):
     output_tokens: dict[Annotated[str, Field(pattern=r"^[0-9]+$")], list[int]] | None = None
 
 
-def parse_result_line(stdout: str) -> dict[str, Any]:
+def parse_result_line(stdout: str) -> RestartReply:
     """Parse and type-check the protocol object on the last non-empty stdout line.
 
-    Returns:
-        ``RestartResult`` keyword arguments plus ``status`` (``resolved`` already a :class:`Resolved`).
+    The wrapper speaks the engines' one result message (:class:`~autotune.engines.vllm._wire.RestartReply`, which
+    the vllm runner prints too), held here to what a third-party wrapper may say: the fields of :class:`_OkLine`,
+    each in its range, every mistake named in one line; then decoded as every engine decodes it.
 
     Raises:
         ProtocolError: a one-line description of what was wrong.
@@ -311,12 +320,11 @@ def parse_result_line(stdout: str) -> dict[str, Any]:
     if status == RestartStatus.FAILED:
         # A failing wrapper's line is read leniently: its error is the message the user needs.
         error = data.get("error")
-        out: dict[str, Any] = {"status": status, "error": str(error) if error else "command reported failure"}
         if data.get("resolved") is not None:
-            out["resolved"] = _resolved(data["resolved"])
-        if isinstance(data.get("cold"), bool):
-            out["cold"] = data["cold"]
-        return out
+            _resolved(data["resolved"])
+        return RestartReply(status=status, error=str(error) if error else "command reported failure",
+                            resolved=dict(data["resolved"]) if data.get("resolved") is not None else None,
+                            cold=data["cold"] if isinstance(data.get("cold"), bool) else None)
     if status != RestartStatus.OK:
         raise ProtocolError(f"'status' must be \"ok\" or \"failed\", got {status!r}")
     # null means "not reported" for the optional fields, as it always has.
@@ -325,28 +333,15 @@ def parse_result_line(stdout: str) -> dict[str, Any]:
         ok = _OkLine.model_validate(given)
     except ValidationError as exc:
         raise ProtocolError(_problem(exc, given)) from None
-    out = {"status": status, "passes_tok_s": tuple(ok.passes_tok_s), "resolved": _resolved(data["resolved"])}
-    if ok.warmup_tok_s is not None:
-        out["warmup_tok_s"] = tuple(ok.warmup_tok_s)
-    for key in ("accept_len", "startup_s", "peak_memory_gib"):
-        if getattr(ok, key) is not None:
-            out[key] = float(getattr(ok, key))
-    if "cold" in ok.model_fields_set:
-        out["cold"] = ok.cold
-    if ok.latency is not None:
-        out["latency"] = {str(k): float(v) for k, v in ok.latency.items()}
-    if ok.output_tokens is not None:
-        out["output_tokens"] = {k: list(v) for k, v in ok.output_tokens.items()}
+    _resolved(data["resolved"])
     if ok.phases is not None:
         unknown = sorted(set(ok.phases) - set(F.PHASE_NAMES))
         if unknown:
             raise ProtocolError(f"'phases.{unknown[0]}' is not a phase; use {', '.join(F.PHASE_NAMES)}")
-        out["phases"] = {k: float(v) for k, v in ok.phases.items()}
-    if ok.levels is not None:
-        out["levels"] = tuple(LevelResult(lv.concurrency, tuple(lv.passes_tok_s),
-                                          {str(k): float(v) for k, v in (lv.latency or {}).items()})
-                              for lv in ok.levels)
-    return out
+    try:
+        return RestartReply.decode(given)
+    except WireError as exc:  # the check above is the stricter one: this is a safety net, not a path
+        raise ProtocolError(str(exc)) from None
 
 
 def _resolved(value: Any) -> Resolved:

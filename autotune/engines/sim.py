@@ -34,6 +34,7 @@ from autotune.engines.drift import PRESETS as DRIFT_PRESETS
 from autotune.engines.drift import DriftNoise, PassChain
 from autotune.core import facts as F
 from autotune.core.confine import open_confined
+from autotune.core.failure import FailureKind
 from autotune.engines._base import EngineBackend, EngineError
 from autotune.engines._options import SimOptions
 from autotune.engines._sim_memory import HostWedged
@@ -251,7 +252,8 @@ class SimEngine(EngineBackend):
                                           restart, seed)
             if started.trip_reason is not None:
                 return RestartResult.failure(
-                    RestartStatus.FAILED, started.trip_reason, restart=restart, seed=seed, resolved=resolved,
+                    RestartStatus.FAILED, started.trip_reason, failure_kind=FailureKind.GUARD, restart=restart,
+                    seed=seed, resolved=resolved,
                     cold=cold, wall_s=(started.killed_after_s or 0.0) + self.hardware.shutdown_s,
                     log_tail=started.trip_reason, facts=started.facts)
             facts = {**facts, **started.facts}

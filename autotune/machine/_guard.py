@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from autotune.core.transient import GUARD_PREFIX  # every guard failure reason starts with it
+from autotune.core.failure import GUARD_PREFIX  # every guard failure reason starts with it
 from autotune.machine._meminfo import GIB, MeminfoReader, MemInfo, gib
 
 __all__ = [

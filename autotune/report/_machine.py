@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from autotune.core import facts
+from autotune.core.failure import FailureKind, kind_of
 from autotune.core.records import EngineConfig, RestartResult
 from autotune.engines.vllm import KvFacts, kv_audit
-from autotune.machine import GUARD_PREFIX, MachineState, departures
+from autotune.machine import MachineState, departures
 
 __all__ = ["MachineNotes", "RestartNote", "kv_findings", "machine_notes", "render_machine"]
 
@@ -82,7 +83,7 @@ def machine_notes(runs: Iterable[tuple[str, EngineConfig, Sequence[RestartResult
     runs = list(runs)
     flat = [(where, config, r) for where, config, restarts in runs for r in restarts]
     trips = tuple(RestartNote(w, c.label(), r.restart, r.error or "") for w, c, r in flat
-                  if (r.error or "").startswith(GUARD_PREFIX))
+                  if kind_of(r) is FailureKind.GUARD)
     waits = tuple(RestartNote(w, c.label(), r.restart, f"waited {float(r.facts[facts.SETTLE_WAIT_S]):.1f} s for "
                               f"memory to come back before starting")
                   for w, c, r in flat if r.facts.get(facts.SETTLE_WAITED) is True)

@@ -125,7 +125,8 @@ def _search(ctx: StudyContext, observers: Sequence[StudyObserver]) -> None:
                                                 f"{idle} suggestions in a row were {what}"))
         trial = _next_trial(ctx)
         if trial is None:
-            notify(observers, "on_search_end", ctx, ledger.search_end(), started)
+            end = ledger.search_end()  # read once, not once per observer
+            notify(observers, lambda o: o.on_search_end(ctx, end, started))
             return
         ledger.record_owner(trial, ctx.owner)
         ctx.claims.heartbeat.hold(trial_id(trial))
@@ -182,13 +183,13 @@ def _run_trial(ctx: StudyContext, trial: optuna.Trial, observers: Sequence[Study
         _queue_unmeasured(ctx, trial.number)
         _tell_duplicate(ledger, trial, duplicate)
         return _DUPLICATE
-    notify(observers, "on_trial_start", ctx, trial.number, config)
+    notify(observers, lambda o: o.on_trial_start(ctx, trial.number, config))
     try:
         record = TrialMeasurement(ctx, trial, config, observers).run()
     except KeyboardInterrupt as exc:
         _abandon(ledger, trial, _interruption(exc))
         raise
-    notify(observers, "on_trial_end", ctx, record)
+    notify(observers, lambda o: o.on_trial_end(ctx, record))
     return _STARTED
 
 

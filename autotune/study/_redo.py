@@ -86,7 +86,8 @@ def redo_lost(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verifica
             def record(result: RestartResult, cand: Candidate = cand) -> None:
                 mine.setdefault(cand.config.key(), []).append(result)
                 claim.record_restarts(mine)
-                notify(observers, "on_restart", ctx, "verify", f"verify {cand.config.label()}", result)
+                label = f"verify {cand.config.label()}"
+                notify(observers, lambda o: o.on_restart(ctx, "verify", label, result))
 
             run(cand, rnd, record)
         verification = conclude(candidates, book.rounds().progress(), common, options.confidence,

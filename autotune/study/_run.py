@@ -62,7 +62,7 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
     # that concluded it would (everything an observer logs is logged once, whoever asks).
     ctx.concluded = ledger.has_verification()
     try:
-        notify(observers, "on_study_start", ctx)
+        notify(observers, lambda o: o.on_study_start(ctx))
         searching = True
         try:
             _search(ctx, observers)
@@ -83,7 +83,7 @@ def run_study(space: SearchSpace, engine: EngineBackend, options: StudyOptions,
                 _record_interrupted_search(ctx, _interruption(exc))
             raise Interrupted(f"{_interruption(exc)}; finished work is saved in {_ledger.redact(str(options.storage))}"
                               " - run the same command again to resume", getattr(exc, "signum", signal.SIGINT)) from None
-        notify(observers, "on_study_end", ctx)
+        notify(observers, lambda o: o.on_study_end(ctx))
     finally:
         ctx.claims.heartbeat.close()
     return ledger

@@ -172,7 +172,8 @@ class TrialMeasurement:
     def _on_result(self, result: RestartResult) -> None:
         self.restarts.append(result)
         self.ctx.ledger.record_restarts(self.trial, self.restarts)
-        notify(self.observers, "on_restart", self.ctx, "search", f"trial {self.trial.number}", result)
+        label = f"trial {self.trial.number}"
+        notify(self.observers, lambda o: o.on_restart(self.ctx, "search", label, result))
 
     def _rerun_cold(self, result: RestartResult) -> bool:
         """Whether to run a cold start's seed again warm (see :func:`autotune.study._restart.measure_restart`)."""

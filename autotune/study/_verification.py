@@ -387,7 +387,7 @@ class _StudyRounds:
     def record_verification(self, verification: Verification) -> None:
         self.ledger.record_verification(verification)
         self.ctx.concluded = True
-        notify(self.observers, "on_verification_end", self.ctx, verification)
+        notify(self.observers, lambda o: o.on_verification_end(self.ctx, verification))
 
 
 #: The share of a planned verification's error rate kept for the rounds after its first look (empirical: a fifth
@@ -419,8 +419,8 @@ def _verify(ctx: StudyContext, observers: Sequence[StudyObserver]) -> Verificati
         max(common, options.verify_max_restarts or common), options.confidence, options.interval_method,
         slo=ctx.space.slo_constraints, unit=ctx.space.workload.unit,
         may_start=lambda todo: _verify_may_start(ledger, options, todo),
-        on_restart=lambda cand, result: notify(observers, "on_restart", ctx, "verify",
-                                               f"verify {cand.config.label()}", result),
+        on_restart=lambda cand, result: notify(observers, lambda o: o.on_restart(ctx, "verify",
+                                               f"verify {cand.config.label()}", result)),
         sequential_rounds=options.verify_sequential_rounds, margin=options.verify_margin,
         rounds_fit=lambda pair, most: _sequential.rounds_fit(ledger, options, pair, most),
         baseline_restarts=base_n if plan is not None else None,

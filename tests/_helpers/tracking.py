@@ -12,6 +12,7 @@ import mlflow
 import yaml
 
 from autotune.config.space import load_space
+from autotune.report._build import build_report
 from autotune.core.records import EngineConfig, EngineFacts, Resolved
 from autotune.decisions.racing import RacingPolicy
 from autotune.observers.mlflow import MlflowTracker
@@ -85,7 +86,9 @@ def options(tmp: Path, **kw: Any) -> StudyOptions:
 def tracked_study(tmp: Path, stream: io.StringIO | None = None, engine: FakeEngine | None = None,
                   **kw: Any) -> tuple[Ledger, MlflowTracker]:
     tracker = MlflowTracker(tracking_uri=store(tmp), stream=stream or io.StringIO())
-    study = run_study(load_space(write_space(tmp)), engine or fake_engine(), options(tmp, **kw), [tracker])
+    space, engine = load_space(write_space(tmp)), engine or fake_engine()
+    study = run_study(space, engine, options(tmp, **kw), [tracker])
+    tracker.on_report(build_report(study, engine=engine, space=space))  # as autotune tune hands it over
     return study, tracker
 
 

@@ -29,6 +29,7 @@ from autotune.config.space import parse_space
 from autotune.core.exit_status import ExitStatus
 from autotune.study import StudyOptions, run_study
 from autotune.cli.ui import server_command, ui_url
+from autotune.report import build_report
 from tests.conftest import FakeEngine, store
 
 pytest.importorskip("mlflow")
@@ -100,7 +101,9 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Any:
                            trials=5, policy=RacingPolicy(min_restarts=2, max_restarts=2, racing=False), top_k=1,
                            verify_restarts=2)
     tracker = MlflowTracker(tracking_uri=uri, stream=io.StringIO())
-    study = run_study(parse_space(SPACE), fake_engine(), options, [tracker])
+    space, engine = parse_space(SPACE), fake_engine()
+    study = run_study(space, engine, options, [tracker])
+    tracker.on_report(build_report(study, engine=engine, space=space))
     assert tracker.problems == []
     port = free_port()
     out, err = tmp / "ui.out", tmp / "ui.err"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.core.failure import FailureKind
 from autotune.engines import EngineError, make_engine
 from autotune.engines.vllm import VllmEngine
 from autotune.engines.vllm._forkserver import ForkHost
@@ -216,6 +217,7 @@ def test_a_dead_host_fails_the_running_restart_with_a_reason_and_a_new_host_take
     assert result.status == RestartStatus.FAILED
     assert result.error is not None
     assert result.error.startswith("restart lost: the forkserver host exited with status -9"), result.error
+    assert result.failure_kind is FailureKind.LOST  # the engine says so, not only its error line
     orphans = [r["pid"] for r in _records(files["procs"]) if r["kind"] in ("engine", "grandchild")]
     assert wait_gone(orphans) == [], "the unsupervised restart's group is stopped"
 
@@ -237,6 +239,7 @@ def test_a_host_that_dies_between_the_fork_and_its_report_leaves_nothing_of_the_
     assert result.status == RestartStatus.FAILED
     assert result.error is not None
     assert result.error.startswith("restart lost: the forkserver host exited with status -9"), result.error
+    assert result.failure_kind is FailureKind.LOST
     lost = [r["pid"] for r in _records(files["procs"]) if r["kind"] in ("engine", "grandchild")]
     assert len(lost) == 2, "the restart ran as far as its SIGTERM-ignoring grandchild"
     assert wait_gone(lost, timeout=0.5) == [], "the failed restart stopped what the host had forked"

@@ -17,7 +17,10 @@ import pytest
 
 from autotune.engines import EngineError, make_engine
 from autotune.engines.vllm import VllmEngine
+from autotune.engines.vllm import _passes as passes_mod
 from autotune.engines.vllm import _runner as runner
+from autotune.engines.vllm import _serve as serve
+from autotune.engines.vllm._facts import accept_length
 from autotune.engines.vllm._launcher import kill_group, launch, tail_text
 from autotune.config.workload import DEFAULT_PROMPTS
 from autotune.core.records import Dataset, EngineConfig, RestartStatus, Workload
@@ -400,22 +403,22 @@ class _FakePasses:
 )
 def test_warm_up_ends_by_the_rule(values, minimum, maximum, expected) -> None:
     workload = {"warmup_passes": minimum, "max_warmup_passes": maximum}
-    done = runner.warm_up(_FakePasses(values), workload)  # type: ignore[arg-type]
+    done = passes_mod.warm_up(_FakePasses(values), workload)  # type: ignore[arg-type]
     assert len(done) == expected
 
 
 def test_warm_up_with_the_requests_noise_prior_stops_at_the_third_pass_and_says_so() -> None:
     workload = {"warmup_passes": 1, "max_warmup_passes": 4}
     baseline = [3517.0, 3401.0, 3773.0, 2831.0, 3500.0]  # the baseline: noise, no ramp
-    done = runner.warm_up(_FakePasses(baseline), workload, {"log_sd": 0.17, "df": 32})  # type: ignore[arg-type]
+    done = passes_mod.warm_up(_FakePasses(baseline), workload, {"log_sd": 0.17, "df": 32})  # type: ignore[arg-type]
     assert len(done) == 3 and done[-1]["stop"] == "prior"
-    assert runner.phases({}, done, [])["warmup_rule"] == "prior"
+    assert passes_mod.phases({}, done, [])["warmup_rule"] == "prior"
     ramp = [720.0, 1586.0, 2089.0, 3826.0, 3800.0]  # the measured ramp: still rising at the third pass
-    assert len(runner.warm_up(_FakePasses(ramp), workload, {"log_sd": 0.17, "df": 32})) == 4  # type: ignore[arg-type]
+    assert len(passes_mod.warm_up(_FakePasses(ramp), workload, {"log_sd": 0.17, "df": 32})) == 4  # type: ignore[arg-type]
     # An older engine sends no prior: the rule alone, which cannot stop before its cap of 4 here.
-    done = runner.warm_up(_FakePasses(baseline), workload)  # type: ignore[arg-type]
+    done = passes_mod.warm_up(_FakePasses(baseline), workload)  # type: ignore[arg-type]
     assert len(done) == 4 and done[-1]["stop"] == "cap"
-    assert runner.phases({}, [], [])["warmup_rule"] == "none"
+    assert passes_mod.phases({}, [], [])["warmup_rule"] == "none"
 
 
 def test_the_request_carries_the_studys_noise_prior_once_there_is_one(tmp_path) -> None:
@@ -437,10 +440,10 @@ def _ok(passes):
 
 def test_timed_passes_are_sized_from_the_last_warm_up_pass() -> None:
     passes = _FakePasses([1000.0] * 9)
-    warmups = runner.warm_up(passes, {"warmup_passes": 1, "max_warmup_passes": 4})  # 0.5 s a round
-    timed = runner.time_passes(passes, {"timed_passes": 3, "pass_seconds": 5.0}, warmups)
+    warmups = passes_mod.warm_up(passes, {"warmup_passes": 1, "max_warmup_passes": 4})  # 0.5 s a round
+    timed = passes_mod.time_passes(passes, {"timed_passes": 3, "pass_seconds": 5.0}, warmups)
     assert len(timed) == 3 and passes.rounds[len(warmups):] == [10, 10, 10]
-    assert runner.time_passes(passes, {"timed_passes": 1, "pass_seconds": 0}, warmups) and passes.rounds[-1] == 1
+    assert passes_mod.time_passes(passes, {"timed_passes": 1, "pass_seconds": 0}, warmups) and passes.rounds[-1] == 1
 
 
 def test_runner_prompts_are_token_ids_and_repeat_an_ngram() -> None:
@@ -456,11 +459,11 @@ def test_serve_mode_runs_vllm_bench_serve_at_each_load_level(tmp_path: Path) -> 
     workload = Workload(num_prompts=4, input_len=8, output_len=4, concurrency=(1, 8), aggregate="min",
                         dataset=Dataset("synthetic")).to_dict()
     request = {"workload": workload, "llm_kwargs": {"model": "m"}}
-    assert runner.load_levels(workload) == [1, 8] and runner.load_levels({"concurrency": 4}) is None
-    first = runner.ServePasses(request, 8000, str(tmp_path), concurrency=1)
+    assert passes_mod.load_levels(workload) == [1, 8] and passes_mod.load_levels({"concurrency": 4}) is None
+    first = serve.ServePasses(request, 8000, str(tmp_path), concurrency=1)
     second = first.at(8)
 
-    def flag(passes: runner.ServePasses, name: str) -> str:
+    def flag(passes: serve.ServePasses, name: str) -> str:
         argv = passes.command("x.json")
         return argv[argv.index(name) + 1]
 
@@ -477,29 +480,32 @@ def test_level_measurement_keeps_each_level_and_pools_acceptance() -> None:
         return {"tok_s": tok_s, "seconds": 1.0, "tokens": 10, "before": start, "counters": counters,
                 "timings": [timing]}
 
-    out = runner.level_measurement(1.0, None, {}, [], [(1, [passes(10.0, 0, 4)]), (8, [passes(50.0, 6, 10)])],
-                                   None, {"tpot_p99_ms": 5.0})
-    assert [lv["concurrency"] for lv in out["levels"]] == [1, 8] and out["passes_tok_s"] == [10.0, 50.0]
-    assert out["accept_len"] == 3.0, "8 drafts, 16 accepted: the warm-up between levels (drafts 4 to 6) left out"
-    eight = out["levels"][1]["latency"]
+    out = passes_mod.reply(1.0, None, {}, [], [(1, [passes(10.0, 0, 4)]), (8, [passes(50.0, 6, 10)])],
+                           None, {"tpot_p99_ms": 5.0})
+    assert [lv.concurrency for lv in out.levels] == [1, 8] and out.passes_tok_s == (10.0, 50.0)
+    assert out.accept_len == 3.0, "8 drafts, 16 accepted: the warm-up between levels (drafts 4 to 6) left out"
+    assert out.latency == {}, "several levels: each level has its latency, the restart's is combined by the engine"
+    eight = out.levels[1].latency
     assert eight["ttft_p99_ms"] == pytest.approx(500.0) and eight["goodput"] == 1.0, "1 request in 1 s met 5 ms"
 
 
 def test_acceptance_length_from_counter_deltas() -> None:
     before = {"vllm:spec_decode_num_drafts": 10.0, "vllm:spec_decode_num_accepted_tokens": 20.0}
     after = {"vllm:spec_decode_num_drafts": 30.0, "vllm:spec_decode_num_accepted_tokens": 60.0}
-    assert runner.accept_length(before, after) == 3.0
-    assert runner.accept_length(after, after) is None
+    assert accept_length(before, after) == 3.0
+    assert accept_length(after, after) is None
 
 
-@pytest.mark.parametrize("name", ["_runner.py", "_dataset.py", "_facts.py", "_warmup.py"])
+@pytest.mark.parametrize("name", ["_runner.py", "_passes.py", "_serve.py", "_wire.py", "_dataset.py", "_facts.py",
+                                  "_warmup.py"])
 def test_runner_module_imports_only_the_standard_library(name: str) -> None:
     import ast
 
     tree = ast.parse((Path(runner.__file__).parent / name).read_text())
-    # _dataset, _facts and _warmup are the runner's siblings, imported from the runner's own directory.
+    # The underscored names are the runner's siblings, imported from the runner's own directory.
     allowed = {"__future__", "collections", "json", "math", "os", "random", "shutil", "socket", "subprocess", "sys",
-               "statistics", "tempfile", "time", "traceback", "typing", "urllib", "_dataset", "_facts", "_warmup"}
+               "statistics", "tempfile", "time", "traceback", "typing", "urllib", "dataclasses", "_dataset", "_facts",
+               "_warmup", "_passes", "_serve", "_wire"}
     for node in tree.body:  # module level: what runs before the request is read
         if isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]
@@ -588,9 +594,9 @@ def test_every_serve_pass_argument_is_one_vllm_bench_serve_accepts(tmp_path: Pat
     # The passes run vLLM's benchmark client in the runner's interpreter, parsed by the client's own parser:
     # an argument it does not know (or renamed) must fail here, not on a GPU.
     pytest.importorskip("vllm.benchmarks.serve")
-    parser = runner.bench_parser()
+    parser = serve.bench_parser()
     workload = Workload(num_prompts=4, input_len=8, output_len=4, concurrency=3, dataset=Dataset("synthetic"))
-    passes = runner.ServePasses({"workload": workload.to_dict(), "llm_kwargs": {"model": "m"}}, 8123,
+    passes = serve.ServePasses({"workload": workload.to_dict(), "llm_kwargs": {"model": "m"}}, 8123,
                                 str(tmp_path))
     args = parser.parse_args(passes.command("x.json"))
     assert (args.port, args.max_concurrency, args.num_prompts) == (8123, 3, 4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.engines.vllm import _runner
+from autotune.engines.vllm import _serve
 
 # Three requests, the second failed. vLLM 0.32 saves each request's end-to-end latency; 0.26 (the H200 bundle)
 # saves TTFT and inter-token gaps only.
@@ -14,7 +14,7 @@ V026 = {k: v for k, v in V032.items() if k != "latencies"}
 
 
 def test_latencies_are_read_where_saved_and_rebuilt_from_the_gaps_where_not() -> None:
-    new, old = _runner.serve_timings(V032), _runner.serve_timings(V026)
+    new, old = _serve.serve_timings(V032), _serve.serve_timings(V026)
     assert [t["ttft"] for t in new] == [0.10, 0.30]  # the failed request is left out
     assert [t["e2el"] for t in new] == [0.17, 0.41]
     assert [t["e2el"] for t in old] == pytest.approx([0.16, 0.40])  # TTFT plus the gaps
@@ -23,5 +23,5 @@ def test_latencies_are_read_where_saved_and_rebuilt_from_the_gaps_where_not() ->
 
 
 def test_a_result_without_per_request_data_gives_no_latency() -> None:
-    assert _runner.serve_timings({"ttfts": [0.1], "output_lens": [4]}) == []
-    assert _runner.serve_timings({"output_throughput": 10.0}) == []
+    assert _serve.serve_timings({"ttfts": [0.1], "output_lens": [4]}) == []
+    assert _serve.serve_timings({"output_throughput": 10.0}) == []

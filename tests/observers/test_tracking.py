@@ -308,6 +308,48 @@ def test_unreachable_store_warns_once_and_the_study_completes(tmp_path: Path) ->
     assert len(lines) == 1 and "MLflow tracking is off" in lines[0] and "--no-mlflow" in lines[0]
 
 
+def test_the_tracker_builds_no_report_and_logs_the_one_it_is_handed(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    import autotune.report as report_api
+
+    built: list[int] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        built.append(1)
+        return build_report(*args, **kwargs)
+
+    monkeypatch.setattr(report_api, "build_report", counting)
+    tracker = MlflowTracker(tracking_uri=store(tmp_path), stream=io.StringIO())
+    space, engine = load_space(write_space(tmp_path)), fake_engine()
+    study = run_study(space, engine, options(tmp_path, trials=3, top_k=1), [tracker])
+    assert built == [], "the study's end builds no report: its caller does, once"
+    client = client_for(tmp_path)
+    assert client.get_run(tracker.parent_run_id).info.status == "RUNNING", "the outcome is still due"
+    # What the tracker is handed is what it logs (here a report whose verdict no study would give).
+    handed = dataclasses.replace(build_report(study, engine=engine, space=space), verdict="handed-over")
+    tracker.on_report(handed)
+    parent = client.get_run(tracker.parent_run_id)
+    assert parent.info.status == "FINISHED" and parent.data.tags["verdict"] == "handed-over"
+    tracker.on_report(handed)  # once only: the parent run is closed
+    tracker.close()
+    assert client.get_run(tracker.parent_run_id).info.status == "FINISHED"
+
+
+def test_a_concluded_study_closed_without_its_report_is_killed_and_resumed(tmp_path: Path) -> None:
+    tracker = MlflowTracker(tracking_uri=store(tmp_path), stream=io.StringIO())
+    space = load_space(write_space(tmp_path))
+    run_study(space, fake_engine(), options(tmp_path, trials=3, top_k=1), [tracker])
+    tracker.close()  # the caller died before handing the report over
+    client = client_for(tmp_path)
+    assert client.get_run(tracker.parent_run_id).info.status == "KILLED"
+    study, again = tracked_study(tmp_path, trials=3, top_k=1)  # the same command again: the outcome is logged
+    assert again.parent_run_id == tracker.parent_run_id
+    parent = client.get_run(again.parent_run_id)
+    assert parent.info.status == "FINISHED" and "verdict" in parent.data.tags
+
+
 def test_failing_operation_mid_study_warns_once_and_the_study_completes(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from autotune.observers.mlflow._study_log import _StudyLog

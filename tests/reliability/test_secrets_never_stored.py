@@ -139,8 +139,12 @@ def test_the_recorded_command_hides_credentials(tmp_path, monkeypatch):
                f"http://alice:{PASSWORD}@mlflow:5000", "--engine-opt", f"api_key={API_KEY}", "--hf-token", HF_TOKEN)
     options = StudyOptions(study_name="cmd", storage=f"sqlite:///{tmp_path}/o.db", workdir=str(tmp_path / "w"),
                            trials=2, verify=False, command=command)
-    run_study(load_space("search_spaces/gb10.yaml"), FakeEngine(lambda c: 100.0), options,
-              [MlflowTracker(tracking_uri=uri, stream=io.StringIO())])
+    from autotune.report import build_report
+
+    space, engine = load_space("search_spaces/gb10.yaml"), FakeEngine(lambda c: 100.0)
+    tracker = MlflowTracker(tracking_uri=uri, stream=io.StringIO())
+    ledger = run_study(space, engine, options, [tracker])
+    tracker.on_report(build_report(ledger, engine=engine, space=space))  # the outcome, with its command, too
     recorded = list((tmp_path / "mlruns").rglob("command.txt"))
     assert recorded, "command.txt was not logged"
     text = recorded[0].read_text()

@@ -36,7 +36,9 @@ def test_a_default_mode_winner_downgraded_by_speculation_is_flagged_everywhere(t
                            enqueue=({"cudagraph_mode": "default", "capture_sizes": "default",
                                      "num_speculative_tokens": 1, "draft": "ngram"},))
     tracker = MlflowTracker(tracking_uri=store(tmp_path), stream=io.StringIO())
-    ledger = run_study(parse_space(SMALL_SPACE), FakeEngine(_truth, resolve=_resolve), options, [tracker])
+    space, engine = parse_space(SMALL_SPACE), FakeEngine(_truth, resolve=_resolve)
+    ledger = run_study(space, engine, options, [tracker])
+    tracker.on_report(build_report(ledger, engine=engine, space=space))
     records = {(r.config.cudagraph_mode, r.config.num_speculative_tokens): r for r in ledger.trial_records()}
     assert CHANGED in records[(None, 2)].summary.differences  # the trial
     assert records[(None, 1)].summary.differences == ()  # same default plan with K=1: nothing to flag

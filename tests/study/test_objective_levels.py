@@ -167,7 +167,9 @@ def test_per_level_values_go_to_mlflow(tmp_path: Path, monkeypatch: pytest.Monke
     space = parse_space(_space(concurrency=[4, 64], aggregate="min"))
     tracker = MlflowTracker(tracking_uri=store(tmp_path), stream=io.StringIO())
     opts = _options(tmp_path, trials=2, top_k=1, verify_restarts=2)
-    ledger = run_study(space, SimEngine(profile="h200", model_profile="dense"), opts, [tracker])
+    engine = SimEngine(profile="h200", model_profile="dense")
+    ledger = run_study(space, engine, opts, [tracker])
+    tracker.on_report(build_report(ledger, engine=engine, space=space))
     best = {b.concurrency: b for b in build_report(ledger).levels}
     client = mlflow.MlflowClient(store(tmp_path))
     parent = client.get_run(ledger.mlflow_parent_run_id())

@@ -28,7 +28,8 @@ def test_a_study_on_postgresql_logs_to_the_mlflow_server(postgres_url: str, mlfl
     tracker = MlflowTracker(tracking_uri=mlflow_server_uri, stream=io.StringIO())
     options = StudyOptions(study_name=f"pg-{tmp_path.name}", storage=postgres_url, workdir=str(tmp_path), trials=6,
                            policy=RacingPolicy(min_restarts=2, racing=False), top_k=2, verify_restarts=2, seed=1)
-    run_study(parse_space(SMALL_SPACE), FakeEngine(by_params(TRUTH)), options, [tracker])
+    space, engine = parse_space(SMALL_SPACE), FakeEngine(by_params(TRUTH))
+    tracker.on_report(build_report(run_study(space, engine, options, [tracker]), engine=engine, space=space))
     tracker.close()
     assert tracker.problems == []
 

@@ -50,6 +50,7 @@ from autotune.engines._output_check import check_request, output_facts, skip_rea
 from autotune.engines.process import engine_leftovers, kill_started_since, own_tagged
 from autotune.engines.vllm import _container
 from autotune.core import facts as F
+from autotune.core.failure import FailureKind
 from autotune.core.secrets import MissingSecret, resolve
 from autotune.core.confine import LinkRefused, confined_dir
 from autotune.engines.vllm._caches import caches_empty as jit_caches_empty
@@ -58,9 +59,11 @@ from autotune.engines.vllm._caches import (STUDY_CACHES, caches_present, jit_cac
 from autotune.engines.vllm._forkserver import ForkHost, launch_forked
 from autotune.engines.vllm._launcher import LaunchResult, launch
 from autotune.engines.vllm._phases import restart_phases
-from autotune.engines.vllm._logparse import failure_reason, parse_engine_config, parse_startup_log
-from autotune.engines.vllm._kvfacts import KvFacts, kv_audit, log_facts
+from autotune.engines.vllm._enginelog import EngineLog
+from autotune.engines.vllm._logparse import failure_reason, parse_engine_config
+from autotune.engines.vllm._kvfacts import KvFacts, kv_audit
 from autotune.engines.vllm._options import VllmOptions
+from autotune.engines.vllm._wire import RestartReply, WireError
 from autotune.engines.vllm.vocabulary import Vocabulary, introspect_source, vocabulary_for
 from autotune.core.records import (Detail, EngineConfig, EngineFacts, LevelResult, Resolved, RestartResult, RestartStatus,
                               Workload)
@@ -227,23 +230,24 @@ class VllmEngine(EngineBackend):
             if guard.trip is not None:
                 # Under the floor before anything started (the settle saw it above a moment ago): start nothing.
                 return RestartResult.failure(RestartStatus.FAILED, guard.trip.reason(), restart=restart, seed=seed,
-                                             cold=cold, start_method=method, wall_s=0.0,
+                                             failure_kind=FailureKind.GUARD, cold=cold, start_method=method, wall_s=0.0,
                                              facts=self.safety.restart_facts())
             outcome = self._launch(config, request, restart, seed, method)
         if method == "forkserver" and outcome.ready is not None and outcome.ready.get("preloaded") is False:
             self._say_not_preloaded()
+        # The restart's log, read and parsed once: the caches, the result, the phases and the facts read it.
+        log = EngineLog.read(outcome.log_path)
         if outcome.ready is not None:
             # The caches now hold this configuration: later starts of it are warm while what it left is there.
-            log = Path(outcome.log_path)
-            record_caches(marker, self.work_dir(), log.read_text(errors="replace") if log.exists() else "",
-                          self.process_env())
+            record_caches(marker, self.work_dir(), log.text, self.process_env())
         result = self.to_result(outcome, config, restart=restart, seed=seed, cold=cold, start_method=method,
-                                launched_at=launched_at)
+                                launched_at=launched_at, log=log)
         # Memory, machine state and the KV facts of vLLM's log, kept on failed restarts too (a guard trip's most).
         result = dataclasses.replace(result, facts={**result.facts, **self.safety.restart_facts(),
-                                                    **log_facts(outcome.log_path), F.CACHES_EMPTY: empty})
+                                                    **log.kv.to_facts(), F.CACHES_EMPTY: empty})
         if guard.trip is not None:
             return dataclasses.replace(result, status=RestartStatus.FAILED, error=guard.trip.reason(),
+                                       failure_kind=FailureKind.GUARD,
                                        passes_tok_s=(), log_tail=outcome.tail)
         return result
 
@@ -508,38 +512,48 @@ class VllmEngine(EngineBackend):
         return path
 
     def to_result(self, outcome: LaunchResult, config: EngineConfig, *, restart: int, seed: int,
-                  cold: bool, start_method: str | None = None, launched_at: float | None = None) -> RestartResult:
-        """Turn a finished launch into a :class:`RestartResult` (a failure is data, never an exception)."""
-        text = Path(outcome.log_path).read_text(errors="replace") if Path(outcome.log_path).exists() else ""
-        resolved = build_resolved(outcome.ready, text)
+                  cold: bool, start_method: str | None = None, launched_at: float | None = None,
+                  log: EngineLog | None = None) -> RestartResult:
+        """Turn a finished launch into a :class:`RestartResult` (a failure is data, never an exception).
+
+        ``log`` is the launch's log already read (:meth:`run_restart`'s); without it the log file is read here.
+        """
+        log = log if log is not None else EngineLog.read(outcome.log_path)
+        text = log.text
+        resolved = build_resolved(outcome.ready, log)
         common: dict[str, Any] = {
             "restart": restart, "seed": seed, "cold": cold, "wall_s": outcome.wall_s, "startup_s": outcome.startup_s,
             "resolved": resolved, "log_path": outcome.log_path, "start_method": start_method,
         }
         if outcome.error:
-            return RestartResult.failure(RestartStatus.FAILED, outcome.error, **common)
+            return RestartResult.failure(RestartStatus.FAILED, outcome.error, failure_kind=outcome.failure_kind,
+                                         **common)
         if outcome.timed_out:
             return RestartResult.failure(RestartStatus.TIMEOUT, self._timeout_reason(outcome.timed_out),
                                          log_tail=outcome.tail, **common)
-        result = outcome.result
-        if outcome.returncode != 0 or result is None or "passes_tok_s" not in result:
+        if outcome.returncode != 0 or outcome.result is None or "passes_tok_s" not in outcome.result:
             sizes = config.capture_sizes or (resolved.cudagraph_capture_sizes if resolved else None)
             reason = failure_reason(text, error=dict(outcome.failure or {}) or None,
                                     capture_sizes=sizes, ready=outcome.ready is not None)
             if outcome.returncode and outcome.returncode < 0 and outcome.failure is None:
                 reason = f"engine killed by signal {-outcome.returncode} ({reason})"
             return RestartResult.failure(RestartStatus.FAILED, reason, log_tail=outcome.tail, **common)
+        try:
+            reply = RestartReply.decode(outcome.result)
+        except WireError as exc:  # a runner of another autotune, or one that printed over its own line
+            return RestartResult.failure(RestartStatus.FAILED, f"vllm engine: the runner's result line is malformed: "
+                                         f"{exc}", log_tail=outcome.tail, **common)
         return RestartResult(
             status=RestartStatus.OK,
-            passes_tok_s=tuple(float(x) for x in result["passes_tok_s"]),
-            warmup_tok_s=tuple(float(x) for x in result.get("warmup_tok_s") or ()),
-            passes_s=tuple(float(x) for x in result.get("passes_s") or ()),
-            facts={**restart_phases(result.get("phases"), text, launched_at),
-                   **output_facts(result.get("output_tokens"), self.output_check_skipped(config))},
-            accept_len=result.get("accept_len"),
-            peak_memory_gib=result.get("peak_memory_gib"),
-            latency={k: float(v) for k, v in dict(result.get("latency") or {}).items() if v is not None},
-            levels=tuple(LevelResult.from_dict(level) for level in result.get("levels") or ()),
+            passes_tok_s=reply.passes_tok_s,
+            warmup_tok_s=reply.warmup_tok_s,
+            passes_s=reply.passes_s,
+            facts={**restart_phases(reply.phases, text, launched_at, log.kv),
+                   **output_facts(reply.output_tokens, self.output_check_skipped(config))},
+            accept_len=reply.accept_len,
+            peak_memory_gib=reply.peak_memory_gib,
+            latency=reply.latency,
+            levels=tuple(LevelResult(lv.concurrency, lv.passes_tok_s, lv.latency) for lv in reply.levels),
             **common,
         )
 
@@ -551,12 +565,16 @@ class VllmEngine(EngineBackend):
                 "(raise engine.measure_timeout_s or shrink the workload)")
 
 
-def build_resolved(ready: Mapping[str, Any] | None, log_text: str) -> Resolved | None:
+def build_resolved(ready: Mapping[str, Any] | None, log: EngineLog | str) -> Resolved | None:
     """What the engine ran: the runner's resolved config plus every start-up log line that changed the plan.
 
-    Returns ``None`` when the engine died before saying anything about its configuration.
+    ``log`` is the restart's log, parsed (:class:`EngineLog`) or its text. Returns ``None`` when the engine died
+    before saying anything about its configuration.
     """
-    findings = parse_startup_log(log_text)
+    if isinstance(log, str):
+        log = EngineLog.of(log)
+    log_text = log.text
+    findings = log.findings
     reported = dict((ready or {}).get("resolved") or {})
     if not reported and ready is not None:
         # Serve mode: the worker lives in the server's engine-core process; its start-up log is what we have.

@@ -24,7 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from autotune.core.transient import LOST_PREFIX
+from autotune.core.failure import LOST_PREFIX, FailureKind
 from autotune.engines.process import (TAG_ENV, Adopted, EngineProcess, RedactedLog, Survivor, kill_group, process_name,
                                      tagged_processes, wait_gone)
 from autotune.engines.vllm._launcher import LaunchResult, supervise, tail_text
@@ -377,10 +377,12 @@ def launch_forked(
             host_log = host.log_path.read_text(errors="replace") if host.log_path.exists() else ""
             return LaunchResult(returncode=None, timed_out="startup", log_path=str(log),
                                 wall_s=time.monotonic() - start, tail=tail_text(f"{host_log}\n{exc}"))
-        error = f"{LOST_PREFIX} {exc}" if isinstance(exc, HostLost) else str(exc)
-        return LaunchResult(returncode=None, log_path=str(log), error=error, wall_s=time.monotonic() - start)
+        if isinstance(exc, HostLost):
+            return LaunchResult(returncode=None, log_path=str(log), error=f"{LOST_PREFIX} {exc}",
+                                failure_kind=FailureKind.LOST, wall_s=time.monotonic() - start)
+        return LaunchResult(returncode=None, log_path=str(log), error=str(exc), wall_s=time.monotonic() - start)
     outcome = supervise(proc, log, start, startup_timeout_s=startup_timeout_s, measure_timeout_s=measure_timeout_s,
                         kill_grace_s=kill_grace_s, sink=sink)
     if proc.lost is not None:
-        return dataclasses.replace(outcome, error=f"{LOST_PREFIX} {proc.lost}")
+        return dataclasses.replace(outcome, error=f"{LOST_PREFIX} {proc.lost}", failure_kind=FailureKind.LOST)
     return outcome

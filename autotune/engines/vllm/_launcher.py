@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.confine import open_confined
+from autotune.core.failure import FailureKind
 from autotune.engines.process import EngineProcess, RedactedLog, kill_group, scrub_log
+from autotune.engines.vllm._wire import ERROR, READY, RESULT
 
 __all__ = [
     "ERROR_MARKER",
@@ -37,11 +39,11 @@ __all__ = [
 ]
 
 #: A line the engine process prints once it is ready to measure; the start-up deadline stops there.
-READY_MARKER = "AUTOTUNE_READY"
-#: The line carrying the process's JSON result.
-RESULT_MARKER = "AUTOTUNE_RESULT"
+READY_MARKER = READY
+#: The line carrying the process's JSON result (the runner's :class:`._wire.RestartReply`).
+RESULT_MARKER = RESULT
 #: The line a process prints about its own failure (exception type and message) before exiting.
-ERROR_MARKER = "AUTOTUNE_ERROR"
+ERROR_MARKER = ERROR
 
 _POLL_S = 0.2
 _TAIL_LINES = 80
@@ -62,7 +64,8 @@ class LaunchResult:
         wall_s: Seconds from launch until the whole process group was gone.
         log_path: The log file (stdout and stderr together).
         tail: The last lines of the log.
-        error: Why the process could not be started at all (``None`` otherwise).
+        error: Why the process could not be started at all, or was lost (``None`` otherwise).
+        failure_kind: The kind of :attr:`error` when the launcher knows it (a restart lost with its forkserver host).
     """
 
     returncode: int | None
@@ -75,6 +78,7 @@ class LaunchResult:
     log_path: str = ""
     tail: str = ""
     error: str | None = None
+    failure_kind: FailureKind | None = None
 
 
 def tail_text(text: str, lines: int = _TAIL_LINES, chars: int = _TAIL_CHARS) -> str:

@@ -102,7 +102,8 @@ def startup_stretches(log_text: str, kv: KvFacts | None = None) -> StartupStretc
     return StartupStretches(*(None if v is None or v < -1.0 else max(0.0, v) for v in (setup, profile, warmup)))
 
 
-def restart_phases(reported: Mapping[str, Any] | None, log_text: str, launched_at: float | None) -> dict[str, Any]:
+def restart_phases(reported: Mapping[str, Any] | None, log_text: str, launched_at: float | None,
+                   kv: KvFacts | None = None) -> dict[str, Any]:
     """The restart's phase facts (and its warm-up passes and pass rounds) from the runner's ``phases`` report.
 
     Args:
@@ -110,10 +111,11 @@ def restart_phases(reported: Mapping[str, Any] | None, log_text: str, launched_a
             ``warmup_passes``, ``pass_rounds``, ``warmup_rule``); ``None`` from an older runner: no facts.
         log_text: The restart's log, for vLLM's load, compile and capture seconds.
         launched_at: Wall-clock time the engine asked for the process (``None``: launch not known).
+        kv: The log's facts when the caller has parsed them already (:class:`._enginelog.EngineLog`).
     """
     if not reported:
         return {}
-    kv = parse_kv_facts(log_text)
+    kv = kv or parse_kv_facts(log_text)
     engine_s = reported.get("engine_s")
     reported_s = {"load": kv.load_s, "compile": kv.compile_s, "capture": kv.capture_s}
     stretches = startup_stretches(log_text, kv).named()

@@ -54,6 +54,12 @@ def _guarded(method: Callable[Concatenate[MlflowTracker, _P], None]) -> Callable
 class MlflowTracker(StudyObserver):
     """Logs a study to MLflow as it runs: parent run, nested trial and verification runs, plots.
 
+    The study's outcome (winner, intervals, verdict, the report's text and JSON, plots) is the report's, and the
+    tracker does not build one: whoever runs the study builds it once, after :func:`autotune.study.run_study`
+    returns, and hands it over with :meth:`on_report` (``autotune tune`` logs the copy it prints). Until then the
+    parent run of a study this worker concluded stays open; closed without a report, it is marked KILLED and the
+    next resume logs the outcome.
+
     Args:
         tracking_uri: MLflow tracking URI; default ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``.
         stream: Where the one warning about tracking problems goes (stderr).
@@ -61,8 +67,6 @@ class MlflowTracker(StudyObserver):
     Attributes:
         problems: One line per tracking operation that failed (the first is also printed).
         parent_run_id: The study's parent run, once the study started.
-        report: The report logged at the study's end (built once, from the study's context: the CLI prints
-            this same object).
     """
 
     def __init__(self, tracking_uri: str | None = None, stream: IO[str] | None = None) -> None:
@@ -70,12 +74,12 @@ class MlflowTracker(StudyObserver):
         self.stream = stream or sys.stderr
         self.problems: list[str] = []
         self.parent_run_id: str | None = None
-        self.report: Report | None = None
         self._off = False
         self._log: _StudyLog | None = None
         self._trial_runs: dict[int, tuple[str, int]] = {}  # trial number -> (run id, restarts logged live)
         self._current_trial: int | None = None
         self._ended = False
+        self._outcome_due = False  # this worker concluded the study: the report it is handed is the outcome
         self._failures_in_a_row = 0
         self._lone = True  # a lone process, not one of several workers on the study
 
@@ -171,14 +175,19 @@ class MlflowTracker(StudyObserver):
         if not ctx.concluded:
             self._ended = True  # another worker concluded the study and logs its outcome
             return
-        from autotune.report import build_report
-
-        self.report = report = build_report(ctx.ledger, engine=ctx.engine, space=ctx.space)
         # Separate steps: trials missing from MLflow must not cost the verification runs or the outcome.
         self._attempt("on_study_end/sync_trials", self._log.sync_trials)
         # A resumed study whose verification finished in an earlier session has no on_verification_end.
         self._attempt("on_study_end/sync_verification", self._log.sync_verification)
-        self._attempt("on_study_end/finish_study", self._log.finish_study, report, self._note)
+        self._outcome_due = True
+
+    def on_report(self, report: Report) -> None:
+        """Log the study's outcome from ``report`` (built once by the caller of the study) and close the parent
+        run; nothing when this worker did not conclude the study (the one that did logs it)."""
+        if self._log is None or self._off or not self._outcome_due:
+            return
+        self._attempt("on_report/finish_study", self._log.finish_study, report, self._note)
+        self._outcome_due = False
         self._ended = True
         if len(self.problems) > 1:
             print(f"autotune: {len(self.problems)} MLflow tracking operations failed; first: {self.problems[0]}",
