@@ -30,7 +30,8 @@ from typing import Any
 from autotune.bench._args import BenchParser, count
 from autotune.config.space import SearchSpace, load_space
 from autotune.engines.sim import HostWedged, SimEngine
-from autotune.machine import GUARD_PREFIX
+from autotune.core.failure import FailureKind, kind_of
+from autotune.core.records import RestartResult
 
 __all__ = ["DEFAULT_BUDGET", "DEFAULT_SEEDS", "VARIANTS", "main", "run_seed", "run_variant"]
 
@@ -56,7 +57,7 @@ def run_variant(space: SearchSpace, variant: str, seed: int, budget: int) -> dic
     from autotune.study import StudyOptions, run_study
 
     engine = SimEngine(cache_dir=None, profile="gb10", model_profile="moe", **VARIANTS[variant])
-    errors: list[str] = []
+    results: list[RestartResult] = []
     tripped: set[str] = set()
     settle_s = 0.0
     real = engine.run_restart
@@ -64,8 +65,8 @@ def run_variant(space: SearchSpace, variant: str, seed: int, budget: int) -> dic
     def counted(*args: Any, **kwargs: Any) -> Any:
         nonlocal settle_s
         result = real(*args, **kwargs)
-        errors.append(result.error or "")
-        if (result.error or "").startswith(GUARD_PREFIX):
+        results.append(result)
+        if kind_of(result) is FailureKind.GUARD:
             tripped.add(args[0].label())
         settle_s += float(result.facts.get("settle_wait_s", 0.0))
         return result
@@ -91,9 +92,9 @@ def run_variant(space: SearchSpace, variant: str, seed: int, budget: int) -> dic
                 out["true_tok_s"] = truth.true_throughput(config, space.workload)
                 out["lowest_gib"] = truth.true_lowest_available_gib(config)
                 out["safe"] = out["lowest_gib"] is not None and out["lowest_gib"] >= (truth.memory_floor_gib() or 0.0)
-    out["trips"] = sum(1 for e in errors if e.startswith(GUARD_PREFIX))
+    out["trips"] = sum(1 for r in results if kind_of(r) is FailureKind.GUARD)
     out["tripped"] = sorted(tripped)
-    out["restarts"] = len(errors)
+    out["restarts"] = len(results)
     out["settle_s"] = settle_s
     return out
 

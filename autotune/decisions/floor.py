@@ -1,7 +1,7 @@
 """The memory floor's rule for a configuration (issue 32, principle 8: the rule is a decision, so it lives here, not
 in the guard that measures nor in the study that applies it).
 
-A restart the memory guard killed (:data:`~autotune.core.transient.GUARD_PREFIX`) is run once more: one hit may be
+A restart the memory guard killed (:attr:`~autotune.core.failure.FailureKind.GUARD`) is run once more: one hit may be
 the host's doing (another program's memory, page cache that had not come back). A second hit, in the trial, an
 earlier trial or verification, says the configuration itself takes the host under the floor: it is infeasible,
 recorded as Optuna's constraint :data:`FLOOR_CONSTRAINT` (``hits - 1``: > 0), never run again and never a winner.
@@ -18,11 +18,12 @@ from collections.abc import Iterable, Sequence
 
 from optuna.trial import TrialState
 
+from autotune.core.failure import FailureKind, kind_of
 from autotune.core.records import RestartResult
-from autotune.core.transient import GUARD_PREFIX, standing
+from autotune.core.transient import standing
 
 __all__ = ["FLOOR_CONSTRAINT", "FLOOR_HITS_INFEASIBLE", "counted_for_summary", "floor_constraint", "floor_hits",
-           "floor_infeasible", "hit_floor", "infeasible_reason", "is_guard_trip", "sampler_state"]
+           "floor_infeasible", "hit_floor", "infeasible_reason", "sampler_state"]
 
 #: The Optuna constraint a configuration carries (``Trial.set_constraint``; feasible at or below 0).
 FLOOR_CONSTRAINT = "memory_floor"
@@ -30,35 +31,30 @@ FLOOR_CONSTRAINT = "memory_floor"
 FLOOR_HITS_INFEASIBLE = 2
 
 
-def is_guard_trip(error: str | None) -> bool:
-    """Whether a restart's error is the memory guard's kill (every guard failure reason starts with
-    :data:`GUARD_PREFIX`, in records of every autotune version: the reason is what the store keeps)."""
-    return error is not None and error.startswith(GUARD_PREFIX)
-
-
 def hit_floor(result: RestartResult) -> bool:
-    """Whether the memory guard killed this restart."""
-    return not result.ok and is_guard_trip(result.error)
+    """Whether the memory guard killed this restart (:func:`~autotune.core.failure.kind_of`: the kind the engine
+    set, or the reason's prefix of a restart stored before restarts carried one)."""
+    return kind_of(result) is FailureKind.GUARD
 
 
-def floor_hits(errors: Iterable[str | None]) -> int:
-    """How many of a configuration's restart errors are guard trips."""
-    return sum(1 for e in errors if is_guard_trip(e))
+def floor_hits(restarts: Iterable[RestartResult]) -> int:
+    """How many of a configuration's restarts the guard killed."""
+    return sum(1 for r in restarts if hit_floor(r))
 
 
-def floor_constraint(errors: Iterable[str | None]) -> float:
-    """Optuna's constraint value for :data:`FLOOR_CONSTRAINT` from a configuration's restart errors (all of its
-    trials): ``hits - 1``, so one hit is still feasible (0) and two are not (> 0)."""
-    return float(floor_hits(errors) - (FLOOR_HITS_INFEASIBLE - 1))
+def floor_constraint(restarts: Iterable[RestartResult]) -> float:
+    """Optuna's constraint value for :data:`FLOOR_CONSTRAINT` from a configuration's restarts (all of its trials and
+    verification): ``hits - 1``, so one hit is still feasible (0) and two are not (> 0)."""
+    return float(floor_hits(restarts) - (FLOOR_HITS_INFEASIBLE - 1))
 
 
-def floor_infeasible(errors: Iterable[str | None]) -> bool:
+def floor_infeasible(restarts: Iterable[RestartResult]) -> bool:
     """Whether the configuration hit the floor often enough never to run again and never to win."""
-    return floor_hits(errors) >= FLOOR_HITS_INFEASIBLE
+    return floor_hits(restarts) >= FLOOR_HITS_INFEASIBLE
 
 
-def infeasible_reason(errors: Sequence[str | None]) -> str:
-    return (f"memory guard: its restarts hit the memory floor {floor_hits(errors)} times; a configuration that does "
+def infeasible_reason(restarts: Sequence[RestartResult]) -> str:
+    return (f"memory guard: its restarts hit the memory floor {floor_hits(restarts)} times; a configuration that does "
             "this twice is infeasible (never run again, never a winner)")
 
 
@@ -68,8 +64,8 @@ def counted_for_summary(restarts: Sequence[RestartResult]) -> list[RestartResult
     return standing(restarts)
 
 
-def sampler_state(state: TrialState, floor_errors: Sequence[str | None] | None) -> TrialState:
+def sampler_state(state: TrialState, floor_restarts: Sequence[RestartResult] | None) -> TrialState:
     """The state Optuna is told for a trial that ended in ``state`` (not COMPLETE): PRUNED for one whose
     configuration the floor made infeasible (its constraint is recorded first), so the sampler sees it among the
     infeasible trials instead of not at all; ``state`` otherwise."""
-    return TrialState.PRUNED if floor_errors is not None and state == TrialState.FAIL else state
+    return TrialState.PRUNED if floor_restarts is not None and state == TrialState.FAIL else state

@@ -35,7 +35,7 @@ from autotune.store.ledger import Ledger, TrialRecord
 from autotune.study._budget import Start, _search_may_start
 from autotune.decisions.floor import (counted_for_summary, floor_constraint, floor_infeasible, hit_floor,
                                       infeasible_reason, sampler_state)
-from autotune.study._floor import floor_errors
+from autotune.study._floor import floor_restarts
 from autotune.study._outputs import judge_outputs
 from autotune.study._restart import measure_restart
 from autotune.study.events import StudyContext, StudyObserver, notify
@@ -70,8 +70,8 @@ class TrialMeasurement:
         self.estimate: float | None = None
         self.state = TrialState.COMPLETE
         self.reason: str | None = None
-        #: The configuration's restart errors once they make it infeasible (its memory-floor constraint).
-        self.floor_errors: list[str | None] | None = None
+        #: The configuration's restarts once they make it infeasible (its memory-floor constraint).
+        self.floor_restarts: list[RestartResult] | None = None
 
     def run(self) -> TrialRecord:
         self._race()
@@ -152,12 +152,11 @@ class TrialMeasurement:
     def _floor_infeasible(self) -> bool:
         """Whether this configuration's restarts (this trial's and every earlier run's) hit the memory floor twice;
         if so the trial ends failed, its constraint recorded in :meth:`finish`."""
-        errors = [*floor_errors(self.ctx.ledger, self.config.key(), besides=self.trial.number),
-                  *(r.error for r in self.restarts)]
-        if not floor_infeasible(errors):
+        restarts = [*floor_restarts(self.ctx.ledger, self.config.key(), besides=self.trial.number), *self.restarts]
+        if not floor_infeasible(restarts):
             return False
-        self.floor_errors = errors
-        self._end(TrialState.FAIL, infeasible_reason(errors))
+        self.floor_restarts = restarts
+        self._end(TrialState.FAIL, infeasible_reason(restarts))
         return True
 
     def _run_again(self, failed: RestartResult) -> bool:
@@ -201,8 +200,8 @@ class TrialMeasurement:
         latency = summarize_latency(self.restarts, options.confidence)
         limits = ctx.space.slo_constraints
         ledger.record_latency(trial, latency, check_slo(latency, limits) if limits else None)
-        if self.floor_errors is not None:
-            ledger.record_floor_constraint(trial, floor_constraint(self.floor_errors))
+        if self.floor_restarts is not None:
+            ledger.record_floor_constraint(trial, floor_constraint(self.floor_restarts))
         ledger.record_output_check(trial, judge_outputs(ledger, ctx.space, self.config, self.restarts))
         if reason and state == TrialState.FAIL:
             ledger.record_failure(trial, reason)
@@ -215,7 +214,7 @@ class TrialMeasurement:
         if state == TrialState.COMPLETE:
             ctx.study.tell(trial, value)
         else:
-            ctx.study.tell(trial, state=sampler_state(state, self.floor_errors))
+            ctx.study.tell(trial, state=sampler_state(state, self.floor_restarts))
         return TrialRecord(trial.number, state.name, self.config, tuple(self.restarts), summary,
                            reason if state == TrialState.FAIL else None,
                            value=value if state == TrialState.COMPLETE else None)

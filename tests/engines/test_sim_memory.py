@@ -12,6 +12,7 @@ from autotune.core import facts
 from autotune.core.records import EngineConfig
 from autotune.engines import EngineError
 from autotune.engines.sim import HostWedged, SimEngine
+from autotune.core.failure import FailureKind
 from autotune.decisions.floor import floor_hits
 from autotune.machine import GUARD_PREFIX
 
@@ -41,7 +42,7 @@ def test_a_config_whose_graphs_outgrow_the_host_trips_the_real_guard_with_the_fi
     result = engine.run_restart(BIG, SPACE.workload, restart=1, seed=0)
     assert not result.ok and result.error.startswith(GUARD_PREFIX)
     assert "MemAvailable" in result.error and "floor 8.5 GiB" in result.error and "MemTotal 121.7 GiB" in result.error
-    assert floor_hits([result.error, result.error]) == 2
+    assert floor_hits([result, result]) == 2 and result.failure_kind is FailureKind.GUARD
     assert result.facts["memory_guard"] == "floor" and result.facts["mem_available_min_gib"] < 8.52
     # The guard killed it: the host did not go near the level at which it wedges.
     assert result.facts["mem_available_min_gib"] > engine.host.spec.wedge_gib

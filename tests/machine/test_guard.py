@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.core.records import EngineConfig, RestartStatus, Workload
+from autotune.core.failure import FailureKind
+from autotune.core.records import EngineConfig, RestartResult, RestartStatus, Workload
 from autotune.engines import EngineError
 from autotune.engines.cmd import CmdEngine
 from autotune.decisions.floor import FLOOR_CONSTRAINT, floor_constraint, floor_infeasible
@@ -148,11 +149,15 @@ def test_a_trip_before_the_engine_exists_kills_it_as_soon_as_it_is_attached(tmp_
 
 
 def test_two_hits_of_the_floor_make_a_configuration_infeasible():
-    hit = f"{GUARD_PREFIX} MemAvailable fell below the floor ..."
+    # A hit as an older autotune stored it (the reason's prefix only) and as one the guard marks with its kind.
+    old_hit = RestartResult.failure("failed", f"{GUARD_PREFIX} MemAvailable fell below the floor ...")
+    hit = RestartResult.failure("failed", "killed below the floor", failure_kind=FailureKind.GUARD)
+    ok, crash = RestartResult(status="ok", passes_tok_s=(1000.0,)), RestartResult.failure("failed", "engine crashed")
+    timeout = RestartResult.failure("timeout", "no result in 600 s")
     assert FLOOR_CONSTRAINT == "memory_floor"
-    assert floor_constraint([None, "engine crashed"]) <= 0 and not floor_infeasible([None])
-    assert floor_constraint([hit, None]) <= 0 and not floor_infeasible([hit, "timeout"])
-    assert floor_constraint([hit, None, hit]) > 0 and floor_infeasible([hit, hit])
+    assert floor_constraint([ok, crash]) <= 0 and not floor_infeasible([ok])
+    assert floor_constraint([hit, ok]) <= 0 and not floor_infeasible([hit, timeout])
+    assert floor_constraint([hit, ok, old_hit]) > 0 and floor_infeasible([old_hit, hit])
 
 
 def test_engine_options_reject_a_bad_floor():
