@@ -62,7 +62,8 @@ def check_study_name_flag(name: str) -> None:
 #: ``--verify-restarts`` is what verification plans before anything runs: 100 x 1000 entries stay instant.
 MAX_TRIALS = 100_000
 MAX_RESTARTS = 1_000
-MAX_TOP_K = 100
+#: ``--top-k``: the most configurations a user may ask to verify (the default is ``study.options.DEFAULT_TOP_K``).
+MAX_TOP_K_FLAG = 100
 MAX_BUDGET_RESTARTS = 1_000_000
 #: A year of engine time.
 MAX_BUDGET_MINUTES = 365 * 24 * 60
@@ -79,7 +80,7 @@ def check_count(flag: str, value: int | None, low: int, high: int, why: str = ""
 def check_top_k(top_k: int | None) -> None:
     if top_k is not None and top_k < 1:
         raise PreflightError(f"--top-k must be >= 1, got {top_k}; use --no-verify to skip verification")
-    check_count("--top-k", top_k, 1, MAX_TOP_K, " (configurations verified at the end)")
+    check_count("--top-k", top_k, 1, MAX_TOP_K_FLAG, " (configurations verified at the end)")
 
 
 def check_seed(seed: int) -> None:

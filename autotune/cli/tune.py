@@ -32,7 +32,7 @@ DEFAULT_SPACE = "search_spaces/default.yaml"
 def configure_parser(p: argparse.ArgumentParser) -> None:
     # Every default is read from the option classes' fields (a flag left unset there takes it), never restated.
     from autotune.decisions.racing import RacingPolicy
-    from autotune.study.options import MAX_TOP_K, NO_RACING_RESTARTS, STARTS_PER_VERIFIED, StudyOptions
+    from autotune.study.options import DEFAULT_TOP_K, NO_RACING_RESTARTS, STARTS_PER_VERIFIED, StudyOptions
 
     margin = StudyOptions.verify_margin
     p.add_argument("--space", default=DEFAULT_SPACE, help="search space YAML (default: %(default)s)")
@@ -52,7 +52,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="racing cap per trial (default: %(default)s)")
     p.add_argument("--no-racing", action="store_true", help="give every trial exactly --restarts restarts")
     p.add_argument("--top-k", type=int, default=None,
-                   help=f"configurations verified at the end (default: {MAX_TOP_K}; with --budget-restarts, 1 per "
+                   help=f"configurations verified at the end (default: {DEFAULT_TOP_K}; with --budget-restarts, 1 per "
                         f"{STARTS_PER_VERIFIED} starts)")
     p.add_argument("--verify-restarts", type=int, default=None,
                    help="fixed restarts per verified configuration (default: planned from the noise the search "

@@ -16,17 +16,18 @@ from typing import Any
 from autotune.decisions.racing import RacingPolicy
 from autotune.store.ledger import DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_WORKDIR, StudyMeta
 
-__all__ = ["MAX_TOP_K", "NO_RACING_RESTARTS", "STARTS_PER_VERIFIED", "VERIFY_SEED_OFFSET", "SEED_STRIDE",
+__all__ = ["DEFAULT_TOP_K", "NO_RACING_RESTARTS", "STARTS_PER_VERIFIED", "VERIFY_SEED_OFFSET", "SEED_STRIDE",
            "StudyOptions"]
 
 #: Seeds of one study seed lie in ``[seed * SEED_STRIDE, (seed + 1) * SEED_STRIDE)``.
 SEED_STRIDE = 100_000
 #: Verification rounds use fresh seeds the search never saw: search restart j has offset j, far below this.
 VERIFY_SEED_OFFSET = 50_000
-#: Without ``top_k``: verify one configuration per this many budgeted engine starts, 1 to :data:`MAX_TOP_K`.
+#: Without ``top_k``: verify one configuration per this many budgeted engine starts, 1 to :data:`DEFAULT_TOP_K`.
 STARTS_PER_VERIFIED = 30
-#: Configurations verified by default (and the most a restart budget scales to).
-MAX_TOP_K = 3
+#: Configurations verified when ``top_k`` is not given: with no budget, and the most a budget scales to (a user's
+#: ``--top-k`` may ask for more, up to the flag's own limit, ``cli.preflight.MAX_TOP_K_FLAG``).
+DEFAULT_TOP_K = 3
 #: Restarts per trial without racing, when ``--restarts`` does not say.
 NO_RACING_RESTARTS = 3
 
@@ -219,8 +220,8 @@ class StudyOptions:
         if self.top_k is not None:
             return self.top_k
         if starts is None:
-            return MAX_TOP_K
-        return max(1, min(MAX_TOP_K, int(starts) // STARTS_PER_VERIFIED))
+            return DEFAULT_TOP_K
+        return max(1, min(DEFAULT_TOP_K, int(starts) // STARTS_PER_VERIFIED))
 
     @property
     def verify_reserve(self) -> int:
