@@ -34,9 +34,7 @@ __all__ = [
     "check_fresh",
     "check_output_path",
     "check_page_cache",
-    "check_seed",
     "check_study_name_flag",
-    "check_top_k",
     "check_tracking_store",
     "dataset_path",
     "protected_paths",
@@ -62,7 +60,8 @@ def check_study_name_flag(name: str) -> None:
 #: ``--verify-restarts`` is what verification plans before anything runs: 100 x 1000 entries stay instant.
 MAX_TRIALS = 100_000
 MAX_RESTARTS = 1_000
-MAX_TOP_K = 100
+#: ``--top-k``: the most configurations a user may ask to verify (the default is ``study.options.DEFAULT_TOP_K``).
+MAX_TOP_K_FLAG = 100
 MAX_BUDGET_RESTARTS = 1_000_000
 #: A year of engine time.
 MAX_BUDGET_MINUTES = 365 * 24 * 60
@@ -74,17 +73,6 @@ def check_count(flag: str, value: int | None, low: int, high: int, why: str = ""
     """A counting flag, when given, within ``[low, high]``: one rule for every command's counts."""
     if value is not None and not low <= value <= high:
         raise PreflightError(f"{flag} must be between {low} and {high}{why}, got {value}")
-
-
-def check_top_k(top_k: int | None) -> None:
-    if top_k is not None and top_k < 1:
-        raise PreflightError(f"--top-k must be >= 1, got {top_k}; use --no-verify to skip verification")
-    check_count("--top-k", top_k, 1, MAX_TOP_K, " (configurations verified at the end)")
-
-
-def check_seed(seed: int) -> None:
-    if not 0 <= seed <= MAX_SEED:
-        raise PreflightError(f"--seed must be between 0 and {MAX_SEED}, got {seed}")
 
 
 def check_budget(budget_restarts: int | None, budget_minutes: float | None) -> None:

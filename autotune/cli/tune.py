@@ -32,7 +32,7 @@ DEFAULT_SPACE = "search_spaces/default.yaml"
 def configure_parser(p: argparse.ArgumentParser) -> None:
     # Every default is read from the option classes' fields (a flag left unset there takes it), never restated.
     from autotune.decisions.racing import RacingPolicy
-    from autotune.study.options import MAX_TOP_K, NO_RACING_RESTARTS, STARTS_PER_VERIFIED, StudyOptions
+    from autotune.study.options import DEFAULT_TOP_K, NO_RACING_RESTARTS, STARTS_PER_VERIFIED, StudyOptions
 
     margin = StudyOptions.verify_margin
     p.add_argument("--space", default=DEFAULT_SPACE, help="search space YAML (default: %(default)s)")
@@ -52,7 +52,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="racing cap per trial (default: %(default)s)")
     p.add_argument("--no-racing", action="store_true", help="give every trial exactly --restarts restarts")
     p.add_argument("--top-k", type=int, default=None,
-                   help=f"configurations verified at the end (default: {MAX_TOP_K}; with --budget-restarts, 1 per "
+                   help=f"configurations verified at the end (default: {DEFAULT_TOP_K}; with --budget-restarts, 1 per "
                         f"{STARTS_PER_VERIFIED} starts)")
     p.add_argument("--verify-restarts", type=int, default=None,
                    help="fixed restarts per verified configuration (default: planned from the noise the search "
@@ -114,38 +114,13 @@ def enqueue_params(space: Any, item: str) -> dict[str, Any]:
     return space.complete_params(full)
 
 
-def _check_flags(args: argparse.Namespace, options: Any) -> None:
-    """The counts the study's options were built from, each with the flag that set it."""
-    from autotune.cli.preflight import MAX_RESTARTS, MAX_TRIALS, check_count
-
-    for flag, value in (("--trials", options.trials), ("--max-restarts", args.max_restarts),
-                        ("--verify-restarts", options.verify_restarts), ("--heartbeat", options.heartbeat_s)):
-        if value < 1:
-            raise UsageError(f"{flag} must be >= 1, got {value}")
-    if options.verify_sequential_rounds < 0:
-        raise UsageError(f"--verify-rounds must be >= 0 (0: fixed verification), got {options.verify_sequential_rounds}")
-    # Upper bounds too: a count is planned (and run) as given, so a few zeros too many is no study at all.
-    check_count("--trials", args.trials, 1, MAX_TRIALS)
-    for flag, value in (("--restarts", args.restarts), ("--max-restarts", args.max_restarts),
-                        ("--verify-restarts", args.verify_restarts), ("--verify-rounds", args.verify_rounds)):
-        check_count(flag, value, 0 if flag == "--verify-rounds" else 1, MAX_RESTARTS)
-    if not (1.0 < options.min_effect <= 10.0):
-        raise UsageError(f"--min-effect must be a speedup above 1 and at most 10 (1.05 is 5%), got {options.min_effect:g}")
-    if not (0.5 <= options.power < 1.0):
-        raise UsageError(f"--power must be at least 0.5 and below 1 (0.8 is 80%), got {options.power:g}")
-    if not 0.0 < options.verify_margin < 1.0:
-        raise UsageError(f"--verify-margin must be a fraction between 0 and 1 (0.03 is 3%), got {options.verify_margin:g}")
-    restarts = options.policy.min_restarts
-    if restarts < 1 or restarts > args.max_restarts and not args.no_racing:
-        raise UsageError(f"--restarts must be between 1 and --max-restarts ({args.max_restarts}), got {restarts}")
-
-
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.cli import preflight
+    from autotune.cli._tune_settings import TuneSettings
     from autotune.observers.mlflow import resolve_tracking_uri
     from autotune.store.health import check_storage
     from autotune.store.studydir import check_owned
-    from autotune.study import StudyOptions, prepare_study, smallest_restart_budget
+    from autotune.study import prepare_study, smallest_restart_budget
 
     space = load_space_for(args)
     engine_name = args.engine or space.engine.default
@@ -154,14 +129,11 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
                      engine_name)
     study_name = args.study or default_study_name(space, engine_name)
     preflight.check_study_name_flag(study_name)
-    preflight.check_top_k(args.top_k)
-    preflight.check_seed(args.seed)
-    preflight.check_budget(args.budget_restarts, args.budget_minutes)
-    check_owned(args.workdir, study_name)
+    settings = TuneSettings.from_cli_args(args)  # every flag's bounds, checked once, here
+    check_owned(settings.workdir, study_name)
     sources = _warm_start_sources(args, study_name)
-    options = StudyOptions.from_cli_args(args, study_name=study_name, command=command_line(),
-                                         enqueue=[enqueue_params(space, item) for item in args.enqueue or ()])
-    _check_flags(args, options)
+    options = settings.study_options(study_name=study_name, command=command_line(),
+                                     enqueue=[enqueue_params(space, item) for item in args.enqueue or ()])
     worker.check_worker_args(args)
     output = StudyOutput.from_cli_args(args)
     # Everything the study needs but the engine never sees is checked before the first engine start.

@@ -1,6 +1,6 @@
 """How a study runs: :class:`StudyOptions`, and the seed scheme that matches restarts across trials.
 
-The settings have one home: the command line builds them once (:meth:`StudyOptions.from_cli_args`), the study
+The settings have one home: the command line builds them once (``autotune.cli``'s ``TuneSettings``), the study
 stores them in its metadata (:meth:`StudyOptions.stored_settings`, the flat fields of
 :class:`~autotune.store.ledger.StudyMeta`), and a worker that joins reads them back (:meth:`StudyOptions.from_meta`).
 Defaults live on the dataclass fields below and nowhere else.
@@ -16,17 +16,18 @@ from typing import Any
 from autotune.decisions.racing import RacingPolicy
 from autotune.store.ledger import DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_WORKDIR, StudyMeta
 
-__all__ = ["MAX_TOP_K", "NO_RACING_RESTARTS", "STARTS_PER_VERIFIED", "VERIFY_SEED_OFFSET", "SEED_STRIDE",
+__all__ = ["DEFAULT_TOP_K", "NO_RACING_RESTARTS", "STARTS_PER_VERIFIED", "VERIFY_SEED_OFFSET", "SEED_STRIDE",
            "StudyOptions"]
 
 #: Seeds of one study seed lie in ``[seed * SEED_STRIDE, (seed + 1) * SEED_STRIDE)``.
 SEED_STRIDE = 100_000
 #: Verification rounds use fresh seeds the search never saw: search restart j has offset j, far below this.
 VERIFY_SEED_OFFSET = 50_000
-#: Without ``top_k``: verify one configuration per this many budgeted engine starts, 1 to :data:`MAX_TOP_K`.
+#: Without ``top_k``: verify one configuration per this many budgeted engine starts, 1 to :data:`DEFAULT_TOP_K`.
 STARTS_PER_VERIFIED = 30
-#: Configurations verified by default (and the most a restart budget scales to).
-MAX_TOP_K = 3
+#: Configurations verified when ``top_k`` is not given: with no budget, and the most a budget scales to (a user's
+#: ``--top-k`` may ask for more, up to the flag's own limit, ``cli.preflight.MAX_TOP_K_FLAG``).
+DEFAULT_TOP_K = 3
 #: Restarts per trial without racing, when ``--restarts`` does not say.
 NO_RACING_RESTARTS = 3
 
@@ -99,37 +100,6 @@ class StudyOptions:
     enqueue: tuple[Mapping[str, Any], ...] = ()
     heartbeat_s: int = DEFAULT_HEARTBEAT_S
     warm_start: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def from_cli_args(cls, args: Any, *, study_name: str, enqueue: Sequence[Mapping[str, Any]] = (),
-                      command: Sequence[str] = ()) -> StudyOptions:
-        """The options ``autotune tune``'s flags ask for (``args``: its parsed command line), built once, at the edge.
-
-        What a flag leaves unset takes the default of the field, or the one the flags imply: ``--trials`` defaults
-        to a restart budget when there is one (no trial costs less than one engine start, so the budget bounds the
-        trials and a default count must not stop the study first); ``--restarts`` to 3 without racing.
-        ``study_name`` (it may come from the space), ``enqueue`` (checked against the space) and ``command`` (the
-        command line, redacted) are the caller's. Range checks are the caller's too: they name the flag.
-        """
-        default = cls(study_name=study_name)
-        trials = args.trials if args.trials is not None else (args.budget_restarts or default.trials)
-        restarts = (args.restarts if args.restarts is not None
-                    else NO_RACING_RESTARTS if args.no_racing else RacingPolicy.min_restarts)
-        return cls(
-            study_name=study_name, storage=args.storage, workdir=args.workdir, trials=trials,
-            policy=RacingPolicy(min_restarts=restarts, max_restarts=max(restarts, args.max_restarts),
-                                racing=not args.no_racing),
-            # A flag given as 0 is a value (refused by the caller's range check), never "unset".
-            top_k=args.top_k, verify_restarts=_given(args.verify_restarts, default.verify_restarts),
-            verify_planned=args.verify_restarts is None,
-            min_effect=_given(getattr(args, "min_effect", None), default.min_effect),
-            power=_given(getattr(args, "power", None), default.power), budget_restarts=args.budget_restarts,
-            verify_sequential_rounds=getattr(args, "verify_rounds", default.verify_sequential_rounds),
-            verify_margin=getattr(args, "verify_margin", default.verify_margin),
-            budget_minutes=args.budget_minutes, sampler=args.sampler, seed=args.seed,
-            interval_method=args.ci_method, fresh=args.fresh, verify=not args.no_verify,
-            command=tuple(command), enqueue=tuple(dict(p) for p in enqueue), heartbeat_s=args.heartbeat,
-        )
 
     def stored_settings(self) -> dict[str, Any]:
         """The settings a study stores in its metadata (the :class:`StudyMeta` fields of the same names), so a
@@ -219,8 +189,8 @@ class StudyOptions:
         if self.top_k is not None:
             return self.top_k
         if starts is None:
-            return MAX_TOP_K
-        return max(1, min(MAX_TOP_K, int(starts) // STARTS_PER_VERIFIED))
+            return DEFAULT_TOP_K
+        return max(1, min(DEFAULT_TOP_K, int(starts) // STARTS_PER_VERIFIED))
 
     @property
     def verify_reserve(self) -> int:
@@ -232,7 +202,3 @@ class StudyOptions:
         """
         return (self.verify_top_k + 1) * self.verify_restarts if self.verify else 0
 
-
-def _given(value: Any, default: Any) -> Any:
-    """``value`` unless the flag was left unset (``None``): 0 is what the user typed, not a request for the default."""
-    return default if value is None else value

@@ -14,6 +14,7 @@ import pytest
 
 from autotune.cli._common import command_line, parse_params, write_json
 from autotune.cli._main import build_parser
+from autotune.cli._tune_settings import TuneSettings
 from autotune.cli.tune import enqueue_params
 from autotune.config.space import load_space
 from autotune.core.redact import REDACTED
@@ -31,13 +32,13 @@ def _tune_args(*flags: str, monkeypatch: pytest.MonkeyPatch):
 
 def test_the_flags_defaults_are_the_options_defaults(monkeypatch):
     # No default is restated on the command line: tune with no flags runs StudyOptions' own defaults.
-    options = StudyOptions.from_cli_args(_tune_args(monkeypatch=monkeypatch), study_name="s")
+    options = TuneSettings.from_cli_args(_tune_args(monkeypatch=monkeypatch)).study_options(study_name="s")
     # One setting the flags imply rather than restate: without --verify-restarts, tune plans verification from the
     # noise; the field's own default (the fixed design) is for studies stored before the plan and callers that set
     # counts.
     assert options == dataclasses.replace(StudyOptions(study_name="s"), verify_planned=True)
-    assert StudyOptions.from_cli_args(_tune_args("--verify-restarts", "3", monkeypatch=monkeypatch),
-                                      study_name="s") == StudyOptions(study_name="s")
+    assert TuneSettings.from_cli_args(_tune_args("--verify-restarts", "3", monkeypatch=monkeypatch)).study_options(
+        study_name="s") == StudyOptions(study_name="s")
     assert options.storage == DEFAULT_STORAGE and options.workdir == DEFAULT_WORKDIR
 
 
@@ -83,8 +84,8 @@ def test_flags_reach_the_options(monkeypatch):
                       "--verify-restarts", "4", "--budget-minutes", "90", "--sampler", "gp", "--seed", "3",
                       "--ci-method", "bca", "--no-verify", "--fresh", "--heartbeat", "9", "--workdir", "w",
                       "--storage", "sqlite:///x.db", monkeypatch=monkeypatch)
-    options = StudyOptions.from_cli_args(args, study_name="s", enqueue=[{"num_speculative_tokens": 2}],
-                                         command=("autotune", "tune"))
+    options = TuneSettings.from_cli_args(args).study_options(study_name="s", enqueue=[{"num_speculative_tokens": 2}],
+                                                             command=("autotune", "tune"))
     assert options == StudyOptions(
         study_name="s", storage="sqlite:///x.db", workdir="w", trials=7,
         policy=RacingPolicy(min_restarts=2, max_restarts=4), top_k=2, verify_restarts=4, budget_minutes=90.0,
@@ -93,8 +94,8 @@ def test_flags_reach_the_options(monkeypatch):
 
 
 def test_implied_defaults_a_restart_budget_bounds_the_trials_and_no_racing_takes_three(monkeypatch):
-    options = StudyOptions.from_cli_args(_tune_args("--budget-restarts", "60", "--no-racing",
-                                                    monkeypatch=monkeypatch), study_name="s")
+    options = TuneSettings.from_cli_args(_tune_args("--budget-restarts", "60", "--no-racing",
+                                                    monkeypatch=monkeypatch)).study_options(study_name="s")
     assert options.trials == 60 and options.policy.min_restarts == 3 and not options.policy.racing
 
 
