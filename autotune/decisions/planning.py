@@ -248,9 +248,11 @@ class RestartPlan:
 
     @property
     def pair_prior(self) -> PairPrior | None:
-        if not self.paired or self.pair_variance is None or self.pair_variance <= 0.0:
+        var, df = self.pair_variance, self.pair_prior_df
+        # A stored value autotune never writes (a hand-edited store) reads as no prior: the rounds' own variance.
+        if not self.paired or var is None or not (0.0 < var < math.inf and 0.0 <= df < math.inf):
             return None
-        return PairPrior(self.pair_variance, self.pair_prior_df)
+        return PairPrior(var, df)
 
     @property
     def starts(self) -> int:
