@@ -19,6 +19,7 @@ from pydantic_core import PydanticCustomError
 
 from autotune.core.secrets import literal_secret_line
 from autotune.engines import _sim_model as sim_model
+from autotune.engines import _sim_plan as sim_plan
 from autotune.engines.drift import PRESETS as DRIFT_PRESETS
 from autotune.engines._base import EngineOptionError
 from autotune.machine import MAX_WAIT_S, PAGE_CACHE_POLICIES
@@ -140,7 +141,7 @@ class SimOptions(EngineOptions):
     @classmethod
     def _a_version(cls, value: str) -> str:
         try:
-            sim_model.parse_version(value)
+            sim_plan.parse_version(value)
         except ValueError:
             raise rule(f"{cls.field('engine_version')} {value!r} is not a version; write e.g. \"0.26.0\"") from None
         return value

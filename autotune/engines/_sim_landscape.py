@@ -34,6 +34,7 @@ import random
 from collections.abc import Mapping
 
 from autotune.engines import _sim_model as model
+from autotune.engines import _sim_plan as sim_plan
 from autotune.engines import _sim_speed as speed
 from autotune.core.records import EngineConfig, Workload
 
@@ -73,7 +74,7 @@ class Landscape:
     draft_model_size_limit: int | None
 
     # -- what the engine runs ----------------------------------------------------------------------------
-    def plan(self, config: EngineConfig) -> model.Plan:
+    def plan(self, config: EngineConfig) -> sim_plan.Plan:
         """The resolved plan after this landscape's rules (same shape as the physics model's)."""
         k = config.num_speculative_tokens
         method = config.spec_method if k > 0 else None
@@ -92,18 +93,18 @@ class Landscape:
             mode = new
         sizes: list[int] = []
         if mode != model.NONE:
-            sizes = list(config.capture_sizes or model.default_capture_sizes(max_num_seqs, k))
+            sizes = list(config.capture_sizes or sim_plan.default_capture_sizes(max_num_seqs, k))
             if k and self.round_sizes_with_spec and mode in model.FULL_MODES:
-                sizes = model.round_sizes_for_spec(sizes, k)
+                sizes = sim_plan.round_sizes_for_spec(sizes, k)
         oom = None
         if method == "draft_model" and self.draft_model_size_limit is not None and sizes \
                 and max(sizes) > self.draft_model_size_limit:
             oom = f"CUDA out of memory while capturing graphs for sizes up to {max(sizes)}"
-        return model.Plan(mode=mode, sizes=tuple(sorted(sizes)), k=k, method=method, max_num_seqs=max_num_seqs,
+        return sim_plan.Plan(mode=mode, sizes=tuple(sorted(sizes)), k=k, method=method, max_num_seqs=max_num_seqs,
                           model_runner="v2", async_scheduling=True, drafter_full_graphs=True, notes=tuple(notes),
                           oom_error=oom, max_num_batched_tokens=None if batched is None else int(batched))
 
-    def throughput(self, plan: model.Plan, workload: Workload) -> float:
+    def throughput(self, plan: sim_plan.Plan, workload: Workload) -> float:
         """True steady-state tok/s of ``plan``: a function of the resolved plan only."""
         b = speed.batch_size(plan, workload)
         n = b * (1 + plan.k)

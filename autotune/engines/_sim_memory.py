@@ -44,6 +44,7 @@ from typing import Any
 
 from autotune.core import facts as fact
 from autotune.engines import _sim_model as model
+from autotune.engines import _sim_plan as sim_plan
 from autotune.engines import _sim_speed as speed
 from autotune.engines._base import EngineError
 from autotune.machine import GIB, MachineState, MemInfo, StartSafety
@@ -364,14 +365,15 @@ def restart_rng(*parts: Any) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def plan_memory(spec: UnifiedMemory, plan: model.Plan, profile: model.ModelProfile, utilization: float) -> MemoryPlan:
+def plan_memory(spec: UnifiedMemory, plan: sim_plan.Plan, profile: model.ModelProfile,
+                utilization: float) -> MemoryPlan:
     """:func:`memory_plan` for a simulated engine's resolved plan."""
     per_size, drafter_graphs, loads = speed.graph_counts(plan, profile)
     return memory_plan(spec, utilization=utilization, model_profile=profile.name, sizes=plan.sizes,
                        graphs_per_size=per_size, drafter_graphs=drafter_graphs, loads_drafter=loads)
 
 
-def start_phases(startup_s: float, plan: model.Plan, hw: model.HardwareProfile, profile: model.ModelProfile,
+def start_phases(startup_s: float, plan: sim_plan.Plan, hw: model.HardwareProfile, profile: model.ModelProfile,
                  cold: bool) -> tuple[float, float, float]:
     """The start-up's seconds split into loading, compile (with the profile run) and capture, in proportion to
     the model's own pieces (:func:`autotune.engines._sim_speed.startup_phases`)."""

@@ -3,7 +3,7 @@
 With ``speculative_config.num_speculative_tokens_per_batch_size`` the simulated worker runs, at each load level,
 the K of the range that holds the level's batch (the sequences decoding together, :func:`batch_size`); the step
 cost, the acceptance and the latency of that level are then those of a fixed-K configuration at that K, on the
-schedule's own resolved capture mode and sizes (:func:`autotune.engines._sim_model.plan_config` decides those:
+schedule's own resolved capture mode and sizes (:func:`autotune.engines._sim_plan.plan_config` decides those:
 a schedule on the V1 runner loses full graphs). Nothing here is measured.
 """
 
@@ -13,7 +13,7 @@ import dataclasses
 
 from autotune.core.records import EngineConfig, Workload
 from autotune.core.schedule import SCHEDULE_KEY, KSchedule
-from autotune.engines._sim_model import Plan
+from autotune.engines._sim_plan import Plan
 from autotune.engines._sim_speed import batch_size
 
 __all__ = ["at_level"]

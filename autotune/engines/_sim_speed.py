@@ -1,8 +1,8 @@
 """How fast a planned configuration runs in the ``sim`` engine: step times, batch, acceptance, start-up phases.
 
-:mod:`autotune.engines._sim_model` says what vLLM would run (:func:`~autotune.engines._sim_model.plan_config`) and
-holds every constant, with the formulas in its docstring; this module evaluates those formulas for a
-:class:`~autotune.engines._sim_model.Plan`: decode and prefill step times, the batch that decodes together, the
+:mod:`autotune.engines._sim_plan` says what vLLM would run (:func:`~autotune.engines._sim_plan.plan_config`);
+:mod:`autotune.engines._sim_model` holds every constant, with the formulas in its docstring; this module evaluates those formulas for a
+:class:`~autotune.engines._sim_plan.Plan`: decode and prefill step times, the batch that decodes together, the
 acceptance length, steady throughput, per-request latencies and start-up seconds by phase. Nothing here draws noise
 (the engine in :mod:`autotune.engines.sim` adds it).
 """
@@ -35,9 +35,9 @@ from autotune.engines._sim_model import (
     ForwardCost,
     HardwareProfile,
     ModelProfile,
-    Plan,
     drafter_cost,
 )
+from autotune.engines._sim_plan import Plan
 
 __all__ = [
     "accept_len",

@@ -27,6 +27,7 @@ from typing import Any
 from autotune.engines import _sim_landscape as landscapes
 from autotune.engines import _sim_memory as memory
 from autotune.engines import _sim_model as model
+from autotune.engines import _sim_plan as sim_plan
 from autotune.engines import _sim_speed as speed
 from autotune.engines._sim_passes import simulate_passes
 from autotune.engines._sim_schedule import at_level
@@ -97,7 +98,7 @@ class SimEngine(EngineBackend):
             self.hardware = model.HARDWARE[opts.profile]
         self.model = model.MODELS[opts.model_profile]
         self.engine_version = opts.engine_version
-        self.version = model.parse_version(opts.engine_version)
+        self.version = sim_plan.parse_version(opts.engine_version)
         self.noise_sd = self.hardware.noise_sd if opts.noise is None else opts.noise
         #: The drifting machine (None: off) and the simulated wall clock its level moves in (seconds).
         self.drift: DriftNoise | None = None
@@ -113,7 +114,7 @@ class SimEngine(EngineBackend):
         #: How a restart's scaled wall time passes; the scaling benchmark swaps in a simulated clock.
         self.sleep: Callable[[float], None] = time.sleep
         self._compiled: set[str] = set()
-        self._plans: dict[str, model.Plan] = {}
+        self._plans: dict[str, sim_plan.Plan] = {}
         self._steady: dict[tuple[str, Workload], float] = {}
         self._latency_base: dict[tuple[int, Workload], tuple[dict[str, float], list[dict[str, Any]], float]] = {}
 
@@ -264,7 +265,7 @@ class SimEngine(EngineBackend):
             latency=levels[0].latency if len(levels) == 1 else {}, levels=tuple(levels) if len(levels) > 1 else (),
         )
 
-    def _start_on_host(self, config: EngineConfig, plan: model.Plan, cold: bool, startup_s: float, measure_s: float,
+    def _start_on_host(self, config: EngineConfig, plan: sim_plan.Plan, cold: bool, startup_s: float, measure_s: float,
                        restart: int, seed: int) -> memory.StartOutcome:
         """The start on the simulated unified-memory host: settle, then loading, KV and capture inside the real
         memory guard (raises :class:`HostWedged` when nothing stopped the engine in time)."""
@@ -293,18 +294,18 @@ class SimEngine(EngineBackend):
         return recorded(self.engine_version)
 
     # -- internals -----------------------------------------------------------------------------------------
-    def _plan(self, config: EngineConfig) -> model.Plan:
+    def _plan(self, config: EngineConfig) -> sim_plan.Plan:
         key = config.key()
         plan = self._plans.get(key)
         if plan is None:
             if self.landscape is not None:
                 plan = self.landscape.plan(config)
             else:
-                plan = model.plan_config(config, self.hardware, self.model, self.version)
+                plan = sim_plan.plan_config(config, self.hardware, self.model, self.version)
             self._plans[key] = plan
         return plan
 
-    def _steady_tok_s(self, plan: model.Plan, config: EngineConfig, workload: Workload) -> float:
+    def _steady_tok_s(self, plan: sim_plan.Plan, config: EngineConfig, workload: Workload) -> float:
         key = (config.key(), workload)
         value = self._steady.get(key)
         if value is None:
@@ -362,7 +363,7 @@ class SimEngine(EngineBackend):
         own = rng.gauss(0.0, sd * math.sqrt(1.0 - self.hardware.shared_noise_share))
         return math.exp(shared + own - sd * sd / 2.0)
 
-    def _latency(self, plan: model.Plan, config: EngineConfig, workload: Workload, timed: list[float],
+    def _latency(self, plan: sim_plan.Plan, config: EngineConfig, workload: Workload, timed: list[float],
                  steady: float) -> dict[str, float]:
         """Request latencies of the timed passes: the wave model's, stretched by how slowly the passes ran.
 
