@@ -18,7 +18,7 @@ from autotune.decisions.planning import RestartPlan, estimate_noise, pooled_log_
 from autotune.decisions.sequential import DEFAULT_MARGIN, SequentialPlan
 from autotune.decisions.verification import BASELINE, Verification, VerifiedConfig
 from autotune.stats import scipy_stats
-from autotune.stats.intervals import Verdict, matched_pairs
+from autotune.stats.intervals import PairPrior, Verdict, matched_pairs
 from autotune.stats.sequential import look_levels
 from autotune.store.ledger import Ledger, StudyMeta
 from autotune.study import StartCosts
@@ -201,8 +201,10 @@ def _paired_note(ledger: Ledger, meta: StudyMeta, v: Verification, design: Seque
     planned = (prior.variance if prior is not None
                else math.log1p(plan.challenger_cv ** 2) + math.log1p(plan.baseline_cv ** 2))
     seen = (sum((x - sum(d) / len(d)) ** 2 for x in d) / (len(d) - 1)) if len(d) > 1 else planned
-    # The pairs' noise moderated by the plan's (worth SIDE_PRIOR_DF): a few pairs that agreed by luck don't promise.
-    var_d = (SIDE_PRIOR_DF * planned + (len(d) - 1) * seen) / (SIDE_PRIOR_DF + len(d) - 1) if d else planned
+    # The pairs' noise moderated as the analysis moderates it (the plan's prior; a plan stored before it: its planned
+    # noise, worth SIDE_PRIOR_DF): a few pairs that agreed by luck don't promise.
+    moderating = prior if prior is not None else PairPrior(max(planned, 1e-12), SIDE_PRIOR_DF)
+    var_d = moderating.moderate(seen, len(d) - 1)[0] if d else planned
     why = (f"{len(d)} rounds paired, the rounds' log ratios varied {100 * math.sqrt(max(seen, 0.0)):.0f}% where "
            f"{100 * math.sqrt(planned):.0f}% was planned")
     if len(d) < plan.baseline:

@@ -210,6 +210,13 @@ class PairPrior:
         if not (self.variance > 0.0 and math.isfinite(self.variance) and self.df >= 0.0 and math.isfinite(self.df)):
             raise ValueError(f"a pair prior needs a positive variance and degrees of freedom, not {self}")
 
+    def moderate(self, variance: float, df: float) -> tuple[float, float]:
+        """``variance`` of ``df`` degrees of freedom pulled toward this prior: the moderated variance and its degrees
+        of freedom (the prior's added)."""
+        if self.df <= 0.0:
+            return variance, df
+        return (self.df * self.variance + df * variance) / (self.df + df), df + self.df
+
 
 def paired_log_ratio_interval(challenger: Samples, reference: Samples, confidence: float = 0.95,
                               prior: PairPrior | None = None) -> tuple[float, float, float]:
@@ -236,9 +243,8 @@ def paired_log_ratio_interval(challenger: Samples, reference: Samples, confidenc
     d = np.log(a) - np.log(b)
     mean, n = float(d.mean()), d.size
     var, df = float(d.var(ddof=1)), float(n - 1)
-    if prior is not None and prior.df > 0.0:
-        var = (prior.df * prior.variance + df * var) / (prior.df + df)
-        df += prior.df
+    if prior is not None:
+        var, df = prior.moderate(var, df)
     if var == 0.0:
         return math.exp(mean), math.exp(mean), 0.0 if mean != 0.0 else 1.0
     se = math.sqrt(var / n)
