@@ -112,6 +112,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.report.lineage import render_recheck
     from autotune.store.health import check_storage
     from autotune.store.ledger import load
+    from autotune.engines.process import set_scope
     from autotune.store.studydir import check_owned, prepare_study_dir, study_dir
     from autotune.study import RecheckError, RecheckOptions, recheck, recheck_configs
 
@@ -144,6 +145,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     # Made only once every input (the space, the engine options) is accepted: a refused recheck leaves nothing.
     cache_dir = str(study_dir(args.workdir, args.study))
     check_owned(args.workdir, args.study)
+    set_scope(args.workdir)  # its engines are tagged as this workdir's (engines.process.stop_orphans)
     if args.space:
         space = load_space(args.space)
         engine = build_engine(space, meta.engine.name, {}, cache_dir=cache_dir)

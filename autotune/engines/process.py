@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import hashlib
 import logging
 import os
 import signal
@@ -68,12 +69,16 @@ __all__ = [
     "run_bounded",
     "scrub_log",
     "stop_live",
+    "new_tag",
+    "scope_of",
+    "set_scope",
     "stop_orphans",
     "tagged_processes",
     "wait_gone",
 ]
 
-#: Environment variable every engine process (and so every descendant) carries: ``<autotune pid>-<uuid>``.
+#: Environment variable every engine process (and so every descendant) carries: ``<autotune pid>-<scope>-<uuid>``
+#: (:func:`new_tag`).
 TAG_ENV = "AUTOTUNE_PROCESS_TAG"
 #: ``PR_SET_CHILD_SUBREAPER`` from ``<linux/prctl.h>``.
 _PR_SET_CHILD_SUBREAPER = 36
@@ -159,6 +164,35 @@ def _own_prefix() -> str:
     return f"{os.getpid()}-"
 
 
+#: The workdir whose engines this autotune starts, as a token in every tag (``<pid>-<scope>-<id>``): an autotune
+#: stops a killed autotune's engines only when they were started for the same workdir (:func:`stop_orphans`). Set
+#: once the command knows its workdir (:func:`set_scope`); before that, and for a command without one, ``w0``.
+_scope = "w0"
+
+
+def scope_of(workdir: str | os.PathLike[str]) -> str:
+    """The scope token of ``workdir``: a short hash of its real path (a tag must not carry the path itself)."""
+    return "w" + hashlib.sha1(os.path.realpath(os.fspath(workdir)).encode()).hexdigest()[:12]
+
+
+def set_scope(workdir: str | os.PathLike[str]) -> str:
+    """Tag the engines this process starts from now on as started for ``workdir``; returns the token."""
+    global _scope
+    _scope = scope_of(workdir)
+    return _scope
+
+
+def new_tag() -> str:
+    """A fresh tag for an engine this autotune starts: its pid (the owner), its scope, and a unique id."""
+    return f"{os.getpid()}-{_scope}-{uuid.uuid4().hex}"
+
+
+def _tag_scope(tag: str) -> str | None:
+    """The scope a tag was started for (``None``: a tag of an autotune from before scopes)."""
+    parts = tag.split("-")
+    return parts[1] if len(parts) == 3 else None
+
+
 def own_tagged(owner_prefix: str | None = None) -> set[int]:
     """Live processes tagged by this autotune (their tag starts with ``owner_prefix``, by default this process's
     ``<pid>-``), never this process itself: what a restart's start is told apart from."""
@@ -211,18 +245,18 @@ def _started(pid: int) -> float | None:
         return None
 
 
-def orphaned_engine_processes() -> list[int]:
+def orphaned_engine_processes(scope: str | None = None) -> list[int]:
     """Live engine processes whose autotune is gone: what a ``kill -9``'d autotune left running.
 
     Every engine process carries :data:`TAG_ENV`, which starts with the pid of the autotune that started it.
     When that pid is gone, or now belongs to a process that started after the engine did (a reused pid), no
-    autotune will ever stop the engine.
+    autotune will ever stop the engine. ``scope``: only those started for that workdir (:func:`scope_of`).
     """
     me = os.getpid()
     found = []
     for proc, tag in _tags():
         pid = proc.pid
-        if not _live(pid):
+        if not _live(pid) or (scope is not None and _tag_scope(tag) != scope):
             continue
         try:
             owner = int(tag.split("-", 1)[0])
@@ -238,13 +272,17 @@ def orphaned_engine_processes() -> list[int]:
 
 
 def stop_orphans() -> list[Survivor]:
-    """Kill the engine processes, and the containers, a killed autotune left running (SIGKILL cannot be handled:
-    the next one cleans up).
+    """Kill the engine processes, and the containers, a killed autotune left running for this workdir (SIGKILL
+    cannot be handled: the next one cleans up).
 
-    Returns the processes (also logged as a warning; the containers are logged).
+    Only engines started for the same workdir (:func:`set_scope`) are killed: an orphan of a study in another
+    workdir is another run's (another test's, another user session's), which this one did not start and cannot
+    tell from one that is meant to be there. Those are reported, with their pids, since they may hold the GPU.
+
+    Returns the processes killed (also logged as a warning; the containers are logged).
     """
     killed = []
-    for pid in orphaned_engine_processes():
+    for pid in orphaned_engine_processes(_scope):
         name = process_name(pid)
         if name is None:
             continue
@@ -255,6 +293,12 @@ def stop_orphans() -> list[Survivor]:
     if killed:
         _log.warning("autotune: stopped %d engine process(es) left running by an autotune that was killed: %s",
                      len(killed), ", ".join(map(str, killed)))
+    elsewhere = [Survivor(pid, process_name(pid) or "?") for pid in orphaned_engine_processes()
+                 if pid not in {s.pid for s in killed}]
+    if elsewhere:
+        _log.warning("autotune: %d engine process(es) left running by a killed autotune of another workdir, left "
+                     "alone (they may hold the GPU; stop them with kill, or run autotune with their --workdir): %s",
+                     len(elsewhere), ", ".join(map(str, elsewhere)))
     # A container is the daemon's child, with neither our tag nor our pid: its runtime lists it by our label.
     stop_orphan_containers()
     return killed
@@ -515,7 +559,7 @@ class EngineProcess:
                  env: Mapping[str, str] | None = None, cwd: str | None = None) -> None:
         enable_subreaper()
         self.adopted = Adopted()  # before the start: what is ours already is never taken for what it leaves
-        self.tag = f"{os.getpid()}-{uuid.uuid4().hex}"
+        self.tag = new_tag()
         full_env = dict(os.environ if env is None else env)
         full_env[TAG_ENV] = self.tag
         # A container runtime's client gets a container name of its own, so the container dies with it (_containers).

@@ -18,7 +18,7 @@ from autotune.config.space import SearchSpace
 from autotune.core.records import EngineFacts
 from autotune.decisions.racing import RacingPruner
 from autotune.engines import EngineBackend
-from autotune.engines.process import stop_orphans
+from autotune.engines.process import set_scope, stop_orphans
 from autotune.store import ledger as _ledger
 from autotune.store import storage
 from autotune.store.claims import Claims, StartTokens
@@ -101,6 +101,9 @@ def _open(space: SearchSpace, engine: EngineBackend, options: StudyOptions, work
     # Before anything is deleted: the study's directory must be one autotune created (or none yet).
     check_owned(options.workdir, options.study_name)
     # An autotune killed with SIGKILL could not stop its engines: they would hold the GPU and skew every restart.
+    # The engines this study starts are tagged with its workdir, and only a killed autotune's engines of the same
+    # workdir are stopped: another workdir's are another run's, which this one did not start (they are reported).
+    set_scope(options.workdir)
     stop_orphans()
     ledger, resumed = open_study(options, worker)
     # Starting over means cold caches too: a study-local compile cache left by the deleted study would make its

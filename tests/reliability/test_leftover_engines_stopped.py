@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from autotune.engines.process import TAG_ENV, orphaned_engine_processes, stop_orphans
+from autotune.engines.process import TAG_ENV, orphaned_engine_processes, scope_of, set_scope, stop_orphans
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
 
@@ -22,8 +22,9 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def _engine(owner: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, TAG_ENV: f"{owner}-0123456789abcdef"}
+def _engine(owner: int, scope: str) -> subprocess.Popen[bytes]:
+    """A process tagged as an engine that autotune ``owner`` started for the workdir of ``scope``."""
+    env = {**os.environ, TAG_ENV: f"{owner}-{scope}-0123456789abcdef"}
     return subprocess.Popen(["sleep", "600"], env=env, start_new_session=True)
 
 
@@ -31,11 +32,11 @@ def _alive(proc: subprocess.Popen[bytes]) -> bool:
     return proc.poll() is None
 
 
-def test_an_engine_whose_autotune_was_killed_is_stopped_and_reported(caplog):
-    # Under pytest-xdist another worker's study may stop this orphan first (every autotune stops every orphan on the
-    # machine as it starts): such an attempt proves nothing either way and is made again with a new orphan.
+def test_an_engine_whose_autotune_was_killed_is_stopped_and_reported(caplog, tmp_path):
+    # Only an autotune of the same workdir stops it: no other test's study (each has its own workdir) can.
+    scope = set_scope(tmp_path)
     for _ in range(5):
-        orphan = _engine(_dead_pid())
+        orphan = _engine(_dead_pid(), scope)
         try:
             time.sleep(0.2)  # let it exec, so /proc shows its environment
             found = orphaned_engine_processes()
@@ -58,10 +59,10 @@ def test_an_engine_whose_autotune_was_killed_is_stopped_and_reported(caplog):
     pytest.fail("every orphan was stopped by another process before this test could stop it")
 
 
-def test_an_engine_whose_autotune_still_runs_is_left_alone():
+def test_an_engine_whose_autotune_still_runs_is_left_alone(tmp_path):
     owner = subprocess.Popen(["sleep", "600"])
     time.sleep(0.1)
-    engine = _engine(owner.pid)  # started after its owner, as an engine is
+    engine = _engine(owner.pid, set_scope(tmp_path))  # started after its owner, as an engine is
     try:
         time.sleep(0.2)
         assert engine.pid not in orphaned_engine_processes()
@@ -71,6 +72,34 @@ def test_an_engine_whose_autotune_still_runs_is_left_alone():
         for proc in (engine, owner):
             proc.kill()
             proc.wait()
+
+
+def test_an_orphan_of_another_workdir_is_left_alone_and_reported(caplog, tmp_path):
+    """A killed autotune's engine started for another workdir is another run's (another test's, another session's):
+    this one did not start it and leaves it running, and says so (it may hold the GPU)."""
+    set_scope(tmp_path / "mine")
+    orphan = _engine(_dead_pid(), scope_of(tmp_path / "theirs"))
+    try:
+        time.sleep(0.2)
+        assert orphan.pid in orphaned_engine_processes()  # an orphan on the machine ...
+        assert orphan.pid not in orphaned_engine_processes(scope_of(tmp_path / "mine"))  # ... but not this workdir's
+        with caplog.at_level("WARNING"):
+            stopped = stop_orphans()
+        assert orphan.pid not in [s.pid for s in stopped]
+        time.sleep(0.2)
+        assert _alive(orphan)
+        assert "another workdir, left alone" in caplog.text and str(orphan.pid) in caplog.text
+    finally:
+        orphan.kill()
+        orphan.wait()
+
+
+def test_a_study_tags_its_engines_with_its_workdir(tmp_path):
+    from autotune.engines.process import new_tag
+
+    token = set_scope(tmp_path)
+    assert token == scope_of(tmp_path / "." ) and new_tag().split("-")[1] == token
+    assert str(tmp_path) not in new_tag()  # a tag names the workdir by a hash, never by its path
 
 
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])

@@ -19,14 +19,13 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from autotune.core.failure import LOST_PREFIX, FailureKind
-from autotune.engines.process import (TAG_ENV, Adopted, EngineProcess, RedactedLog, Survivor, kill_group, process_name,
-                                     tagged_processes, wait_gone)
+from autotune.engines.process import (TAG_ENV, Adopted, EngineProcess, RedactedLog, Survivor, kill_group, new_tag,
+                                      process_name, tagged_processes, wait_gone)
 from autotune.engines.vllm._launcher import LaunchResult, supervise, tail_text
 
 __all__ = ["HOST_PATH", "ForkHost", "ForkedProcess", "HostError", "HostLost", "HostTimeout", "launch_forked"]
@@ -120,7 +119,7 @@ class ForkHost:
         with self._cond:
             self._next_id += 1
             rid = self._next_id
-        tag = f"{os.getpid()}-{uuid.uuid4().hex}"
+        tag = new_tag()
         env = {**env, TAG_ENV: tag}
         self._send({"op": "start", "id": rid, "request": dict(request), "log_path": str(log_path), "env": env})
         deadline = time.monotonic() + timeout_s
