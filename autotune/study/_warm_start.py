@@ -24,6 +24,7 @@ from autotune.config.space import DEFAULT, SearchSpace
 from autotune.core.records import EngineFacts, RestartResult
 from autotune.decisions.recheck import fact_differences
 from autotune.decisions.verification import BASELINE
+from autotune.engines import EngineBackend
 from autotune.store.ledger import Ledger
 from autotune.study._budget import StartCosts
 
@@ -131,10 +132,8 @@ def plan_warm_start(sources: Sequence[Ledger], space: SearchSpace, facts: Engine
     return WarmStart(tuple(enqueue), record, tuple(noise))
 
 
-def carry_noise(engine: Any, warm: WarmStart) -> int:
+def carry_noise(engine: EngineBackend, warm: WarmStart) -> int:
     """Seed ``engine``'s warm-up noise prior with the carried restarts; returns how many it took."""
-    if not hasattr(engine, "learn_noise"):
-        return 0
     for result in warm.noise:
         engine.learn_noise(result)
     return len(warm.noise)
