@@ -1,8 +1,8 @@
 """Names and values of a trial's parameters (Optuna's names): the search's vocabulary, one owner for each name.
 
 A configuration is searched, queued (``--enqueue``, the baselines, a warm start, the start design), audited
-(``--params``) and replayed by these parameters; the space (:meth:`autotune.config.space.SearchSpace.config_from_params`)
-turns them into an :class:`~autotune.core.records.EngineConfig`, which keeps them (``EngineConfig.params``) for its
+(``--params``) and replayed by these parameters; the space
+(:meth:`autotune.config.space.SearchSpace.config_from_params`) turns them into an :class:`~autotune.core.records.EngineConfig`, which keeps them (``EngineConfig.params``) for its
 label. Producers and readers name a parameter through these constants, never by literal. Some names are also
 vLLM's own field names (``cudagraph_mode``, ``num_speculative_tokens``): those fields are vLLM's vocabulary
 (:mod:`autotune.core.capture`, :mod:`autotune.engines.vllm.vocabulary`), not these.

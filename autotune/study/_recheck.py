@@ -188,7 +188,8 @@ def _unmarked(config: EngineConfig) -> EngineConfig:
 
 
 def recheck(ledger: Ledger, space: SearchSpace, engine: EngineBackend, options: RecheckOptions = RecheckOptions(), *,
-            new_engine: EngineBackend | None = None, on_restart: Callable[[Candidate, RestartResult], None] | None = None,
+            new_engine: EngineBackend | None = None,
+            on_restart: Callable[[Candidate, RestartResult], None] | None = None,
             on_start: Callable[[int, int], None] | None = None, store: bool = True) -> rules.RecheckRecord:
     """Recheck the study's stored verdict (``new_engine``: the winner on two engines) and store the record.
 

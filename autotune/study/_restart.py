@@ -74,7 +74,8 @@ def measure_restart(
 
 def _start(engine: RestartEngine, config: EngineConfig, workload: Workload, *, restart: int, seed: int,
            on_result: Callable[[RestartResult], None] | None,
-           rerun_cold: Callable[[RestartResult], bool] | None, tokens: StartTokens | None = None) -> list[RestartResult]:
+           rerun_cold: Callable[[RestartResult], bool] | None,
+           tokens: StartTokens | None = None) -> list[RestartResult]:
     """One counted restart, preceded by a warm-up restart when the engine reports it cold (see above)."""
     results = []
     # The engine is started with the credentials the configuration references (``${HF_TOKEN}``), resolved from
