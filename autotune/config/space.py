@@ -32,7 +32,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
@@ -60,6 +60,7 @@ __all__ = [
     "DraftOption",
     "EngineArgDim",
     "EngineSection",
+    "EngineVocabulary",
     "Infeasible",
     "SearchSpace",
     "SizeOption",
@@ -75,6 +76,25 @@ OBJECTIVES = RECORD_OBJECTIVES
 #: Optuna parameter names the graph/speculation search uses; an engine argument cannot take one of them.
 _CORE_PARAMS = P.CORE
 _RESERVED_ENGINE_ARGS = ("compilation_config", "speculative_config", "num_speculative_tokens")
+
+if TYPE_CHECKING:
+    from optuna.trial import BaseTrial
+
+
+class EngineVocabulary(Protocol):
+    """What :meth:`SearchSpace.in_vocabulary` reads of an engine's vocabulary
+    (:class:`autotune.engines.vllm.vocabulary.Vocabulary`, which the engines own: the space may not import them)."""
+
+    @property
+    def version(self) -> str: ...
+    @property
+    def speculative_methods(self) -> frozenset[str]: ...
+    @property
+    def rejection_methods(self) -> frozenset[str]: ...
+    @property
+    def capture_unit(self) -> str: ...
+    def lacks_speculative(self, key: str) -> bool: ...
+    def why_missing(self, name: str) -> str | None: ...
 
 
 class SpaceError(ValueError):
@@ -145,7 +165,7 @@ class SearchSpace:
         return {} if self.objective == "goodput" else self.slo
 
     # -- Optuna ------------------------------------------------------------------------------------------
-    def suggest(self, trial: Any) -> EngineConfig:
+    def suggest(self, trial: BaseTrial) -> EngineConfig:
         """Draw a configuration from an Optuna trial (define-by-run: draft parameters only when K > 0).
 
         Raises:
@@ -353,7 +373,7 @@ class SearchSpace:
             if "model" in d.fragment:
                 _check_model_ref(self.source, f"search.drafts.{d.name}.model", d.fragment["model"])
 
-    def in_vocabulary(self, vocab: Any) -> SearchSpace:
+    def in_vocabulary(self, vocab: EngineVocabulary | None) -> SearchSpace:
         """This space as the engine whose vocabulary is ``vocab`` takes it
         (:class:`autotune.engines.vllm.vocabulary.Vocabulary`; ``None``: as written, in tokens).
 

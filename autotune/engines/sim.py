@@ -169,7 +169,7 @@ class SimEngine(EngineBackend):
         """The guard's floor on the simulated host (GiB; ``None`` without one)."""
         return None if self.host is None else self.host.safety.floor / GIB
 
-    def _runnable_plan(self, config: EngineConfig) -> Any:
+    def _runnable_plan(self, config: EngineConfig) -> sim_plan.Plan | None:
         """The configuration's plan, or ``None`` when it cannot run (vLLM rejects it, or capture runs out of memory)."""
         try:
             plan = self._plan(config)
