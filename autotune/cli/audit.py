@@ -18,7 +18,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from autotune.cli._common import (
     PARAM_ALIASES,
@@ -30,13 +30,20 @@ from autotune.cli._common import (
     parse_params,
     write_json,
 )
+from autotune.core import params as P
 from autotune.core.exit_status import ExitStatus
+from autotune.core.params import RawParams
 from autotune.core.records import Detail, EngineConfig, EngineFacts, RestartResult, config_differences
 from autotune.core.redact import redact_text
 from autotune.core.secrets import resolve_config, resolve_workload
 from autotune.core.schedule import SCHEDULE_KEY, KSchedule, coverage_problems
 from autotune.report import kv_findings
 from autotune.store.ledger import DEFAULT_WORKDIR
+
+if TYPE_CHECKING:
+    from autotune.config.space import SearchSpace
+    from autotune.core.records import Workload
+    from autotune.engines import RawOptions
 
 __all__ = ["HELP", "AuditRow", "audit_rows", "config_for_audit", "configure_parser", "run", "run_audit"]
 
@@ -92,9 +99,9 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
 
 
 def run_audit(
-    space: Any,
-    params: Mapping[str, Any],
-    engine_options: Mapping[str, Any],
+    space: SearchSpace,
+    params: RawParams,
+    engine_options: RawOptions,
     strict: bool,
     out: IO[str] = sys.stdout,
     *,
@@ -159,7 +166,7 @@ def run_audit(
     return ExitStatus.SUCCESS
 
 
-def config_for_audit(space: Any, params: Mapping[str, Any]) -> EngineConfig:
+def config_for_audit(space: SearchSpace, params: RawParams) -> EngineConfig:
     """The configuration to audit: the space's translation, with literal capture-size lists allowed.
 
     A speculative configuration without ``draft`` uses the space's first draft.
@@ -175,39 +182,39 @@ def config_for_audit(space: Any, params: Mapping[str, Any]) -> EngineConfig:
                          f"{', '.join(space.param_names())} (or the short names {', '.join(PARAM_ALIASES)})")
     # The typed values the space's own K and sizes take (--enqueue checks them against the space; audit may go
     # outside it, not outside what vLLM takes): one line naming the flag, never a ValueError from int().
-    k = norm.get("num_speculative_tokens", 0)
+    k = norm.get(P.K, 0)
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= K_HARD_MAX):
         raise UsageError(f"--params num_speculative_tokens={k!r}: must be a whole number from 0 to {K_HARD_MAX}")
-    literal_sizes = norm.get("capture_sizes") if isinstance(norm.get("capture_sizes"), list) else None
+    literal_sizes = norm.get(P.CAPTURE_SIZES) if isinstance(norm.get(P.CAPTURE_SIZES), list) else None
     if literal_sizes is not None and not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1
                                              for s in literal_sizes):
         raise UsageError(f"--params capture_sizes={literal_sizes!r}: list whole numbers >= 1, e.g. [1, 2, 4, 8], or "
                          "name a preset of the space")
     if literal_sizes is not None:
-        norm["capture_sizes"] = "default"
+        norm[P.CAPTURE_SIZES] = "default"
     drafts = [d.name for d in space.drafts]
-    if "draft" in norm and norm["draft"] not in drafts:
+    if P.DRAFT in norm and norm[P.DRAFT] not in drafts:
         raise UsageError(f"--params draft={norm['draft']!r}: the space has no such draft; use one of "
                          f"{', '.join(drafts) or 'none (the space lists no search.drafts)'}")
     try:
         schedule = space.schedule_of(norm.get(SCHEDULE_PARAM))
     except (Infeasible, KeyError, ValueError, TypeError) as exc:
         raise UsageError(f"--params {SCHEDULE_PARAM}: {exc.args[0] if exc.args else exc}") from None
-    speculative = int(norm.get("num_speculative_tokens", 0) or 0) > 0 or schedule is not None
-    if speculative and "draft" not in norm:
+    speculative = int(norm.get(P.K, 0) or 0) > 0 or schedule is not None
+    if speculative and P.DRAFT not in norm:
         if not space.drafts:
             raise UsageError("--params: a speculative configuration needs a draft, and the space has none: add one "
                              "under search.drafts, or audit without num_speculative_tokens and k_schedule")
-        norm["draft"] = space.drafts[0].name
+        norm[P.DRAFT] = space.drafts[0].name
     try:
         config = space.config_from_params(norm)
     except (Infeasible, KeyError, ValueError, TypeError) as exc:
         # The space's own words (a choice it lacks, a combination the engine rejects), on the flag (issue 44).
         raise UsageError(f"--params: {exc.args[0] if exc.args else exc}") from None
-    if literal_sizes is None or norm.get("cudagraph_mode") == "NONE":
+    if literal_sizes is None or norm.get(P.MODE) == "NONE":
         return config
     compilation = {**dict(config.compilation_config), "cudagraph_capture_sizes": sorted(int(s) for s in literal_sizes)}
-    params_out = {**dict(config.params), "capture_sizes": sorted(int(s) for s in literal_sizes)}
+    params_out = {**dict(config.params), P.CAPTURE_SIZES: sorted(int(s) for s in literal_sizes)}
     return dataclasses.replace(config, compilation_config=compilation, params=params_out)
 
 
@@ -274,12 +281,12 @@ def _shown(value: Any) -> Any:
     return "?" if value is None else value
 
 
-def _audit_workload(workload: Any) -> Any:
+def _audit_workload(workload: Workload) -> Workload:
     # The audit is about start-up; one short pass proves the configuration runs and reads acceptance.
-    # One load level (the highest) is enough for that.
+    # One load level (the highest) is enough for that: after it, max_concurrency is the one level's concurrency.
     workload = workload.at(workload.max_concurrency) if len(workload.levels) > 1 else workload
     return dataclasses.replace(
-        workload, num_prompts=max(1, workload.concurrency), output_len=min(workload.output_len, _AUDIT_OUTPUT_LEN),
+        workload, num_prompts=max(1, workload.max_concurrency), output_len=min(workload.output_len, _AUDIT_OUTPUT_LEN),
         warmup_passes=0, max_warmup_passes=0, timed_passes=1,
     )
 

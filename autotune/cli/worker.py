@@ -15,7 +15,13 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autotune.config.space import SearchSpace
+    from autotune.engines import EngineBackend
+    from autotune.study import StudyOptions
+    from autotune.study.events import StudyObserver
 
 from autotune.cli._common import (
     StudyOutput,
@@ -79,7 +85,7 @@ def gpu_groups_of(args: argparse.Namespace) -> list[str]:
         raise UsageError(str(exc)) from None
 
 
-def run_here(space: Any, engine: Any, options: Any, output: StudyOutput, out: IO[str],
+def run_here(space: SearchSpace, engine: EngineBackend, options: StudyOptions, output: StudyOutput, out: IO[str],
              worker: int | None = None) -> ExitStatus:
     """Run the study in this process (alone, or as one of several workers) and print its report."""
     from autotune.cli.gpu_workers import GPU_ENV
@@ -87,7 +93,7 @@ def run_here(space: Any, engine: Any, options: Any, output: StudyOutput, out: IO
     from autotune.report import build_report
     from autotune.study import Interrupted, run_study
 
-    observers: list[Any] = [ProgressPrinter(quiet=output.quiet)]
+    observers: list[StudyObserver] = [ProgressPrinter(quiet=output.quiet)]
     tracker = None
     if output.mlflow:
         from autotune.observers.mlflow import MlflowTracker
@@ -126,8 +132,8 @@ def _print_report(report: Any, json_path: str | None, out: IO[str], workdir: str
     return ExitStatus.SUCCESS
 
 
-def run_local_workers_for(options: Any, output: StudyOutput, engine_opts: Sequence[str], groups: Sequence[str],
-                          out: IO[str], engine: Any, space: Any) -> ExitStatus:
+def run_local_workers_for(options: StudyOptions, output: StudyOutput, engine_opts: Sequence[str], groups: Sequence[str],
+                          out: IO[str], engine: EngineBackend, space: SearchSpace) -> ExitStatus:
     """One ``autotune worker`` process per GPU group on this machine, then the study's report.
 
     ``engine_opts`` are this command's ``--engine-opt`` items, passed on to each worker as typed.

@@ -380,12 +380,14 @@ class EngineSection(BaseModel):
         """The engine a study runs unless ``--engine`` names another."""
         return self.name or "vllm"
 
-    def options(self, engine: str) -> dict[str, Any]:
-        """``engine``'s options as written: its section, over the flat keys where it is the space's own engine."""
+    def options(self, engine: str) -> dict[str, object]:
+        """``engine``'s options as written: its section, over the flat keys where it is the space's own engine.
+        Unchecked values (``object``): the engine's own model validates them when the engine is made
+        (:data:`autotune.engines.RawOptions`, :meth:`autotune.engines.EngineOptions.parse`)."""
         flat = dict(self.model_extra or {}) if engine == self.default else {}
         return {**flat, **(getattr(self, engine, None) or {})}
 
-    def sections(self) -> dict[str, dict[str, Any]]:
+    def sections(self) -> dict[str, dict[str, object]]:
         """The options of each engine the section gives any to (whichever engine a command runs, all are
         checked)."""
         named = [e for e in ENGINE_NAMES if getattr(self, e) is not None or (e == self.default and self.model_extra)]

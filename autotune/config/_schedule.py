@@ -15,12 +15,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from autotune.config._models import KRange
+from autotune.core.params import K_SCHEDULE
 from autotune.core.schedule import KSchedule
 
 __all__ = ["FIXED", "SCHEDULE_PARAM", "derive_enabled", "parse_schedules", "schedule_problem"]
 
 #: The Optuna parameter that chooses a schedule (a name, or a derived schedule's list); ``fixed``: one K.
-SCHEDULE_PARAM = "k_schedule"
+SCHEDULE_PARAM = K_SCHEDULE
 FIXED = "fixed"
 _FIELD = "search.num_speculative_tokens"
 

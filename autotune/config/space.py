@@ -32,10 +32,12 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
+from autotune.core import params as P
+from autotune.core.params import ParamValue, TrialParams
 from autotune.core.records import GOODPUT_METRICS, EngineConfig, Workload
 from autotune.core.records import OBJECTIVES as RECORD_OBJECTIVES
 from autotune.config._capture import Infeasible, SizeOption, capture_fields
@@ -58,6 +60,7 @@ __all__ = [
     "DraftOption",
     "EngineArgDim",
     "EngineSection",
+    "EngineVocabulary",
     "Infeasible",
     "SearchSpace",
     "SizeOption",
@@ -71,8 +74,27 @@ __all__ = [
 #: requests/s that meet every limit (``goodput``, which needs limits to count against).
 OBJECTIVES = RECORD_OBJECTIVES
 #: Optuna parameter names the graph/speculation search uses; an engine argument cannot take one of them.
-_CORE_PARAMS = ("cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft", SCHEDULE_PARAM)
+_CORE_PARAMS = P.CORE
 _RESERVED_ENGINE_ARGS = ("compilation_config", "speculative_config", "num_speculative_tokens")
+
+if TYPE_CHECKING:
+    from optuna.trial import BaseTrial
+
+
+class EngineVocabulary(Protocol):
+    """What :meth:`SearchSpace.in_vocabulary` reads of an engine's vocabulary
+    (:class:`autotune.engines.vllm.vocabulary.Vocabulary`, which the engines own: the space may not import them)."""
+
+    @property
+    def version(self) -> str: ...
+    @property
+    def speculative_methods(self) -> frozenset[str]: ...
+    @property
+    def rejection_methods(self) -> frozenset[str]: ...
+    @property
+    def capture_unit(self) -> str: ...
+    def lacks_speculative(self, key: str) -> bool: ...
+    def why_missing(self, name: str) -> str | None: ...
 
 
 class SpaceError(ValueError):
@@ -143,46 +165,48 @@ class SearchSpace:
         return {} if self.objective == "goodput" else self.slo
 
     # -- Optuna ------------------------------------------------------------------------------------------
-    def suggest(self, trial: Any) -> EngineConfig:
+    def suggest(self, trial: BaseTrial) -> EngineConfig:
         """Draw a configuration from an Optuna trial (define-by-run: draft parameters only when K > 0).
 
         Raises:
             Infeasible: the combination is one the engine rejects (e.g. K above a draft's ``max_k``).
         """
-        mode = trial.suggest_categorical("cudagraph_mode", list(self.modes))
+        mode = trial.suggest_categorical(P.MODE, list(self.modes))
         size_name = DEFAULT
         if mode != "NONE":
-            size_name = trial.suggest_categorical("capture_sizes", [s.name for s in self.sizes])
+            size_name = trial.suggest_categorical(P.CAPTURE_SIZES, [s.name for s in self.sizes])
         chosen = trial.suggest_categorical(SCHEDULE_PARAM, [FIXED, *dict(self.schedules)]) if self.schedules else FIXED
         if chosen != FIXED:
             k = dict(self.schedules)[chosen].max_k
         else:
-            k = trial.suggest_int("num_speculative_tokens", self.k_low, self.k_high) if self.k_high > 0 else 0
+            k = trial.suggest_int(P.K, self.k_low, self.k_high) if self.k_high > 0 else 0
         draft_name = None
         if k > 0:
-            draft_name = trial.suggest_categorical("draft", [d.name for d in self.drafts])
-        params: dict[str, Any] = {"cudagraph_mode": mode, "num_speculative_tokens": k}
+            draft_name = trial.suggest_categorical(P.DRAFT, [d.name for d in self.drafts])
+        params: TrialParams = {P.MODE: mode, P.K: k}
         if mode != "NONE":
-            params["capture_sizes"] = size_name
+            params[P.CAPTURE_SIZES] = size_name
         if draft_name is not None:
-            params["draft"] = draft_name
+            params[P.DRAFT] = draft_name
         if chosen != FIXED:
             params[SCHEDULE_PARAM] = chosen
         for dim in self.engine_dims:
             params[dim.name] = dim.suggest(trial)
         return self.config_from_params(params)
 
-    def config_from_params(self, params: Mapping[str, Any]) -> EngineConfig:
+    def config_from_params(self, params: Mapping[str, ParamValue]) -> EngineConfig:
         """The configuration for a parameter dict (as stored on an Optuna trial).
 
         Raises:
             Infeasible: the combination is one the engine rejects.
             KeyError: a parameter names a choice this space does not have.
         """
-        mode = params.get("cudagraph_mode", DEFAULT)
+        mode = params.get(P.MODE, DEFAULT)
+        if not isinstance(mode, str):
+            raise KeyError(f"{P.MODE} has no choice {mode!r}")
         schedule = self.schedule_of(params.get(SCHEDULE_PARAM))
-        k = schedule.max_k if schedule is not None else int(params.get("num_speculative_tokens", 0))
-        size_name = params.get("capture_sizes", DEFAULT) if mode != "NONE" else DEFAULT
+        k = schedule.max_k if schedule is not None else _whole(params.get(P.K, 0))
+        size_name = params.get(P.CAPTURE_SIZES, DEFAULT) if mode != "NONE" else DEFAULT
         compilation: dict[str, Any] = {}
         if mode != DEFAULT:
             compilation["cudagraph_mode"] = mode
@@ -191,7 +215,7 @@ class SearchSpace:
         spec = None
         draft_name = None
         if k > 0:
-            draft = self._draft(params["draft"])
+            draft = self._draft(params[P.DRAFT])
             draft_name = draft.name
             if draft.max_k is not None and k > draft.max_k:
                 raise Infeasible(f"draft {draft.name!r} allows at most {draft.max_k} speculative tokens, got {k}")
@@ -204,10 +228,10 @@ class SearchSpace:
                 # largest K, each configuration takes the first K, so the exported config starts as measured.
                 spec["synthetic_acceptance_rates"] = rates[:k]
         clean = {key: params[key] for key in _CORE_PARAMS
-                 if key in params and not (key == "capture_sizes" and mode == "NONE")
-                 and not (key == "draft" and k == 0) and not (key == SCHEDULE_PARAM and schedule is None)}
+                 if key in params and not (key == P.CAPTURE_SIZES and mode == "NONE")
+                 and not (key == P.DRAFT and k == 0) and not (key == SCHEDULE_PARAM and schedule is None)}
         if schedule is not None:
-            clean["num_speculative_tokens"] = k
+            clean[P.K] = k
         engine_args = dict(self.engine_args)
         for dim in self.engine_dims:
             engine_args[dim.name] = clean[dim.name] = params.get(dim.name, dim.baseline)
@@ -225,21 +249,21 @@ class SearchSpace:
 
     def params_problem(self, params: Mapping[str, Any]) -> str | None:
         """Why ``params`` (Optuna's names, e.g. from ``--enqueue``) lie outside this space, or ``None``."""
-        mode = params.get("cudagraph_mode", DEFAULT)
+        mode = params.get(P.MODE, DEFAULT)
         if mode not in self.modes:
             return f"cudagraph_mode {mode!r} is not in the space; use one of {', '.join(self.modes)}"
-        size = params.get("capture_sizes", DEFAULT)
+        size = params.get(P.CAPTURE_SIZES, DEFAULT)
         if size not in [s.name for s in self.sizes]:
             return f"capture_sizes has no choice {size!r}; use one of {', '.join(s.name for s in self.sizes)}"
         try:
             schedule = self.schedule_of(params.get(SCHEDULE_PARAM))
         except (KeyError, Infeasible) as exc:
             return str(exc.args[0])
-        k = schedule.max_k if schedule is not None else params.get("num_speculative_tokens", 0)
+        k = schedule.max_k if schedule is not None else params.get(P.K, 0)
         if schedule is None and isinstance(k, bool) or not isinstance(k, int) or not self.k_low <= k <= self.k_high:
             return (f"num_speculative_tokens {k!r} is outside the space; use a whole number from {self.k_low} to "
                     f"{self.k_high}")
-        draft = params.get("draft")
+        draft = params.get(P.DRAFT)
         if k > 0 and draft not in [d.name for d in self.drafts]:
             return f"drafts has no choice {draft!r}; use one of {', '.join(d.name for d in self.drafts)}"
         for dim in self.engine_dims:
@@ -272,21 +296,21 @@ class SearchSpace:
             raise Infeasible(problem)
         return KSchedule.of(value)
 
-    def baseline_params(self) -> list[dict[str, Any]]:
+    def baseline_params(self) -> list[TrialParams]:
         """The enqueued first trials: speculation off with engine defaults, then defaults + first draft."""
-        out: list[dict[str, Any]] = [
-            {"cudagraph_mode": DEFAULT, "capture_sizes": DEFAULT, "num_speculative_tokens": 0},
+        out: list[TrialParams] = [
+            {P.MODE: DEFAULT, P.CAPTURE_SIZES: DEFAULT, P.K: 0},
         ]
         if self.drafts and self.k_high > 0:
             first = self.drafts[0]
             k = max(self.k_low, min(3, self.k_high, first.max_k or self.k_high))
-            out.append({"cudagraph_mode": DEFAULT, "capture_sizes": DEFAULT,
-                        "num_speculative_tokens": k, "draft": first.name})
+            out.append({P.MODE: DEFAULT, P.CAPTURE_SIZES: DEFAULT,
+                        P.K: k, P.DRAFT: first.name})
         for params in out:
             params.update({dim.name: dim.baseline for dim in self.engine_dims})
         return [self.complete_params(params) for params in out]
 
-    def complete_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def complete_params(self, params: Mapping[str, ParamValue]) -> TrialParams:
         """``params`` as an enqueued trial must hold them: in a space with named K schedules, ``k_schedule`` is
         ``fixed`` unless given. Optuna samples any parameter an enqueued trial leaves out, and ``k_schedule`` is
         drawn before K, so a queued fixed-K configuration - the engine-default baseline included - could be drawn
@@ -300,20 +324,20 @@ class SearchSpace:
         """Speculation off, engine-default capture settings: what every winner is compared against."""
         return self.config_from_params(self.baseline_params()[0])
 
-    def all_params(self) -> list[dict[str, Any]]:
+    def all_params(self) -> list[TrialParams]:
         """Every distinct parameter combination (for grids, ground truth and small spaces)."""
-        out: list[dict[str, Any]] = []
+        out: list[TrialParams] = []
         for mode in self.modes:
             size_names = [DEFAULT] if mode == "NONE" else [s.name for s in self.sizes]
             for size_name in size_names:
                 for k in range(self.k_low, self.k_high + 1):
                     drafts = [d.name for d in self.drafts] if k > 0 else [None]
                     for draft in drafts:
-                        p: dict[str, Any] = {"cudagraph_mode": mode, "num_speculative_tokens": k}
+                        p: TrialParams = {P.MODE: mode, P.K: k}
                         if mode != "NONE":
-                            p["capture_sizes"] = size_name
+                            p[P.CAPTURE_SIZES] = size_name
                         if draft is not None:
-                            p["draft"] = draft
+                            p[P.DRAFT] = draft
                         try:
                             self.config_from_params(p)
                         except Infeasible:
@@ -321,10 +345,10 @@ class SearchSpace:
                         out.append(p)
                 for name in dict(self.schedules):
                     for option in self.drafts:
-                        p = {"cudagraph_mode": mode, SCHEDULE_PARAM: name, "draft": option.name,
-                             "num_speculative_tokens": dict(self.schedules)[name].max_k}
+                        p = {P.MODE: mode, SCHEDULE_PARAM: name, P.DRAFT: option.name,
+                             P.K: dict(self.schedules)[name].max_k}
                         if mode != "NONE":
-                            p["capture_sizes"] = size_name
+                            p[P.CAPTURE_SIZES] = size_name
                         try:
                             self.config_from_params(p)
                         except Infeasible:
@@ -349,7 +373,7 @@ class SearchSpace:
             if "model" in d.fragment:
                 _check_model_ref(self.source, f"search.drafts.{d.name}.model", d.fragment["model"])
 
-    def in_vocabulary(self, vocab: Any) -> SearchSpace:
+    def in_vocabulary(self, vocab: EngineVocabulary | None) -> SearchSpace:
         """This space as the engine whose vocabulary is ``vocab`` takes it
         (:class:`autotune.engines.vllm.vocabulary.Vocabulary`; ``None``: as written, in tokens).
 
@@ -385,17 +409,24 @@ class SearchSpace:
                                  + ", ".join(sorted(vocab.rejection_methods)))
         return dataclasses.replace(self, capture_unit=vocab.capture_unit, vllm_version=version)
 
-    def _size(self, name: str) -> SizeOption:
+    def _size(self, name: ParamValue) -> SizeOption:
         for s in self.sizes:
             if s.name == name:
                 return s
         raise KeyError(f"capture_sizes has no choice {name!r}")
 
-    def _draft(self, name: str) -> DraftOption:
+    def _draft(self, name: ParamValue) -> DraftOption:
         for d in self.drafts:
             if d.name == name:
                 return d
         raise KeyError(f"drafts has no choice {name!r}")
+
+
+def _whole(value: ParamValue) -> int:
+    """K as a number (``int()``'s reading, as Optuna and ``--enqueue`` give it); a list or none is no K."""
+    if isinstance(value, list) or value is None:
+        raise TypeError(f"{P.K} must be a whole number, got {value!r}")
+    return int(value)
 
 
 def _check_model_ref(source: str, field: str, ref: Any) -> None:

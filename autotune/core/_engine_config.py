@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.core.params import ParamValue
 from autotune.core.capture import captured_decode_requests
 from autotune.core.redact import redact
 from autotune.core.resolved import Detail, Difference, Resolved
@@ -39,7 +40,7 @@ class EngineConfig:
     engine_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     compilation_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     speculative_config: Mapping[str, Any] | None = None
-    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    params: Mapping[str, ParamValue] = dataclasses.field(default_factory=dict)
     draft: str | None = None
 
     def __post_init__(self) -> None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
-from typing import Any
 
-from autotune.engines._base import EngineBackend, EngineError, EngineOptionError
-from autotune.engines._options import EngineOptions, SimOptions
+from autotune.engines._base import EngineBackend, RestartEngine
+from autotune.engines._errors import EngineError, EngineOptionError
+from autotune.engines._options import EngineOptions, OptionValue, RawOptions, SimOptions
 
-__all__ = ["ENGINES", "EngineBackend", "EngineError", "EngineOptionError", "EngineOptions", "SimOptions",
-           "engine_settings", "make_engine"]
+__all__ = ["ENGINES", "EngineBackend", "EngineError", "EngineOptionError", "EngineOptions", "OptionValue",
+           "RawOptions", "RestartEngine", "SimOptions", "engine_settings", "make_engine"]
 
 #: Registry name -> "module:Class", imported lazily so that e.g. ``sim`` never imports vLLM helpers.
 ENGINES: dict[str, str] = {
@@ -20,16 +19,17 @@ ENGINES: dict[str, str] = {
 }
 
 
-def _engine_class(name: str) -> Any:
+def _engine_class(name: str) -> type[EngineBackend]:
     try:
         target = ENGINES[name]
     except KeyError:
         raise EngineError(f"unknown engine {name!r}: choose one of {', '.join(sorted(ENGINES))}") from None
     module_name, class_name = target.split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    found: type[EngineBackend] = getattr(importlib.import_module(module_name), class_name)
+    return found
 
 
-def make_engine(name: str, cache_dir: str | None = None, **options: Any) -> EngineBackend:
+def make_engine(name: str, cache_dir: str | None = None, **options: OptionValue) -> EngineBackend:
     """Build the engine registered as ``name``; its options are validated here, once (``engine.settings``).
 
     Raises:
@@ -38,7 +38,7 @@ def make_engine(name: str, cache_dir: str | None = None, **options: Any) -> Engi
     return _engine_class(name)(cache_dir=cache_dir, **options)
 
 
-def engine_settings(name: str, options: Mapping[str, Any]) -> EngineOptions:
+def engine_settings(name: str, options: RawOptions) -> EngineOptions:
     """``options`` validated by the model the engine ``name`` validates them with (what ``engine.settings`` would
     be), without making the engine: for commands that read the options but start nothing (``doctor``).
 

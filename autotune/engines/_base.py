@@ -3,27 +3,28 @@
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from autotune.core import facts as F
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult, Workload
+from autotune.engines._errors import EngineError, EngineOptionError
+from autotune.engines._options import EngineOptions, OptionValue
 
 if TYPE_CHECKING:
     from autotune.config.space import SearchSpace
+    from autotune.engines.vllm.vocabulary import Vocabulary
 
-__all__ = ["EngineBackend", "EngineError"]
-
-
-class EngineError(Exception):
-    """The engine cannot be used at all (not installed, bad settings): a one-line message naming the fix.
-
-    A single restart that fails is *not* an EngineError: it is a :class:`RestartResult` with a failed status.
-    """
+__all__ = ["EngineBackend", "EngineError", "EngineOptionError", "RestartEngine"]
 
 
-class EngineOptionError(EngineError):
-    """An engine option the user gave (the space's ``engine.<name>`` section, ``--engine-opt``, a study's stored
-    options) that the engine refuses: bad input, which the commands report with exit status 2 (issue 44)."""
+class RestartEngine(Protocol):
+    """What the study starts a restart through (:func:`autotune.study._restart.measure_restart`): an
+    :class:`EngineBackend`, or a recheck's two engines behind one ``run_restart``. An engine that also has
+    ``learn_noise`` (every :class:`EngineBackend`) is handed each result for its warm-up noise prior."""
+
+    def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int,
+                    seed: int) -> RestartResult: ...
+
 
 
 class EngineBackend(abc.ABC):
@@ -48,10 +49,15 @@ class EngineBackend(abc.ABC):
     name: str = "base"
     #: What :meth:`least_start_s` says (0: no bound known).
     LEAST_START_S: float = 0.0
+    #: The engine's options' strict model: :func:`autotune.engines.engine_settings` validates by it.
+    Settings: ClassVar[type[EngineOptions]] = EngineOptions
+    #: The options validated, once, when the engine is made (each engine keeps its own model's value).
+    settings: EngineOptions
 
-    def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
+    def __init__(self, cache_dir: str | None = None, **options: OptionValue) -> None:
         self.cache_dir = cache_dir
-        self.options: dict[str, Any] = dict(options)
+        #: The options as given (validated into :attr:`settings`): what the study stores with its engine.
+        self.options: dict[str, OptionValue] = dict(options)
         # The rule's stdlib module sits in the vLLM engine's package (its runner imports it by path); importing it
         # here at module level would import that package before this base class exists.
         from autotune.engines.vllm._warmup import NoisePool
@@ -96,7 +102,7 @@ class EngineBackend(abc.ABC):
         """Facts for tracking: engine name and version, GPU name, driver, CUDA version, when known."""
         return EngineFacts(name=self.name)
 
-    def vocabulary(self) -> Any:
+    def vocabulary(self) -> Vocabulary | None:
         """The vLLM names this engine accepts (:class:`autotune.engines.vllm.vocabulary.Vocabulary`); ``None``: the
         engine takes configurations as the space writes them (``cmd``)."""
         return None

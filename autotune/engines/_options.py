@@ -11,8 +11,8 @@ model as ``engine.settings`` and reads it by attribute; ``doctor`` and ``audit``
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
@@ -21,10 +21,18 @@ from autotune.core.secrets import literal_secret_line
 from autotune.engines import _sim_model as sim_model
 from autotune.engines import _sim_plan as sim_plan
 from autotune.engines.drift import PRESETS as DRIFT_PRESETS
-from autotune.engines._base import EngineOptionError
+from autotune.engines._errors import EngineOptionError
 from autotune.machine import MAX_WAIT_S, PAGE_CACHE_POLICIES
 
-__all__ = ["CmdOptions", "Command", "EngineOptions", "Seconds", "SimOptions", "one_of", "rule"]
+__all__ = ["CmdOptions", "Command", "EngineOptions", "OptionValue", "RawOptions", "Seconds", "SimOptions", "one_of",
+           "rule"]
+
+#: One engine option as the space's ``engine:`` section or ``--engine-opt`` writes it (YAML's scalars, lists and
+#: mappings): unchecked until the engine's model validates it, so a reader must look at it before using it.
+OptionValue = object
+#: An engine's options as given: what an engine is made from (:func:`autotune.engines.make_engine`), what a study
+#: stores with its engine and a recheck makes the engine from again; :meth:`EngineOptions.parse` types them.
+RawOptions = Mapping[str, OptionValue]
 
 #: The highest memory floor a space may give, in GiB: above any host's memory (a floor above this machine's
 #: MemTotal is refused when the engine is made, :class:`~autotune.machine.StartSafety`), far below a typo's 1e300.
@@ -41,7 +49,7 @@ else:
     PageCache = Literal[PAGE_CACHE_POLICIES]
 
 
-def one_of(choices: Any) -> str:
+def one_of(choices: Iterable[str]) -> str:
     return "one of " + ", ".join(choices)
 
 
@@ -61,7 +69,7 @@ class EngineOptions(BaseModel):
     page_cache: PageCache | None = Field(None, description=one_of(PAGE_CACHE_POLICIES))
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> Any:
+    def parse(cls, options: RawOptions) -> Self:
         """Validate raw options (the space's section, ``--engine-opt`` over it).
 
         Raises:
@@ -78,12 +86,12 @@ class EngineOptions(BaseModel):
             raise EngineOptionError(f"{cls.ENGINE} engine: {cls.problem(exc, options)}") from None
 
     @classmethod
-    def field(cls, key: Any) -> str:
+    def field(cls, key: object) -> str:
         """Where ``key`` is written in a space: ``engine.<engine>.<key>``."""
         return f"engine.{cls.ENGINE}.{key}"
 
     @classmethod
-    def problem(cls, exc: ValidationError, options: Mapping[str, Any]) -> str:
+    def problem(cls, exc: ValidationError, options: RawOptions) -> str:
         """The first error of ``exc`` as one line (without the engine prefix)."""
         error = exc.errors(include_url=False)[0]
         kind, loc = error["type"], tuple(error["loc"])
@@ -96,7 +104,7 @@ class EngineOptions(BaseModel):
         value = options.get(key)
         return f"{cls.field(key)} must be {cls.model_fields[key].description}, got {value!r}"
 
-    def without_defaults(self) -> dict[str, Any]:
+    def without_defaults(self) -> dict[str, OptionValue]:
         """The options that were given (what a study records and a recheck makes its engine from)."""
         return self.model_dump(exclude_unset=True)
 
@@ -147,7 +155,7 @@ class SimOptions(EngineOptions):
         return value
 
 
-def _split_command(value: Any) -> Any:
+def _split_command(value: object) -> object:
     """A command as a list, or as one shell-style string split like a shell."""
     if isinstance(value, str):
         try:
@@ -173,7 +181,7 @@ class CmdOptions(EngineOptions):
     settle_timeout_s: Seconds = Field(300.0, description=SECONDS)
 
     @classmethod
-    def problem(cls, exc: ValidationError, options: Mapping[str, Any]) -> str:
+    def problem(cls, exc: ValidationError, options: RawOptions) -> str:
         error = exc.errors(include_url=False)[0]
         if error["type"] == "missing" and tuple(error["loc"]) == ("command",):
             return (f"{cls.field('command')} is missing; set it to the command that runs one restart, "

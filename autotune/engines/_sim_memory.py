@@ -46,7 +46,7 @@ from autotune.core import facts as fact
 from autotune.engines import _sim_model as model
 from autotune.engines import _sim_plan as sim_plan
 from autotune.engines import _sim_speed as speed
-from autotune.engines._base import EngineError
+from autotune.engines._errors import EngineError
 from autotune.machine import GIB, MachineState, MemInfo, StartSafety
 
 __all__ = ["HostWedged", "MemoryPlan", "SimulatedHost", "StartOutcome", "UnifiedMemory", "memory_plan", "plan_memory",

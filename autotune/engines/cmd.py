@@ -56,7 +56,7 @@ from autotune.core.secrets import MissingSecret, resolve
 from autotune.core.confine import open_confined
 from autotune.core.inputs import parse_json
 from autotune.engines._base import EngineBackend, EngineError, EngineOptionError
-from autotune.engines._options import CmdOptions
+from autotune.engines._options import CmdOptions, OptionValue
 from autotune.engines._output_check import check_request, output_facts, skip_reason
 from autotune.engines.process import EngineProcess, engine_leftovers
 from autotune.engines.vllm._wire import RestartReply, WireError
@@ -99,7 +99,7 @@ class CmdEngine(EngineBackend):
     #: The options model (:mod:`autotune.engines._options`); an engine's ``settings``.
     Settings = CmdOptions
 
-    def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
+    def __init__(self, cache_dir: str | None = None, **options: OptionValue) -> None:
         super().__init__(cache_dir, **options)
         self.settings: CmdOptions = CmdOptions.parse(options)
         # The level memory must come back to before each start is measured now, when the study begins. A leftover

@@ -37,7 +37,7 @@ from autotune.core import facts as F
 from autotune.core.confine import open_confined
 from autotune.core.failure import FailureKind
 from autotune.engines._base import EngineBackend, EngineError
-from autotune.engines._options import SimOptions
+from autotune.engines._options import OptionValue, SimOptions
 from autotune.engines._sim_memory import HostWedged
 # The vLLM runner's latency summary (stdlib only), so simulated and real restarts report the same figures.
 from autotune.engines.vllm._dataset import latency_summary, request_timing
@@ -86,7 +86,7 @@ class SimEngine(EngineBackend):
     #: The options model (:mod:`autotune.engines._options`); an engine's ``settings``.
     Settings = SimOptions
 
-    def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
+    def __init__(self, cache_dir: str | None = None, **options: OptionValue) -> None:
         super().__init__(cache_dir, **options)
         self.settings: SimOptions = SimOptions.parse(options)
         opts = self.settings
@@ -169,7 +169,7 @@ class SimEngine(EngineBackend):
         """The guard's floor on the simulated host (GiB; ``None`` without one)."""
         return None if self.host is None else self.host.safety.floor / GIB
 
-    def _runnable_plan(self, config: EngineConfig) -> Any:
+    def _runnable_plan(self, config: EngineConfig) -> sim_plan.Plan | None:
         """The configuration's plan, or ``None`` when it cannot run (vLLM rejects it, or capture runs out of memory)."""
         try:
             plan = self._plan(config)

@@ -12,6 +12,7 @@ from autotune.core.records import RestartResult, Workload
 from autotune.decisions.planning import RestartPlan
 from autotune.decisions.sequential import DEFAULT_MARGIN, SequentialPlan
 from autotune.decisions.verification import Candidate, Rounds, Verification
+from autotune.engines import RestartEngine
 from autotune.study._verification import RoundClaim, VerificationLoop, restart_runner
 
 __all__ = ["MemoryRounds", "run_verification"]
@@ -92,7 +93,7 @@ class MemoryRounds:
 
 
 def run_verification(
-    engine: Any,
+    engine: RestartEngine,
     workload: Workload,
     candidates: Sequence[Candidate],
     restarts: int,

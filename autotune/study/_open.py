@@ -10,7 +10,6 @@ import warnings
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import optuna
 
@@ -165,7 +164,7 @@ def _record_metadata(ctx: StudyContext) -> None:
 
 
 
-def _start_price(ledger: Any, engine: Any) -> Callable[[str | None], float]:
+def _start_price(ledger: Ledger, engine: EngineBackend) -> Callable[[str | None], float]:
     """The minutes a start of a configuration is reserved under ``--budget-minutes``: the study's measured price
     (:class:`~autotune.study._budget.StartCosts`), a configuration with no warm start measured yet priced as a cold
     start (the engine may start it so), never less than the least start the engine can take."""

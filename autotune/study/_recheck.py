@@ -31,12 +31,13 @@ from typing import Any
 from autotune.config.space import SearchSpace
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult, Workload
 from autotune.decisions import recheck as rules
-from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, Rounds, Verification
+from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate, Rounds, Verification, VerifiedConfig
+from autotune.engines import EngineBackend, RestartEngine
 from autotune.engines.vllm.vocabulary import Untranslatable, carry, vocabulary_for
 from autotune.stats.intervals import Verdict
-from autotune.store.ledger import Ledger
+from autotune.store.ledger import Ledger, StudyMeta
 from autotune.store import storage
-from autotune.store.claims import Claims
+from autotune.store.claims import Claim, Claims
 from autotune.store.heartbeat import Heartbeat
 from autotune.store.ledger import owner_id
 from autotune.study._budget import StartCosts
@@ -87,7 +88,7 @@ class _TwoEngines:
     """The study's engine and a new one behind one ``run_restart``: a configuration marked with
     :data:`NEW_ENGINE_ARG` runs, unmarked, on the new engine."""
 
-    def __init__(self, old: Any, new: Any) -> None:
+    def __init__(self, old: EngineBackend, new: EngineBackend) -> None:
         self.old, self.new = old, new
 
     def run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
@@ -97,8 +98,7 @@ class _TwoEngines:
 
     def learn_noise(self, result: RestartResult) -> None:
         for engine in (self.old, self.new):
-            if hasattr(engine, "learn_noise"):
-                engine.learn_noise(result)
+            engine.learn_noise(result)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +120,8 @@ class RecheckConfigs:
     translated: tuple[str, ...] = ()
 
 
-def recheck_configs(ledger: Ledger, space: SearchSpace, engine: Any, *, new_engine: Any = None,
+def recheck_configs(ledger: Ledger, space: SearchSpace, engine: EngineBackend, *,
+                    new_engine: EngineBackend | None = None,
                     runner_ups: bool = False) -> RecheckConfigs:
     """The study's stored winner and baseline (and runner-ups) for the engines of the recheck, before any starts.
 
@@ -152,8 +153,8 @@ def recheck_configs(ledger: Ledger, space: SearchSpace, engine: Any, *, new_engi
                            "file the study ran (the stored copy is the default)") from None
     notes: list[str] = []
 
-    def on(target: Any, config: EngineConfig, side: str) -> EngineConfig:
-        vocab = target.vocabulary() if target is not None else None
+    def on(target: EngineBackend, config: EngineConfig, side: str) -> EngineConfig:
+        vocab = target.vocabulary()
         try:
             out = carry(config, ran, vocab)
         except Untranslatable as exc:
@@ -173,7 +174,7 @@ def recheck_configs(ledger: Ledger, space: SearchSpace, engine: Any, *, new_engi
         None if new_engine is None else on(new_engine, winner, "the new engine"), tuple(notes))
 
 
-def _marked(config: EngineConfig, new_engine: Any) -> EngineConfig:
+def _marked(config: EngineConfig, new_engine: EngineBackend) -> EngineConfig:
     """``config`` marked for the new engine, the mark naming the new engine's options: the side's configuration key
     differs with the new engine, so a recheck continued from an interrupted one (:func:`_claim_index`) continues
     only one on the same new engine."""
@@ -186,8 +187,9 @@ def _unmarked(config: EngineConfig) -> EngineConfig:
     return dataclasses.replace(config, engine_args={k: v for k, v in config.engine_args.items() if k != NEW_ENGINE_ARG})
 
 
-def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOptions = RecheckOptions(), *,
-            new_engine: Any = None, on_restart: Callable[[Candidate, RestartResult], None] | None = None,
+def recheck(ledger: Ledger, space: SearchSpace, engine: EngineBackend, options: RecheckOptions = RecheckOptions(), *,
+            new_engine: EngineBackend | None = None,
+            on_restart: Callable[[Candidate, RestartResult], None] | None = None,
             on_start: Callable[[int, int], None] | None = None, store: bool = True) -> rules.RecheckRecord:
     """Recheck the study's stored verdict (``new_engine``: the winner on two engines) and store the record.
 
@@ -215,7 +217,7 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOpt
     now_keys = {checked.candidate.config.key(): winner.key(), stored.baseline.candidate.config.key(): base.key()}
     if new_engine is None:
         candidates = [Candidate(CANDIDATE, c) for c in (winner, *configs.others)] + [Candidate(BASELINE, base)]
-        runner = engine
+        runner: RestartEngine = engine
     else:
         assert configs.new_winner is not None
         candidates = [Candidate(CANDIDATE, _marked(configs.new_winner, new_engine)), Candidate(BASELINE, winner)]
@@ -269,7 +271,7 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOpt
 _MOST_INDEXES = 10_000
 
 
-def _claim_index(ledger: Ledger, keys: set[str]) -> tuple[Any, int, Rounds]:
+def _claim_index(ledger: Ledger, keys: set[str]) -> tuple[Claim | None, int, Rounds]:
     """The recheck's index, claimed for this process alone: the first from the number of stored rechecks that no
     other recheck holds or used (a claim ``recheck-<i>`` in the study's claims, the lowest claimant its holder).
     Two rechecks started together read the same stored count; the claim gives them different indexes, so their
@@ -376,9 +378,10 @@ class _Looks:
         return dataclasses.replace(test, stopped=stopped)
 
 
-def _run_rounds(runner: Any, space: SearchSpace, candidates: Sequence[Candidate], n: int, n_base: int,
-                seed_base: int, meta: Any, budget: _RecheckBudget, looks: _Looks,
-                on_restart: Callable[[Candidate, RestartResult], None] | None, done: Rounds, claim: Any) -> Verification:
+def _run_rounds(runner: RestartEngine, space: SearchSpace, candidates: Sequence[Candidate], n: int, n_base: int,
+                seed_base: int, meta: StudyMeta, budget: _RecheckBudget, looks: _Looks,
+                on_restart: Callable[[Candidate, RestartResult], None] | None, done: Rounds,
+                claim: Claim | None) -> Verification:
     """Verification's loop over the recheck's rounds, in memory, from the restarts ``done`` (an interrupted run's:
     a restart measured in a round is not run again); a round the change test decided before, or the budget has no
     room for, starts nothing (it concludes on what ran, as a budget-cut verification does). Each restart is stored
@@ -426,7 +429,7 @@ def _figures(v: Verification, key: str, names: dict[str, str]) -> dict[str, Any]
     return out
 
 
-def _entry(v: Verification, key: str) -> Any:
+def _entry(v: Verification, key: str) -> VerifiedConfig:
     return next(e for e in v.entries if e.candidate.config.key() == key)
 
 

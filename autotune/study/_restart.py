@@ -8,12 +8,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 from autotune.core.records import EngineConfig, RestartResult, Workload
 from autotune.core.secrets import MissingSecret, resolve_config, resolve_workload
 from autotune.core.transient import TRANSIENT_RUNS_AGAIN, is_transient
-from autotune.engines import EngineError
+from autotune.engines import EngineError, RestartEngine
+from autotune.store.claims import StartTokens
 
 __all__ = ["ALWAYS_COLD", "measure_restart"]
 
@@ -23,16 +23,16 @@ ALWAYS_COLD = ("engine reported a cold start twice in a row for the same configu
 
 
 def measure_restart(
-    engine: Any,
+    engine: RestartEngine,
     config: EngineConfig,
-    workload: Any,
+    workload: Workload,
     *,
     restart: int,
     seed: int,
     on_result: Callable[[RestartResult], None] | None = None,
     rerun_cold: Callable[[RestartResult], bool] | None = None,
     run_again: Callable[[RestartResult], bool] | None = None,
-    tokens: Any = None,
+    tokens: StartTokens | None = None,
 ) -> list[RestartResult]:
     """One counted restart of ``config``, preceded by a warm-up restart when the engine reports it cold.
 
@@ -72,9 +72,10 @@ def measure_restart(
     return results
 
 
-def _start(engine: Any, config: EngineConfig, workload: Any, *, restart: int, seed: int,
+def _start(engine: RestartEngine, config: EngineConfig, workload: Workload, *, restart: int, seed: int,
            on_result: Callable[[RestartResult], None] | None,
-           rerun_cold: Callable[[RestartResult], bool] | None, tokens: Any = None) -> list[RestartResult]:
+           rerun_cold: Callable[[RestartResult], bool] | None,
+           tokens: StartTokens | None = None) -> list[RestartResult]:
     """One counted restart, preceded by a warm-up restart when the engine reports it cold (see above)."""
     results = []
     # The engine is started with the credentials the configuration references (``${HF_TOKEN}``), resolved from

@@ -9,17 +9,77 @@ on the rounds before it, so who runs what is a function of earlier rounds, as fo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, TypeVar
 
 from autotune.decisions.sequential import SequentialPlan, continues
 from autotune.decisions.verification import BASELINE, Candidate, Rounds, conclude
+from autotune.stats.intervals import PairPrior
 from autotune.store.ledger import Ledger
 from autotune.study._budget import _starts_fit
 from autotune.study.options import StudyOptions
 
-#: A :class:`~autotune.study._verification.VerificationLoop` (not imported: that module imports this one).
-VerificationLoop = Any
+
+class _Claim(Protocol):
+    def complete(self) -> None: ...
+
+
+#: The round book's claim on a round (:class:`~autotune.study._verification.RoundClaim`).
+ClaimT = TypeVar("ClaimT", bound=_Claim)
+ClaimT_co = TypeVar("ClaimT_co", bound=_Claim, covariant=True)
+
+
+class _Book(Protocol[ClaimT_co]):
+    """What the sequential rounds read and write of the round book
+    (:class:`~autotune.study._verification.RoundBook`)."""
+
+    def concluded(self) -> bool: ...
+    def rounds(self) -> Rounds: ...
+    def sequential_plan(self) -> SequentialPlan | None: ...
+    def record_sequential_plan(self, plan: SequentialPlan) -> None: ...
+    def wait_round(self, rnd: int) -> ClaimT_co | None: ...
+
+
+class VerificationLoop(Protocol[ClaimT]):
+    """What the sequential rounds read of :class:`~autotune.study._verification.VerificationLoop`, which calls them
+    with itself: that module imports this one, so this one names what it needs instead of importing it."""
+
+    @property
+    def book(self) -> _Book[ClaimT]: ...
+    @property
+    def candidates(self) -> Sequence[Candidate]: ...
+    @property
+    def common(self) -> int: ...
+    @property
+    def cap(self) -> int: ...
+    @property
+    def confidence(self) -> float: ...
+    @property
+    def interval_method(self) -> str: ...
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def slo(self) -> Mapping[str, float] | None: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def paired(self) -> bool: ...
+    @property
+    def pair_prior(self) -> PairPrior | None: ...
+    @property
+    def tie_end(self) -> int: ...
+    @property
+    def sequential_rounds(self) -> int: ...
+    @property
+    def extension_share(self) -> float: ...
+    @property
+    def margin(self) -> float: ...
+    @property
+    def rounds_fit(self) -> Callable[[Sequence[Candidate], int], int] | None: ...
+    @property
+    def may_start(self) -> Callable[[Sequence[Candidate]], bool] | None: ...
+    def _todo(self, participants: Sequence[Candidate], rnd: int) -> list[Candidate]: ...
+    def _run_round(self, participants: Sequence[Candidate], rnd: int, claim: ClaimT) -> None: ...
 
 __all__ = ["plan", "rounds_fit", "sequential_rounds"]
 
@@ -28,7 +88,7 @@ def _before(rounds: Rounds, rnd: int) -> Rounds:
     return Rounds({r: dict(v) for r, v in rounds.by_round.items() if r < rnd})
 
 
-def plan(loop: VerificationLoop) -> SequentialPlan | None:
+def plan(loop: VerificationLoop[ClaimT]) -> SequentialPlan | None:
     """The stored plan, or the one made now from the verification rounds' conclusion and the budget left.
 
     ``None`` when there is nothing to settle: the baseline won, or the winner has no interval.
@@ -64,7 +124,7 @@ def plan(loop: VerificationLoop) -> SequentialPlan | None:
     return made
 
 
-def sequential_rounds(loop: VerificationLoop) -> None:
+def sequential_rounds(loop: VerificationLoop[ClaimT]) -> None:
     """Run the sequential rounds this process takes; stop when the design says the verdict is settled."""
     if loop.sequential_rounds <= 0 or loop.book.concluded():
         return

@@ -8,11 +8,11 @@ suggestion an unmeasured configuration is queued (:func:`_queue_unmeasured`). Bo
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 import optuna
 
 from autotune.config.space import Infeasible
+from autotune.core.params import ParamValue, TrialParams
 from autotune.core.records import EngineConfig
 from autotune.study.events import StudyContext
 
@@ -39,7 +39,7 @@ def _queue_unmeasured(ctx: StudyContext, number: int) -> None:
             return
 
 
-def _random_draws(ctx: StudyContext, number: int) -> Iterator[tuple[dict[str, Any], EngineConfig]]:
+def _random_draws(ctx: StudyContext, number: int) -> Iterator[tuple[TrialParams, EngineConfig]]:
     """The feasible ones of :data:`EXPLORE_DRAWS` draws of Optuna's ``RandomSampler`` over the space, as
     ``(params, config)``; seeded by the study's seed and ``number``, so a resume draws the same."""
     draws = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=ctx.options.search_seed(number)))
@@ -61,7 +61,7 @@ START_DESIGN_TRIALS = 10
 _ABSENT = object()
 
 
-def _param_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
+def _param_distance(a: Mapping[str, ParamValue], b: Mapping[str, ParamValue]) -> int:
     """How many parameters two points of the define-by-run space differ in; one only one side has (the draft of a
     configuration with speculation on) counts. Numbers count as categories: a distance over their range would push
     the design to the ends of each range (K = 0 and the largest K)."""

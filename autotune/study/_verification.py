@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from optuna.trial import FrozenTrial
 
@@ -34,6 +34,8 @@ from autotune.decisions.verification import (
     round_participants,
 )
 from autotune.decisions.verification import select_candidates as select_verified
+from autotune.engines import RestartEngine
+from autotune.store.claims import StartTokens
 from autotune.store.ledger import VERIFY_CONCLUDE_JOB, Ledger
 from autotune.study._budget import (
     StartCosts, _runner_up_starts, _starts_fit, _verify_may_start, _verify_plan, _verify_top_k, restart_plan,
@@ -45,6 +47,7 @@ from autotune.study import _sequential
 from autotune.study._restart import measure_restart
 from autotune.study.schedule import with_schedule
 from autotune.study.events import StudyContext, StudyObserver, notify
+from autotune.study.options import StudyOptions
 
 __all__ = ["RoundBook", "RoundClaim", "VerificationLoop", "restart_runner", "select_candidates"]
 
@@ -103,8 +106,9 @@ class RoundBook(Protocol):
         """Fix the sequential design for every process and resume."""
 
 
-def restart_runner(engine: Any, workload: Workload, seed_for: Callable[[int], int],
-                   run_again: Callable[[Candidate], bool] | None = None, tokens: Any = None) -> RunRestart:
+def restart_runner(engine: RestartEngine, workload: Workload, seed_for: Callable[[int], int],
+                   run_again: Callable[[Candidate], bool] | None = None,
+                   tokens: StartTokens | None = None) -> RunRestart:
     """:data:`RunRestart` on ``engine``: round ``r`` on seed ``seed_for(r)``, the same for every configuration in the
     round (matched restarts). A restart that failed transiently (the memory guard, a lost restart) is run once more
     when ``run_again(candidate)`` says the budget and the floor rule allow it, as in the search
@@ -491,7 +495,7 @@ def extension_due(ctx: StudyContext) -> bool:
     return _starts_fit(ledger, options, [(c.config.key(), False) for c in pair])
 
 
-def _may_run_again(ledger: Ledger, options: Any, candidate: Candidate) -> bool:
+def _may_run_again(ledger: Ledger, options: StudyOptions, candidate: Candidate) -> bool:
     """Whether a verification restart of ``candidate`` that failed transiently runs again: the floor rule has not
     made it infeasible (two hits, search and verification together) and one more warm start fits the budget."""
     key = candidate.config.key()

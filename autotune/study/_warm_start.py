@@ -21,9 +21,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.config.space import DEFAULT, SearchSpace
+from autotune.core import params as P
+from autotune.core.params import ParamValue, TrialParams
 from autotune.core.records import EngineFacts, RestartResult
 from autotune.decisions.recheck import fact_differences
 from autotune.decisions.verification import BASELINE
+from autotune.engines import EngineBackend
 from autotune.store.ledger import Ledger
 from autotune.study._budget import StartCosts
 
@@ -43,7 +46,7 @@ class WarmStart:
         noise: Restarts whose timed passes seed the warm-up noise prior (sources whose engine and machine match).
     """
 
-    enqueue: tuple[Mapping[str, Any], ...]
+    enqueue: tuple[TrialParams, ...]
     record: Mapping[str, Any]
     noise: tuple[RestartResult, ...] = ()
 
@@ -56,19 +59,19 @@ def warm_start_top(budget_restarts: int | None) -> int:
     return WARM_START_TOP if budget_restarts is None else max(1, min(WARM_START_TOP, budget_restarts // 15))
 
 
-def _full_params(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
+def _full_params(space: SearchSpace, params: Mapping[str, ParamValue]) -> TrialParams:
     dims = {d.name: d.baseline for d in space.engine_dims}
-    full = {"cudagraph_mode": DEFAULT, "capture_sizes": DEFAULT, "num_speculative_tokens": 0, **dims}
-    full.update({k: v for k, v in params.items() if k in (*full, "draft")})
-    if not full["num_speculative_tokens"]:
-        full.pop("draft", None)
+    full: TrialParams = {P.MODE: DEFAULT, P.CAPTURE_SIZES: DEFAULT, P.K: 0, **dims}
+    full.update({k: v for k, v in params.items() if k in (*full, P.DRAFT)})
+    if not full[P.K]:
+        full.pop(P.DRAFT, None)
     return full
 
 
-def _ranked_params(ledger: Ledger) -> list[Mapping[str, Any]]:
+def _ranked_params(ledger: Ledger) -> list[Mapping[str, ParamValue]]:
     """The source's configurations, best first: verified (the winner first, then by verified mean), then the
     search's measured trials by value."""
-    out: list[Mapping[str, Any]] = []
+    out: list[Mapping[str, ParamValue]] = []
     v = ledger.verification()
     if v is not None:
         verified = [e for e in v.entries if e.candidate.role != BASELINE and e.summary.values]
@@ -88,7 +91,7 @@ def plan_warm_start(sources: Sequence[Ledger], space: SearchSpace, facts: Engine
     """The configurations to queue and the priors to carry from ``sources`` into a study of ``space`` on an
     engine described by ``facts``."""
     seen = {space.config_from_params(p).key() for p in space.baseline_params()}  # queued anyway
-    enqueue: list[dict[str, Any]] = []
+    enqueue: list[TrialParams] = []
     noise: list[RestartResult] = []
     costs: dict[str, list[float]] = {}
     records = []
@@ -131,10 +134,8 @@ def plan_warm_start(sources: Sequence[Ledger], space: SearchSpace, facts: Engine
     return WarmStart(tuple(enqueue), record, tuple(noise))
 
 
-def carry_noise(engine: Any, warm: WarmStart) -> int:
+def carry_noise(engine: EngineBackend, warm: WarmStart) -> int:
     """Seed ``engine``'s warm-up noise prior with the carried restarts; returns how many it took."""
-    if not hasattr(engine, "learn_noise"):
-        return 0
     for result in warm.noise:
         engine.learn_noise(result)
     return len(warm.noise)

@@ -9,8 +9,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+import optuna
+
+from autotune.store.claims import Claims, StartTokens
 from autotune.store.ledger import Ledger, TrialRecord
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult
 
@@ -45,15 +48,15 @@ class StudyContext:
     engine_info: EngineFacts
     ledger: Ledger
     resumed: bool = False
-    claims: Any = None
+    claims: Claims = dataclasses.field(kw_only=True)
     concluded: bool = False
-    owner: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    owner: Mapping[str, object] = dataclasses.field(default_factory=dict)
     poll_s: float = 1.0
     sleep: Callable[[float], None] = time.sleep
-    start_tokens: Any = None
+    start_tokens: StartTokens | None = None
 
     @property
-    def study(self) -> Any:
+    def study(self) -> optuna.Study:
         """The Optuna study."""
         return self.ledger.study
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from autotune.config.space import SCHEDULE_PARAM, Infeasible, SearchSpace
+from autotune.core import params as P
+from autotune.core.params import TrialParams
 from autotune.decisions.schedule import Derivation, derive_schedule
 from autotune.decisions.verification import BASELINE, CANDIDATE, Candidate
 from autotune.store.ledger import Ledger
@@ -50,8 +52,8 @@ def with_schedule(ledger: Ledger, space: SearchSpace, candidates: list[Candidate
         return candidates
     template = _template(candidates)
     assert template is not None
-    params = {**dict(template.config.params), SCHEDULE_PARAM: derivation.schedule.to_list()}
-    params["num_speculative_tokens"] = derivation.schedule.max_k
+    params: TrialParams = {**dict(template.config.params), SCHEDULE_PARAM: derivation.schedule.to_list()}
+    params[P.K] = derivation.schedule.max_k
     try:
         config = space.config_from_params(params)
     except (Infeasible, KeyError):

@@ -142,6 +142,16 @@ def test_generated_sizes_align_to_one_plus_k():
     assert s8.capture_sizes == (1, 2, 4, 8, 16, 24, 32)
 
 
+def test_a_parameter_of_the_wrong_type_is_named_not_handed_on():
+    # Trial parameters are typed values (autotune.core.params): a mode that is no choice's name is the KeyError of a
+    # choice the space lacks, and a K that is no number says which parameter, rather than int()'s own message.
+    space = parse_space(_space())
+    with pytest.raises(KeyError, match="cudagraph_mode has no choice 3"):
+        space.config_from_params({"cudagraph_mode": 3, "num_speculative_tokens": 0})
+    with pytest.raises(TypeError, match=r"num_speculative_tokens must be a whole number, got \[2\]"):
+        space.config_from_params({"cudagraph_mode": "PIECEWISE", "capture_sizes": "tiny", "num_speculative_tokens": [2]})
+
+
 def test_draft_max_k_makes_combinations_infeasible():
     space = parse_space(_space(search__drafts={"mtp": {"method": "mtp", "max_k": 1}}))
     with pytest.raises(Infeasible, match="at most 1"):

@@ -126,3 +126,10 @@ def test_doctor_reads_the_engines_own_settings(monkeypatch):
     facts = gather(load_space(REPO / "search_spaces" / "demo-levels.yaml"))
     assert facts.engine == "sim" and facts.settings == engine_settings("sim", {"profile": "h200",
                                                                                "model_profile": "dense"})
+
+
+def test_vllm_env_reaches_the_process_as_text():
+    # YAML's numbers and true are text in a process environment ("true", as a shell spells it): what
+    # VllmOptions.environment() hands the JIT cache rules and the notice of caches left to the user.
+    settings = engine_settings("vllm", {"env": {"TOKENS": 3, "FLAG": True, "NAME": "x"}})
+    assert settings.environment() == {"TOKENS": "3", "FLAG": "true", "NAME": "x"}

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.engines._base import EngineBackend, EngineError, EngineOptionError
+from autotune.engines._options import OptionValue
 from autotune.engines._output_check import check_request, output_facts, skip_reason
 from autotune.engines.process import engine_leftovers, kill_started_since, own_tagged
 from autotune.engines.vllm import _container
@@ -144,9 +145,9 @@ class VllmEngine(EngineBackend):
     #: (29.5 s, docs/measurements/h200-dummy-new.md); empirical.
     LEAST_START_S = 10.0
 
-    def __init__(self, cache_dir: str | None = None, **options: Any) -> None:
+    def __init__(self, cache_dir: str | None = None, **options: OptionValue) -> None:
         super().__init__(cache_dir, **options)
-        self.settings = VllmOptions.parse(options)
+        self.settings: VllmOptions = VllmOptions.parse(options)
         self._facts: dict[str, Any] | None = None
         self._image: dict[str, Any] = {}
         self._scratch: str | None = None
@@ -334,7 +335,7 @@ class VllmEngine(EngineBackend):
         if self._said_caches:
             return
         self._said_caches = True
-        placed = left_to_user(os.environ, self.settings.env)
+        placed = left_to_user(os.environ, self.settings.environment())
         if placed:
             print(f"vllm engine: keeping the JIT cache location you set ({', '.join(placed)}); it is not under the "
                   "study's workdir, so a copied workdir does not bring it", file=sys.stderr)
@@ -409,7 +410,7 @@ class VllmEngine(EngineBackend):
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if with_cache:
             env["VLLM_CACHE_ROOT"] = self.cache_root()
-            env.update(jit_cache_env(self.work_dir(), os.environ, self.settings.env))  # never over the user's
+            env.update(jit_cache_env(self.work_dir(), os.environ, self.settings.environment()))  # never over the user's
         user = self._resolved(self.settings.env, "env")
         env.update(user)
         if any("{" in v for v in user.values()):

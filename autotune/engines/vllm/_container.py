@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.engines._base import EngineError
+from autotune.engines._errors import EngineError
 
 __all__ = ["PLACEHOLDERS", "check_placeholders", "check_runtime", "image_facts", "placeholder_values", "render"]
 

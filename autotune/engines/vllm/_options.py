@@ -58,6 +58,10 @@ class VllmOptions(EngineOptions):
         # The process environment holds text; YAML's true is "true", as a shell would spell it.
         return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
 
+    def environment(self) -> dict[str, str]:
+        """``env`` as a process gets it: every value text (:meth:`_env_as_text` made it so when validated)."""
+        return {k: str(v) for k, v in self.env.items()}
+
     @field_validator("extra_args")
     @classmethod
     def _one_spelling(cls, value: dict[str, Any]) -> dict[str, Any]:
