@@ -44,6 +44,7 @@ from autotune.cli._common import (
     write_json,
 )
 from autotune.core.exit_status import ExitStatus
+from autotune.core.urls import StorageUrl
 
 __all__ = ["EXIT_FOR_VERDICT", "HELP", "configure_parser", "run"]
 
@@ -137,7 +138,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         from autotune.observers.mlflow import resolve_tracking_uri
 
         check_output_path(args.json, "--json", protected_paths(
-            storage=args.storage, tracking_uri=resolve_tracking_uri(args.tracking_uri), space_file=meta.space_file,
+            storage=StorageUrl.parse(args.storage), tracking_uri=resolve_tracking_uri(args.tracking_uri),
+            space_file=meta.space_file,
             dataset=dataset_path(meta.workload), study_dir=os.path.join(args.workdir, args.study)),
             workdir=args.workdir)
     # The study's own engine caches and logs (its compile caches are today's too): the directory the study owns.
