@@ -36,6 +36,7 @@ __all__ = [
     "add_workdir_arg",
     "EngineChoice",
     "build_engine",
+    "check_engine_name",
     "canonical_params",
     "command_line",
     "default_study_name",
@@ -119,17 +120,11 @@ def write_json(path: str, data: Any, workdir: str | None = None) -> None:
         json.dump(redact(data), fh, indent=2, default=str)
 
 
-def output_roots(workdir: str | None = None) -> tuple[str, ...]:
-    """The directories an output path is confined to when it lies in one (``core.confine.confined_output``): the
-    command's ``--workdir``, then the working directory."""
-    return (*([workdir] if workdir else []), os.getcwd())
-
-
 def open_output(path: str, flag: str, workdir: str | None = None, mode: str = "w") -> IO[Any]:
     """``path`` opened for writing, never through a symbolic link (one put there after the preflight check too),
     nor through a directory link leading out of the workdir or the working directory it was named in (issue 44):
     inside one of those, every directory on the way is opened without following links (``open_confined``)."""
-    from autotune.core.confine import LinkRefused, confined_output, open_confined
+    from autotune.core.confine import LinkRefused, confined_output, open_confined, output_roots
 
     roots = output_roots(workdir)
     try:
@@ -285,9 +280,18 @@ class EngineChoice:
         check_references(space, options, chosen)
         return cls(chosen, options, tuple(typed or ()))
 
+    @classmethod
+    def joining(cls, space: SearchSpace, name: str, stored: Mapping[str, Any], overrides: Mapping[str, Any],
+                typed: Sequence[str] | None = None) -> EngineChoice:
+        """A study's own engine with the options it stored, this machine's ``--engine-opt`` (``overrides``, read from
+        ``typed``) over them: a worker that joins the study, or resumes it with its stored space."""
+        options = {**dict(stored), **overrides}
+        # The stored space and options hold references (${HF_TOKEN}): each must be set on this machine.
+        check_references(space, options, name)
+        return cls(name, options, tuple(typed or ()))
+
     def make(self, space: SearchSpace, cache_dir: str | None = None) -> EngineBackend:
         """The engine, its options validated once by it into ``engine.settings``, and ``space`` checked by it."""
-        _check_engine_name(self.name)
         engine: EngineBackend = make_engine_from_input(self.name, cache_dir, self.options)
         engine.check(space)
         return engine
@@ -299,11 +303,12 @@ def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_di
     Engine options come from the space's ``engine:`` section (:meth:`~autotune.config.space.EngineSection.options`);
     ``--engine-opt`` overrides them. The engine validates the two together, once, into ``engine.settings``.
     """
-    _check_engine_name(name or space.engine.default)  # an unknown engine is named before its options are read
+    check_engine_name(name or space.engine.default)  # an unknown engine is named before its options are read
     return EngineChoice.for_space(space, name, overrides=options).make(space, cache_dir)
 
 
-def _check_engine_name(name: str) -> None:
+def check_engine_name(name: str) -> None:
+    """``name`` (``--engine``, or the space's ``engine.name``) is an engine autotune has."""
     from autotune.engines import ENGINES
 
     if name not in ENGINES:

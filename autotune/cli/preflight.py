@@ -227,10 +227,10 @@ def check_output_path(path: str, flag: str, protected: Iterable[Protected] = (),
                              f"output); give a file path, e.g. {flag} {name}")
     # A directory link on the way out of the workdir or the working directory the path was named in (issue 44,
     # principle 3; the rule is core.confine's): refused before the command runs, as the write would refuse it.
-    from autotune.core.confine import LinkRefused, confined_output
+    from autotune.core.confine import LinkRefused, confined_output, output_roots
 
     try:
-        confined_output(path, (*([workdir] if workdir else []), os.getcwd()))
+        confined_output(path, output_roots(workdir))
     except LinkRefused as exc:
         raise PreflightError(f"{flag} {path}: {exc.strerror}") from None
     clash = _clash(path, protected)

@@ -13,6 +13,7 @@ from autotune.cli._common import (
     add_output_args,
     add_store_args,
     add_workdir_arg,
+    check_engine_name,
     command_line,
     default_study_name,
     load_space_for,
@@ -143,6 +144,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         preflight.check_fresh(settings.storage, study_name)
     if output.mlflow:
         preflight.check_tracking_store(output.tracking_store)
+    check_engine_name(choice.name)
     engine = choice.make(space)
     space = space.in_vocabulary(engine.vocabulary())  # the engine's own names (vLLM 0.34: decode graphs in requests)
     if sources:

@@ -18,14 +18,13 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from autotune.cli._common import (
+    EngineChoice,
     StudyOutput,
     UsageError,
     add_output_args,
     add_store_args,
-    make_engine_from_input,
     stored_space_dir,
     add_workdir_arg,
-    check_references,
     command_line,
     parse_kv,
 )
@@ -226,12 +225,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
             storage=storage, tracking_uri=output.tracking_store, space_file=meta.space_file,
             dataset=dataset_path(space.workload), study_dir=os.path.join(args.workdir, args.study)),
             workdir=args.workdir)
-    engine_opts = args.engine_opt or []
-    engine_options = {**dict(meta.engine_options), **typed_options}
-    # The stored space and options hold references (${HF_TOKEN}): each must be set on this machine.
-    check_references(space, engine_options, meta.engine.name)
-    engine = make_engine_from_input(meta.engine.name, None, engine_options)
-    engine.check(space)
+    choice = EngineChoice.joining(space, meta.engine.name, meta.engine_options, typed_options, args.engine_opt)
+    engine = choice.make(space)
     space = space.in_vocabulary(engine.vocabulary())  # as `tune` put it, so both run the same configurations
     from autotune.cli.preflight import check_page_cache
 
@@ -241,5 +236,5 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
                                      heartbeat_s=args.heartbeat, command=command_line())
     if groups is not None:
         engine.close()
-        return run_local_workers_for(options, output, engine_opts, groups, out, engine, space)
+        return run_local_workers_for(options, output, choice.typed, groups, out, engine, space)
     return run_here(space, engine, options, output, out, worker=int(os.environ.get(WORKER_ENV, "0")))
