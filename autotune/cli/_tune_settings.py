@@ -39,8 +39,7 @@ class TuneSettings(BaseModel):
     ``--heartbeat``'s bounds are :func:`autotune.cli.worker.check_worker_args`'s, one rule shared with ``worker``.
     """
 
-    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", allow_inf_nan=False,
-                              arbitrary_types_allowed=True)
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
     top_k: int | None = Field(None, ge=1, le=MAX_TOP_K_FLAG)
     seed: int = Field(StudyOptions.seed, ge=0, le=MAX_SEED)

@@ -76,7 +76,7 @@ class StorageUrl:
         sqlite_file: The database file of an SQLite URL (:func:`sqlite_path`), else ``None``.
     """
 
-    url: str
+    url: str = dataclasses.field(repr=False)  # never in a traceback or a log line: it may hold a password
     shown: str
     sqlite_file: Path | None
 
