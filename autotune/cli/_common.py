@@ -29,12 +29,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PARAM_ALIASES",
+    "EngineChoice",
     "StudyOutput",
     "UsageError",
     "add_output_args",
     "add_store_args",
     "add_workdir_arg",
-    "EngineChoice",
     "build_engine",
     "check_engine_name",
     "canonical_params",
@@ -284,7 +284,7 @@ class EngineChoice:
     def joining(cls, space: SearchSpace, name: str, stored: Mapping[str, Any], overrides: Mapping[str, Any],
                 typed: Sequence[str] | None = None) -> EngineChoice:
         """A study's own engine with the options it stored, this machine's ``--engine-opt`` (``overrides``, read from
-        ``typed``) over them: a worker that joins the study, or resumes it with its stored space."""
+        ``typed``) over them: a worker that joins the study, from this machine or another."""
         options = {**dict(stored), **overrides}
         # The stored space and options hold references (${HF_TOKEN}): each must be set on this machine.
         check_references(space, options, name)
