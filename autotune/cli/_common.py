@@ -332,5 +332,8 @@ def open_named_study(args: argparse.Namespace) -> Ledger:
     The store is checked first (:func:`autotune.store.health.check_storage`): a bad URL, a missing or corrupt
     database is one line, and reading never creates a store.
     """
-    check_storage(args.storage, write=False)
-    return load(args.study or latest_study_name(args.storage), args.storage)
+    from autotune.core.urls import StorageUrl
+
+    storage = StorageUrl.parse(args.storage)
+    check_storage(storage, write=False)
+    return load(args.study or latest_study_name(storage), storage.url)
