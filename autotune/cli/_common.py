@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from autotune.cli.gpu_workers import STORAGE_ENV
 from autotune.store.health import check_storage
@@ -23,14 +23,20 @@ from autotune.core.secrets import literal_secret, unresolvable
 from autotune.store.ledger import DEFAULT_STORAGE, DEFAULT_WORKDIR, Ledger, latest_study_name, load
 from autotune.store.studydir import MAX_NAME_BYTES
 
+if TYPE_CHECKING:
+    from autotune.config.space import SearchSpace
+    from autotune.engines import EngineBackend
+
 __all__ = [
     "PARAM_ALIASES",
+    "EngineChoice",
     "StudyOutput",
     "UsageError",
     "add_output_args",
     "add_store_args",
     "add_workdir_arg",
     "build_engine",
+    "check_engine_name",
     "canonical_params",
     "command_line",
     "default_study_name",
@@ -114,20 +120,15 @@ def write_json(path: str, data: Any, workdir: str | None = None) -> None:
         json.dump(redact(data), fh, indent=2, default=str)
 
 
-def output_roots(workdir: str | None = None) -> tuple[str, ...]:
-    """The directories an output path is confined to when it lies in one (``core.confine.confined_output``): the
-    command's ``--workdir``, then the working directory."""
-    return (*([workdir] if workdir else []), os.getcwd())
-
-
 def open_output(path: str, flag: str, workdir: str | None = None, mode: str = "w") -> IO[Any]:
     """``path`` opened for writing, never through a symbolic link (one put there after the preflight check too),
     nor through a directory link leading out of the workdir or the working directory it was named in (issue 44):
     inside one of those, every directory on the way is opened without following links (``open_confined``)."""
-    from autotune.core.confine import LinkRefused, confined_output, open_confined
+    from autotune.core.confine import LinkRefused, confined_output, open_confined, output_roots
 
+    roots = output_roots(workdir)
     try:
-        confined = confined_output(path, output_roots(workdir))
+        confined = confined_output(path, roots)
         if confined is not None:
             return open_confined(*confined, mode)
     except LinkRefused as exc:
@@ -172,16 +173,32 @@ def add_output_args(parser: argparse.ArgumentParser, tracking_note: str = "") ->
 
 @dataclasses.dataclass(frozen=True)
 class StudyOutput:
-    """Where a running study's results go (:func:`add_output_args`), read from the command line once."""
+    """Where a running study's results go (:func:`add_output_args`), read from the command line once: MLflow (the
+    tracking URI as given: a worker ``tune --gpus`` starts is handed the same flag), the ``--json`` file and the
+    directory it is confined to when it lies inside it (``--workdir``; :func:`open_output`), how much is printed."""
 
     tracking_uri: str | None = None
     mlflow: bool = True
     json_path: str | None = None
     quiet: bool = False
+    workdir: str | None = None
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> StudyOutput:
-        return cls(tracking_uri=args.tracking_uri, mlflow=not args.no_mlflow, json_path=args.json, quiet=args.quiet)
+        return cls(tracking_uri=args.tracking_uri, mlflow=not args.no_mlflow, json_path=args.json, quiet=args.quiet,
+                   workdir=args.workdir)
+
+    @property
+    def tracking_store(self) -> str:
+        """The MLflow store the results go to: ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else the default."""
+        from autotune.observers.mlflow import resolve_tracking_uri
+
+        return resolve_tracking_uri(self.tracking_uri)
+
+    def write_json(self, data: Any) -> None:
+        """``data`` as the ``--json`` file, when there is one (:func:`write_json`)."""
+        if self.json_path:
+            write_json(self.json_path, data, self.workdir)
 
 
 def load_space_for(args: argparse.Namespace) -> Any:
@@ -240,21 +257,62 @@ def check_references(space: Any, engine_options: Mapping[str, Any], engine_name:
             raise UsageError(f"{space.source}: {problem}")
 
 
+@dataclasses.dataclass(frozen=True)
+class EngineChoice:
+    """The engine a command runs and its options, chosen once: the name (``--engine``, else the space's
+    ``engine.name``, else ``vllm``), the space's ``engine:`` options for it with the command line's over them
+    (:meth:`~autotune.config.space.EngineSection.options`), every ``${VAR}`` in them checked set
+    (:func:`check_references`). ``typed``: the ``--engine-opt`` items as typed, handed on to ``tune --gpus``'s
+    workers."""
+
+    name: str
+    options: Mapping[str, Any]
+    typed: tuple[str, ...] = ()
+
+    @classmethod
+    def for_space(cls, space: SearchSpace, name: str | None, typed: Sequence[str] | None = None,
+                  overrides: Mapping[str, Any] | None = None) -> EngineChoice:
+        """The engine ``name`` (else the space's) with the space's options, ``typed`` (``--engine-opt`` items, read
+        by :func:`parse_kv`) or ``overrides`` (already read) over them."""
+        chosen = name or space.engine.default
+        options = {**space.engine.options(chosen),
+                   **(overrides if overrides is not None else parse_kv(typed, "--engine-opt"))}
+        check_references(space, options, chosen)
+        return cls(chosen, options, tuple(typed or ()))
+
+    @classmethod
+    def joining(cls, space: SearchSpace, name: str, stored: Mapping[str, Any], overrides: Mapping[str, Any],
+                typed: Sequence[str] | None = None) -> EngineChoice:
+        """A study's own engine with the options it stored, this machine's ``--engine-opt`` (``overrides``, read from
+        ``typed``) over them: a worker that joins the study, from this machine or another."""
+        options = {**dict(stored), **overrides}
+        # The stored space and options hold references (${HF_TOKEN}): each must be set on this machine.
+        check_references(space, options, name)
+        return cls(name, options, tuple(typed or ()))
+
+    def make(self, space: SearchSpace, cache_dir: str | None = None) -> EngineBackend:
+        """The engine, its options validated once by it into ``engine.settings``, and ``space`` checked by it."""
+        engine: EngineBackend = make_engine_from_input(self.name, cache_dir, self.options)
+        engine.check(space)
+        return engine
+
+
 def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_dir: str | None = None) -> Any:
-    """The engine named on the command line, else the space's ``engine.name``, else ``vllm``.
+    """The engine named on the command line, else the space's ``engine.name``, else ``vllm`` (:class:`EngineChoice`).
 
     Engine options come from the space's ``engine:`` section (:meth:`~autotune.config.space.EngineSection.options`);
     ``--engine-opt`` overrides them. The engine validates the two together, once, into ``engine.settings``.
     """
+    check_engine_name(name or space.engine.default)  # an unknown engine is named before its options are read
+    return EngineChoice.for_space(space, name, overrides=options).make(space, cache_dir)
+
+
+def check_engine_name(name: str) -> None:
+    """``name`` (``--engine``, or the space's ``engine.name``) is an engine autotune has."""
     from autotune.engines import ENGINES
 
-    chosen = name or space.engine.default
-    if chosen not in ENGINES:
-        raise UsageError(f"--engine {chosen!r} is not an engine: choose one of {', '.join(sorted(ENGINES))}")
-    check_references(space, {**space.engine.options(chosen), **options}, chosen)
-    engine = make_engine_from_input(chosen, cache_dir, {**space.engine.options(chosen), **options})
-    engine.check(space)
-    return engine
+    if name not in ENGINES:
+        raise UsageError(f"--engine {name!r} is not an engine: choose one of {', '.join(sorted(ENGINES))}")
 
 
 def make_engine_from_input(name: str, cache_dir: str | None, options: Mapping[str, Any]) -> Any:
@@ -274,5 +332,8 @@ def open_named_study(args: argparse.Namespace) -> Ledger:
     The store is checked first (:func:`autotune.store.health.check_storage`): a bad URL, a missing or corrupt
     database is one line, and reading never creates a store.
     """
-    check_storage(args.storage, write=False)
-    return load(args.study or latest_study_name(args.storage), args.storage)
+    from autotune.core.urls import StorageUrl
+
+    storage = StorageUrl.parse(args.storage)
+    check_storage(storage, write=False)
+    return load(args.study or latest_study_name(storage), storage.url)

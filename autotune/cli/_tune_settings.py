@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.cli.preflight import (
     MAX_BUDGET_MINUTES,
@@ -23,6 +23,7 @@ from autotune.cli.preflight import (
     MAX_TRIALS,
     PreflightError,
 )
+from autotune.core.urls import StorageUrl
 from autotune.decisions.racing import RacingPolicy
 from autotune.store.ledger import DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_WORKDIR
 from autotune.study.options import NO_RACING_RESTARTS, StudyOptions
@@ -57,7 +58,7 @@ class TuneSettings(BaseModel):
     fresh: bool = False
     sampler: str = StudyOptions.sampler
     ci_method: str = StudyOptions.interval_method
-    storage: str = DEFAULT_STORAGE
+    storage: StorageUrl = Field(default_factory=lambda: StorageUrl.parse(DEFAULT_STORAGE))
     workdir: str = DEFAULT_WORKDIR
     heartbeat: int = DEFAULT_HEARTBEAT_S
 
@@ -77,6 +78,12 @@ class TuneSettings(BaseModel):
                 raise
             name, below = min(bad, key=_rank)
             raise PreflightError(_LINES[name](values[name], below)) from None
+
+    @field_validator("storage", mode="before")
+    @classmethod
+    def _parse_storage(cls, value: Any) -> Any:
+        """``--storage`` parsed here, once: every later check and opening reads the :class:`StorageUrl`'s fields."""
+        return StorageUrl.parse(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _restarts_within_the_cap(self) -> TuneSettings:
@@ -104,7 +111,7 @@ class TuneSettings(BaseModel):
         """
         restarts = self.starting_restarts
         return StudyOptions(
-            study_name=study_name, storage=self.storage, workdir=self.workdir,
+            study_name=study_name, storage=self.storage.url, workdir=self.workdir,
             trials=self.trials if self.trials is not None else (self.budget_restarts or StudyOptions.trials),
             policy=RacingPolicy(min_restarts=restarts, max_restarts=max(restarts, self.max_restarts),
                                 racing=not self.no_racing),

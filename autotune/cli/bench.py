@@ -31,8 +31,8 @@ from autotune.bench import (
     render_targets,
     run_benchmark,
 )
-from autotune.cli._common import UsageError, open_output, output_roots
-from autotune.core.confine import LinkRefused, confined_output
+from autotune.cli._common import UsageError, open_output
+from autotune.core.confine import LinkRefused, confined_output, output_roots
 from autotune.core.exit_status import ExitStatus
 from autotune.engines.drift import PRESETS as DRIFT_PRESETS
 from autotune.observers.mlflow import DEFAULT_TRACKING_URI

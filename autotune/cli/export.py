@@ -19,6 +19,7 @@ from autotune.report import build_report
 from autotune.report.export import (FORMATS, NoResult, Untranslatable, comment, header_lines, render, to_cli,
                                     to_llm_kwargs, to_vllm_yaml, winner_config)
 from autotune.core.exit_status import ExitStatus
+from autotune.core.urls import StorageUrl
 from autotune.config.workload import unfit_for_serving
 from autotune.observers.mlflow import resolve_tracking_uri
 
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     if args.out:
         meta = study.meta()
         check_output_path(args.out, "--out", protected_paths(
-            storage=args.storage, tracking_uri=resolve_tracking_uri(), space_file=meta.space_file,
+            storage=StorageUrl.parse(args.storage), tracking_uri=resolve_tracking_uri(), space_file=meta.space_file,
             dataset=dataset_path(meta.workload)))
     report = build_report(study)
     try:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from autotune.core.urls import redact_url, sqlite_path
+from autotune.core.urls import StorageUrl, redact_url, sqlite_path
 from autotune.store.health import SQLITE_SIDECARS, check_sqlite_writable, probe_dir
 from autotune.store.studydir import check_study_name
 
@@ -156,16 +156,15 @@ def _sqlite_protected(db: Path, what: str) -> list[Protected]:
     return [Protected(str(db), what), *(Protected(f"{db}{suffix}", what) for suffix in SQLITE_SIDECARS)]
 
 
-def protected_paths(*, storage: str | None = None, tracking_uri: str | None = None, space_file: str | None = None,
-                    dataset: str | None = None, study_dir: str | os.PathLike[str] | None = None) -> list[Protected]:
+def protected_paths(*, storage: StorageUrl | None = None, tracking_uri: str | None = None,
+                    space_file: str | None = None, dataset: str | None = None,
+                    study_dir: str | os.PathLike[str] | None = None) -> list[Protected]:
     """What a command's output flags must leave alone: the Optuna storage's SQLite file, the MLflow store (its
     SQLite file and the artifacts next to it, or a file store's directory), the space file, the dataset file, and
     the study's directory under ``--workdir``. Stores reached over a network have no local path to protect."""
     out: list[Protected] = []
-    if storage:
-        db = sqlite_path(storage)
-        if db is not None:
-            out += _sqlite_protected(db, "the Optuna storage (every study in it)")
+    if storage is not None and storage.sqlite_file is not None:
+        out += _sqlite_protected(storage.sqlite_file, "the Optuna storage (every study in it)")
     if tracking_uri:
         db = sqlite_path(tracking_uri)
         if db is not None:
@@ -228,10 +227,10 @@ def check_output_path(path: str, flag: str, protected: Iterable[Protected] = (),
                              f"output); give a file path, e.g. {flag} {name}")
     # A directory link on the way out of the workdir or the working directory the path was named in (issue 44,
     # principle 3; the rule is core.confine's): refused before the command runs, as the write would refuse it.
-    from autotune.core.confine import LinkRefused, confined_output
+    from autotune.core.confine import LinkRefused, confined_output, output_roots
 
     try:
-        confined_output(path, (*([workdir] if workdir else []), os.getcwd()))
+        confined_output(path, output_roots(workdir))
     except LinkRefused as exc:
         raise PreflightError(f"{flag} {path}: {exc.strerror}") from None
     clash = _clash(path, protected)
@@ -284,14 +283,14 @@ def check_page_cache(engine: Any, out: IO[str]) -> None:
         print(f"note: {note}", file=out)
 
 
-def check_fresh(storage: str, study_name: str) -> None:
+def check_fresh(storage: StorageUrl, study_name: str) -> None:
     """``--fresh`` may delete the study: no live process holds one of its trials or claims (CC03, CC04)."""
     from autotune.store import live_holders
 
-    db = sqlite_path(storage)
+    db = storage.sqlite_file
     if db is not None and not db.exists():
         return  # no store yet, so no one runs the study (and opening it would create the file)
-    holders = live_holders(storage, study_name)
+    holders = live_holders(storage.url, study_name)
     if holders:
         more = f" and {len(holders) - 1} more" if len(holders) > 1 else ""
         first = holders[0]

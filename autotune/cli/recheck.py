@@ -44,6 +44,7 @@ from autotune.cli._common import (
     write_json,
 )
 from autotune.core.exit_status import ExitStatus
+from autotune.core.urls import StorageUrl
 
 __all__ = ["EXIT_FOR_VERDICT", "HELP", "configure_parser", "run"]
 
@@ -124,8 +125,9 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     new_options = parse_kv(args.engine_opt, "--engine-opt")  # bad input (a literal credential) before the store
     if args.json:  # a first check before the study is read; the protected paths are checked once they are known
         check_output_path(args.json, "--json", links=False, workdir=args.workdir)
-    check_storage(args.storage, write=True, existing=True)  # a typo's path must not become a new store
-    ledger = load(args.study, args.storage)
+    storage = StorageUrl.parse(args.storage)
+    check_storage(storage, write=True, existing=True)  # a typo's path must not become a new store
+    ledger = load(args.study, storage.url)
     if ledger.verification() is None:
         print(f"autotune: study {args.study!r} has no verification to recheck yet: finish it with autotune tune",
               file=sys.stderr)
@@ -138,7 +140,8 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         from autotune.observers.mlflow import resolve_tracking_uri
 
         check_output_path(args.json, "--json", protected_paths(
-            storage=args.storage, tracking_uri=resolve_tracking_uri(args.tracking_uri), space_file=meta.space_file,
+            storage=storage, tracking_uri=resolve_tracking_uri(args.tracking_uri),
+            space_file=meta.space_file,
             dataset=dataset_path(meta.workload), study_dir=os.path.join(args.workdir, args.study)),
             workdir=args.workdir)
     # The study's own engine caches and logs (its compile caches are today's too): the directory the study owns.

@@ -9,6 +9,7 @@ from typing import IO
 
 from autotune.cli._common import UsageError, add_store_args, open_named_study, write_json
 from autotune.core.exit_status import ExitStatus
+from autotune.core.urls import StorageUrl
 
 __all__ = ["HELP", "configure_parser", "run"]
 
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         # Now that the study is open: never over its storage, the MLflow store, its space file or its dataset.
         meta = study.meta()
         check_output_path(args.json, "--json", protected_paths(
-            storage=args.storage, tracking_uri=resolve_tracking_uri(), space_file=meta.space_file,
+            storage=StorageUrl.parse(args.storage), tracking_uri=resolve_tracking_uri(), space_file=meta.space_file,
             dataset=dataset_path(meta.workload)))
     report = build_report(study)
     if args.json == "-":

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import IO, Any
 
 from autotune.cli import worker
 from autotune.cli._common import (
+    EngineChoice,
     StudyOutput,
     UsageError,
     add_output_args,
     add_store_args,
     add_workdir_arg,
-    build_engine,
-    check_references,
+    check_engine_name,
     command_line,
     default_study_name,
     load_space_for,
-    parse_kv,
     parse_params,
 )
 from autotune.core.exit_status import ExitStatus
@@ -117,56 +115,52 @@ def enqueue_params(space: Any, item: str) -> dict[str, Any]:
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     from autotune.cli import preflight
     from autotune.cli._tune_settings import TuneSettings
-    from autotune.observers.mlflow import resolve_tracking_uri
     from autotune.store.health import check_storage
     from autotune.store.studydir import check_owned
     from autotune.study import prepare_study, smallest_restart_budget
 
     space = load_space_for(args)
-    engine_name = args.engine or space.engine.default
-    # Every ${VAR} the engine will resolve is set, before anything is created (autotune.core.secrets).
-    check_references(space, {**space.engine.options(engine_name), **parse_kv(args.engine_opt, "--engine-opt")},
-                     engine_name)
-    study_name = args.study or default_study_name(space, engine_name)
+    # The engine and its options, read once: every ${VAR} the engine will resolve is set, before anything is created
+    # (autotune.core.secrets).
+    choice = EngineChoice.for_space(space, args.engine, args.engine_opt)
+    study_name = args.study or default_study_name(space, choice.name)
     preflight.check_study_name_flag(study_name)
-    settings = TuneSettings.from_cli_args(args)  # every flag's bounds, checked once, here
+    settings = TuneSettings.from_cli_args(args)  # every flag's bounds, checked once, here; --storage parsed once
     check_owned(settings.workdir, study_name)
-    sources = _warm_start_sources(args, study_name)
+    sources = _warm_start_sources(args.warm_start, study_name, settings.storage.url)
     options = settings.study_options(study_name=study_name, command=command_line(),
                                      enqueue=[enqueue_params(space, item) for item in args.enqueue or ()])
-    worker.check_worker_args(args)
+    groups = worker.check_worker_args(args)
     output = StudyOutput.from_cli_args(args)
     # Everything the study needs but the engine never sees is checked before the first engine start.
     preflight.check_budget_covers(options.budget_restarts, smallest_restart_budget(space, options),
                                   "the baselines, one search trial" + (" and verification" if options.verify else ""))
     if output.json_path:
         preflight.check_output_path(output.json_path, "--json", preflight.protected_paths(
-            storage=options.storage, tracking_uri=resolve_tracking_uri(output.tracking_uri), space_file=space.source,
-            dataset=preflight.dataset_path(space.workload), study_dir=os.path.join(options.workdir, study_name)),
-            workdir=options.workdir)
-    check_storage(options.storage, write=True)
-    if args.fresh:
-        preflight.check_fresh(options.storage, study_name)
+            storage=settings.storage, tracking_uri=output.tracking_store, space_file=space.source,
+            dataset=preflight.dataset_path(space.workload), study_dir=options.cache_dir), workdir=options.workdir)
+    check_storage(settings.storage, write=True)
+    if options.fresh:
+        preflight.check_fresh(settings.storage, study_name)
     if output.mlflow:
-        preflight.check_tracking_store(resolve_tracking_uri(output.tracking_uri))
-    engine_opts = args.engine_opt or []
-    engine = build_engine(space, args.engine, parse_kv(engine_opts, "--engine-opt"))
+        preflight.check_tracking_store(output.tracking_store)
+    check_engine_name(choice.name)
+    engine = choice.make(space)
     space = space.in_vocabulary(engine.vocabulary())  # the engine's own names (vLLM 0.34: decode graphs in requests)
     if sources:
         options = _warm_started(options, sources, space, engine)
     preflight.check_page_cache(engine, out)
     _say_what_the_budget_can_prove(options, engine, out)
-    if args.gpus is None:
+    if groups is None:
         return worker.run_here(space, engine, options, output, out)
-    groups = worker.gpu_groups_of(args)
-    if options.storage == "memory":
+    if settings.storage.memory:
         raise UsageError("--gpus: workers share the study through a storage: keep the default SQLite file "
                          "(one machine) or pass --storage postgresql+psycopg2://... (several machines)")
     try:
         prepare_study(space, engine, options)  # the study and its baselines exist before any worker starts
     finally:
         engine.close()
-    return worker.run_local_workers_for(options, output, engine_opts, groups, out, engine, space)
+    return worker.run_local_workers_for(options, output, choice.typed, groups, out, engine, space)
 
 
 def _say_what_the_budget_can_prove(options: Any, engine: Any, out: IO[str]) -> None:
@@ -190,20 +184,20 @@ def _say_what_the_budget_can_prove(options: Any, engine: Any, out: IO[str]) -> N
         out.write(("WARNING: " if not reach.in_reach else "") + "budget: " + reach.describe() + "\n")
 
 
-def _warm_start_sources(args: argparse.Namespace, study_name: str) -> list[Any]:
+def _warm_start_sources(warm_start: str | None, study_name: str, storage: str) -> list[Any]:
     """The studies ``--warm-start`` names, opened from ``--storage``: a missing one is one line, before anything
     runs."""
     from autotune.store.ledger import LedgerError, load
 
-    names = [n.strip() for n in (args.warm_start or "").split(",") if n.strip()]
-    if args.warm_start is not None and not names:
+    names = [n.strip() for n in (warm_start or "").split(",") if n.strip()]
+    if warm_start is not None and not names:
         raise UsageError("--warm-start: name at least one earlier study, e.g. --warm-start h200-sim-llama")
     if study_name in names:
         raise UsageError(f"--warm-start {study_name}: a study cannot start from itself")
     sources = []
     for name in dict.fromkeys(names):
         try:
-            sources.append(load(name, args.storage))
+            sources.append(load(name, storage))
         except LedgerError as exc:
             raise UsageError(f"--warm-start: {exc}") from None
     return sources

@@ -24,17 +24,15 @@ if TYPE_CHECKING:
     from autotune.study.events import StudyObserver
 
 from autotune.cli._common import (
+    EngineChoice,
     StudyOutput,
     UsageError,
     add_output_args,
     add_store_args,
-    make_engine_from_input,
     stored_space_dir,
     add_workdir_arg,
-    check_references,
     command_line,
     parse_kv,
-    write_json,
 )
 from autotune.core.exit_status import ExitStatus
 from autotune.core.redact import redact_text
@@ -59,9 +57,10 @@ def add_worker_args(p: argparse.ArgumentParser) -> None:
                         "this is taken for dead and its trial retried (default: %(default)s)")
 
 
-def check_worker_args(args: argparse.Namespace) -> None:
+def check_worker_args(args: argparse.Namespace) -> list[str] | None:
     """``--heartbeat`` and ``--gpus-per-trial``, the same rule in ``tune`` and ``worker``, whether ``--gpus`` is given
-    or not: a flag that would be ignored is refused rather than silently dropped."""
+    or not: a flag that would be ignored is refused rather than silently dropped. Returns the GPU group of each
+    worker ``--gpus`` asks for (:func:`gpu_groups_of`), ``None`` without it: the study runs in this process."""
     from autotune.cli.preflight import MAX_HEARTBEAT_S, check_count
 
     if args.heartbeat < 1:
@@ -72,8 +71,7 @@ def check_worker_args(args: argparse.Namespace) -> None:
     if args.gpus is None and args.gpus_per_trial != 1:
         raise UsageError(f"--gpus-per-trial {args.gpus_per_trial} splits the GPUs --gpus lists: add --gpus LIST "
                          "(e.g. --gpus 0,1,2,3), or drop --gpus-per-trial")
-    if args.gpus is not None:
-        gpu_groups_of(args)
+    return None if args.gpus is None else gpu_groups_of(args)
 
 
 def gpu_groups_of(args: argparse.Namespace) -> list[str]:
@@ -114,16 +112,16 @@ def run_here(space: SearchSpace, engine: EngineBackend, options: StudyOptions, o
         for obs in observers:
             obs.close()  # an error must not leave MLflow runs marked RUNNING
         engine.close()
-    return _print_report(report, output.json_path, out, options.workdir)
+    return _print_report(report, output, out)
 
 
-def _print_report(report: Any, json_path: str | None, out: IO[str], workdir: str | None = None) -> ExitStatus:
+def _print_report(report: Any, output: StudyOutput, out: IO[str]) -> ExitStatus:
     """The study's report, redacted, on ``out`` (and ``--json``); a study with no result exits non-zero."""
     print(redact_text(report.render()), file=out)
-    if json_path:
+    if output.json_path:
         from autotune.report import report_json
 
-        write_json(json_path, report_json(report), workdir)
+        output.write_json(report_json(report))
     if report.no_result:
         # A study that measured nothing claims nothing: scripts must not take its "winner" for a result.
         print(f"autotune: error: study {report.study!r} has no result: {redact_text(report.no_result)}",
@@ -189,7 +187,7 @@ def run_local_workers_for(options: StudyOptions, output: StudyOutput, engine_opt
         print(f"autotune: a worker stopped early (worst status {status}); the others finished the study",
               file=sys.stderr)
     report = build_report(study, engine=engine, space=space)
-    return _print_report(report, output.json_path, out, options.workdir)
+    return _print_report(report, output, out)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -206,13 +204,15 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     """Join the study: its space, engine and settings come from the study, so any machine can join."""
     from autotune.cli.gpu_workers import WORKER_ENV
     from autotune.config.space import load_space_text
+    from autotune.core.urls import StorageUrl
     from autotune.store import ledger
     from autotune.study import StudyOptions
 
-    check_worker_args(args)
+    groups = check_worker_args(args)
     typed_options = parse_kv(args.engine_opt, "--engine-opt")  # bad input (a literal credential) before the store
+    storage = StorageUrl.parse(args.storage)
     try:
-        study = ledger.load(args.study, args.storage)
+        study = ledger.load(args.study, storage.url)
     except ledger.LedgerError as exc:
         raise UsageError(f"{exc}; start the study first with autotune tune --study {args.study} --storage URL "
                          "(the same URL on every machine)") from None
@@ -223,30 +223,24 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     space = load_space_text(text, f"study {args.study}'s stored space", stored_space_dir(meta.space_file))
     if meta.model and space.engine_args.get("model") != meta.model:
         space = space.with_model(meta.model)
-    if args.json:
+    output = StudyOutput.from_cli_args(args)
+    if output.json_path:
         from autotune.cli.preflight import check_output_path, dataset_path, protected_paths
-        from autotune.observers.mlflow import resolve_tracking_uri
 
-        check_output_path(args.json, "--json", protected_paths(
-            storage=args.storage, tracking_uri=resolve_tracking_uri(args.tracking_uri), space_file=meta.space_file,
+        check_output_path(output.json_path, "--json", protected_paths(
+            storage=storage, tracking_uri=output.tracking_store, space_file=meta.space_file,
             dataset=dataset_path(space.workload), study_dir=os.path.join(args.workdir, args.study)),
             workdir=args.workdir)
-    engine_opts = args.engine_opt or []
-    engine_options = {**dict(meta.engine_options), **typed_options}
-    # The stored space and options hold references (${HF_TOKEN}): each must be set on this machine.
-    check_references(space, engine_options, meta.engine.name)
-    engine = make_engine_from_input(meta.engine.name, None, engine_options)
-    engine.check(space)
+    choice = EngineChoice.joining(space, meta.engine.name, meta.engine_options, typed_options, args.engine_opt)
+    engine = choice.make(space)
     space = space.in_vocabulary(engine.vocabulary())  # as `tune` put it, so both run the same configurations
     from autotune.cli.preflight import check_page_cache
 
     check_page_cache(engine, out)
     # The study's settings as its creator stored them; only where this process keeps its files is its own.
-    options = StudyOptions.from_meta(meta, study_name=args.study, storage=args.storage, workdir=args.workdir,
+    options = StudyOptions.from_meta(meta, study_name=args.study, storage=storage.url, workdir=args.workdir,
                                      heartbeat_s=args.heartbeat, command=command_line())
-    output = StudyOutput.from_cli_args(args)
-    if args.gpus is not None:
-        groups = gpu_groups_of(args)
+    if groups is not None:
         engine.close()
-        return run_local_workers_for(options, output, engine_opts, groups, out, engine, space)
+        return run_local_workers_for(options, output, choice.typed, groups, out, engine, space)
     return run_here(space, engine, options, output, out, worker=int(os.environ.get(WORKER_ENV, "0")))

@@ -27,7 +27,8 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["LinkRefused", "OutputLink", "confined_dir", "confined_output", "links_out_of", "open_confined"]
+__all__ = ["LinkRefused", "OutputLink", "confined_dir", "confined_output", "links_out_of", "open_confined",
+           "output_roots"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -180,6 +181,12 @@ class OutputLink(LinkRefused):
                                             f"an output is named in: give the real path "
                                             f"({os.path.realpath(path)}), or remove the link")
         self.path, self.root, self.link = path, root, link
+
+
+def output_roots(workdir: str | None = None) -> tuple[str, ...]:
+    """The directories an output a command's flag names is confined to when it lies in one (:func:`confined_output`):
+    the command's ``--workdir``, then the working directory."""
+    return (*([workdir] if workdir else []), os.getcwd())
 
 
 def confined_output(path: str | os.PathLike[str], roots: Any) -> tuple[Path, Path] | None:

@@ -15,7 +15,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial
 
 from autotune.core.redact import redact
-from autotune.core.urls import sqlite_path
+from autotune.core.urls import StorageUrl
 from autotune.store._keys import CLAIMS_SUFFIX
 
 DEFAULT_STORE_DIR = "mlruns"
@@ -41,9 +41,9 @@ class LedgerError(Exception):
 
 
 
-def ensure_sqlite_dir(storage: str) -> None:
+def ensure_sqlite_dir(storage: str | StorageUrl) -> None:
     """Create the directory of a ``sqlite:///path`` URL, so the default store works on a fresh clone."""
-    path = sqlite_path(storage)
+    path = StorageUrl.of(storage).sqlite_file
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -55,7 +55,7 @@ def _retry_stale(study: optuna.Study, trial: FrozenTrial) -> None:
     RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES, inherit_intermediate_values=True)(study, trial)
 
 
-def make_storage(url: str | optuna.storages.BaseStorage,
+def make_storage(url: str | StorageUrl | optuna.storages.BaseStorage,
                  heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> optuna.storages.BaseStorage:
     """Optuna storage for ``url``: ``memory`` (one process, nothing persisted) or an SQLAlchemy URL.
 
@@ -70,12 +70,13 @@ def make_storage(url: str | optuna.storages.BaseStorage,
     """
     if isinstance(url, optuna.storages.BaseStorage):
         return url
-    if url == "memory":
+    store = StorageUrl.of(url)
+    if store.memory:
         return optuna.storages.InMemoryStorage()
-    check_optuna_schema(url)  # before Optuna opens it: its opening may already write to an old schema's tables
-    ensure_sqlite_dir(url)
+    check_optuna_schema(store)  # before Optuna opens it: its opening may already write to an old schema's tables
+    ensure_sqlite_dir(store)
     kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
+    if store.sqlite:
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
     if heartbeat_s:
         kwargs.update(heartbeat_interval=int(heartbeat_s), grace_period=GRACE_FACTOR * int(heartbeat_s),
@@ -84,20 +85,21 @@ def make_storage(url: str | optuna.storages.BaseStorage,
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                storage = optuna.storages.RDBStorage(url, **kwargs)
-            if url.startswith("sqlite") and heartbeat_s:
+                storage = optuna.storages.RDBStorage(store.url, **kwargs)
+            if store.sqlite and heartbeat_s:
                 _serialize_sqlite(storage)  # a worker's: it takes trials (a reader's may be a read-only file)
             _uninterrupted_transactions(storage)
             return storage
         except ImportError as exc:
-            driver = "pip install 'autotune[postgres]'" if url.startswith("postgres") else "install its driver"
-            raise LedgerError(f"storage {redact(url)}: the database driver is missing ({exc}): {driver}") from None
+            driver = "pip install 'autotune[postgres]'" if store.url.startswith("postgres") else "install its driver"
+            raise LedgerError(f"storage {redact(store.url)}: the database driver is missing ({exc}): "
+                              f"{driver}") from None
         except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors: first line only, never the URL's password
             if attempt < 2 and creation_race(exc):
                 time.sleep(0.5 + attempt)
                 continue
             first = redact((str(exc).strip().splitlines() or [""])[0])[:300]
-            raise LedgerError(f"storage {redact(url)} cannot be opened: {type(exc).__name__}: {first}") from None
+            raise LedgerError(f"storage {redact(store.url)} cannot be opened: {type(exc).__name__}: {first}") from None
     raise AssertionError("unreachable")
 
 
@@ -121,16 +123,16 @@ def _optuna_schemas() -> tuple[list[str], str]:
     return [r.revision for r in script.walk_revisions()], str(script.get_current_head())
 
 
-def _stored_optuna_schema(url: str) -> tuple[str, str | None] | None:
+def _stored_optuna_schema(store: StorageUrl) -> tuple[str, str | None] | None:
     """``(revision, optuna version)`` an existing storage's tables were written with; ``None``: no tables yet, or
     not readable here (then Optuna's own opening says why)."""
     import sqlalchemy
 
-    db = sqlite_path(url)
-    if url.startswith("sqlite") and (db is None or not db.is_file()):
+    db = store.sqlite_file
+    if store.sqlite and (db is None or not db.is_file()):
         return None  # connecting would create the file; Optuna creates it with its current schema anyway
     try:
-        engine = sqlalchemy.create_engine(url)
+        engine = sqlalchemy.create_engine(store.url)
     except Exception:  # noqa: BLE001 - a bad URL or a missing driver: make_storage's own error says which
         return None
     try:
@@ -152,7 +154,7 @@ def _stored_optuna_schema(url: str) -> tuple[str, str | None] | None:
         engine.dispose()
 
 
-def check_optuna_schema(url: str) -> None:
+def check_optuna_schema(url: str | StorageUrl) -> None:
     """An existing storage's tables are in the schema the installed Optuna writes, checked by reading only.
 
     Optuna refuses another schema itself, but after opening the storage (which creates missing tables and may
@@ -163,7 +165,8 @@ def check_optuna_schema(url: str) -> None:
         LedgerError: the tables were written by a newer Optuna (upgrade Optuna) or an older one (``optuna storage
             upgrade``).
     """
-    stored = _stored_optuna_schema(url)
+    store = StorageUrl.of(url)
+    stored = _stored_optuna_schema(store)
     if stored is None:
         return
     revision, made_by = stored
@@ -171,13 +174,13 @@ def check_optuna_schema(url: str) -> None:
     if revision == head:
         return
     by = f" by optuna {made_by}" if made_by else ""
-    where = f"storage {redact(url)}: its tables were written{by} (table schema {revision})"
+    where = f"storage {redact(store.url)}: its tables were written{by} (table schema {revision})"
     if revision not in known:
         raise LedgerError(f"{where}, newer than the installed optuna {optuna.__version__} reads: upgrade optuna in "
                           "autotune's environment (pip install -U optuna) to open it; nothing in it was changed")
     raise LedgerError(f"{where}, older than the installed optuna {optuna.__version__} writes (schema {head}): back "
-                      f"the file up, then run `optuna storage upgrade --storage {redact(url)}`; nothing in it was "
-                      "changed")
+                      f"the file up, then run `optuna storage upgrade --storage {redact(store.url)}`; nothing in it "
+                      "was changed")
 
 
 def _uninterrupted_transactions(storage: optuna.storages.RDBStorage) -> None:
@@ -224,30 +227,31 @@ def _serialize_sqlite(storage: optuna.storages.RDBStorage) -> None:
     engine.dispose()  # the connections opened while Optuna set the database up predate the hooks
 
 
-def existing_storage(url: str | optuna.storages.BaseStorage) -> optuna.storages.BaseStorage:
+def existing_storage(url: str | StorageUrl | optuna.storages.BaseStorage) -> optuna.storages.BaseStorage:
     """The storage at ``url`` for reading studies it must already hold (a report, a recheck, a worker, a warm
     start's source): a missing SQLite file is refused and not created, so a typo in the path leaves nothing behind.
 
     Raises:
         LedgerError: the SQLite file does not exist (nothing was created), or as :func:`make_storage`.
     """
-    path = sqlite_path(url) if isinstance(url, str) else None
+    if isinstance(url, optuna.storages.BaseStorage):
+        return url
+    store = StorageUrl.of(url)
+    path = store.sqlite_file
     if path is not None and not path.exists():
-        raise LedgerError(f"no studies in {redact(str(url))}: {path} does not exist (nothing was created there); "
+        raise LedgerError(f"no studies in {redact(store.url)}: {path} does not exist (nothing was created there); "
                           "check the path, or pass the --storage the study was run with")
-    return make_storage(url, heartbeat_s=None)
+    return make_storage(store, heartbeat_s=None)
 
 
-def study_names(storage: str | optuna.storages.BaseStorage) -> list[str]:
+def study_names(storage: str | StorageUrl | optuna.storages.BaseStorage) -> list[str]:
     """Names of the studies in ``storage``, oldest first (a study's companion claims study is not one)."""
-    if isinstance(storage, str):
-        storage = existing_storage(storage)
-    summaries = optuna.get_all_study_summaries(storage)
+    summaries = optuna.get_all_study_summaries(existing_storage(storage))
     summaries.sort(key=lambda s: s.datetime_start.timestamp() if s.datetime_start else 0.0)
     return [s.study_name for s in summaries if not s.study_name.endswith(CLAIMS_SUFFIX)]
 
 
-def latest_study_name(storage: str) -> str:
+def latest_study_name(storage: str | StorageUrl) -> str:
     """The most recently started study in ``storage``.
 
     Raises:
@@ -255,5 +259,6 @@ def latest_study_name(storage: str) -> str:
     """
     names = study_names(storage)
     if not names:
-        raise LedgerError(f"no studies in {redact(storage)}: run `make demo` or `autotune tune` first")
+        raise LedgerError(f"no studies in {redact(StorageUrl.of(storage).url)}: run `make demo` or `autotune tune` "
+                          "first")
     return names[-1]

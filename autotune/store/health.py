@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.redact import redact_uri
-from autotune.core.urls import redact_url, sqlite_path
+from autotune.core.urls import StorageUrl
 from autotune.store.disk_full import raise_if_disk_full
 
 __all__ = [
@@ -146,14 +146,14 @@ def _check_foreign_sqlite(db: Path, what: str, write: bool) -> None:
                              "sqlite:///mlruns/optuna.db")
 
 
-def check_storage(url: str, write: bool, existing: bool = False) -> Any:
+def check_storage(url: str | StorageUrl, write: bool, existing: bool = False) -> Any:
     """Open the Optuna storage at ``url`` once, so a bad URL or a broken store is one line, not a traceback.
 
     Nothing is created here: a new SQLite file ``tune`` will make is only checked for a directory that takes files
     (the file itself is made when the study starts, after every other input was accepted).
 
     Args:
-        url: The ``--storage`` URL (``memory`` for tests and benchmarks).
+        url: The ``--storage`` URL (``memory`` for tests and benchmarks), parsed or not yet.
         write: The command will write to it (``tune``): an SQLite file must also be writable.
         existing: The command works on a study that must already be there (``recheck``): a missing SQLite file is
             refused, as for a command that only reads, and never created.
@@ -163,45 +163,45 @@ def check_storage(url: str, write: bool, existing: bool = False) -> Any:
     """
     import optuna
 
-    shown = redact_url(url)
-    if url == "memory":
+    store = StorageUrl.of(url)
+    flag = f"--storage {store.shown}"
+    if store.memory:
         return optuna.storages.InMemoryStorage()
-    db = sqlite_path(url)
-    if db is None and url.startswith("sqlite:"):
-        raise StoreNotUsable(f"--storage {shown}: an SQLite URL needs three slashes and a path, e.g. "
-                             "sqlite:///mlruns/optuna.db")
-    if "://" not in url:
-        raise StoreNotUsable(f"--storage {shown}: not a database URL; use e.g. sqlite:///mlruns/optuna.db or "
+    db = store.sqlite_file
+    if db is None and store.url.startswith("sqlite:"):
+        raise StoreNotUsable(f"{flag}: an SQLite URL needs three slashes and a path, e.g. sqlite:///mlruns/optuna.db")
+    if "://" not in store.url:
+        raise StoreNotUsable(f"{flag}: not a database URL; use e.g. sqlite:///mlruns/optuna.db or "
                              "postgresql://user@host/db")
     if db is not None:
         if write and not (existing and not db.exists()):
-            check_sqlite_writable(db, f"--storage {shown}")
+            check_sqlite_writable(db, flag)
             if not db.exists():
                 return None  # a new store: made by the study itself, once everything else is accepted
         elif not db.exists():
-            raise StoreNotUsable(f"--storage {shown}: no studies yet ({db} does not exist): run `make demo` or "
+            raise StoreNotUsable(f"{flag}: no studies yet ({db} does not exist): run `make demo` or "
                                  "`autotune tune` first, or pass the --storage the study was run with")
         else:
-            check_sqlite_file(db, f"--storage {shown}", write=False)
-        _check_foreign_sqlite(db, f"--storage {shown}", write)
+            check_sqlite_file(db, flag, write=False)
+        _check_foreign_sqlite(db, flag, write)
     from autotune.store._storage import check_optuna_schema
 
-    check_optuna_schema(url)  # another Optuna's table schema: one line naming it, before Optuna touches the file
+    check_optuna_schema(store)  # another Optuna's table schema: one line naming it, before Optuna touches the file
     try:
         from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-        storage = _open_rdb(url)
+        storage = _open_rdb(store.url)
     except (ArgumentError, ValueError) as exc:
-        raise StoreNotUsable(f"--storage {shown}: not a database URL Optuna can open ({_first_line(exc)}); use e.g. "
+        raise StoreNotUsable(f"{flag}: not a database URL Optuna can open ({_first_line(exc)}); use e.g. "
                              "sqlite:///mlruns/optuna.db") from None
     except ImportError as exc:
         # Optuna re-raises the driver's ImportError with a sentence of its own: the module is the cause's name.
         driver = getattr(exc.__cause__, "name", None) or exc.name or _first_line(exc)
-        raise StoreNotUsable(f"--storage {shown}: its database driver {driver!r} is not installed; "
-                             f"{_driver_fix(url)}") from None
+        raise StoreNotUsable(f"{flag}: its database driver {driver!r} is not installed; "
+                             f"{_driver_fix(store.url)}") from None
     except SQLAlchemyError as exc:
-        raise_if_disk_full(exc, storage=url)  # a full disk is not bad input: its own line (issue 22, FS01)
-        raise StoreNotUsable(f"--storage {shown}: cannot be used ({_first_line(exc)}); check the URL, the server "
+        raise_if_disk_full(exc, storage=store.url)  # a full disk is not bad input: its own line (issue 22, FS01)
+        raise StoreNotUsable(f"{flag}: cannot be used ({_first_line(exc)}); check the URL, the server "
                              "and permissions") from None
     return storage
 

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.core.urls import redact_url, sqlite_path
+from autotune.core.urls import StorageUrl, redact_url, sqlite_path
 
-
-@pytest.mark.parametrize("url, path", [
+SQLITE_PATHS = [
     ("sqlite:///mlruns/optuna.db", Path("mlruns/optuna.db")),
     ("sqlite:////abs/dir/optuna.db?timeout=30", Path("/abs/dir/optuna.db")),
     ("sqlite+pysqlite:///a/b.db", Path("a/b.db")),
@@ -19,7 +18,10 @@ from autotune.core.urls import redact_url, sqlite_path
     ("memory", None),
     ("postgresql://u:pw@host/optuna", None),
     ("http://127.0.0.1:5000", None),
-])
+]
+
+
+@pytest.mark.parametrize("url, path", SQLITE_PATHS)
 def test_sqlite_path(url, path):
     assert sqlite_path(url) == path
 
@@ -37,3 +39,18 @@ def test_sqlite_path(url, path):
 def test_redact_url(url, shown):
     assert redact_url(url) == shown
     assert "s3cr" not in redact_url(url)
+
+
+@pytest.mark.parametrize("url, path", SQLITE_PATHS)
+def test_a_storage_url_parsed_once_holds_what_each_reader_would_have_parsed(url, path):
+    store = StorageUrl.parse(url)
+    assert (store.url, store.shown, store.sqlite_file) == (url, redact_url(url), path)
+    assert store.memory == (url == "memory")
+    assert StorageUrl.of(store) is store  # a parsed URL is carried as it is, not parsed again
+    assert StorageUrl.of(url) == store
+
+
+def test_a_storage_url_never_shows_its_password_when_printed():
+    store = StorageUrl.parse("postgresql+psycopg2://bob:s3cret@db:5432/optuna")
+    assert store.url == "postgresql+psycopg2://bob:s3cret@db:5432/optuna"  # what Optuna is given
+    assert "s3cr" not in repr(store) and "s3cr" not in str(store) and "s3cr" not in f"{store}"
