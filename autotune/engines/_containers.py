@@ -5,12 +5,12 @@ process group and without autotune's environment tag, so stopping the client - a
 or at once on a memory-guard trip - left the engine running with its memory after autotune had moved on or exited.
 So :class:`~autotune.engines.process.EngineProcess` gives every container it starts a name of its own
 (``--name=autotune-<tag>``: the process's tag, unique per start; a name the launcher sets itself is kept) and a label
-naming the autotune that started it (``autotune_owner=<pid>:<start time>``), and, when it stops the engine, also asks
+naming the autotune that started it and the workdir it started it for (``autotune_owner=<pid>:<start time>:<scope>``), and, when it stops the engine, also asks
 the runtime to kill that container and waits, bounded, until it has stopped.
 
 A ``kill -9``'d autotune cannot stop anything: the next study's start lists the labelled containers of each runtime
-on ``PATH`` and kills those whose autotune is gone (:func:`stop_orphan_containers`), as it does for orphaned engine
-processes.
+on ``PATH`` and kills those of its own workdir whose autotune is gone (:func:`stop_orphan_containers`), as it does
+for orphaned engine processes.
 
 Recognised: a command whose program is ``docker`` or ``podman`` (by its base name) running ``run`` or
 ``container run``, also behind the wrappers a launcher commonly puts first (``sudo``, ``env``, ``nice``,
@@ -95,10 +95,19 @@ def _runtime_call(argv: Sequence[str], at: int) -> tuple[str, ...]:
     return tuple(prefix)
 
 
-def owner_label(pid: int | None = None) -> str:
-    """``<pid>:<start time>`` of this process (or ``pid``): the value of :data:`OWNER_LABEL`."""
+def owner_label(pid: int | None = None, scope: str | None = None) -> str:
+    """``<pid>:<start time>[:<scope>]`` of this process (or ``pid``): the value of :data:`OWNER_LABEL`; ``scope``:
+    the workdir the engine was started for (``engines.process.scope_of``), so only an autotune of the same workdir
+    stops it once its owner is gone."""
     pid = os.getpid() if pid is None else pid
-    return f"{pid}:{psutil.Process(pid).create_time():.2f}"
+    label = f"{pid}:{psutil.Process(pid).create_time():.2f}"
+    return f"{label}:{scope}" if scope else label
+
+
+def _scope_of_tag(tag: str) -> str | None:
+    """The scope an engine's tag carries (``<pid>-<scope>-<id>``; ``engines.process.new_tag``)."""
+    parts = tag.split("-")
+    return parts[1] if len(parts) == 3 else None
 
 
 def _given_name(argv: Sequence[str]) -> str | None:
@@ -118,7 +127,7 @@ def named_run(argv: Sequence[str], tag: str) -> tuple[list[str], Container | Non
         return list(argv), None
     runtime_at, at = found
     runtime = _runtime_call(argv, runtime_at)
-    label = [f"--label={OWNER_LABEL}={owner_label()}"]
+    label = [f"--label={OWNER_LABEL}={owner_label(scope=_scope_of_tag(tag))}"]
     given = _given_name(argv[at + 1:])
     if given is not None:
         return [*argv[: at + 1], *label, *argv[at + 1:]], Container(runtime, given)
@@ -149,11 +158,14 @@ def _runtime(container: Container, verb: str, timeout_s: float) -> bool:
     return done.returncode == 0
 
 
-def _owner_gone(label: str, alive: Callable[[int, float], bool]) -> bool:
-    """Whether the autotune an owner label names is gone (a label that does not parse is not ours to judge)."""
-    pid_text, _, started_text = label.strip().partition(":")
+def _owner_gone(label: str, alive: Callable[[int, float], bool], scope: str | None = None) -> bool:
+    """Whether the autotune an owner label names is gone, and (``scope`` given) it started the container for that
+    workdir (a label that does not parse is not ours to judge)."""
+    parts = label.strip().split(":")
+    if len(parts) not in (2, 3) or (scope is not None and (parts[2] if len(parts) == 3 else None) != scope):
+        return False
     try:
-        pid, started = int(pid_text), float(started_text)
+        pid, started = int(parts[0]), float(parts[1])
     except ValueError:
         return False
     return not alive(pid, started)
@@ -167,9 +179,10 @@ def _same_process_alive(pid: int, started: float) -> bool:
 
 
 def orphan_containers(runtimes: Sequence[str] = CONTAINER_RUNTIMES,
-                      alive: Callable[[int, float], bool] = _same_process_alive) -> list[Container]:
+                      alive: Callable[[int, float], bool] = _same_process_alive,
+                      scope: str | None = None) -> list[Container]:
     """Running containers labelled by an autotune that is gone (what a ``kill -9``'d study left), per runtime on
-    ``PATH``. A runtime whose daemon does not answer in :data:`LIST_TIMEOUT_S`, or refuses us (a root daemon a
+    ``PATH``; ``scope``: only those started for that workdir. A runtime whose daemon does not answer in :data:`LIST_TIMEOUT_S`, or refuses us (a root daemon a
     ``sudo`` launcher reaches), lists nothing: a container only ``sudo`` can see is not found here."""
     found = []
     for runtime in runtimes:
@@ -188,15 +201,24 @@ def orphan_containers(runtimes: Sequence[str] = CONTAINER_RUNTIMES,
             continue
         for line in done.stdout.splitlines():
             name, _, label = line.partition("\t")
-            if name and _owner_gone(label, alive):
+            if name and _owner_gone(label, alive, scope):
                 found.append(Container((runtime,), name.strip()))
     return found
 
 
-def stop_orphan_containers() -> list[Container]:
-    """Kill the containers a killed autotune left running (logged as a warning); returns them."""
-    killed = [c for c in orphan_containers() if kill_container(c)]
+def stop_orphan_containers(scope: str | None = None) -> list[Container]:
+    """Kill the containers a killed autotune left running (logged as a warning); returns them. ``scope``: only
+    those started for that workdir; another workdir's are reported and left running (not this run's to stop)."""
+    mine = orphan_containers(scope=scope)
+    killed = [c for c in mine if kill_container(c)]
     if killed:
         _log.warning("autotune: stopped %d container(s) left running by an autotune that was killed: %s",
                      len(killed), ", ".join(c.name for c in killed))
+    if scope is not None:
+        names = {c.name for c in mine}
+        elsewhere = [c for c in orphan_containers() if c.name not in names]
+        if elsewhere:
+            _log.warning("autotune: %d container(s) left running by a killed autotune of another workdir, left alone "
+                         "(stop them with docker kill, or run autotune with their --workdir): %s",
+                         len(elsewhere), ", ".join(c.name for c in elsewhere))
     return killed

@@ -300,7 +300,7 @@ def stop_orphans() -> list[Survivor]:
                      "alone (they may hold the GPU; stop them with kill, or run autotune with their --workdir): %s",
                      len(elsewhere), ", ".join(map(str, elsewhere)))
     # A container is the daemon's child, with neither our tag nor our pid: its runtime lists it by our label.
-    stop_orphan_containers()
+    stop_orphan_containers(_scope)
     return killed
 
 

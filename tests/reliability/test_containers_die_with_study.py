@@ -149,7 +149,8 @@ def test_a_container_engine_dies_with_its_restart(runtime, tmp_path, program):
     assert name.startswith("autotune-") and ["kill", name] in calls
     # Named, and labelled with the autotune that started it (so a later one can tell an orphan), the rest as given.
     assert calls[0][:2] == ["run", f"--name={name}"] and calls[0][3:] == argv[2:]
-    assert calls[0][2] == f"--label=autotune_owner={os.getpid()}:{psutil.Process().create_time():.2f}"
+    scope = proc.tag.split("-")[1]  # the workdir it was started for (engines.process.new_tag)
+    assert calls[0][2] == f"--label=autotune_owner={os.getpid()}:{psutil.Process().create_time():.2f}:{scope}"
 
 
 def test_a_launcher_that_names_its_container_is_killed_by_that_name(runtime, tmp_path):
@@ -200,13 +201,15 @@ def test_a_killed_autotunes_container_is_stopped_by_the_next_study(runtime, tmp_
     import signal
     import subprocess
 
-    from autotune.engines.process import stop_orphans
+    from autotune.engines.process import set_scope, stop_orphans
 
     repo = Path(__file__).resolve().parents[2]
+    # Both autotunes work in this test's workdir: the next study stops only its own workdir's orphans.
     killed_study = subprocess.Popen(
-        [sys.executable, "-c", "import time\nfrom autotune.engines.process import EngineProcess\n"
-         "p = EngineProcess(['docker', 'run', 'img'])\ntime.sleep(120)"],
+        [sys.executable, "-c", "import sys, time\nfrom autotune.engines.process import EngineProcess, set_scope\n"
+         "set_scope(sys.argv[1])\np = EngineProcess(['docker', 'run', 'img'])\ntime.sleep(120)", str(tmp_path)],
         cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)})
+    set_scope(tmp_path)
     live = EngineProcess(["docker", "run", "--name", "mine", "img"], stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
@@ -223,6 +226,38 @@ def test_a_killed_autotunes_container_is_stopped_by_the_next_study(runtime, tmp_
     finally:
         live.stop(grace_s=0.2)
     assert not _running(containers["mine"])
+
+
+def test_a_killed_autotunes_container_of_another_workdir_is_left_alone(runtime, tmp_path, caplog):
+    """A container a ``kill -9``'d autotune left for another workdir is another run's: reported, not killed."""
+    import signal
+    import subprocess
+
+    from autotune.engines.process import set_scope, stop_orphans
+
+    repo = Path(__file__).resolve().parents[2]
+    killed_study = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom autotune.engines.process import EngineProcess, set_scope\n"
+         "set_scope(sys.argv[1])\np = EngineProcess(['docker', 'run', 'img'])\ntime.sleep(120)",
+         str(tmp_path / "theirs")], cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)})
+    try:
+        deadline = time.monotonic() + 20
+        while not list(runtime.glob("*.pid")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (name, pid), = _containers(runtime).items()
+        killed_study.send_signal(signal.SIGKILL)
+        killed_study.wait()
+        set_scope(tmp_path / "mine")
+        with caplog.at_level("WARNING"):
+            assert stop_orphans() == []
+        assert _running(pid), "another workdir's orphaned container was killed"
+        assert "another workdir, left alone" in caplog.text and name in caplog.text
+    finally:
+        if killed_study.poll() is None:
+            killed_study.kill()
+        set_scope(tmp_path / "theirs")
+        stop_orphans()  # now this workdir's: stopped
+    assert not _running(pid)
 
 
 def test_two_restarts_get_two_container_names(runtime, tmp_path):
