@@ -1,0 +1,212 @@
+"""One generic writer and reader over the frozen dataclass records, with each record's stored shape declared once.
+
+The rules every record shares (so no record writes them again):
+
+- A float that is NaN is written as ``null``, and ``null`` reads back as NaN in a field typed ``float``: the stored
+  and emitted JSON stays strict.
+- Tuples are written as lists, enums as their values, mappings as objects, nested records by their own shape.
+- A stored ``null`` in a field that does not take ``None`` reads as the field's default: older autotune wrote some
+  empty collections as ``null``.
+- Keys the type does not know are ignored when reading: what a record emits beside its fields (``emits``), and what
+  a newer autotune added.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
+__all__ = ["RecordError", "decode", "encode", "reader", "record"]
+
+T = TypeVar("T")
+#: A JSON value as :func:`encode` returns it.
+JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
+#: A reader of one stored shape: the stored mapping in, the mapping of the current shape out.
+Reader = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class RecordError(ValueError):
+    """A stored record that does not fit its type; the message is one line naming the type and the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """How one record type's stored shape differs from its fields (written once, by :func:`record`)."""
+
+    omit_at_default: frozenset[str] = frozenset()
+    emits: tuple[str, ...] = ()
+
+
+_SHAPES: dict[type, _Shape] = {}
+#: Readers by type, oldest version first: ``(version, reader)``; version ``None`` reads every stored version.
+_READERS: dict[type, list[tuple[int | None, Reader]]] = {}
+
+
+def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] = ()) -> Callable[[type[T]], type[T]]:
+    """Declare a dataclass record's stored shape.
+
+    Args:
+        omit_at_default: Fields left out of the JSON while at their default: fields added after records were
+            first stored, so that an older record's shape (and the digests taken of it) stays what it was.
+        emits: Properties written after the fields, for readers of the JSON (a count, a verdict's sentence); never
+            read back, since they follow from the fields.
+    """
+
+    def declare(cls: type[T]) -> type[T]:
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"{cls.__name__} is not a dataclass: the record layer writes dataclass records")
+        names = {f.name for f in dataclasses.fields(cls)}
+        omitted = frozenset(omit_at_default)
+        if omitted - names:
+            raise TypeError(f"{cls.__name__} has no field {sorted(omitted - names)[0]!r} to omit")
+        _SHAPES[cls] = _Shape(omitted, tuple(emits))
+        return cls
+
+    return declare
+
+
+def reader(cls: type, version: int | None = None) -> Callable[[Reader], Reader]:
+    """Register a reader of ``cls``'s stored shape: it turns what was stored into the current shape.
+
+    ``version`` ``None`` reads every stored version (a tolerance every stored record needs); a number reads records
+    stored at that version or before (:func:`decode`'s ``version``), so a shape changed incompatibly keeps a reader
+    for the old one.
+    """
+
+    def register(fn: Reader) -> Reader:
+        _READERS.setdefault(cls, []).append((version, fn))
+        _READERS[cls].sort(key=lambda item: -1 if item[0] is None else item[0])
+        return fn
+
+    return register
+
+
+# -- writing ---------------------------------------------------------------------------------------------------------
+def encode(obj: object) -> JsonValue:
+    """``obj`` as the JSON value it is stored or emitted as (see the module's rules)."""
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return None if math.isnan(obj) else obj
+    if isinstance(obj, enum.Enum):
+        return encode(obj.value)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _encode_record(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): encode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [encode(v) for v in obj]
+    raise TypeError(f"the record layer cannot write a {type(obj).__name__}")
+
+
+def _default(field: dataclasses.Field[Any]) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def _encode_record(obj: Any) -> dict[str, JsonValue]:
+    shape = _SHAPES.get(type(obj), _Shape())
+    out: dict[str, JsonValue] = {}
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name)
+        if field.name in shape.omit_at_default and _at_default(value, _default(field)):
+            continue
+        out[field.name] = encode(value)
+    for name in shape.emits:
+        out[name] = encode(getattr(obj, name))
+    return out
+
+
+def _at_default(value: Any, default: Any) -> bool:
+    if default is dataclasses.MISSING:
+        return False
+    if isinstance(default, (Mapping, tuple, list)) and not default:
+        return not value  # an empty mapping or sequence, whatever its type
+    return bool(value == default)
+
+
+# -- reading ---------------------------------------------------------------------------------------------------------
+def decode(cls: type[T], data: object, version: int | None = None) -> T:
+    """The ``cls`` record ``data`` holds: its readers first (those of ``version`` and later, when given), then the
+    module's rules, then pydantic's validation of the fields.
+
+    Raises:
+        RecordError: ``data`` does not fit ``cls``, in one line naming the type and the field.
+    """
+    if not isinstance(data, Mapping):
+        raise RecordError(f"{cls.__name__}: a JSON {type(data).__name__} where an object is expected")
+    fields = _fields(cls)
+    shaped = dict(data)
+    for reader_version, read in _READERS.get(cls, ()):
+        if reader_version is None or version is None or version <= reader_version:
+            shaped = read(shaped)
+    kwargs: dict[str, Any] = {}
+    for name, value in shaped.items():
+        field = fields.get(name)
+        if field is None:
+            continue
+        if value is None and not field.takes_none:
+            if field.is_float:
+                kwargs[name] = math.nan
+            elif not field.has_default:
+                kwargs[name] = value  # pydantic names the field
+            continue
+        kwargs[name] = value
+    # pydantic loads on the first read: the engines and the simulator import the records without paying for it.
+    from pydantic import ValidationError
+
+    try:
+        return _adapter(cls).validate_python(kwargs)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"]) or "(record)"
+        raise RecordError(f"{cls.__name__}: {where}: {error['msg']}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    takes_none: bool
+    is_float: bool
+    has_default: bool
+
+
+_FIELDS: dict[type, dict[str, _Field]] = {}
+
+
+def _fields(cls: type) -> dict[str, _Field]:
+    if cls in _FIELDS:
+        return _FIELDS[cls]
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for field in dataclasses.fields(cls):
+        hint = hints[field.name]
+        args = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
+            else (hint,)
+        out[field.name] = _Field(takes_none=type(None) in args or hint is Any, is_float=hint is float,
+                                 has_default=_default(field) is not dataclasses.MISSING)
+    _FIELDS[cls] = out
+    return out
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type[T]) -> TypeAdapter[T]:
+    # One schema a type, built on first use (a nested record's schema takes milliseconds).
+    from pydantic import TypeAdapter
+
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    adapter: TypeAdapter[T] = _ADAPTERS[cls]
+    return adapter
