@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, stats
 
+from autotune.records import decode
 from autotune.core.records import RestartResult
 from autotune.engines.drift import PRESETS, DriftParams, window_g
 
@@ -163,7 +164,7 @@ def _study_restarts(url: str, name: str) -> list[tuple[float, str, RestartResult
             for rnd in sorted(rounds):
                 for key in sorted(rounds[rnd], key=lambda k: order.index(k) if k in order else len(order)):
                     for d in rounds[rnd][key]:
-                        r = RestartResult.from_dict(d)
+                        r = decode(RestartResult, d)
                         out.append((clock, key, r))
                         clock += r.wall_s or 0.0
     return out

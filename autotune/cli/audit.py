@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping
 from typing import IO, Any
 
+from autotune.records import encode
 from autotune.cli._common import (
     PARAM_ALIASES,
     add_workdir_arg,
@@ -325,10 +326,10 @@ def _announced(row: AuditRow, notes: tuple[str, ...]) -> bool:
 def _audit_json(config: EngineConfig, result: RestartResult, rows: list[AuditRow],
                 facts: EngineFacts) -> dict[str, Any]:
     return {
-        "config": config.to_dict(),
+        "config": encode(config),
         "label": config.label(),
-        "engine": facts.to_dict(),
+        "engine": encode(facts),
         "rows": [dataclasses.asdict(r) for r in rows],
         "changed": [r.field for r in rows if r.changed],
-        "restart": result.to_dict(),
+        "restart": encode(result),
     }

@@ -27,6 +27,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.records import encode
 from autotune.decisions.planning import DEFAULT_MIN_EFFECT, estimate_noise, plan_restarts, pooled_log_variance
 from autotune.core import facts as F
 from autotune.core.records import EngineFacts, RestartResult
@@ -314,7 +315,7 @@ def fact_differences(then: EngineFacts | Mapping[str, Any] | None, now: EngineFa
                      ) -> list[str]:
     """``name: then -> now`` for every engine fact (version, image id, driver, GPU, CUDA, profile, ...) that
     differs, then for every per-restart fact of :data:`COMPARED_FACTS` whose median moved beyond its tolerance."""
-    a, b = EngineFacts.of(then).to_dict(), EngineFacts.of(now).to_dict()
+    a, b = encode(EngineFacts.of(then)), encode(EngineFacts.of(now))
     out = [f"{k}: {a.get(k, '-')} -> {b.get(k, '-')}" for k in sorted(set(a) | set(b))
            if str(a.get(k)) != str(b.get(k))]
     for key, tolerance in COMPARED_FACTS:

@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from autotune.records import encode
 from autotune.core.records import EngineConfig, RestartResult, Workload
 from autotune.core.schedule import KSchedule
 from autotune.stats.intervals import Comparison, Verdict, compare
@@ -136,7 +137,7 @@ class ScheduleVerdict:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schedule": self.schedule_label, "fixed": self.fixed_label, "comparison": self.comparison.to_dict(),
+        return {"schedule": self.schedule_label, "fixed": self.fixed_label, "comparison": encode(self.comparison),
                 "levels": [list(x) for x in self.levels], "won": self.won}
 
 

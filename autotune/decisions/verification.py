@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.records import decode, encode
 from autotune.decisions.planning import RestartPlan
 from autotune.decisions.schedule import prefer_fixed_k
 from autotune.decisions.sequential import SequentialLook, SequentialPlan, read_look
@@ -77,14 +78,14 @@ class Candidate:
     runner_up: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "config": self.config.to_dict(), "trial_number": self.trial_number,
+        return {"role": self.role, "config": encode(self.config), "trial_number": self.trial_number,
                 "search_mean": self.search_mean, "estimate": self.estimate,
                 "shares_slot_with": list(self.shares_slot_with), "search_values": list(self.search_values),
                 "runner_up": self.runner_up}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Candidate:
-        return cls(data["role"], EngineConfig.from_dict(data["config"]), data.get("trial_number"),
+        return cls(data["role"], decode(EngineConfig, data["config"]), data.get("trial_number"),
                    data.get("search_mean"), data.get("estimate"), tuple(data.get("shares_slot_with") or ()),
                    tuple(float(v) for v in data.get("search_values") or ()), bool(data.get("runner_up", False)))
 
@@ -208,10 +209,10 @@ class VerifiedConfig:
         return {
             "candidate": self.candidate.to_dict(),
             "label": self.candidate.config.label(),
-            "restarts": [r.to_dict() for r in self.restarts],
-            "summary": self.summary.to_dict(),
-            "comparison": None if self.comparison is None else self.comparison.to_dict(),
-            "slo_checks": [c.to_dict() for c in self.slo_checks],
+            "restarts": [encode(r) for r in self.restarts],
+            "summary": encode(self.summary),
+            "comparison": None if self.comparison is None else encode(self.comparison),
+            "slo_checks": [encode(c) for c in self.slo_checks],
             "dropped": self.dropped,
         }
 
@@ -219,10 +220,10 @@ class VerifiedConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> VerifiedConfig:
         return cls(
             Candidate.from_dict(data["candidate"]),
-            tuple(RestartResult.from_dict(r) for r in data["restarts"]),
-            TrialSummary.from_dict(data["summary"]),
-            None if data.get("comparison") is None else Comparison.from_dict(data["comparison"]),
-            tuple(SloCheck.from_dict(c) for c in data.get("slo_checks") or ()),
+            tuple(decode(RestartResult, r) for r in data["restarts"]),
+            decode(TrialSummary, data["summary"]),
+            None if data.get("comparison") is None else decode(Comparison, data["comparison"]),
+            tuple(decode(SloCheck, c) for c in data.get("slo_checks") or ()),
             bool(data.get("dropped", False)),
         )
 
@@ -355,7 +356,7 @@ class Rounds:
         rounds = cls()
         for rnd, by_key in stored.items():
             for key, runs in by_key.items():
-                rounds.add(int(rnd), key, [RestartResult.from_dict(d) for d in runs])
+                rounds.add(int(rnd), key, [decode(RestartResult, d) for d in runs])
         return rounds
 
     @classmethod

@@ -49,6 +49,7 @@ from typing import IO, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from autotune.records import decode, encode
 from autotune.core import facts as F
 from autotune.core.failure import FailureKind
 from autotune.core.redact import redact_text
@@ -125,9 +126,9 @@ class CmdEngine(EngineBackend):
 
     def _run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         payload = json.dumps({
-            "config": config.to_dict(),
+            "config": encode(config),
             "llm_kwargs": config.llm_kwargs(),
-            "workload": workload.to_dict(),
+            "workload": encode(workload),
             "restart": restart,
             "seed": seed,
             "output_check": None if skip_reason(config) else check_request(workload),
@@ -168,7 +169,7 @@ class CmdEngine(EngineBackend):
             if returncode != 0:
                 reason = f"cmd engine: command exited with status {returncode}: {_last_line(shown_err or shown_out)}"
             return RestartResult.failure(RestartStatus.FAILED, reason, log_tail=tail, **common)
-        resolved = Resolved.from_dict(reply.resolved)
+        resolved = None if reply.resolved is None else decode(Resolved, reply.resolved)
         if reply.status == RestartStatus.FAILED:
             return RestartResult.failure(RestartStatus.FAILED, redact_text(reply.error or "command reported failure"),
                                          resolved=resolved, cold=bool(reply.cold), log_tail=tail, **common)
@@ -352,9 +353,7 @@ def _resolved(value: Any) -> Resolved:
         _Resolved.model_validate(dict(value))
     except ValidationError as exc:
         raise ProtocolError(_problem(exc, dict(value), prefix=("resolved",))) from None
-    resolved = Resolved.from_dict(value)
-    assert resolved is not None  # value is a mapping, so from_dict returns a record
-    return resolved
+    return decode(Resolved, value)
 
 
 _NUMBER_LISTS = ("passes_tok_s", "warmup_tok_s")

@@ -7,6 +7,6 @@ their default, figures emitted beside the fields), and a shape written by older 
 registered for its type (:func:`reader`), pyperf style. It imports nothing else of autotune.
 """
 
-from autotune.records._codec import RecordError, decode, encode, reader, record
+from autotune.records._codec import RecordError, decode, decoder, encode, reader, record
 
-__all__ = ["RecordError", "decode", "encode", "reader", "record"]
+__all__ = ["RecordError", "decode", "decoder", "encode", "reader", "record"]

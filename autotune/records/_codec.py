@@ -19,12 +19,13 @@ import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
     from pydantic import TypeAdapter
 
-__all__ = ["RecordError", "decode", "encode", "reader", "record"]
+__all__ = ["RecordError", "decode", "decoder", "encode", "reader", "record"]
 
 T = TypeVar("T")
 #: A JSON value as :func:`encode` returns it.
@@ -42,7 +43,10 @@ class _Shape:
     """How one record type's stored shape differs from its fields (written once, by :func:`record`)."""
 
     omit_at_default: frozenset[str] = frozenset()
-    emits: tuple[str, ...] = ()
+    emits: tuple[tuple[str, str], ...] = ()  # (key, attribute)
+    renamed: Mapping[str, str] = dataclasses.field(default_factory=dict)  # field -> stored key
+    spread: str | None = None
+    pairs: frozenset[str] = frozenset()
 
 
 _SHAPES: dict[type, _Shape] = {}
@@ -50,24 +54,34 @@ _SHAPES: dict[type, _Shape] = {}
 _READERS: dict[type, list[tuple[int | None, Reader]]] = {}
 
 
-def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] = ()) -> Callable[[type[T]], type[T]]:
+def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] | Mapping[str, str] = (),
+           renamed: Mapping[str, str] | None = None, spread: str | None = None,
+           pairs: Iterable[str] = ()) -> Callable[[type[T]], type[T]]:
     """Declare a dataclass record's stored shape.
 
     Args:
         omit_at_default: Fields left out of the JSON while at their default: fields added after records were
             first stored, so that an older record's shape (and the digests taken of it) stays what it was.
-        emits: Properties written after the fields, for readers of the JSON (a count, a verdict's sentence); never
-            read back, since they follow from the fields.
+        emits: Properties (or methods of no argument) written after the fields, for readers of the JSON (a count,
+            a verdict's sentence); never read back, since they follow from the fields. A mapping writes each
+            attribute under another key (``{"text": "describe"}``).
+        renamed: Fields stored under another key (``{"name": "engine"}``), read back from it.
+        spread: A mapping field whose items are stored beside the fields (a record's open-ended extras); on
+            reading, every key the record does not know goes back into it.
+        pairs: Fields of ``(key, value)`` pairs (kept as pairs so the record stays hashable) stored as one JSON
+            object, and read back as the pairs sorted by key.
     """
 
     def declare(cls: type[T]) -> type[T]:
         if not dataclasses.is_dataclass(cls):
             raise TypeError(f"{cls.__name__} is not a dataclass: the record layer writes dataclass records")
         names = {f.name for f in dataclasses.fields(cls)}
-        omitted = frozenset(omit_at_default)
-        if omitted - names:
-            raise TypeError(f"{cls.__name__} has no field {sorted(omitted - names)[0]!r} to omit")
-        _SHAPES[cls] = _Shape(omitted, tuple(emits))
+        omitted, paired = frozenset(omit_at_default), frozenset(pairs)
+        unknown = (omitted | paired | set(renamed or {}) | ({spread} if spread else set())) - names
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field {sorted(unknown)[0]!r} to declare")
+        emitted = tuple(emits.items()) if isinstance(emits, Mapping) else tuple((name, name) for name in emits)
+        _SHAPES[cls] = _Shape(omitted, emitted, dict(renamed or {}), spread, paired)
         return cls
 
     return declare
@@ -76,9 +90,9 @@ def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] = ()) ->
 def reader(cls: type, version: int | None = None) -> Callable[[Reader], Reader]:
     """Register a reader of ``cls``'s stored shape: it turns what was stored into the current shape.
 
-    ``version`` ``None`` reads every stored version (a tolerance every stored record needs); a number reads records
-    stored at that version or before (:func:`decode`'s ``version``), so a shape changed incompatibly keeps a reader
-    for the old one.
+    ``version`` ``None`` reads every stored version (a tolerance every stored record needs); a number ``n`` turns a
+    record stored at version ``n`` or before into the shape of ``n + 1`` (applied only when :func:`decode` is told
+    the stored version), so a shape changed incompatibly keeps a reader for the old one.
     """
 
     def register(fn: Reader) -> Reader:
@@ -90,8 +104,12 @@ def reader(cls: type, version: int | None = None) -> Callable[[Reader], Reader]:
 
 
 # -- writing ---------------------------------------------------------------------------------------------------------
+@overload
+def encode(obj: DataclassInstance) -> dict[str, JsonValue]: ...
+@overload
+def encode(obj: object) -> JsonValue: ...
 def encode(obj: object) -> JsonValue:
-    """``obj`` as the JSON value it is stored or emitted as (see the module's rules)."""
+    """``obj`` as the JSON value it is stored or emitted as (see the module's rules): a record as a JSON object."""
     if obj is None or isinstance(obj, (bool, int, str)):
         return obj
     if isinstance(obj, float):
@@ -122,9 +140,15 @@ def _encode_record(obj: Any) -> dict[str, JsonValue]:
         value = getattr(obj, field.name)
         if field.name in shape.omit_at_default and _at_default(value, _default(field)):
             continue
-        out[field.name] = encode(value)
-    for name in shape.emits:
-        out[name] = encode(getattr(obj, name))
+        if field.name == shape.spread:
+            out.update({str(k): encode(v) for k, v in value.items() if str(k) not in out})
+        elif field.name in shape.pairs:
+            out[shape.renamed.get(field.name, field.name)] = {str(k): encode(v) for k, v in value}
+        else:
+            out[shape.renamed.get(field.name, field.name)] = encode(value)
+    for key, name in shape.emits:
+        value = getattr(obj, name)
+        out[key] = encode(value() if callable(value) else value)
     return out
 
 
@@ -138,8 +162,9 @@ def _at_default(value: Any, default: Any) -> bool:
 
 # -- reading ---------------------------------------------------------------------------------------------------------
 def decode(cls: type[T], data: object, version: int | None = None) -> T:
-    """The ``cls`` record ``data`` holds: its readers first (those of ``version`` and later, when given), then the
-    module's rules, then pydantic's validation of the fields.
+    """The ``cls`` record ``data`` holds: its readers first (those of every version, then, when ``version`` is
+    given, those of the versions from ``version`` on: a record stored at version 1 passes the readers of 1, 2, ...),
+    then the module's rules, then pydantic's validation of the fields (a nested record read by this same function).
 
     Raises:
         RecordError: ``data`` does not fit ``cls``, in one line naming the type and the field.
@@ -147,22 +172,31 @@ def decode(cls: type[T], data: object, version: int | None = None) -> T:
     if not isinstance(data, Mapping):
         raise RecordError(f"{cls.__name__}: a JSON {type(data).__name__} where an object is expected")
     fields = _fields(cls)
+    shape = _SHAPES.get(cls, _Shape())
     shaped = dict(data)
     for reader_version, read in _READERS.get(cls, ()):
-        if reader_version is None or version is None or version <= reader_version:
+        if reader_version is None or (version is not None and version <= reader_version):
             shaped = read(shaped)
+    stored_as = {key: name for name, key in shape.renamed.items()}
     kwargs: dict[str, Any] = {}
-    for name, value in shaped.items():
+    spread: dict[str, Any] = {}
+    for key, value in shaped.items():
+        name = stored_as.get(key, key if key not in shape.renamed else "")
         field = fields.get(name)
-        if field is None:
+        if field is None or name == shape.spread:
+            spread[key] = value
             continue
+        if name in shape.pairs and isinstance(value, Mapping):
+            value = tuple(sorted(value.items()))
         if value is None and not field.takes_none:
             if field.is_float:
                 kwargs[name] = math.nan
             elif not field.has_default:
                 kwargs[name] = value  # pydantic names the field
             continue
-        kwargs[name] = value
+        kwargs[name] = value if field.nested is None else _read_nested(field.nested, value)
+    if shape.spread is not None:
+        kwargs[shape.spread] = spread
     # pydantic loads on the first read: the engines and the simulator import the records without paying for it.
     from pydantic import ValidationError
 
@@ -174,11 +208,55 @@ def decode(cls: type[T], data: object, version: int | None = None) -> T:
         raise RecordError(f"{cls.__name__}: {where}: {error['msg']}") from None
 
 
+def decoder(cls: type[T], version: int | None = None) -> Callable[[object], T]:
+    """:func:`decode` of ``cls`` as a function of the stored value: the parser a stored key is read with."""
+
+    def read(data: object) -> T:
+        return decode(cls, data, version)
+
+    return read
+
+
 @dataclasses.dataclass(frozen=True)
 class _Field:
     takes_none: bool
     is_float: bool
     has_default: bool
+    #: A record nested in the field, read by :func:`decode` (its readers and the rules) before pydantic sees it:
+    #: ``(type, how)``, how one of ``one``, ``tuple`` (a tuple of them) or ``map`` (a mapping to them).
+    nested: tuple[type, str] | None = None
+
+
+def _nested(hint: Any) -> tuple[type, str] | None:
+    args = [a for a in typing.get_args(hint) if a is not type(None)] if _is_union(hint) else [hint]
+    if len(args) != 1:
+        return None
+    inner, origin = args[0], typing.get_origin(args[0])
+    if dataclasses.is_dataclass(inner) and isinstance(inner, type):
+        return inner, "one"
+    parts = typing.get_args(inner)
+    if origin is tuple and len(parts) == 2 and parts[1] is Ellipsis and isinstance(parts[0], type) \
+            and dataclasses.is_dataclass(parts[0]):
+        return parts[0], "tuple"
+    if origin in (dict, Mapping) and len(parts) == 2 and isinstance(parts[1], type) \
+            and dataclasses.is_dataclass(parts[1]):
+        return parts[1], "map"
+    return None
+
+
+def _is_union(hint: Any) -> bool:
+    return isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+
+
+def _read_nested(nested: tuple[type, str], value: Any) -> Any:
+    cls, how = nested
+    if how == "one":
+        return decode(cls, value) if isinstance(value, Mapping) else value
+    if how == "tuple" and isinstance(value, (list, tuple)):
+        return tuple(decode(cls, v) if isinstance(v, Mapping) else v for v in value)
+    if how == "map" and isinstance(value, Mapping):
+        return {k: decode(cls, v) if isinstance(v, Mapping) else v for k, v in value.items()}
+    return value
 
 
 _FIELDS: dict[type, dict[str, _Field]] = {}
@@ -191,10 +269,9 @@ def _fields(cls: type) -> dict[str, _Field]:
     out = {}
     for field in dataclasses.fields(cls):
         hint = hints[field.name]
-        args = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
-            else (hint,)
+        args = typing.get_args(hint) if _is_union(hint) else (hint,)
         out[field.name] = _Field(takes_none=type(None) in args or hint is Any, is_float=hint is float,
-                                 has_default=_default(field) is not dataclasses.MISSING)
+                                 has_default=_default(field) is not dataclasses.MISSING, nested=_nested(hint))
     _FIELDS[cls] = out
     return out
 

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.records import encode
 from autotune.core.records import OBJECTIVE_UNITS, RestartResult
 from autotune.report._rows import CompareResult, VerificationTable, VerifiedRow, finite_or_none, restart_dict
 from autotune.report._counts import FailedTrial, TrialCounts
@@ -76,9 +77,9 @@ class SearchTrial:
             "state": r.state,
             "label": r.config.label(),
             "params": dict(r.config.params),
-            "config": r.config.to_dict(),
+            "config": encode(r.config),
             "value": finite_or_none(r.value),
-            "summary": None if s is None else s.to_dict(),
+            "summary": None if s is None else encode(s),
             "resolved": None if s is None else {
                 "cudagraph_mode": s.resolved_mode,
                 "cudagraph_capture_sizes": None if s.resolved_sizes is None else list(s.resolved_sizes)},

@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.records import encode
 from autotune.core.records import EngineConfig, RestartResult
 from autotune.decisions.planning import RestartPlan
 from autotune.decisions.sequential import SequentialLook
@@ -141,8 +142,8 @@ class VerifiedRow:
                            math.nan if self.ci_high is None else self.ci_high, self.unstable, self.unit)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"label": self.label, "role": self.role, "trial_number": self.trial_number,
-               "config": self.config.to_dict(), "search_mean": self.search_mean, "search_estimate": self.search_estimate,
+        out: dict[str, Any] = {"label": self.label, "role": self.role, "trial_number": self.trial_number,
+               "config": encode(self.config), "search_mean": self.search_mean, "search_estimate": self.search_estimate,
                "shares_slot_with": list(self.shares_slot_with), "mean": self.mean, "std": self.std,
                "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n, "values": list(self.values),
                "unstable": self.unstable, "status": self.status, "failure": self.failure,
@@ -151,14 +152,14 @@ class VerifiedRow:
                "restarts": [restart_dict(r) for r in self.restarts]}
         if self.speedup is not None:
             out["speedup"] = self.speedup.to_dict()
-        out["latency"] = {k: v.to_dict() for k, v in self.latency.items()}
-        out["slo_checks"] = [c.to_dict() for c in self.slo_checks]
+        out["latency"] = {k: encode(v) for k, v in self.latency.items()}
+        out["slo_checks"] = [encode(c) for c in self.slo_checks]
         out["meets_slo"] = self.meets_slo
         return out
 
 
 def restart_dict(r: RestartResult, counted_cold_seeds: frozenset[int] = frozenset()) -> dict[str, Any]:
-    out = r.to_dict()
+    out = encode(r)
     out["value"] = r.value
     out["counted"] = bool(r.ok and (not r.cold or r.seed in counted_cold_seeds))
     return out

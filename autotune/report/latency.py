@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.records import decode, encode
 from autotune.store.ledger import Ledger, StudyMeta
 from autotune.stats.latency import SloCheck
 from autotune.core.records import Dataset, Workload
@@ -41,7 +42,7 @@ class Prompts:
     warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dataset": self.dataset.to_dict(), "description": self.dataset.describe(),
+        return {"dataset": encode(self.dataset), "description": self.dataset.describe(),
                 "synthetic": self.synthetic, "repetitive": self.repetitive, "warning": self.warning}
 
 
@@ -71,14 +72,14 @@ class SloOutcome:
     winner_meets: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {"missed": [{"label": label, "role": role, "missed": [c.to_dict() for c in checks]}
+        return {"missed": [{"label": label, "role": role, "missed": [encode(c) for c in checks]}
                            for label, role, checks in self.missed],
                 "any_met": self.any_met, "baseline_meets": self.baseline_meets, "winner_meets": self.winner_meets}
 
 
 def prompts_note(meta: StudyMeta) -> Prompts:
     """What the study's prompts were (the ``vllm`` engine decides a missing dataset from the model's arguments)."""
-    workload = Workload.from_dict(meta.workload) if meta.workload else Workload()
+    workload = decode(Workload, meta.workload) if meta.workload else Workload()
     dataset = workload.dataset
     if dataset is None:
         engine_args = {} if meta.baseline is None else dict(meta.baseline.engine_args)

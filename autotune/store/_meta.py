@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.records import decode, encode
 from autotune.core.records import EngineConfig, EngineFacts
 
 
@@ -55,11 +56,11 @@ class StudyMeta:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["engine"] = self.engine.to_dict()
+        out["engine"] = encode(self.engine)
         out["workload"] = dict(self.workload)
         out["racing"] = dict(self.racing)
         out["command"] = list(self.command)
-        out["baseline"] = None if self.baseline is None else self.baseline.to_dict()
+        out["baseline"] = None if self.baseline is None else encode(self.baseline)
         out["engine_options"] = dict(self.engine_options)
         out["enqueue"] = [dict(p) for p in self.enqueue]
         out["slo"] = dict(self.slo)
@@ -71,11 +72,11 @@ class StudyMeta:
         data = dict(data or {})
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in data.items() if k in names}
-        kw["engine"] = EngineFacts.from_dict(data.get("engine"))
+        kw["engine"] = decode(EngineFacts, data.get("engine"))
         kw["workload"] = dict(data.get("workload") or {})
         kw["racing"] = dict(data.get("racing") or {})
         kw["command"] = tuple(data.get("command") or ())
-        kw["baseline"] = None if not data.get("baseline") else EngineConfig.from_dict(data["baseline"])
+        kw["baseline"] = None if not data.get("baseline") else decode(EngineConfig, data["baseline"])
         kw["engine_options"] = dict(data.get("engine_options") or {})
         kw["enqueue"] = tuple(dict(p) for p in data.get("enqueue") or ())
         kw["slo"] = {str(k): float(v) for k, v in dict(data.get("slo") or {}).items()}

@@ -22,6 +22,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.records import encode
 from autotune.core.records import EngineFacts
 from autotune.core.redact import redact
 from autotune.config.space import SearchSpace
@@ -89,11 +90,11 @@ def _short(value: Any) -> str:
 def fingerprint(space: SearchSpace, engine: EngineFacts | Mapping[str, Any]) -> Fingerprint:
     """The fingerprint of a study of ``space`` on ``engine`` (its facts as :meth:`EngineBackend.describe` gives)."""
     facts = EngineFacts.of(engine)
-    engine_part = {k: v for k, v in redact(facts.to_dict()).items() if v is not None}
+    engine_part = {k: v for k, v in redact(encode(facts)).items() if v is not None}
     args = {k: v for k, v in space.engine_args.items() if k != "model"}
     sections: dict[str, Any] = {
         "engine_args": args,
-        "workload": space.workload.to_dict(),
+        "workload": encode(space.workload),
         "search.cudagraph_mode": list(space.modes),
         # (a choice's unit only where it is not tokens, so studies from before units keep their digest)
         "search.capture_sizes": [[s.name, s.sizes, s.pattern, s.max, *([s.unit] if s.unit != "tokens" else [])]

@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from autotune.records import decode, encode
 from autotune.config.space import SearchSpace
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult, Workload
 from autotune.decisions import recheck as rules
@@ -290,7 +291,7 @@ def _claim_index(ledger: Ledger, keys: set[str]) -> tuple[Any, int, Rounds]:
             done = Rounds()
             for key, runs in stored.items():
                 for run in runs:
-                    done.add(int(run.get("restart") or 0), key, [RestartResult.from_dict(run)])
+                    done.add(int(run.get("restart") or 0), key, [decode(RestartResult, run)])
             return claim, number, done
         claim.complete()  # another recheck's measurements: not ours to continue, and its seeds are spent
     raise RecheckError(f"study {ledger.name!r} has {_MOST_INDEXES} rechecks running or unfinished: wait for them")
@@ -458,7 +459,7 @@ def _baseline_record(stored: Verification, index: int, now: Verification, engine
     fails_now = any(_entry(now, k).summary.status != "ok" for k in (key, base_key))
     verdict = rules.recheck_verdict(change, bool(changes), fails_now)
     return rules.RecheckRecord(_stamp(), rules.BASELINE_KIND, verdict, stored.verdict, label, then_fig, now_fig, now,
-                               engine_then.to_dict(), engine_now.to_dict(),
+                               encode(engine_then), encode(engine_now),
                                tuple(rules.fact_differences(engine_then, engine_now, then_runs, now_runs)),
                                tuple(changes), n, why, seed_base, change.to_dict())
 
@@ -476,6 +477,6 @@ def _engines_record(stored: Verification, index: int, now: Verification, old: En
     changes = rules.resolved_changes(f"{label} on the new engine", old_runs, new_runs) + _failures(now, names)
     verdict = rules.engines_verdict(now_fig["verdict"], bool(changes))
     return rules.RecheckRecord(_stamp(), rules.ENGINES, verdict, stored.verdict, label, then_fig, now_fig, now,
-                               old.to_dict(), new.to_dict(),
+                               encode(old), encode(new),
                                tuple(rules.fact_differences(old, new, old_runs, new_runs)), tuple(changes), n, why,
                                seed_base)

@@ -108,3 +108,18 @@ def test_declaring_a_field_the_record_lacks_is_refused() -> None:
 def test_the_writer_refuses_what_json_cannot_hold() -> None:
     with pytest.raises(TypeError, match="cannot write a object"):
         encode(object())
+
+
+@record(pairs=("limits",))
+@dataclasses.dataclass(frozen=True)
+class Outer:
+    inner: Renamed
+    many: tuple[Renamed, ...] = ()
+    limits: tuple[tuple[str, float], ...] = ()
+
+
+def test_a_nested_record_is_read_by_its_own_readers_and_pairs_are_one_object() -> None:
+    outer = decode(Outer, {"inner": {"limit_ms": 5.0, "note": None}, "many": [{"limit_ms": 1}],
+                           "limits": {"tpot": 2.0, "e2el": 1.0}})
+    assert outer == Outer(Renamed(5.0, ""), (Renamed(1.0, ""),), (("e2el", 1.0), ("tpot", 2.0)))
+    assert encode(outer)["limits"] == {"e2el": 1.0, "tpot": 2.0}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.records import decode, encode
 from autotune.stats import warmup
 
 
@@ -98,8 +99,8 @@ def test_pass_seconds_is_settable_validated_and_left_out_of_the_identity_at_its_
     from autotune.config.space import SpaceError, load_space
     from autotune.core.records import Workload
 
-    assert "pass_seconds" not in Workload().to_dict()  # a stored study's workload digest stays what it was
-    assert Workload.from_dict(Workload(pass_seconds=2.5).to_dict()).pass_seconds == 2.5
+    assert "pass_seconds" not in encode(Workload())  # a stored study's workload digest stays what it was
+    assert decode(Workload, encode(Workload(pass_seconds=2.5))).pass_seconds == 2.5
     base = "engine_args: {model: m}\nsearch: {cudagraph_mode: [NONE, FULL]}\n"
     good = tmp_path / "good.yaml"
     good.write_text(base + "workload: {pass_seconds: 2}\n")
@@ -140,8 +141,8 @@ def test_the_report_names_the_start_up_phases_and_reads_records_from_before_them
     from autotune.core.records import RestartResult
     from autotune.report.phases import phase_totals, render_phases
 
-    before = RestartResult.from_dict(RestartResult(
-        "ok", passes_tok_s=(1.0,), facts={F.PHASE_COMPILE_S: 18.0, F.PHASE_OTHER_STARTUP_S: 132.0}).to_dict())
+    before = decode(RestartResult, encode(RestartResult(
+        "ok", passes_tok_s=(1.0,), facts={F.PHASE_COMPILE_S: 18.0, F.PHASE_OTHER_STARTUP_S: 132.0})))
     named = RestartResult("ok", passes_tok_s=(1.0,), facts={
         F.PHASE_SETUP_S: 24.0, F.PHASE_COMPILE_S: 18.0, F.PHASE_PROFILE_S: 3.0, F.PHASE_CAPTURE_S: 1.0,
         F.PHASE_KERNEL_WARMUP_S: 102.0, F.PHASE_OTHER_STARTUP_S: 2.0})
