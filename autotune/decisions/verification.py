@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.records import decode, encode
+from autotune.records import decode, record
 from autotune.decisions.planning import RestartPlan
 from autotune.decisions.schedule import prefer_fixed_k
 from autotune.decisions.sequential import SequentialLook, SequentialPlan, read_look
@@ -76,18 +76,6 @@ class Candidate:
     shares_slot_with: tuple[int, ...] = ()
     search_values: tuple[float, ...] = ()
     runner_up: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "config": encode(self.config), "trial_number": self.trial_number,
-                "search_mean": self.search_mean, "estimate": self.estimate,
-                "shares_slot_with": list(self.shares_slot_with), "search_values": list(self.search_values),
-                "runner_up": self.runner_up}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Candidate:
-        return cls(data["role"], decode(EngineConfig, data["config"]), data.get("trial_number"),
-                   data.get("search_mean"), data.get("estimate"), tuple(data.get("shares_slot_with") or ()),
-                   tuple(float(v) for v in data.get("search_values") or ()), bool(data.get("runner_up", False)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +176,7 @@ def select_candidates(evidence: Sequence[SearchEvidence], baseline: EngineConfig
     return chosen
 
 
+@record(emits={"label": "candidate.config.label"}, after={"label": "candidate"})
 @dataclasses.dataclass(frozen=True)
 class VerifiedConfig:
     """One verified configuration: its fresh restarts, their summary, and its comparison with the baseline."""
@@ -205,29 +194,8 @@ class VerifiedConfig:
         """True when no latency limit keeps this configuration from winning (always, without limits)."""
         return meets_slo(self.slo_checks)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "candidate": self.candidate.to_dict(),
-            "label": self.candidate.config.label(),
-            "restarts": [encode(r) for r in self.restarts],
-            "summary": encode(self.summary),
-            "comparison": None if self.comparison is None else encode(self.comparison),
-            "slo_checks": [encode(c) for c in self.slo_checks],
-            "dropped": self.dropped,
-        }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> VerifiedConfig:
-        return cls(
-            Candidate.from_dict(data["candidate"]),
-            tuple(decode(RestartResult, r) for r in data["restarts"]),
-            decode(TrialSummary, data["summary"]),
-            None if data.get("comparison") is None else decode(Comparison, data["comparison"]),
-            tuple(decode(SloCheck, c) for c in data.get("slo_checks") or ()),
-            bool(data.get("dropped", False)),
-        )
-
-
+@record(emits=("verdict",), after={"verdict": "max_restarts"})
 @dataclasses.dataclass(frozen=True)
 class Verification:
     """The outcome of the verification phase.
@@ -303,36 +271,6 @@ class Verification:
         if c.ci_low == c.ci_low and c.ci_low >= 1.0 / (1.0 + margin) and c.ci_high <= 1.0 + margin:
             return Verdict.EQUIVALENT
         return Verdict.UNDECIDED
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "entries": [e.to_dict() for e in self.entries],
-            "winner_index": self.winner_index,
-            "restarts_per_config": self.restarts_per_config,
-            "restarts_used": self.restarts_used,
-            "minutes_used": self.minutes_used,
-            "max_restarts": self.max_restarts,
-            "verdict": self.verdict,
-            "sequential": None if self.sequential is None else self.sequential.to_dict(),
-            "plan": None if self.plan is None else self.plan.to_dict(),
-            "baseline_restarts": self.baseline_restarts,
-            "extension": self.extension,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Verification:
-        return cls(
-            tuple(VerifiedConfig.from_dict(e) for e in data["entries"]),
-            int(data["winner_index"]),
-            int(data["restarts_per_config"]),
-            int(data["restarts_used"]),
-            float(data["minutes_used"]),
-            None if data.get("max_restarts") is None else int(data["max_restarts"]),
-            None if data.get("sequential") is None else SequentialLook.from_dict(data["sequential"]),
-            None if data.get("plan") is None else RestartPlan.from_dict(data["plan"]),
-            None if data.get("baseline_restarts") is None else int(data["baseline_restarts"]),
-            int(data.get("extension") or 0),
-        )
 
 
 #: Verification restarts by configuration key, in round order: what the rules below read.

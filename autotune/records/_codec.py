@@ -2,8 +2,8 @@
 
 The rules every record shares (so no record writes them again):
 
-- A float that is NaN is written as ``null``, and ``null`` reads back as NaN in a field typed ``float``: the stored
-  and emitted JSON stays strict.
+- A float that is NaN (or infinite) is written as ``null``, and ``null`` reads back as NaN in a field typed
+  ``float`` (a record whose null means infinity says so in its reader): the stored and emitted JSON stays strict.
 - Tuples are written as lists, enums as their values, mappings as objects, nested records by their own shape.
 - A stored ``null`` in a field that does not take ``None`` reads as the field's default: older autotune wrote some
   empty collections as ``null``.
@@ -47,6 +47,7 @@ class _Shape:
     renamed: Mapping[str, str] = dataclasses.field(default_factory=dict)  # field -> stored key
     spread: str | None = None
     pairs: frozenset[str] = frozenset()
+    after: Mapping[str, str] = dataclasses.field(default_factory=dict)  # emitted key -> the key it follows
 
 
 _SHAPES: dict[type, _Shape] = {}
@@ -56,7 +57,7 @@ _READERS: dict[type, list[tuple[int | None, Reader]]] = {}
 
 def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] | Mapping[str, str] = (),
            renamed: Mapping[str, str] | None = None, spread: str | None = None,
-           pairs: Iterable[str] = ()) -> Callable[[type[T]], type[T]]:
+           pairs: Iterable[str] = (), after: Mapping[str, str] | None = None) -> Callable[[type[T]], type[T]]:
     """Declare a dataclass record's stored shape.
 
     Args:
@@ -64,12 +65,15 @@ def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] | Mappin
             first stored, so that an older record's shape (and the digests taken of it) stays what it was.
         emits: Properties (or methods of no argument) written after the fields, for readers of the JSON (a count,
             a verdict's sentence); never read back, since they follow from the fields. A mapping writes each
-            attribute under another key (``{"text": "describe"}``).
+            attribute under another key (``{"text": "describe"}``); an attribute may be a dotted path
+            (``"candidate.config.label"``).
         renamed: Fields stored under another key (``{"name": "engine"}``), read back from it.
         spread: A mapping field whose items are stored beside the fields (a record's open-ended extras); on
             reading, every key the record does not know goes back into it.
         pairs: Fields of ``(key, value)`` pairs (kept as pairs so the record stays hashable) stored as one JSON
             object, and read back as the pairs sorted by key.
+        after: Where an emitted key goes when not last: ``{"verdict": "max_restarts"}`` writes ``verdict`` right
+            after ``max_restarts``, where the record has always had it.
     """
 
     def declare(cls: type[T]) -> type[T]:
@@ -81,7 +85,7 @@ def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] | Mappin
         if unknown:
             raise TypeError(f"{cls.__name__} has no field {sorted(unknown)[0]!r} to declare")
         emitted = tuple(emits.items()) if isinstance(emits, Mapping) else tuple((name, name) for name in emits)
-        _SHAPES[cls] = _Shape(omitted, emitted, dict(renamed or {}), spread, paired)
+        _SHAPES[cls] = _Shape(omitted, emitted, dict(renamed or {}), spread, paired, dict(after or {}))
         return cls
 
     return declare
@@ -113,7 +117,7 @@ def encode(obj: object) -> JsonValue:
     if obj is None or isinstance(obj, (bool, int, str)):
         return obj
     if isinstance(obj, float):
-        return None if math.isnan(obj) else obj
+        return obj if math.isfinite(obj) else None
     if isinstance(obj, enum.Enum):
         return encode(obj.value)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -146,9 +150,15 @@ def _encode_record(obj: Any) -> dict[str, JsonValue]:
             out[shape.renamed.get(field.name, field.name)] = {str(k): encode(v) for k, v in value}
         else:
             out[shape.renamed.get(field.name, field.name)] = encode(value)
-    for key, name in shape.emits:
-        value = getattr(obj, name)
+    for key, path in shape.emits:
+        value = obj
+        for name in path.split("."):
+            value = getattr(value, name)
         out[key] = encode(value() if callable(value) else value)
+    for key, anchor in shape.after.items():
+        keys = [k for k in out if k != key]
+        keys.insert(keys.index(anchor) + 1, key)
+        out = {k: out[k] for k in keys}
     return out
 
 

@@ -194,14 +194,14 @@ class Report:
         """The same facts as a JSON-ready dict (``report --json``, ``report.json`` in MLflow)."""
         out: dict[str, Any] = {
             "study": self.study,
-            "meta": self.meta.to_dict(),
+            "meta": encode(self.meta),
             "trials": dataclasses.asdict(self.trials),
             "warnings": [w.to_dict() for w in self.warnings],
             "failures": [dataclasses.asdict(f) for f in self.failures],
             "interrupted": [dataclasses.asdict(f) for f in self.interrupted],
             "budget": self.budget.to_dict(),
             "search_stopped": self.search_stopped,
-            "search_end": None if self.search_end is None else {**self.search_end.to_dict(),
+            "search_end": None if self.search_end is None else {**encode(self.search_end),
                                                                 "text": self.search_end.describe()},
             "cold_starts": self.cold_starts,
             "verification": None if self.verification is None else self.verification.to_dict(),

@@ -188,7 +188,7 @@ class VerificationTable:
         return {"entries": [e.to_dict() for e in self.entries], "restarts_per_config": self.restarts_per_config,
                 "max_restarts": self.max_restarts,
                 "restarts_used": self.restarts_used, "minutes_used": self.minutes_used,
-                "sequential": None if self.sequential is None else self.sequential.to_dict(),
+                "sequential": None if self.sequential is None else encode(self.sequential),
                 "no_sequential": self.no_sequential,
-                "plan": None if self.plan is None else self.plan.to_dict(),
+                "plan": None if self.plan is None else encode(self.plan),
                 "baseline_restarts": self.baseline_restarts, "extension": self.extension}

@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.records import encode
+from autotune.records import encode, reader
 from autotune.core.records import EngineFacts
 from autotune.core.redact import redact
 from autotune.config.space import SearchSpace
@@ -59,13 +59,6 @@ class Fingerprint:
     engine: Mapping[str, Any]
     space: Mapping[str, str]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "engine": dict(self.engine), "space": dict(self.space)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Fingerprint:
-        return cls(data.get("model"), dict(data.get("engine") or {}), dict(data.get("space") or {}))
-
     def differences(self, now: Fingerprint) -> list[str]:
         """What differs between this (stored) fingerprint and ``now``, one short phrase each."""
         out = []
@@ -80,6 +73,12 @@ class Fingerprint:
         if changed:
             out.append(f"space sections changed: {', '.join(changed)}")
         return out
+
+
+@reader(Fingerprint)
+def _read_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
+    # A fingerprint missing a part compares as one that knows nothing of it.
+    return {**data, "model": data.get("model"), "engine": data.get("engine") or {}, "space": data.get("space") or {}}
 
 
 def _short(value: Any) -> str:

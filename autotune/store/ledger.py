@@ -539,7 +539,7 @@ class Ledger(WorkerRecords, VerificationRecords):
     # -- study writers and readers -----------------------------------------------------------------------
 
     def meta(self) -> StudyMeta:
-        return self._read(None, _META_KEY, StudyMeta.from_dict) or StudyMeta.from_dict(None)
+        return self._read(None, _META_KEY, decoder(StudyMeta)) or StudyMeta()
 
     def has_meta(self) -> bool:
         return self._has(self.study.user_attrs, _META_KEY)
@@ -547,7 +547,7 @@ class Ledger(WorkerRecords, VerificationRecords):
     def record_meta(self, meta: StudyMeta) -> None:
         """The study's metadata, once: a resume keeps what the study started with."""
         if not self.has_meta():
-            self._set_study(_META_KEY, meta.to_dict())
+            self._set_study(_META_KEY, encode(meta))
 
     def space_yaml(self) -> str | None:
         return self._read(None, _SPACE_YAML_KEY, text)
@@ -568,10 +568,10 @@ class Ledger(WorkerRecords, VerificationRecords):
         self._set_study(_SEARCH_STOPPED_KEY, reason)
 
     def search_end(self) -> SearchEnd | None:
-        return self._read(None, _SEARCH_END_KEY, SearchEnd.from_dict)
+        return self._read(None, _SEARCH_END_KEY, decoder(SearchEnd))
 
     def record_search_end(self, end: SearchEnd) -> None:
-        self._set_study(_SEARCH_END_KEY, end.to_dict())
+        self._set_study(_SEARCH_END_KEY, encode(end))
 
     def search_closed(self) -> bool:
         return self._read(None, _SEARCH_CLOSED_KEY, flag, False)
@@ -587,10 +587,10 @@ class Ledger(WorkerRecords, VerificationRecords):
         self._set_study(_COLD_STARTS_KEY, encode(verdict))
 
     def fingerprint(self) -> Fingerprint | None:
-        return self._read(None, _FINGERPRINT_KEY, Fingerprint.from_dict)
+        return self._read(None, _FINGERPRINT_KEY, decoder(Fingerprint))
 
     def record_fingerprint(self, fingerprint: Fingerprint) -> None:
-        self._set_study(_FINGERPRINT_KEY, fingerprint.to_dict())
+        self._set_study(_FINGERPRINT_KEY, encode(fingerprint))
 
     def mlflow_parent_run_id(self) -> str | None:
         return self._read(None, _MLFLOW_PARENT_RUN_KEY, text)

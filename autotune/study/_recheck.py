@@ -254,7 +254,7 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: Any, options: RecheckOpt
         record = dataclasses.replace(record, budget_minutes=options.budget_minutes,
                                      minutes_used=round(budget.spent, 4))
         if store:
-            ledger.record_recheck(record.to_dict(), index=number)
+            ledger.record_recheck(encode(record), index=number)
     except BaseException:
         if claim is not None:
             # Interrupted or failed: the index goes back with the restarts stored on it, so the same recheck run
@@ -461,7 +461,7 @@ def _baseline_record(stored: Verification, index: int, now: Verification, engine
     return rules.RecheckRecord(_stamp(), rules.BASELINE_KIND, verdict, stored.verdict, label, then_fig, now_fig, now,
                                encode(engine_then), encode(engine_now),
                                tuple(rules.fact_differences(engine_then, engine_now, then_runs, now_runs)),
-                               tuple(changes), n, why, seed_base, change.to_dict())
+                               tuple(changes), n, why, seed_base, encode(change))
 
 
 def _engines_record(stored: Verification, index: int, now: Verification, old: EngineFacts, new: EngineFacts,

@@ -361,7 +361,7 @@ def test_recheck_rebuilds_the_engine_from_the_stored_space_with_the_real_credent
     assert status not in (ExitStatus.ERROR, ExitStatus.BAD_INPUT), err
     from autotune.decisions.recheck import RecheckRecord
 
-    record = RecheckRecord.from_dict(load("keyed", f"sqlite:///{tmp}/optuna.db").rechecks()[-1])
+    record = decode(RecheckRecord, load("keyed", f"sqlite:///{tmp}/optuna.db").rechecks()[-1])
     restarts = [r for e in record.verification.entries for r in e.restarts]
     assert restarts and all(r.ok for r in restarts), [r.error for r in restarts if not r.ok]
     assert CMD_KEY not in out + err and CMD_LOGIN not in out + err
