@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, stats
 
-from autotune.records import decode
+from autotune.records import decode, encode
 from autotune.core.records import RestartResult
 from autotune.engines.drift import PRESETS, DriftParams, window_g
 
@@ -466,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fit, series = fit_preset(name, args.root, args.bootstrap, args.seed)
         sys.stdout.write(f"## {name}\n\n{render(fit, series)}\n")
         if name in PRESETS:
-            sys.stdout.write(f"\npreset {name} in autotune/engines/drift.py: {PRESETS[name].to_dict()}\n\n")
+            sys.stdout.write(f"\npreset {name} in autotune/engines/drift.py: {encode(PRESETS[name])}\n\n")
     return 0
 
 

@@ -145,7 +145,7 @@ def run_audit(
     _print_audit(out, config, result, rows, facts)
     # The KV audits on this restart's facts: capacity against the workload the study will run (not the short
     # audit pass), a negative graph-memory estimate.
-    for finding in kv_findings(config, [result], space.workload.to_dict()):
+    for finding in kv_findings(config, [result], encode(space.workload)):
         print(f"KV audit: {finding}", file=out)
     for line in schedule_coverage(config, result):
         print(f"schedule audit: {line}", file=out)

@@ -121,7 +121,7 @@ class Workload:
     weights: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        # Accept the JSON shapes too (``Workload(**workload.to_dict())``); stored as hashable records.
+        # Accept the JSON shapes too (``Workload(**encode(workload))``); stored as hashable records.
         if isinstance(self.concurrency, (list, tuple)):
             levels = tuple(int(c) for c in self.concurrency)
             object.__setattr__(self, "concurrency", levels[0] if len(levels) == 1 else levels)

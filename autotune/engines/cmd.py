@@ -3,7 +3,7 @@
 Per restart the command runs as a fresh process in its own session (so a timeout can kill everything it spawned)
 and gets the configuration as JSON on stdin::
 
-    {"config": EngineConfig.to_dict(), "llm_kwargs": config.llm_kwargs(), "workload": Workload.to_dict(),
+    {"config": encode(config), "llm_kwargs": config.llm_kwargs(), "workload": encode(workload),
      "restart": 0, "seed": 1234, "output_check": {"prompts": [1, 4, ...], "tokens": 32}}
 
 with ``AUTOTUNE_RESTART``, ``AUTOTUNE_SEED`` and, when the study has a cache directory, ``AUTOTUNE_CACHE_DIR`` in
@@ -263,7 +263,7 @@ Passes = Annotated[list[Finite], Field(min_length=1)]
 
 
 class _Resolved(BaseModel):
-    """``resolved``: what the engine actually ran. Other keys are kept out of the way (:meth:`Resolved.from_dict`
+    """``resolved``: what the engine actually ran. Other keys are kept out of the way (``decode(Resolved, ...)``
     reads these), so a wrapper that reports more facts still works."""
 
     model_config = ConfigDict(strict=True, extra="allow")

@@ -4,7 +4,8 @@ The rules every record shares (so no record writes them again):
 
 - A float that is NaN (or infinite) is written as ``null``, and ``null`` reads back as NaN in a field typed
   ``float`` (a record whose null means infinity says so in its reader): the stored and emitted JSON stays strict.
-- Tuples are written as lists, enums as their values, mappings as objects, nested records by their own shape.
+- Tuples are written as lists, sets as sorted lists, enums as their values, mappings as objects, nested records by
+  their own shape.
 - A stored ``null`` in a field that does not take ``None`` reads as the field's default: older autotune wrote some
   empty collections as ``null``.
 - Keys the type does not know are ignored when reading: what a record emits beside its fields (``emits``), and what
@@ -48,6 +49,7 @@ class _Shape:
     spread: str | None = None
     pairs: frozenset[str] = frozenset()
     after: Mapping[str, str] = dataclasses.field(default_factory=dict)  # emitted key -> the key it follows
+    leaves_out: frozenset[str] = frozenset()
 
 
 _SHAPES: dict[type, _Shape] = {}
@@ -57,7 +59,8 @@ _READERS: dict[type, list[tuple[int | None, Reader]]] = {}
 
 def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] | Mapping[str, str] = (),
            renamed: Mapping[str, str] | None = None, spread: str | None = None,
-           pairs: Iterable[str] = (), after: Mapping[str, str] | None = None) -> Callable[[type[T]], type[T]]:
+           pairs: Iterable[str] = (), after: Mapping[str, str] | None = None,
+           leaves_out: Iterable[str] = ()) -> Callable[[type[T]], type[T]]:
     """Declare a dataclass record's stored shape.
 
     Args:
@@ -73,19 +76,20 @@ def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] | Mappin
         pairs: Fields of ``(key, value)`` pairs (kept as pairs so the record stays hashable) stored as one JSON
             object, and read back as the pairs sorted by key.
         after: Where an emitted key goes when not last: ``{"verdict": "max_restarts"}`` writes ``verdict`` right
-            after ``max_restarts``, where the record has always had it.
+            after ``max_restarts``, where the record has always had it (any key may be placed so).
+        leaves_out: Fields never written: a view that states them elsewhere (they read back as their default).
     """
 
     def declare(cls: type[T]) -> type[T]:
         if not dataclasses.is_dataclass(cls):
             raise TypeError(f"{cls.__name__} is not a dataclass: the record layer writes dataclass records")
         names = {f.name for f in dataclasses.fields(cls)}
-        omitted, paired = frozenset(omit_at_default), frozenset(pairs)
-        unknown = (omitted | paired | set(renamed or {}) | ({spread} if spread else set())) - names
+        omitted, paired, hidden = frozenset(omit_at_default), frozenset(pairs), frozenset(leaves_out)
+        unknown = (omitted | paired | hidden | set(renamed or {}) | ({spread} if spread else set())) - names
         if unknown:
             raise TypeError(f"{cls.__name__} has no field {sorted(unknown)[0]!r} to declare")
         emitted = tuple(emits.items()) if isinstance(emits, Mapping) else tuple((name, name) for name in emits)
-        _SHAPES[cls] = _Shape(omitted, emitted, dict(renamed or {}), spread, paired, dict(after or {}))
+        _SHAPES[cls] = _Shape(omitted, emitted, dict(renamed or {}), spread, paired, dict(after or {}), hidden)
         return cls
 
     return declare
@@ -124,7 +128,9 @@ def encode(obj: object) -> JsonValue:
         return _encode_record(obj)
     if isinstance(obj, Mapping):
         return {str(k): encode(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
+    if isinstance(obj, (set, frozenset)):
+        return [encode(v) for v in sorted(obj)]  # a set has no order of its own: the JSON's is sorted
+    if isinstance(obj, (list, tuple)):
         return [encode(v) for v in obj]
     raise TypeError(f"the record layer cannot write a {type(obj).__name__}")
 
@@ -142,7 +148,8 @@ def _encode_record(obj: Any) -> dict[str, JsonValue]:
     out: dict[str, JsonValue] = {}
     for field in dataclasses.fields(obj):
         value = getattr(obj, field.name)
-        if field.name in shape.omit_at_default and _at_default(value, _default(field)):
+        if field.name in shape.leaves_out or (field.name in shape.omit_at_default
+                                              and _at_default(value, _default(field))):
             continue
         if field.name == shape.spread:
             out.update({str(k): encode(v) for k, v in value.items() if str(k) not in out})

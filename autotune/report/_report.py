@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.records import encode
+from autotune.records import encode, record
 from autotune.core.records import OBJECTIVE_UNITS, RestartResult
 from autotune.report._rows import CompareResult, VerificationTable, VerifiedRow, finite_or_none, restart_dict
 from autotune.report._counts import FailedTrial, TrialCounts
@@ -91,6 +91,7 @@ class SearchTrial:
         }
 
 
+@record(omit_at_default=("phase",))
 @dataclasses.dataclass(frozen=True)
 class ChangedConfig:
     """A configuration the engine changed silently: where (a trial, or verification) and how."""
@@ -100,13 +101,8 @@ class ChangedConfig:
     differences: tuple[str, ...]
     phase: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"trial": self.trial, "label": self.label, "differences": list(self.differences)}
-        if self.phase is not None:
-            out["phase"] = self.phase
-        return out
 
-
+@record(omit_at_default=("verification_restarts",))
 @dataclasses.dataclass(frozen=True)
 class Budget:
     """Engine starts and minutes spent, the limits set, and verification's share."""
@@ -116,12 +112,6 @@ class Budget:
     budget_restarts: int | None = None
     budget_minutes: float | None = None
     verification_restarts: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        if self.verification_restarts is None:
-            del out["verification_restarts"]
-        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,10 +186,10 @@ class Report:
             "study": self.study,
             "meta": encode(self.meta),
             "trials": dataclasses.asdict(self.trials),
-            "warnings": [w.to_dict() for w in self.warnings],
+            "warnings": [encode(w) for w in self.warnings],
             "failures": [dataclasses.asdict(f) for f in self.failures],
             "interrupted": [dataclasses.asdict(f) for f in self.interrupted],
-            "budget": self.budget.to_dict(),
+            "budget": encode(self.budget),
             "search_stopped": self.search_stopped,
             "search_end": None if self.search_end is None else {**encode(self.search_end),
                                                                 "text": self.search_end.describe()},
@@ -215,21 +205,21 @@ class Report:
             out["winner_is_baseline"] = self.winner_is_baseline
         if self.simulator_check is not None:
             out["simulator_check"] = dataclasses.asdict(self.simulator_check)
-        out["prompts"] = None if self.prompts is None else self.prompts.to_dict()
+        out["prompts"] = None if self.prompts is None else encode(self.prompts)
         out["objective"] = self.objective
         out["unit"] = self.unit
-        out["levels"] = [b.to_dict() for b in self.levels]
-        out["schedule"] = None if self.schedule is None else self.schedule.to_dict()
+        out["levels"] = [encode(b) for b in self.levels]
+        out["schedule"] = None if self.schedule is None else encode(self.schedule)
         out["slo"] = dict(self.slo)
-        out["search_latency"] = [t.to_dict() for t in self.search_latency]
+        out["search_latency"] = [encode(t) for t in self.search_latency]
         if self.slo_outcome is not None:
             out["slo_outcome"] = self.slo_outcome.to_dict()
         out["no_result"] = self.no_result
         out["search_trials"] = [t.to_dict() for t in self.search_trials]
-        out["machine"] = None if self.machine is None else self.machine.to_dict()
-        out["phases"] = None if self.phases is None else self.phases.to_dict()
+        out["machine"] = None if self.machine is None else encode(self.machine)
+        out["phases"] = None if self.phases is None else encode(self.phases)
         out["output_check"] = None if self.output_checks is None else self.output_checks.to_dict()
-        out["lineage"] = None if self.lineage is None else self.lineage.to_dict()
+        out["lineage"] = None if self.lineage is None else encode(self.lineage)
         return out
 
 

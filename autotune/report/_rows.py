@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.records import encode
+from autotune.records import encode, record
 from autotune.core.records import EngineConfig, RestartResult
 from autotune.decisions.planning import RestartPlan
 from autotune.decisions.sequential import SequentialLook
@@ -23,6 +23,7 @@ def finite_or_none(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else value
 
 
+@record(after={"p_value": "ci_high", "verdict": "comparisons"})  # the order the JSON has always had
 @dataclasses.dataclass(frozen=True)
 class CompareResult:
     """A verified configuration against the baseline: speedup, its interval, and the verdict (pyperf style).
@@ -68,11 +69,6 @@ class CompareResult:
         family = f", Bonferroni over {self.comparisons} challengers" if self.comparisons > 1 else ""
         paired = f", paired over {self.pairs} rounds" if self.pairs is not None else ""
         return f" [{self.ci_low:.2f}, {self.ci_high:.2f}] ({self.confidence * 100:.1f}% CI{family}{paired})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high, "p_value": self.p_value,
-                "confidence": self.confidence, "comparisons": self.comparisons, "verdict": self.verdict,
-                "pairs": self.pairs}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +147,7 @@ class VerifiedRow:
                "unit": self.unit, "dropped": self.dropped,
                "restarts": [restart_dict(r) for r in self.restarts]}
         if self.speedup is not None:
-            out["speedup"] = self.speedup.to_dict()
+            out["speedup"] = encode(self.speedup)
         out["latency"] = {k: encode(v) for k, v in self.latency.items()}
         out["slo_checks"] = [encode(c) for c in self.slo_checks]
         out["meets_slo"] = self.meets_slo

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.records import decode, encode
+from autotune.records import decode, encode, record
 from autotune.store.ledger import Ledger, StudyMeta
 from autotune.stats.latency import SloCheck
 from autotune.core.records import Dataset, Workload
@@ -32,6 +32,7 @@ __all__ = ["Prompts", "SloOutcome", "TrialLatency", "prompts_note", "render_late
 SHOWN = ("ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms")
 
 
+@record(emits={"description": "dataset.describe"}, after={"description": "dataset"})
 @dataclasses.dataclass(frozen=True)
 class Prompts:
     """The prompts a study ran, and a warning when a real engine ran synthetic ones."""
@@ -40,10 +41,6 @@ class Prompts:
     synthetic: bool
     repetitive: bool
     warning: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"dataset": encode(self.dataset), "description": self.dataset.describe(),
-                "synthetic": self.synthetic, "repetitive": self.repetitive, "warning": self.warning}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,10 +53,6 @@ class TrialLatency:
     mean_tok_s: float | None
     latency: Mapping[str, float]
     slo_failed: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"trial": self.trial, "label": self.label, "state": self.state, "mean_tok_s": self.mean_tok_s,
-                "latency": dict(self.latency), "slo_failed": list(self.slo_failed)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.records import decode, encode
+from autotune.records import decode
 from autotune.decisions.recheck import CONFIG_CHANGED, ENGINES, RecheckRecord
 from autotune.store.ledger import Ledger
 
@@ -24,9 +24,6 @@ class Lineage:
 
     warm_start: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     rechecks: tuple[RecheckRecord, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"warm_start": dict(self.warm_start), "rechecks": [encode(r) for r in self.rechecks]}
 
 
 def lineage_of(ledger: Ledger) -> Lineage | None:

@@ -457,8 +457,8 @@ def test_runner_prompts_are_token_ids_and_repeat_an_ngram() -> None:
 
 
 def test_serve_mode_runs_vllm_bench_serve_at_each_load_level(tmp_path: Path) -> None:
-    workload = Workload(num_prompts=4, input_len=8, output_len=4, concurrency=(1, 8), aggregate="min",
-                        dataset=Dataset("synthetic")).to_dict()
+    workload = encode(Workload(num_prompts=4, input_len=8, output_len=4, concurrency=(1, 8), aggregate="min",
+                               dataset=Dataset("synthetic")))
     request = {"workload": workload, "llm_kwargs": {"model": "m"}}
     assert passes_mod.load_levels(workload) == [1, 8] and passes_mod.load_levels({"concurrency": 4}) is None
     first = serve.ServePasses(request, 8000, str(tmp_path), concurrency=1)

@@ -127,7 +127,7 @@ def test_the_report_totals_phases_over_every_restart_and_counts_those_without() 
     assert totals is not None
     assert dict(totals.seconds) == {F.PHASE_COMPILE_S: 66.0, F.PHASE_WARMUP_S: 3.0, F.PHASE_TIMED_S: 30.0}
     assert (totals.restarts, totals.without, totals.warmup_passes) == (2, 1, 10)
-    assert totals.to_dict()["total_s"] == 99.0
+    assert encode(totals)["total_s"] == 99.0
     text = " ".join(render_phases(totals))
     assert "compile 1.1 min (67%)" in text and "1 restarts did not say" in text and "5.0 passes" in text
     assert phase_totals([old]) is None and render_phases(None) == []
@@ -154,7 +154,7 @@ def test_the_report_names_the_start_up_phases_and_reads_records_from_before_them
     assert line == ("Engine time by phase over 2 restarts: engine set-up 0.4 min (8%), compile 0.6 min (12%), "
                     "memory profiling 0.1 min (1%), graph capture 0.0 min (0%), kernel warm-up 1.7 min (34%), "
                     "other start-up 2.2 min (45%)")
-    assert totals.to_dict()["seconds"][F.PHASE_KERNEL_WARMUP_S] == 102.0  # report --json: the fact's own key
+    assert encode(totals)["seconds"][F.PHASE_KERNEL_WARMUP_S] == 102.0  # report --json: the fact's own key
 
 # -- the noise prior (issue 21 item 1: a rule that can decide before its cap) ----------------------------------
 
@@ -319,7 +319,7 @@ def test_the_report_says_what_ended_the_warm_ups() -> None:
 
     totals = phase_totals([restart("cap", 4), restart("prior", 3), restart("prior", 3)])
     assert totals is not None and dict(totals.warmup_rules) == {"prior": 2, "cap": 1}
-    assert totals.to_dict()["warmup_rules"] == {"prior": 2, "cap": 1}
+    assert encode(totals)["warmup_rules"] == {"prior": 2, "cap": 1}
     line = render_phases(totals)[-1]
     assert "3.3 passes" in line and "the rule with the study's noise prior 2, the cap 1" in line
 
