@@ -65,14 +65,16 @@ def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] | Mappin
 
     Args:
         omit_at_default: Fields left out of the JSON while at their default: fields added after records were
-            first stored, so that an older record's shape (and the digests taken of it) stays what it was.
+            first stored, so that an older record's shape (and the digests taken of it) stays what it was. An
+            emitted key named here is left out while ``None`` or false (a flag written only when raised).
         emits: Properties (or methods of no argument) written after the fields, for readers of the JSON (a count,
             a verdict's sentence); never read back, since they follow from the fields. A mapping writes each
             attribute under another key (``{"text": "describe"}``); an attribute may be a dotted path
             (``"candidate.config.label"``).
         renamed: Fields stored under another key (``{"name": "engine"}``), read back from it.
         spread: A mapping field whose items are stored beside the fields (a record's open-ended extras); on
-            reading, every key the record does not know goes back into it.
+            reading, every key the record does not know goes back into it. A nested record's field is spread
+            the same way (its keys written in its place), for writing only.
         pairs: Fields of ``(key, value)`` pairs (kept as pairs so the record stays hashable) stored as one JSON
             object, and read back as the pairs sorted by key.
         after: Where an emitted key goes when not last: ``{"verdict": "max_restarts"}`` writes ``verdict`` right
@@ -85,10 +87,11 @@ def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] | Mappin
             raise TypeError(f"{cls.__name__} is not a dataclass: the record layer writes dataclass records")
         names = {f.name for f in dataclasses.fields(cls)}
         omitted, paired, hidden = frozenset(omit_at_default), frozenset(pairs), frozenset(leaves_out)
-        unknown = (omitted | paired | hidden | set(renamed or {}) | ({spread} if spread else set())) - names
+        emitted = tuple(emits.items()) if isinstance(emits, Mapping) else tuple((name, name) for name in emits)
+        unknown = (omitted - {key for key, _ in emitted} | paired | hidden | set(renamed or {})
+                   | ({spread} if spread else set())) - names
         if unknown:
             raise TypeError(f"{cls.__name__} has no field {sorted(unknown)[0]!r} to declare")
-        emitted = tuple(emits.items()) if isinstance(emits, Mapping) else tuple((name, name) for name in emits)
         _SHAPES[cls] = _Shape(omitted, emitted, dict(renamed or {}), spread, paired, dict(after or {}), hidden)
         return cls
 
@@ -152,7 +155,8 @@ def _encode_record(obj: Any) -> dict[str, JsonValue]:
                                               and _at_default(value, _default(field))):
             continue
         if field.name == shape.spread:
-            out.update({str(k): encode(v) for k, v in value.items() if str(k) not in out})
+            items: Mapping[str, Any] = _encode_record(value) if dataclasses.is_dataclass(value) else value
+            out.update({str(k): encode(v) for k, v in items.items() if str(k) not in out})
         elif field.name in shape.pairs:
             out[shape.renamed.get(field.name, field.name)] = {str(k): encode(v) for k, v in value}
         else:
@@ -161,7 +165,10 @@ def _encode_record(obj: Any) -> dict[str, JsonValue]:
         value = obj
         for name in path.split("."):
             value = getattr(value, name)
-        out[key] = encode(value() if callable(value) else value)
+        value = value() if callable(value) else value
+        if key in shape.omit_at_default and not value:
+            continue
+        out[key] = encode(value)
     for key, anchor in shape.after.items():
         keys = [k for k in out if k != key]
         keys.insert(keys.index(anchor) + 1, key)

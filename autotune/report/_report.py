@@ -218,7 +218,7 @@ class Report:
         out["search_trials"] = [t.to_dict() for t in self.search_trials]
         out["machine"] = None if self.machine is None else encode(self.machine)
         out["phases"] = None if self.phases is None else encode(self.phases)
-        out["output_check"] = None if self.output_checks is None else self.output_checks.to_dict()
+        out["output_check"] = None if self.output_checks is None else encode(self.output_checks)
         out["lineage"] = None if self.lineage is None else encode(self.lineage)
         return out
 
