@@ -48,12 +48,12 @@ class _Shape:
     renamed: Mapping[str, str] = dataclasses.field(default_factory=dict)  # field -> stored key
     spread: str | None = None
     pairs: frozenset[str] = frozenset()
-    after: Mapping[str, str] = dataclasses.field(default_factory=dict)  # emitted key -> the key it follows
+    after: Mapping[str, str] = dataclasses.field(default_factory=dict)  # key -> the key it follows
     leaves_out: frozenset[str] = frozenset()
 
 
 _SHAPES: dict[type, _Shape] = {}
-#: Readers by type, oldest version first: ``(version, reader)``; version ``None`` reads every stored version.
+#: Readers by type, ``(version, reader)``: those of every version (``None``) first, then oldest version first.
 _READERS: dict[type, list[tuple[int | None, Reader]]] = {}
 
 
