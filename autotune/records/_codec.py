@@ -78,7 +78,8 @@ def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] | Mappin
         pairs: Fields of ``(key, value)`` pairs (kept as pairs so the record stays hashable) stored as one JSON
             object, and read back as the pairs sorted by key.
         after: Where an emitted key goes when not last: ``{"verdict": "max_restarts"}`` writes ``verdict`` right
-            after ``max_restarts``, where the record has always had it (any key may be placed so).
+            after ``max_restarts``, where the record has always had it (any key may be placed so; the places are
+            taken in the order given, and one whose key or anchor is left out is skipped).
         leaves_out: Fields never written: a view that states them elsewhere (they read back as their default).
     """
 
@@ -170,6 +171,8 @@ def _encode_record(obj: Any) -> dict[str, JsonValue]:
             continue
         out[key] = encode(value)
     for key, anchor in shape.after.items():
+        if key not in out or anchor not in out:
+            continue  # a key left out at its default, or placed after one that is
         keys = [k for k in out if k != key]
         keys.insert(keys.index(anchor) + 1, key)
         out = {k: out[k] for k in keys}
