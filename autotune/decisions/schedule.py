@@ -40,12 +40,6 @@ class Derivation:
     reason: str = ""
     template: EngineConfig | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"schedule": None if self.schedule is None else self.schedule.to_list(),
-                "label": None if self.schedule is None else self.schedule.text(),
-                "best": [list(b) for b in self.best], "reason": self.reason,
-                "template": None if self.template is None else self.template.label()}
-
 
 def level_means(objective: str, restarts: Iterable[RestartResult]) -> dict[int, float]:
     """Mean value at each load level over the counted (warm, ok) restarts."""

@@ -48,7 +48,7 @@ class _Shape:
     renamed: Mapping[str, str] = dataclasses.field(default_factory=dict)  # field -> stored key
     spread: str | None = None
     pairs: frozenset[str] = frozenset()
-    after: Mapping[str, str] = dataclasses.field(default_factory=dict)  # key -> the key it follows
+    after: Mapping[str, str | None] = dataclasses.field(default_factory=dict)  # key -> the key it follows
     leaves_out: frozenset[str] = frozenset()
 
 
@@ -59,7 +59,7 @@ _READERS: dict[type, list[tuple[int | None, Reader]]] = {}
 
 def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] | Mapping[str, str] = (),
            renamed: Mapping[str, str] | None = None, spread: str | None = None,
-           pairs: Iterable[str] = (), after: Mapping[str, str] | None = None,
+           pairs: Iterable[str] = (), after: Mapping[str, str | None] | None = None,
            leaves_out: Iterable[str] = ()) -> Callable[[type[T]], type[T]]:
     """Declare a dataclass record's stored shape.
 
@@ -79,7 +79,7 @@ def record(*, omit_at_default: Iterable[str] = (), emits: Iterable[str] | Mappin
             object, and read back as the pairs sorted by key.
         after: Where an emitted key goes when not last: ``{"verdict": "max_restarts"}`` writes ``verdict`` right
             after ``max_restarts``, where the record has always had it (any key may be placed so; the places are
-            taken in the order given, and one whose key or anchor is left out is skipped).
+            taken in the order given, and one whose key or anchor is left out is skipped); ``None`` puts it first.
         leaves_out: Fields never written: a view that states them elsewhere (they read back as their default).
     """
 
@@ -171,10 +171,10 @@ def _encode_record(obj: Any) -> dict[str, JsonValue]:
             continue
         out[key] = encode(value)
     for key, anchor in shape.after.items():
-        if key not in out or anchor not in out:
+        if key not in out or (anchor is not None and anchor not in out):
             continue  # a key left out at its default, or placed after one that is
         keys = [k for k in out if k != key]
-        keys.insert(keys.index(anchor) + 1, key)
+        keys.insert(0 if anchor is None else keys.index(anchor) + 1, key)
         out = {k: out[k] for k in keys}
     return out
 

@@ -221,7 +221,7 @@ class Report:
         out["slo"] = dict(self.slo)
         out["search_latency"] = [encode(t) for t in self.search_latency]
         if self.slo_outcome is not None:
-            out["slo_outcome"] = self.slo_outcome.to_dict()
+            out["slo_outcome"] = encode(self.slo_outcome)
         out["no_result"] = self.no_result
         out["search_trials"] = [encode(t) for t in self.search_trials]
         out["machine"] = None if self.machine is None else encode(self.machine)

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.records import decode, encode, record
+from autotune.records import decode, record
 from autotune.store.ledger import Ledger, StudyMeta
 from autotune.stats.latency import SloCheck
 from autotune.core.records import Dataset, Workload
@@ -56,6 +56,16 @@ class TrialLatency:
 
 
 @dataclasses.dataclass(frozen=True)
+class MissedLimits:
+    """One verified configuration's limits that it missed, as report --json lists them."""
+
+    label: str
+    role: str
+    missed: tuple[SloCheck, ...]
+
+
+@record(leaves_out=("missed",), emits={"missed": "missed_limits"}, after={"missed": None})
+@dataclasses.dataclass(frozen=True)
 class SloOutcome:
     """The verified configurations against the study's limits."""
 
@@ -64,10 +74,9 @@ class SloOutcome:
     baseline_meets: bool
     winner_meets: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"missed": [{"label": label, "role": role, "missed": [encode(c) for c in checks]}
-                           for label, role, checks in self.missed],
-                "any_met": self.any_met, "baseline_meets": self.baseline_meets, "winner_meets": self.winner_meets}
+    @property
+    def missed_limits(self) -> tuple[MissedLimits, ...]:
+        return tuple(MissedLimits(label, role, checks) for label, role, checks in self.missed)
 
 
 def prompts_note(meta: StudyMeta) -> Prompts:

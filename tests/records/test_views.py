@@ -11,7 +11,9 @@ from autotune.records import encode
 from autotune.report._report import Budget, ChangedConfig
 from autotune.report._rows import CompareResult
 from autotune.report.outputs import OutputChecks, TrialOutputs
+from autotune.report.latency import SloOutcome
 from autotune.report.phases import PhaseTotals
+from autotune.stats.latency import SloCheck
 
 
 def test_the_output_checks_keep_their_shape_a_lossy_unchecked_method_flagged_only_when_so() -> None:
@@ -40,3 +42,12 @@ def test_optional_report_keys_are_left_out_while_unset_and_renamed_keys_keep_the
     assert list(totals) == ["seconds", "total_s", "restarts", "restarts_without_phases", "warmup_passes",
                             "warmup_rules"]
     assert totals["seconds"] == {"phase_load_s": 2.0, "phase_timed_s": None}
+
+
+def test_the_slo_outcome_lists_each_missed_configuration_first_as_an_object() -> None:
+    check = SloCheck("tpot_p99_ms", 50.0, "misses", 61.0, 58.0, 64.0)
+    view = encode(SloOutcome((("ngram K=3", "candidate", (check,)),), any_met=False, baseline_meets=True,
+                             winner_meets=False))
+    assert list(view) == ["missed", "any_met", "baseline_meets", "winner_meets"]
+    assert view["missed"] == [{"label": "ngram K=3", "role": "candidate", "missed": [encode(check)]}]
+    assert encode(check)["fails"] is True
