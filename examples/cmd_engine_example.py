@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune.engines.sim import SimEngine
 from autotune.core.records import EngineConfig, Workload
+from autotune.records import decode, encode
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -42,15 +43,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run_engine(request: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """One restart of the engine for ``request``; returns the protocol's result object."""
-    config = EngineConfig.from_dict(request["config"])
-    workload = Workload.from_dict(request["workload"])
+    config = decode(EngineConfig, request["config"])
+    workload = decode(Workload, request["workload"])
     cache_dir = os.environ.get("AUTOTUNE_CACHE_DIR")
     engine = SimEngine(cache_dir=None if cache_dir is None else str(Path(cache_dir) / "cmd-example"),
                        profile=args.profile, model_profile=args.model_profile, engine_version=args.engine_version)
     print(f"INFO starting simulated vLLM {args.engine_version} ({args.profile}/{args.model_profile}) "
           f"for {config.label()}", flush=True)
     result = engine.run_restart(config, workload, restart=int(request["restart"]), seed=int(request["seed"]))
-    resolved = None if result.resolved is None else result.resolved.to_dict()
+    resolved = None if result.resolved is None else encode(result.resolved)
     for note in (result.resolved.notes if result.resolved else ()):
         print(note, file=sys.stderr, flush=True)
     if not result.ok:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
 
-#: docs/architecture.md's packages, lowest first: data flows core -> config -> machine -> engines -> stats -> decisions
+#: docs/architecture.md's packages, lowest first: data flows records -> core -> config -> machine -> engines -> stats -> decisions
 #: -> store -> study -> report -> observers -> bench -> cli. A module may import its own package and the ones before it.
 LAYERS = [
+    {"autotune.records"},
     {"autotune", "autotune.core"},
     {"autotune.config"},
     {"autotune.machine"},
@@ -273,8 +274,8 @@ def test_autotune_itself_holds_no_module_but_its_init_and_main() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert top == ["__init__.py", "__main__.py"]
     packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
-    assert {"core", "config", "machine", "engines", "stats", "decisions", "store", "study", "report", "observers",
-            "bench", "cli"} == packages
+    assert {"records", "core", "config", "machine", "engines", "stats", "decisions", "store", "study", "report",
+            "observers", "bench", "cli"} == packages
 
 
 DOC = PACKAGE.parent / "docs" / "architecture.md"

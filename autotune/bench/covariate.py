@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from autotune.records import decode
 from autotune.core.records import RestartResult
 from autotune.engines.drift import PRESETS, DriftScenario
 
@@ -54,7 +55,7 @@ def recorded_pairs(root: str = ROOT) -> dict[tuple[str, str], list[tuple[float, 
                 continue
             base = verification.baseline.candidate.config.key()
             for rnd, by_key in rounds.items():
-                runs = {k: [r for r in (RestartResult.from_dict(d) for d in ds)
+                runs = {k: [r for r in (decode(RestartResult, d) for d in ds)
                             if r.ok and not r.cold and r.value and r.startup_s] for k, ds in by_key.items()}
                 if not runs.get(base):
                     continue

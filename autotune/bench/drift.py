@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, stats
 
+from autotune.records import decode, encode
 from autotune.core.records import RestartResult
 from autotune.engines.drift import PRESETS, DriftParams, window_g
 
@@ -163,7 +164,7 @@ def _study_restarts(url: str, name: str) -> list[tuple[float, str, RestartResult
             for rnd in sorted(rounds):
                 for key in sorted(rounds[rnd], key=lambda k: order.index(k) if k in order else len(order)):
                     for d in rounds[rnd][key]:
-                        r = RestartResult.from_dict(d)
+                        r = decode(RestartResult, d)
                         out.append((clock, key, r))
                         clock += r.wall_s or 0.0
     return out
@@ -465,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fit, series = fit_preset(name, args.root, args.bootstrap, args.seed)
         sys.stdout.write(f"## {name}\n\n{render(fit, series)}\n")
         if name in PRESETS:
-            sys.stdout.write(f"\npreset {name} in autotune/engines/drift.py: {PRESETS[name].to_dict()}\n\n")
+            sys.stdout.write(f"\npreset {name} in autotune/engines/drift.py: {encode(PRESETS[name])}\n\n")
     return 0
 
 

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from autotune.records import encode
 from autotune.bench._args import BenchParser, count, fail, number, seed_number
 from autotune.core.records import EngineConfig, Resolved, RestartResult, Workload
 from autotune.decisions import planning
@@ -428,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     args = parser.parse_args(argv)
     if args.drift is not None:
-        sys.stdout.write(f"drift scenario: preset {args.drift} {PRESETS[args.drift].to_dict()}, effect "
+        sys.stdout.write(f"drift scenario: preset {args.drift} {encode(PRESETS[args.drift])}, effect "
                          f"{args.effect:g}x, {DRIFT_PER_CONFIG} min a search configuration, {DRIFT_RESTART_MIN} min a "
                          "warm restart\n\n")
         run(None, args.draws, args.seed, sys.stdout, args.budgets, args.max_share, args.effect_power, args.policies,

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any
 
+from autotune.records import encode
 from autotune.cli._common import (
     PARAM_ALIASES,
     add_workdir_arg,
@@ -151,7 +152,7 @@ def run_audit(
     _print_audit(out, config, result, rows, facts)
     # The KV audits on this restart's facts: capacity against the workload the study will run (not the short
     # audit pass), a negative graph-memory estimate.
-    for finding in kv_findings(config, [result], space.workload.to_dict()):
+    for finding in kv_findings(config, [result], encode(space.workload)):
         print(f"KV audit: {finding}", file=out)
     for line in schedule_coverage(config, result):
         print(f"schedule audit: {line}", file=out)
@@ -332,10 +333,10 @@ def _announced(row: AuditRow, notes: tuple[str, ...]) -> bool:
 def _audit_json(config: EngineConfig, result: RestartResult, rows: list[AuditRow],
                 facts: EngineFacts) -> dict[str, Any]:
     return {
-        "config": config.to_dict(),
+        "config": encode(config),
         "label": config.label(),
-        "engine": facts.to_dict(),
+        "engine": encode(facts),
         "rows": [dataclasses.asdict(r) for r in rows],
         "changed": [r.field for r in rows if r.changed],
-        "restart": result.to_dict(),
+        "restart": encode(result),
     }

@@ -38,6 +38,7 @@ import os
 import sys
 from typing import IO
 
+from autotune.records import encode
 from autotune.cli._common import (
     UsageError, add_store_args, add_workdir_arg, build_engine, check_references, make_engine_from_input, parse_kv,
     stored_space_dir,
@@ -199,7 +200,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
                 e.close()
     print("\n".join(render_recheck(record, space.workload.unit)), file=out)
     if args.json:
-        write_json(args.json, record.to_dict(), args.workdir)
+        write_json(args.json, encode(record), args.workdir)
     if not args.no_mlflow:
         from autotune.observers.mlflow import TrackingError, log_recheck
 

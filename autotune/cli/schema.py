@@ -15,6 +15,7 @@ import argparse
 import json
 from typing import IO
 
+from autotune.records import encode
 from autotune.config.space import space_json_schema
 from autotune.core.exit_status import ExitStatus
 
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
             raise UsageError(f"--vllm-version {args.vllm_version!r} is not a version: write e.g. --vllm-version 0.34.0")
         vocab = recorded(args.vllm_version)
         # An editor shows the description; tools read the object (the capture unit decides which key to search).
-        schema["x-vllm-vocabulary"] = vocab.to_dict()
+        schema["x-vllm-vocabulary"] = encode(vocab)
         schema["description"] = f"{schema.get('description', '')} For {'; '.join(vocab.lines())}".strip()
     out.write(json.dumps(schema, indent=args.indent) + "\n")
     return ExitStatus.SUCCESS

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import IO, Any
 
+from autotune.records import encode
 from autotune.cli import worker
 from autotune.cli._common import (
     EngineChoice,
@@ -179,7 +180,7 @@ def _say_what_the_budget_can_prove(options: Any, engine: Any, out: IO[str]) -> N
             price = costs.price((None, False)) if costs.warm else None
         except LedgerError:
             ledger = None
-    reach = budget_reach_for(options, EngineFacts.of(engine.describe()).to_dict(), ledger, price)
+    reach = budget_reach_for(options, encode(EngineFacts.of(engine.describe())), ledger, price)
     if reach is not None:
         out.write(("WARNING: " if not reach.in_reach else "") + "budget: " + reach.describe() + "\n")
 

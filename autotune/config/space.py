@@ -537,7 +537,7 @@ def check_shape(top: Mapping[str, Any], source: str) -> SpaceFile:
     data = dict(top)
     workload = data.get("workload")
     if isinstance(workload, dict):
-        # Workload.to_dict()'s shape (a stored workload read back): an unset key is null, no limits is {}.
+        # encode(Workload)'s shape (a stored workload read back): an unset key is null, no limits is {}.
         data["workload"] = {k: v for k, v in workload.items() if v is not None and not (k == "slo" and v == {})}
     try:
         return SpaceFile.model_validate(data)

@@ -15,6 +15,7 @@ from autotune.core.capture import captured_decode_requests
 from autotune.core.redact import redact
 from autotune.core.resolved import Detail, Difference, Resolved
 from autotune.core.schedule import KSchedule, canonical_spec, schedule_differences, schedule_of
+from autotune.records import decode, reader, record
 
 
 def _canonical_json(obj: Any) -> str:
@@ -142,26 +143,11 @@ class EngineConfig:
             kwargs["speculative_config"] = dict(self.speculative_config)
         return kwargs
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "engine_args": dict(self.engine_args),
-            "compilation_config": dict(self.compilation_config),
-            "speculative_config": None if self.speculative_config is None else dict(self.speculative_config),
-            "params": dict(self.params),
-            "draft": self.draft,
-        }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
-        return cls(
-            engine_args=dict(data.get("engine_args") or {}),
-            compilation_config=dict(data.get("compilation_config") or {}),
-            speculative_config=None if data.get("speculative_config") is None else dict(data["speculative_config"]),
-            params=dict(data.get("params") or {}),
-            draft=data.get("draft"),
-        )
-
-
+#: Stored as ``engine``, ``engine_version``, ``gpu``, ``driver``, ``cuda``, ``simulated`` (when true) and the extra
+#: facts beside them; unknown facts are left out.
+@record(omit_at_default=("name", "version", "gpu", "driver", "cuda", "simulated"),
+        renamed={"name": "engine", "version": "engine_version"}, spread="extra")
 @dataclasses.dataclass(frozen=True)
 class EngineFacts:
     """Which engine ran, as far as it knows: what tracking tags, reports and exports name.
@@ -191,33 +177,10 @@ class EngineFacts:
         "cuda": "cuda", "cuda_version": "cuda", "simulated": "simulated",
     }
 
-    def to_dict(self) -> dict[str, Any]:
-        """The stored shape: ``engine``, ``engine_version``, ``gpu``, ``driver``, ``cuda``, ``simulated`` (when
-        true) and the extra facts; unknown facts are left out."""
-        out: dict[str, Any] = {"engine": self.name, "engine_version": self.version, "gpu": self.gpu,
-                               "driver": self.driver, "cuda": self.cuda}
-        out = {k: v for k, v in out.items() if v is not None}
-        if self.simulated:
-            out["simulated"] = True
-        out.update({k: v for k, v in self.extra.items() if k not in out})
-        return out
-
     @classmethod
     def of(cls, facts: EngineFacts | Mapping[str, Any] | None) -> EngineFacts:
         """``facts`` as :class:`EngineFacts` (an engine outside this package may still describe itself as a dict)."""
-        return facts if isinstance(facts, EngineFacts) else cls.from_dict(facts)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> EngineFacts:
-        kw: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
-        for key, value in (data or {}).items():
-            field = cls._ALIASES.get(key)
-            if field is None:
-                extra[key] = value
-            elif value not in (None, "") and field not in kw:
-                kw[field] = bool(value) if field == "simulated" else value if field == "name" else str(value)
-        return cls(**kw, extra=extra)
+        return facts if isinstance(facts, EngineFacts) else decode(cls, facts or {})
 
 
 def _normalise_mode(mode: Any) -> str | None:
@@ -364,3 +327,20 @@ def speculation_plan_change(config: EngineConfig, resolved_mode: str | None,
     if got is None or reference is None or got == reference:
         return None
     return Difference("cudagraph_mode", f"default ({reference} without speculation)", got)
+
+
+@reader(EngineFacts)
+def _read_engine_facts(data: dict[str, Any]) -> dict[str, Any]:
+    # Older studies and engines named the facts otherwise (EngineFacts._ALIASES); an empty fact is unknown, and
+    # the first of a fact's names wins.
+    out: dict[str, Any] = {}
+    known: set[str] = set()
+    for key, value in data.items():
+        field = EngineFacts._ALIASES.get(key)
+        if field is None:
+            out[key] = value  # an extra fact
+        elif value not in (None, "") and field not in known:
+            known.add(field)
+            stored = {"name": "engine", "version": "engine_version"}.get(field, field)
+            out[stored] = bool(value) if field == "simulated" else value if field == "name" else str(value)
+    return out

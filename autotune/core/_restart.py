@@ -13,6 +13,7 @@ from autotune.core.facts import FactValue, clean_facts
 from autotune.core.failure import FailureKind
 from autotune.core.plausible import implausible, plausible_facts, throughput_problem
 from autotune.core.resolved import Resolved
+from autotune.records import reader, record
 
 
 class RestartStatus:
@@ -44,15 +45,9 @@ class LevelResult:
         """The level's mean output tokens/s."""
         return sum(self.passes_tok_s) / len(self.passes_tok_s) if self.passes_tok_s else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"concurrency": self.concurrency, "passes_tok_s": list(self.passes_tok_s), "latency": dict(self.latency)}
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LevelResult:
-        return cls(int(data["concurrency"]), tuple(float(x) for x in data.get("passes_tok_s") or ()),
-                   {str(k): float(v) for k, v in dict(data.get("latency") or {}).items() if v is not None})
-
-
+#: Fields added after restarts were first stored: left out at their default, so an older restart keeps its shape.
+@record(omit_at_default=("passes_s", "levels", "score", "facts", "failure_kind"))
 @dataclasses.dataclass(frozen=True)
 class RestartResult:
     """One restart: a fresh engine process started, warmed up and timed.
@@ -156,48 +151,28 @@ class RestartResult:
             raise ValueError(f"restart {self.restart} {self.status}: it has no value")
         return value
 
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["passes_tok_s"] = list(self.passes_tok_s)
-        out["warmup_tok_s"] = list(self.warmup_tok_s)
-        out["passes_s"] = list(self.passes_s)
-        if not self.passes_s:
-            del out["passes_s"]
-        out["resolved"] = None if self.resolved is None else self.resolved.to_dict()
-        out["latency"] = dict(self.latency)
-        out["levels"] = [lv.to_dict() for lv in self.levels]
-        if not self.levels:
-            del out["levels"]
-        if self.score is None:
-            del out["score"]
-        out["facts"] = dict(self.facts)
-        if not self.facts:
-            del out["facts"]
-        if self.failure_kind is None:
-            del out["failure_kind"]  # an ok restart's stored shape stays what it was
-        else:
-            out["failure_kind"] = self.failure_kind.value
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RestartResult:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in fields}
-        kwargs["passes_tok_s"] = tuple(float(x) for x in data.get("passes_tok_s") or ())
-        kwargs["warmup_tok_s"] = tuple(float(x) for x in data.get("warmup_tok_s") or ())
-        kwargs["passes_s"] = tuple(float(x) for x in data.get("passes_s") or ())
-        kwargs["resolved"] = Resolved.from_dict(data.get("resolved"))
-        kwargs["latency"] = {str(k): float(v) for k, v in dict(data.get("latency") or {}).items() if v is not None}
-        kwargs["levels"] = tuple(LevelResult.from_dict(lv) for lv in data.get("levels") or ())
-        kwargs["score"] = None if data.get("score") is None else float(data["score"])
-        kwargs["facts"] = clean_facts(data.get("facts") if isinstance(data.get("facts"), Mapping) else None)
-        # A kind this autotune does not know (a newer one's) reads as none: kind_of then reads the error line.
-        kind = data.get("failure_kind")
-        kwargs["failure_kind"] = FailureKind(kind) if kind in {k.value for k in FailureKind} else None
-        return cls(**kwargs)
-
     @classmethod
     def failure(cls, status: str, error: str, **kwargs: Any) -> RestartResult:
         """A failed or timed-out restart with a one-line reason."""
         first_line = (error or "unknown error").strip().splitlines()[0] if error and error.strip() else "unknown error"
         return cls(status=status, error=first_line, **kwargs)
+
+
+def _latency(value: Any) -> dict[str, Any]:
+    # A figure an engine could not measure was stored as null by older engines: it is not a figure.
+    return {str(k): v for k, v in dict(value or {}).items() if v is not None}
+
+
+@reader(LevelResult)
+def _read_level(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "latency": _latency(data.get("latency"))}
+
+
+@reader(RestartResult)
+def _read_restart(data: dict[str, Any]) -> dict[str, Any]:
+    kind = data.get("failure_kind")
+    facts = data.get("facts")
+    return {**data, "latency": _latency(data.get("latency")),
+            "facts": clean_facts(facts if isinstance(facts, Mapping) else None),
+            # A kind this autotune does not know (a newer one's) reads as none: kind_of then reads the error line.
+            "failure_kind": kind if kind in {k.value for k in FailureKind} else None}

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.core._restart import RestartStatus
+from autotune.records import decode, record
 
 if TYPE_CHECKING:
     from autotune.core._restart import RestartResult
@@ -36,6 +37,7 @@ def latency_key(metric: str, percentile: int) -> str:
     return f"{metric}_p{percentile}_ms"
 
 
+@record(pairs=("args",))
 @dataclasses.dataclass(frozen=True)
 class Dataset:
     """Where a workload's prompts come from.
@@ -68,16 +70,9 @@ class Dataset:
             return f"vLLM dataset {self.name}" + (f" ({self.path})" if self.path else "")
         return f"{self.path} ({self.source})"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "path": self.path, "name": self.name, "args": dict(self.args)}
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Dataset:
-        args = data.get("args") or {}
-        return cls(source=str(data.get("source", "synthetic")), path=data.get("path"), name=data.get("name"),
-                   args=tuple(sorted(dict(args).items())))
-
-
+#: Left out at their defaults, so a single-level throughput study keeps the shape (and fingerprint) it had.
+@record(omit_at_default=("objective", "aggregate", "weights", "pass_seconds"), pairs=("slo",))
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """The decode workload one timed pass runs.
@@ -126,14 +121,14 @@ class Workload:
     weights: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        # Accept the JSON shapes too (``Workload(**workload.to_dict())``); stored as hashable records.
+        # Accept the JSON shapes too (``Workload(**encode(workload))``); stored as hashable records.
         if isinstance(self.concurrency, (list, tuple)):
             levels = tuple(int(c) for c in self.concurrency)
             object.__setattr__(self, "concurrency", levels[0] if len(levels) == 1 else levels)
         if not isinstance(self.weights, tuple):
             object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
         if isinstance(self.dataset, Mapping):
-            object.__setattr__(self, "dataset", Dataset.from_dict(self.dataset))
+            object.__setattr__(self, "dataset", decode(Dataset, self.dataset))
         if isinstance(self.slo, Mapping) or (self.slo and not isinstance(self.slo, tuple)):
             items = self.slo.items() if isinstance(self.slo, Mapping) else self.slo
             object.__setattr__(self, "slo", tuple(sorted((str(k), float(v)) for k, v in items)))
@@ -204,23 +199,6 @@ class Workload:
             return dataclasses.replace(result, status=RestartStatus.FAILED, latency=latency, score=0.0,
                                        error="goodput 0 req/s: no request met every slo limit")
         return dataclasses.replace(result, latency=latency, score=score)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["concurrency"] = list(self.levels) if isinstance(self.concurrency, tuple) else self.concurrency
-        out["dataset"] = None if self.dataset is None else self.dataset.to_dict()
-        out["slo"] = dict(self.slo)
-        # Left out at their defaults, so a single-level throughput study keeps the shape (and fingerprint) it had.
-        for key, default in (("objective", "throughput"), ("aggregate", None), ("weights", ()), ("pass_seconds", 5.0)):
-            if out[key] == default or (key == "weights" and not out[key]):
-                del out[key]
-            elif key == "weights":
-                out[key] = list(self.weights)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Workload:
-        return cls(**dict(data))
 
 
 def combine_latency(levels: Sequence[Mapping[str, float]], workload: Workload) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """Frozen records that a trial flows through.
 
 Everything autotune persists (Optuna user attrs, MLflow, reports, exports) goes through these records and
-their ``to_dict``/``from_dict`` pairs, so there is one JSON shape per concept.
+the record layer (:mod:`autotune.records`: ``encode``, ``decode``), so there is one JSON shape per concept.
 
 * :class:`Dataset` - where a workload's prompts come from.
 * :class:`Workload` - what one timed pass runs.

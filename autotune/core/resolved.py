@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotune.core._bounds import bound_texts, bound_value
+from autotune.records import reader
 
 __all__ = ["Detail", "Difference", "Resolved"]
 
@@ -86,30 +87,6 @@ class Resolved:
         object.__setattr__(self, "details", bound_value(dict(self.details or {})))
         object.__setattr__(self, "notes", bound_texts(self.notes))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "cudagraph_mode": self.cudagraph_mode,
-            "cudagraph_capture_sizes": None
-            if self.cudagraph_capture_sizes is None
-            else list(self.cudagraph_capture_sizes),
-            "compile_mode": self.compile_mode,
-            "details": dict(self.details),
-            "notes": list(self.notes),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> Resolved | None:
-        if data is None:
-            return None
-        sizes = data.get("cudagraph_capture_sizes")
-        return cls(
-            cudagraph_mode=data.get("cudagraph_mode"),
-            cudagraph_capture_sizes=None if sizes is None else tuple(int(s) for s in sizes),
-            compile_mode=None if data.get("compile_mode") is None else str(data.get("compile_mode")),
-            details=Detail.normalise(data.get("details") or {}),
-            notes=tuple(data.get("notes") or ()),
-        )
-
 
 @dataclasses.dataclass(frozen=True)
 class Difference:
@@ -121,3 +98,11 @@ class Difference:
 
     def __str__(self) -> str:
         return f"{self.field}: configured {self.configured} -> resolved {self.resolved}"
+
+
+@reader(Resolved)
+def _read_resolved(data: dict[str, Any]) -> dict[str, Any]:
+    # Details under their legacy names read under the fixed ones; a compile level stored as a number is its text.
+    mode = data.get("compile_mode")
+    return {**data, "details": Detail.normalise(data.get("details") or {}),
+            "compile_mode": None if mode is None else str(mode)}

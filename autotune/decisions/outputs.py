@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from autotune.core.facts import OUTPUT_AGREEMENT, OUTPUT_DIGESTS
 from autotune.core.outputs import agreement, parse_digests
 from autotune.core.records import RestartResult
+from autotune.records import record
 
 __all__ = ["CONSTRAINT", "DIFFERS", "OutputCheck", "check_outputs", "constraint_value", "reference_digests"]
 
@@ -28,6 +28,10 @@ CONSTRAINT = OUTPUT_AGREEMENT
 DIFFERS = "outputs differ from the baseline"
 
 
+#: Written as the agreement (under its fact's name), the threshold and whether it differs; a lossy method nothing
+#: checked says so.
+@record(renamed={"agreement": OUTPUT_AGREEMENT}, leaves_out=("baseline", "referenced", "lossy"),
+        emits={"differs": "differs", "lossy_unchecked": "unchecked_lossy"}, omit_at_default=("lossy_unchecked",))
 @dataclasses.dataclass(frozen=True)
 class OutputCheck:
     """One configuration's agreement with the baseline.
@@ -59,10 +63,6 @@ class OutputCheck:
             return True
         return (not self.baseline and self.threshold > 0 and self.agreement is not None
                 and self.agreement < self.threshold)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {OUTPUT_AGREEMENT: self.agreement, "threshold": self.threshold, "differs": self.differs,
-                **({"lossy_unchecked": True} if self.unchecked_lossy else {})}
 
 
 def reference_digests(baseline_restarts: Iterable[RestartResult]) -> dict[int, str]:

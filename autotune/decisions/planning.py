@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ import numpy as np
 from autotune.decisions.noise import DEFAULT_CV, log_variance, pooled_sum
 from autotune.stats import scipy_stats
 from autotune.stats.intervals import PairPrior
+from autotune.records import reader
 
 __all__ = ["DEFAULT_CV", "DEFAULT_MIN_EFFECT", "DEFAULT_POWER", "MAX_SHARE", "BudgetReach", "NoiseEstimate",
            "RestartPlan", "budget_reach", "closing_restarts", "estimate_noise", "paired_power", "plan_restarts",
@@ -292,20 +293,11 @@ class RestartPlan:
             text += f", ~{self.minutes:.1f} min"
         return text
 
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["min_effect_needs"] = None if self.min_effect_needs is None else list(self.min_effect_needs)
-        data["resolvable"] = None if math.isinf(self.resolvable) else self.resolvable
-        return data
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RestartPlan:
-        names = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in data.items() if k in names}
-        needs = kw.get("min_effect_needs")
-        kw["min_effect_needs"] = None if needs is None else (int(needs[0]), int(needs[1]))
-        kw["resolvable"] = math.inf if kw.get("resolvable") is None else float(kw["resolvable"])
-        return cls(**kw)
+@reader(RestartPlan)
+def _read_restart_plan(data: dict[str, Any]) -> dict[str, Any]:
+    # A plan that resolves no effect at all stores its resolvable speedup, infinite, as null.
+    return {**data, "resolvable": math.inf if data.get("resolvable") is None else data["resolvable"]}
 
 
 def _rounds_needed(needs: tuple[int, int] | None) -> str:

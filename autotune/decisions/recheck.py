@@ -27,6 +27,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.records import decode, encode
 from autotune.decisions.planning import DEFAULT_MIN_EFFECT, estimate_noise, plan_restarts, pooled_log_variance
 from autotune.core import facts as F
 from autotune.core.records import EngineFacts, RestartResult
@@ -216,17 +217,6 @@ class ChangeTest:
                 "it at today's estimate (autotune recheck --restarts N)")
         return f"undecided: {span} of the stored speedup; {more}"
 
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["restarts"] = list(self.restarts)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ChangeTest:
-        kw = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
-        kw["restarts"] = tuple(kw.get("restarts") or ())
-        return cls(**kw)
-
 
 def _bound(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
@@ -314,7 +304,7 @@ def fact_differences(then: EngineFacts | Mapping[str, Any] | None, now: EngineFa
                      ) -> list[str]:
     """``name: then -> now`` for every engine fact (version, image id, driver, GPU, CUDA, profile, ...) that
     differs, then for every per-restart fact of :data:`COMPARED_FACTS` whose median moved beyond its tolerance."""
-    a, b = EngineFacts.of(then).to_dict(), EngineFacts.of(now).to_dict()
+    a, b = encode(EngineFacts.of(then)), encode(EngineFacts.of(now))
     out = [f"{k}: {a.get(k, '-')} -> {b.get(k, '-')}" for k in sorted(set(a) | set(b))
            if str(a.get(k)) != str(b.get(k))]
     for key, tolerance in COMPARED_FACTS:
@@ -411,24 +401,7 @@ class RecheckRecord:
     def holds(self) -> bool:
         return self.verdict in HOLDS
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out.update(verification=self.verification.to_dict(), then=dict(self.then), now=dict(self.now),
-                   engine_then=dict(self.engine_then), engine_now=dict(self.engine_now),
-                   differences=list(self.differences), resolved_changes=list(self.resolved_changes),
-                   change=dict(self.change))
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RecheckRecord:
-        kw = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
-        kw["verification"] = Verification.from_dict(data["verification"])
-        kw["differences"] = tuple(data.get("differences") or ())
-        kw["resolved_changes"] = tuple(data.get("resolved_changes") or ())
-        kw["change"] = dict(data.get("change") or {})
-        return cls(**kw)
-
     @property
     def change_test(self) -> ChangeTest | None:
         """The change test, ``None`` for a record from before it (or of two engines)."""
-        return ChangeTest.from_dict(self.change) if self.change else None
+        return decode(ChangeTest, self.change) if self.change else None

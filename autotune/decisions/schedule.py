@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from autotune.records import record
 from autotune.core.records import EngineConfig, RestartResult, Workload
 from autotune.core.schedule import KSchedule
 from autotune.stats.intervals import Comparison, Verdict, compare
@@ -38,12 +39,6 @@ class Derivation:
     best: tuple[tuple[int, int, float, str], ...] = ()
     reason: str = ""
     template: EngineConfig | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schedule": None if self.schedule is None else self.schedule.to_list(),
-                "label": None if self.schedule is None else self.schedule.text(),
-                "best": [list(b) for b in self.best], "reason": self.reason,
-                "template": None if self.template is None else self.template.label()}
 
 
 def level_means(objective: str, restarts: Iterable[RestartResult]) -> dict[int, float]:
@@ -99,6 +94,7 @@ def derive_schedule(levels: Sequence[int], objective: str,
                       "the draft and capture settings of the best fixed-K configuration", template)
 
 
+@record(renamed={"schedule_label": "schedule", "fixed_label": "fixed"})
 @dataclasses.dataclass(frozen=True)
 class ScheduleVerdict:
     """The verified schedule against the best verified fixed-K configuration.
@@ -134,10 +130,6 @@ class ScheduleVerdict:
             out.append(f"  concurrency {level:<5} schedule {s:.{digits}f}  fixed K {f:.{digits}f} {unit}  "
                        f"x{s / f:.3f} ({better})")
         return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schedule": self.schedule_label, "fixed": self.fixed_label, "comparison": self.comparison.to_dict(),
-                "levels": [list(x) for x in self.levels], "won": self.won}
 
 
 def schedule_verdict(verification: Any, objective: str, alpha: float = 0.05) -> ScheduleVerdict | None:

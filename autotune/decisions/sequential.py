@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from autotune.core.records import RestartResult
 from autotune.core.transient import standing
@@ -96,14 +95,6 @@ class SequentialPlan:
 
         return info(extra) / info(self.extra_rounds)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SequentialPlan:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
 
 @dataclasses.dataclass(frozen=True)
 class SequentialLook:
@@ -143,14 +134,6 @@ class SequentialLook:
         return (f"sequential: look {self.look} of {self.looks}, alpha spent {self.alpha_spent:.3g} of "
                 f"{self.alpha:.3g} ({self.spending} spending; this look's interval at "
                 f"{100 * self.nominal_confidence:.2f}% nominal); stopped: {self.stopped}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SequentialLook:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def _counted(results: Sequence[RestartResult]) -> list[float]:

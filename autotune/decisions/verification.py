@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.records import decode, record
 from autotune.decisions.planning import RestartPlan
 from autotune.decisions.schedule import prefer_fixed_k
 from autotune.decisions.sequential import SequentialLook, SequentialPlan, read_look
@@ -75,18 +76,6 @@ class Candidate:
     shares_slot_with: tuple[int, ...] = ()
     search_values: tuple[float, ...] = ()
     runner_up: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "config": self.config.to_dict(), "trial_number": self.trial_number,
-                "search_mean": self.search_mean, "estimate": self.estimate,
-                "shares_slot_with": list(self.shares_slot_with), "search_values": list(self.search_values),
-                "runner_up": self.runner_up}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Candidate:
-        return cls(data["role"], EngineConfig.from_dict(data["config"]), data.get("trial_number"),
-                   data.get("search_mean"), data.get("estimate"), tuple(data.get("shares_slot_with") or ()),
-                   tuple(float(v) for v in data.get("search_values") or ()), bool(data.get("runner_up", False)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +176,7 @@ def select_candidates(evidence: Sequence[SearchEvidence], baseline: EngineConfig
     return chosen
 
 
+@record(emits={"label": "candidate.config.label"}, after={"label": "candidate"})
 @dataclasses.dataclass(frozen=True)
 class VerifiedConfig:
     """One verified configuration: its fresh restarts, their summary, and its comparison with the baseline."""
@@ -204,29 +194,8 @@ class VerifiedConfig:
         """True when no latency limit keeps this configuration from winning (always, without limits)."""
         return meets_slo(self.slo_checks)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "candidate": self.candidate.to_dict(),
-            "label": self.candidate.config.label(),
-            "restarts": [r.to_dict() for r in self.restarts],
-            "summary": self.summary.to_dict(),
-            "comparison": None if self.comparison is None else self.comparison.to_dict(),
-            "slo_checks": [c.to_dict() for c in self.slo_checks],
-            "dropped": self.dropped,
-        }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> VerifiedConfig:
-        return cls(
-            Candidate.from_dict(data["candidate"]),
-            tuple(RestartResult.from_dict(r) for r in data["restarts"]),
-            TrialSummary.from_dict(data["summary"]),
-            None if data.get("comparison") is None else Comparison.from_dict(data["comparison"]),
-            tuple(SloCheck.from_dict(c) for c in data.get("slo_checks") or ()),
-            bool(data.get("dropped", False)),
-        )
-
-
+@record(emits=("verdict",), after={"verdict": "max_restarts"})
 @dataclasses.dataclass(frozen=True)
 class Verification:
     """The outcome of the verification phase.
@@ -303,36 +272,6 @@ class Verification:
             return Verdict.EQUIVALENT
         return Verdict.UNDECIDED
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "entries": [e.to_dict() for e in self.entries],
-            "winner_index": self.winner_index,
-            "restarts_per_config": self.restarts_per_config,
-            "restarts_used": self.restarts_used,
-            "minutes_used": self.minutes_used,
-            "max_restarts": self.max_restarts,
-            "verdict": self.verdict,
-            "sequential": None if self.sequential is None else self.sequential.to_dict(),
-            "plan": None if self.plan is None else self.plan.to_dict(),
-            "baseline_restarts": self.baseline_restarts,
-            "extension": self.extension,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Verification:
-        return cls(
-            tuple(VerifiedConfig.from_dict(e) for e in data["entries"]),
-            int(data["winner_index"]),
-            int(data["restarts_per_config"]),
-            int(data["restarts_used"]),
-            float(data["minutes_used"]),
-            None if data.get("max_restarts") is None else int(data["max_restarts"]),
-            None if data.get("sequential") is None else SequentialLook.from_dict(data["sequential"]),
-            None if data.get("plan") is None else RestartPlan.from_dict(data["plan"]),
-            None if data.get("baseline_restarts") is None else int(data["baseline_restarts"]),
-            int(data.get("extension") or 0),
-        )
-
 
 #: Verification restarts by configuration key, in round order: what the rules below read.
 Progress = Mapping[str, Sequence[RestartResult]]
@@ -355,7 +294,7 @@ class Rounds:
         rounds = cls()
         for rnd, by_key in stored.items():
             for key, runs in by_key.items():
-                rounds.add(int(rnd), key, [RestartResult.from_dict(d) for d in runs])
+                rounds.add(int(rnd), key, [decode(RestartResult, d) for d in runs])
         return rounds
 
     @classmethod

@@ -3,7 +3,7 @@
 Per restart the command runs as a fresh process in its own session (so a timeout can kill everything it spawned)
 and gets the configuration as JSON on stdin::
 
-    {"config": EngineConfig.to_dict(), "llm_kwargs": config.llm_kwargs(), "workload": Workload.to_dict(),
+    {"config": encode(config), "llm_kwargs": config.llm_kwargs(), "workload": encode(workload),
      "restart": 0, "seed": 1234, "output_check": {"prompts": [1, 4, ...], "tokens": 32}}
 
 with ``AUTOTUNE_RESTART``, ``AUTOTUNE_SEED`` and, when the study has a cache directory, ``AUTOTUNE_CACHE_DIR`` in
@@ -49,6 +49,7 @@ from typing import IO, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from autotune.records import decode, encode
 from autotune.core import facts as F
 from autotune.core.failure import FailureKind
 from autotune.core.redact import redact_text
@@ -125,9 +126,9 @@ class CmdEngine(EngineBackend):
 
     def _run_restart(self, config: EngineConfig, workload: Workload, *, restart: int, seed: int) -> RestartResult:
         payload = json.dumps({
-            "config": config.to_dict(),
+            "config": encode(config),
             "llm_kwargs": config.llm_kwargs(),
-            "workload": workload.to_dict(),
+            "workload": encode(workload),
             "restart": restart,
             "seed": seed,
             "output_check": None if skip_reason(config) else check_request(workload),
@@ -168,7 +169,7 @@ class CmdEngine(EngineBackend):
             if returncode != 0:
                 reason = f"cmd engine: command exited with status {returncode}: {_last_line(shown_err or shown_out)}"
             return RestartResult.failure(RestartStatus.FAILED, reason, log_tail=tail, **common)
-        resolved = Resolved.from_dict(reply.resolved)
+        resolved = None if reply.resolved is None else decode(Resolved, reply.resolved)
         if reply.status == RestartStatus.FAILED:
             return RestartResult.failure(RestartStatus.FAILED, redact_text(reply.error or "command reported failure"),
                                          resolved=resolved, cold=bool(reply.cold), log_tail=tail, **common)
@@ -262,7 +263,7 @@ Passes = Annotated[list[Finite], Field(min_length=1)]
 
 
 class _Resolved(BaseModel):
-    """``resolved``: what the engine actually ran. Other keys are kept out of the way (:meth:`Resolved.from_dict`
+    """``resolved``: what the engine actually ran. Other keys are kept out of the way (``decode(Resolved, ...)``
     reads these), so a wrapper that reports more facts still works."""
 
     model_config = ConfigDict(strict=True, extra="allow")
@@ -352,9 +353,7 @@ def _resolved(value: Any) -> Resolved:
         _Resolved.model_validate(dict(value))
     except ValidationError as exc:
         raise ProtocolError(_problem(exc, dict(value), prefix=("resolved",))) from None
-    resolved = Resolved.from_dict(value)
-    assert resolved is not None  # value is a mapping, so from_dict returns a record
-    return resolved
+    return decode(Resolved, value)
 
 
 _NUMBER_LISTS = ("passes_tok_s", "warmup_tok_s")

@@ -118,9 +118,6 @@ class DriftParams:
         level = self.level_sd ** 2 * (1.0 - math.exp(-abs(dt_s) / self.level_tau_s))
         return math.sqrt(2.0 * (level + self.restart_sd ** 2 + self.window_var(timed_s)))
 
-    def to_dict(self) -> dict[str, float]:
-        return dataclasses.asdict(self)
-
 
 #: Named machines, fitted by ``python -m autotune.bench.drift`` (``make bench-drift``) from restarts recorded on real
 #: GPUs; the fits, their 95% intervals and which parts are empirical choices are in ``docs/simulator.md``, "A

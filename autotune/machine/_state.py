@@ -66,10 +66,6 @@ class MachineState:
         return cls(cpu_mhz_mean=float(mean) if isinstance(mean, int | float) and not isinstance(mean, bool) else None,
                    gpus=tuple(GpuState(index=i, throttle=tuple(r)) for i, r in sorted(throttled.items())))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"cpu_mhz_mean": self.cpu_mhz_mean, "cpu_mhz_min": self.cpu_mhz_min,
-                "gpus": [dataclasses.asdict(g) | {"throttle": list(g.throttle)} for g in self.gpus]}
-
 
 #: What a CPU core's clock can truthfully be, MHz: a reading outside is a damaged file, and reads as unknown (as
 #: NVML's out-of-range figures do, ``machine._gpu``). Wide on purpose: no real core is rejected.

@@ -16,6 +16,7 @@ from autotune.core.failure import FailureKind, kind_of
 from autotune.core.records import EngineConfig, RestartResult
 from autotune.engines.vllm import KvFacts, kv_audit
 from autotune.machine import MachineState, departures
+from autotune.records import record
 
 __all__ = ["MachineNotes", "RestartNote", "kv_findings", "machine_notes", "render_machine"]
 
@@ -33,6 +34,7 @@ class RestartNote:
     what: str
 
 
+@record(renamed={"kv": "kv_audit", "noise": "noise_sources"})
 @dataclasses.dataclass(frozen=True)
 class MachineNotes:
     """The study's memory and machine notes.
@@ -52,14 +54,6 @@ class MachineNotes:
     kv: tuple[RestartNote, ...] = ()
     #: Configurations whose restarts vary more by design (vLLM's adaptive verification profiles at every start).
     noise: tuple[RestartNote, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"guard_trips": [dataclasses.asdict(n) for n in self.guard_trips],
-                "settle_waits": [dataclasses.asdict(n) for n in self.settle_waits],
-                "settle_total_s": self.settle_total_s,
-                "departures": [dataclasses.asdict(n) for n in self.departures],
-                "kv_audit": [dataclasses.asdict(n) for n in self.kv],
-                "noise_sources": [dataclasses.asdict(n) for n in self.noise]}
 
 
 def kv_findings(config: EngineConfig, restarts: Sequence[RestartResult], workload: Mapping[str, Any]) -> list[str]:

@@ -13,8 +13,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.records import encode, record
 from autotune.core.records import OBJECTIVE_UNITS, RestartResult
-from autotune.report._rows import CompareResult, VerificationTable, VerifiedRow, finite_or_none, restart_dict
+from autotune.report._rows import CompareResult, RestartRow, VerificationTable, VerifiedRow, finite_or_none
 from autotune.report._counts import FailedTrial, TrialCounts
 from autotune.report._machine import MachineNotes, render_machine
 from autotune.report._simcheck import SimulatorCheck, simulator_check
@@ -55,6 +56,12 @@ def _counted_cold_seeds(restarts: Sequence[RestartResult], summary: TrialSummary
     return frozenset(seed for seed in summary.seeds if seed not in warm)
 
 
+#: A search trial as report --json lists it, every figure read from its stored record.
+@record(leaves_out=("record",), emits={
+    "trial": "record.number", "state": "record.state", "label": "record.config.label", "params": "record.config.params",
+    "config": "record.config", "value": "value", "summary": "record.summary", "resolved": "resolved",
+    "differences": "differences", "reason": "record.reason", "duplicate_of": "record.duplicate_of",
+    "interrupted": "record.interrupted", "restarts": "restart_rows"})
 @dataclasses.dataclass(frozen=True)
 class SearchTrial:
     """One search trial as ``report --json`` shows it: configuration, what the engine resolved, every restart.
@@ -69,27 +76,30 @@ class SearchTrial:
     def duplicate_of(self) -> int | None:
         return self.record.duplicate_of
 
-    def to_dict(self) -> dict[str, Any]:
-        r, s = self.record, self.record.summary
-        return {
-            "trial": r.number,
-            "state": r.state,
-            "label": r.config.label(),
-            "params": dict(r.config.params),
-            "config": r.config.to_dict(),
-            "value": finite_or_none(r.value),
-            "summary": None if s is None else s.to_dict(),
-            "resolved": None if s is None else {
-                "cudagraph_mode": s.resolved_mode,
-                "cudagraph_capture_sizes": None if s.resolved_sizes is None else list(s.resolved_sizes)},
-            "differences": [] if s is None else list(s.differences),
-            "reason": r.reason,
-            "duplicate_of": r.duplicate_of,
-            "interrupted": r.interrupted,
-            "restarts": [restart_dict(x, _counted_cold_seeds(r.restarts, s)) for x in r.restarts],
-        }
+    @property
+    def value(self) -> float | None:
+        return finite_or_none(self.record.value)
+
+    @property
+    def resolved(self) -> dict[str, Any] | None:
+        """What the engine ran, as its summary says (``None`` without one)."""
+        s = self.record.summary
+        return None if s is None else {
+            "cudagraph_mode": s.resolved_mode,
+            "cudagraph_capture_sizes": None if s.resolved_sizes is None else list(s.resolved_sizes)}
+
+    @property
+    def differences(self) -> tuple[str, ...]:
+        s = self.record.summary
+        return () if s is None else tuple(s.differences)
+
+    @property
+    def restart_rows(self) -> tuple[RestartRow, ...]:
+        seeds = _counted_cold_seeds(self.record.restarts, self.record.summary)
+        return tuple(RestartRow.of(x, seeds) for x in self.record.restarts)
 
 
+@record(omit_at_default=("phase",))
 @dataclasses.dataclass(frozen=True)
 class ChangedConfig:
     """A configuration the engine changed silently: where (a trial, or verification) and how."""
@@ -99,13 +109,8 @@ class ChangedConfig:
     differences: tuple[str, ...]
     phase: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"trial": self.trial, "label": self.label, "differences": list(self.differences)}
-        if self.phase is not None:
-            out["phase"] = self.phase
-        return out
 
-
+@record(omit_at_default=("verification_restarts",))
 @dataclasses.dataclass(frozen=True)
 class Budget:
     """Engine starts and minutes spent, the limits set, and verification's share."""
@@ -115,12 +120,6 @@ class Budget:
     budget_restarts: int | None = None
     budget_minutes: float | None = None
     verification_restarts: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        if self.verification_restarts is None:
-            del out["verification_restarts"]
-        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,19 +192,19 @@ class Report:
         """The same facts as a JSON-ready dict (``report --json``, ``report.json`` in MLflow)."""
         out: dict[str, Any] = {
             "study": self.study,
-            "meta": self.meta.to_dict(),
+            "meta": encode(self.meta),
             "trials": dataclasses.asdict(self.trials),
-            "warnings": [w.to_dict() for w in self.warnings],
+            "warnings": [encode(w) for w in self.warnings],
             "failures": [dataclasses.asdict(f) for f in self.failures],
             "interrupted": [dataclasses.asdict(f) for f in self.interrupted],
-            "budget": self.budget.to_dict(),
+            "budget": encode(self.budget),
             "search_stopped": self.search_stopped,
-            "search_end": None if self.search_end is None else {**self.search_end.to_dict(),
+            "search_end": None if self.search_end is None else {**encode(self.search_end),
                                                                 "text": self.search_end.describe()},
             "cold_starts": self.cold_starts,
-            "verification": None if self.verification is None else self.verification.to_dict(),
-            "winner": None if self.winner is None else self.winner.to_dict(),
-            "baseline": None if self.baseline is None else self.baseline.to_dict(),
+            "verification": None if self.verification is None else encode(self.verification),
+            "winner": None if self.winner is None else encode(self.winner),
+            "baseline": None if self.baseline is None else encode(self.baseline),
         }
         if self.search_best is not None:
             out["search_best"] = dataclasses.asdict(self.search_best)
@@ -214,21 +213,21 @@ class Report:
             out["winner_is_baseline"] = self.winner_is_baseline
         if self.simulator_check is not None:
             out["simulator_check"] = dataclasses.asdict(self.simulator_check)
-        out["prompts"] = None if self.prompts is None else self.prompts.to_dict()
+        out["prompts"] = None if self.prompts is None else encode(self.prompts)
         out["objective"] = self.objective
         out["unit"] = self.unit
-        out["levels"] = [b.to_dict() for b in self.levels]
-        out["schedule"] = None if self.schedule is None else self.schedule.to_dict()
+        out["levels"] = [encode(b) for b in self.levels]
+        out["schedule"] = None if self.schedule is None else encode(self.schedule)
         out["slo"] = dict(self.slo)
-        out["search_latency"] = [t.to_dict() for t in self.search_latency]
+        out["search_latency"] = [encode(t) for t in self.search_latency]
         if self.slo_outcome is not None:
-            out["slo_outcome"] = self.slo_outcome.to_dict()
+            out["slo_outcome"] = encode(self.slo_outcome)
         out["no_result"] = self.no_result
-        out["search_trials"] = [t.to_dict() for t in self.search_trials]
-        out["machine"] = None if self.machine is None else self.machine.to_dict()
-        out["phases"] = None if self.phases is None else self.phases.to_dict()
-        out["output_check"] = None if self.output_checks is None else self.output_checks.to_dict()
-        out["lineage"] = None if self.lineage is None else self.lineage.to_dict()
+        out["search_trials"] = [encode(t) for t in self.search_trials]
+        out["machine"] = None if self.machine is None else encode(self.machine)
+        out["phases"] = None if self.phases is None else encode(self.phases)
+        out["output_check"] = None if self.output_checks is None else encode(self.output_checks)
+        out["lineage"] = None if self.lineage is None else encode(self.lineage)
         return out
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
 
+from autotune.records import record
 from autotune.core.records import EngineConfig, RestartResult
 from autotune.decisions.planning import RestartPlan
 from autotune.decisions.sequential import SequentialLook
@@ -15,13 +15,14 @@ from autotune.decisions.verification import BASELINE, VerifiedConfig
 from autotune.stats.intervals import Comparison, format_mean
 from autotune.stats.latency import LatencyStat, SloCheck, meets_slo, summarize_latency
 
-__all__ = ["CompareResult", "VerificationTable", "VerifiedRow", "finite_or_none", "restart_dict"]
+__all__ = ["CompareResult", "RestartRow", "VerificationTable", "VerifiedRow", "finite_or_none"]
 
 
 def finite_or_none(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else value
 
 
+@record(after={"p_value": "ci_high", "verdict": "comparisons"})  # the order the JSON has always had
 @dataclasses.dataclass(frozen=True)
 class CompareResult:
     """A verified configuration against the baseline: speedup, its interval, and the verdict (pyperf style).
@@ -68,12 +69,13 @@ class CompareResult:
         paired = f", paired over {self.pairs} rounds" if self.pairs is not None else ""
         return f" [{self.ci_low:.2f}, {self.ci_high:.2f}] ({self.confidence * 100:.1f}% CI{family}{paired})"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high, "p_value": self.p_value,
-                "confidence": self.confidence, "comparisons": self.comparisons, "verdict": self.verdict,
-                "pairs": self.pairs}
 
-
+#: The row as report --json has always written it: the figures in reading order, each restart with its value and
+#: whether it counted, the speedup only where there is one.
+@record(leaves_out=("restarts", "resolved_mode"), omit_at_default=("speedup",),
+        emits={"n": "n", "text": "describe", "meets_slo": "meets_slo", "restarts": "restart_rows"},
+        after={"search_estimate": "search_mean", "shares_slot_with": "search_estimate", "n": "ci_high",
+               "text": "differences", "unit": "text", "dropped": "unit", "restarts": "dropped"})
 @dataclasses.dataclass(frozen=True)
 class VerifiedRow:
     """One configuration of the verification table: its fresh restarts summarised, and its speedup."""
@@ -140,30 +142,30 @@ class VerifiedRow:
         return format_mean(self.values, math.nan if self.ci_low is None else self.ci_low,
                            math.nan if self.ci_high is None else self.ci_high, self.unstable, self.unit)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {"label": self.label, "role": self.role, "trial_number": self.trial_number,
-               "config": self.config.to_dict(), "search_mean": self.search_mean, "search_estimate": self.search_estimate,
-               "shares_slot_with": list(self.shares_slot_with), "mean": self.mean, "std": self.std,
-               "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n, "values": list(self.values),
-               "unstable": self.unstable, "status": self.status, "failure": self.failure,
-               "accept_len": self.accept_len, "differences": list(self.differences), "text": self.describe(),
-               "unit": self.unit, "dropped": self.dropped,
-               "restarts": [restart_dict(r) for r in self.restarts]}
-        if self.speedup is not None:
-            out["speedup"] = self.speedup.to_dict()
-        out["latency"] = {k: v.to_dict() for k, v in self.latency.items()}
-        out["slo_checks"] = [c.to_dict() for c in self.slo_checks]
-        out["meets_slo"] = self.meets_slo
-        return out
+    @property
+    def restart_rows(self) -> tuple[RestartRow, ...]:
+        return tuple(RestartRow.of(r) for r in self.restarts)
 
 
-def restart_dict(r: RestartResult, counted_cold_seeds: frozenset[int] = frozenset()) -> dict[str, Any]:
-    out = r.to_dict()
-    out["value"] = r.value
-    out["counted"] = bool(r.ok and (not r.cold or r.seed in counted_cold_seeds))
-    return out
+@record(spread="restart", leaves_out=("counted",), emits=("value", "counted"))
+@dataclasses.dataclass(frozen=True)
+class RestartRow:
+    """A restart as the report's JSON lists it: its stored record, then its value and whether it counted."""
+
+    restart: RestartResult
+    counted: bool
+
+    @classmethod
+    def of(cls, r: RestartResult, counted_cold_seeds: frozenset[int] = frozenset()) -> RestartRow:
+        """``r``'s row: it counted if it succeeded warm, or cold on a seed among ``counted_cold_seeds``."""
+        return cls(r, bool(r.ok and (not r.cold or r.seed in counted_cold_seeds)))
+
+    @property
+    def value(self) -> float | None:
+        return self.restart.value
 
 
+@record(after={"max_restarts": "restarts_per_config"})
 @dataclasses.dataclass(frozen=True)
 class VerificationTable:
     entries: tuple[VerifiedRow, ...]
@@ -182,12 +184,3 @@ class VerificationTable:
     baseline_restarts: int | None = None
     #: Which extension concluded this verification (0: the first conclusion).
     extension: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"entries": [e.to_dict() for e in self.entries], "restarts_per_config": self.restarts_per_config,
-                "max_restarts": self.max_restarts,
-                "restarts_used": self.restarts_used, "minutes_used": self.minutes_used,
-                "sequential": None if self.sequential is None else self.sequential.to_dict(),
-                "no_sequential": self.no_sequential,
-                "plan": None if self.plan is None else self.plan.to_dict(),
-                "baseline_restarts": self.baseline_restarts, "extension": self.extension}

@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.records import decode, record
 from autotune.store.ledger import Ledger, StudyMeta
 from autotune.stats.latency import SloCheck
 from autotune.core.records import Dataset, Workload
@@ -31,6 +32,7 @@ __all__ = ["Prompts", "SloOutcome", "TrialLatency", "prompts_note", "render_late
 SHOWN = ("ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms")
 
 
+@record(emits={"description": "dataset.describe"}, after={"description": "dataset"})
 @dataclasses.dataclass(frozen=True)
 class Prompts:
     """The prompts a study ran, and a warning when a real engine ran synthetic ones."""
@@ -39,10 +41,6 @@ class Prompts:
     synthetic: bool
     repetitive: bool
     warning: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"dataset": self.dataset.to_dict(), "description": self.dataset.describe(),
-                "synthetic": self.synthetic, "repetitive": self.repetitive, "warning": self.warning}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +54,17 @@ class TrialLatency:
     latency: Mapping[str, float]
     slo_failed: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"trial": self.trial, "label": self.label, "state": self.state, "mean_tok_s": self.mean_tok_s,
-                "latency": dict(self.latency), "slo_failed": list(self.slo_failed)}
+
+@dataclasses.dataclass(frozen=True)
+class MissedLimits:
+    """One verified configuration's limits that it missed, as report --json lists them."""
+
+    label: str
+    role: str
+    missed: tuple[SloCheck, ...]
 
 
+@record(leaves_out=("missed",), emits={"missed": "missed_limits"}, after={"missed": None})
 @dataclasses.dataclass(frozen=True)
 class SloOutcome:
     """The verified configurations against the study's limits."""
@@ -70,15 +74,14 @@ class SloOutcome:
     baseline_meets: bool
     winner_meets: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"missed": [{"label": label, "role": role, "missed": [c.to_dict() for c in checks]}
-                           for label, role, checks in self.missed],
-                "any_met": self.any_met, "baseline_meets": self.baseline_meets, "winner_meets": self.winner_meets}
+    @property
+    def missed_limits(self) -> tuple[MissedLimits, ...]:
+        return tuple(MissedLimits(label, role, checks) for label, role, checks in self.missed)
 
 
 def prompts_note(meta: StudyMeta) -> Prompts:
     """What the study's prompts were (the ``vllm`` engine decides a missing dataset from the model's arguments)."""
-    workload = Workload.from_dict(meta.workload) if meta.workload else Workload()
+    workload = decode(Workload, meta.workload) if meta.workload else Workload()
     dataset = workload.dataset
     if dataset is None:
         engine_args = {} if meta.baseline is None else dict(meta.baseline.engine_args)

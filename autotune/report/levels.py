@@ -21,6 +21,7 @@ from typing import Any
 from autotune.core.records import OBJECTIVE_UNITS, RestartResult, Workload
 from autotune.core.schedule import coverage_problems
 from autotune.decisions.schedule import ScheduleVerdict, derive_schedule, schedule_verdict
+from autotune.records import record
 
 __all__ = ["LevelBest", "ScheduleNote", "level_bests", "render_levels", "schedule_note"]
 
@@ -48,9 +49,6 @@ class LevelBest:
     source: str
     winner_value: float | None = None
     baseline_value: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def _means(objective: str, restarts: Iterable[RestartResult]) -> dict[int, tuple[float, int]]:
@@ -112,6 +110,7 @@ def render_levels(bests: Sequence[LevelBest]) -> list[str]:
 # -- the K schedule ----------------------------------------------------------------------------------------------
 
 
+@record(leaves_out=("unit",))  # the report states the unit once
 @dataclasses.dataclass(frozen=True)
 class ScheduleNote:
     """With load levels: the K schedule the study derived (or why none) and how it fared in verification.
@@ -138,10 +137,6 @@ class ScheduleNote:
             out.append("  no schedule was verified, so none can win")
         out += [f"  capture sizes: {line}" for line in self.coverage]
         return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"reason": self.reason, "verdict": None if self.verdict is None else self.verdict.to_dict(),
-                "coverage": list(self.coverage)}
 
 
 def schedule_note(ledger: Any, verification: Any, objective: str, concurrency: Any) -> ScheduleNote | None:

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.records import decode
 from autotune.decisions.recheck import CONFIG_CHANGED, ENGINES, RecheckRecord
 from autotune.store.ledger import Ledger
 
@@ -24,14 +25,11 @@ class Lineage:
     warm_start: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     rechecks: tuple[RecheckRecord, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"warm_start": dict(self.warm_start), "rechecks": [r.to_dict() for r in self.rechecks]}
-
 
 def lineage_of(ledger: Ledger) -> Lineage | None:
     """The study's lineage, ``None`` when it has neither a warm start nor a recheck."""
     warm = dict(ledger.meta().warm_start) if ledger.has_meta() else {}
-    rechecks = tuple(RecheckRecord.from_dict(r) for r in ledger.rechecks())
+    rechecks = tuple(decode(RecheckRecord, r) for r in ledger.rechecks())
     return Lineage(warm, rechecks) if warm or rechecks else None
 
 

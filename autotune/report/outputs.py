@@ -17,10 +17,12 @@ from autotune.decisions.outputs import DIFFERS, OutputCheck, check_outputs, refe
 from autotune.engines.vllm.vocabulary import lossy
 from autotune.store import TrialRecord
 from autotune.store.ledger import Ledger
+from autotune.records import record
 
 __all__ = ["OutputChecks", "output_checks", "render_outputs"]
 
 
+@record(spread="check")
 @dataclasses.dataclass(frozen=True)
 class TrialOutputs:
     """One trial's check: its agreement, and whether it is flagged (or why no check ran)."""
@@ -30,10 +32,9 @@ class TrialOutputs:
     check: OutputCheck
     skipped: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"trial": self.trial, "label": self.label, **self.check.to_dict(), "skipped": self.skipped}
 
-
+@record(renamed={"threshold": "min_agreement"}, emits={"differ": "differing_trials"},
+        after={"differ": "min_agreement"})
 @dataclasses.dataclass(frozen=True)
 class OutputChecks:
     """Every search trial's output check and the threshold they were judged by."""
@@ -48,12 +49,12 @@ class OutputChecks:
     def differ(self) -> tuple[TrialOutputs, ...]:
         return tuple(t for t in self.trials if t.check.differs)
 
+    @property
+    def differing_trials(self) -> tuple[int, ...]:
+        return tuple(t.trial for t in self.differ)
+
     def agreement(self, trial: int) -> float | None:
         return next((t.check.agreement for t in self.trials if t.trial == trial), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"min_agreement": self.threshold, "differ": [t.trial for t in self.differ],
-                "trials": [t.to_dict() for t in self.trials], "winner_unchecked": self.winner_unchecked}
 
 
 def output_checks(ledger: Ledger, records: Sequence[TrialRecord], space: Any = None,

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from autotune.core import facts as F
 from autotune.core.records import RestartResult
+from autotune.records import record
 
 __all__ = ["PhaseTotals", "phase_totals", "render_phases"]
 
@@ -28,6 +28,7 @@ LABELS: Mapping[str, str] = {
 }
 
 
+@record(renamed={"without": "restarts_without_phases"}, emits=("total_s",), after={"total_s": "seconds"})
 @dataclasses.dataclass(frozen=True)
 class PhaseTotals:
     """Seconds per phase over the study's restarts.
@@ -50,11 +51,6 @@ class PhaseTotals:
     @property
     def total_s(self) -> float:
         return float(sum(self.seconds.values()))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"seconds": dict(self.seconds), "total_s": self.total_s, "restarts": self.restarts,
-                "restarts_without_phases": self.without, "warmup_passes": self.warmup_passes,
-                "warmup_rules": dict(self.warmup_rules)}
 
 
 def phase_totals(restarts: Iterable[RestartResult]) -> PhaseTotals | None:

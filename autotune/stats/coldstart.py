@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from autotune.core.facts import WARMUP_RULE
+from autotune.records import record
 from autotune.core.records import RestartResult
 from autotune.stats import scipy_stats
 
@@ -124,6 +124,7 @@ def cold_pairs(restarts_per_config: Iterable[Sequence[RestartResult]]) -> list[t
     return pairs
 
 
+@record(emits={"text": "describe"})  # the sentence the report prints, for readers of the JSON
 @dataclasses.dataclass(frozen=True)
 class ColdVerdict:
     """What the study's own pairs say about cold starts.
@@ -165,19 +166,6 @@ class ColdVerdict:
         return (f"cold starts ran {pct:+.1f}% against warm restarts ({self.pairs} pairs, p={self.p_value:.3g}; "
                 f"equivalent within the restart noise, +-{self.margin * 100:.1f}%): a cold start whose warm-up "
                 "converged counted as a restart in the search")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"state": self.state, "pairs": self.pairs,
-                **{k: None if math.isnan(v) else v
-                   for k, v in (("ratio", self.ratio), ("p_value", self.p_value), ("margin", self.margin))},
-                "text": self.describe()}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> ColdVerdict:
-        if not data:
-            return cls()
-        return cls(str(data.get("state") or UNDECIDED), int(data.get("pairs") or 0),
-                   *(math.nan if data.get(k) is None else float(data[k]) for k in ("ratio", "p_value", "margin")))
 
 
 def judge_cold(pairs: Sequence[tuple[float, float]], noise_sd: float | None, alpha: float = 0.05,

@@ -17,13 +17,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
 from autotune.core.records import EngineConfig, RestartResult, config_differences
+from autotune.records import record
 from autotune.stats import scipy_stats
 
 #: One side's restarts: as the callers hold them, or already an array (compare() converts once and passes it on).
@@ -283,6 +283,7 @@ def shrunk_means(groups: Sequence[Sequence[float]]) -> list[float]:
     return [math.exp(centre + float(k) * (m - centre)) for k, m in zip(shrink, means)]
 
 
+@record(emits=("n", "resolved_differs"))
 @dataclasses.dataclass(frozen=True)
 class TrialSummary:
     """What a set of restarts of one configuration says.
@@ -328,29 +329,6 @@ class TrialSummary:
     @property
     def resolved_differs(self) -> bool:
         return bool(self.differences)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["values"] = list(self.values)
-        out["seeds"] = list(self.seeds)
-        out["differences"] = list(self.differences)
-        out["resolved_sizes"] = None if self.resolved_sizes is None else list(self.resolved_sizes)
-        out["n"] = self.n
-        out["resolved_differs"] = self.resolved_differs
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrialSummary:
-        names = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in data.items() if k in names}
-        for key in ("mean", "std", "ci_low", "ci_high", "cv"):
-            kw[key] = math.nan if kw.get(key) is None else float(kw[key])
-        kw["values"] = tuple(kw.get("values") or ())
-        kw["seeds"] = tuple(kw.get("seeds") or ())
-        kw["differences"] = tuple(kw.get("differences") or ())
-        if kw.get("resolved_sizes") is not None:
-            kw["resolved_sizes"] = tuple(kw["resolved_sizes"])
-        return cls(**kw)
 
     def describe(self) -> str:
         """``mean ± std UNIT (n=…) [ci_low, ci_high]`` plus an ``unstable`` mark, pyperf style."""
@@ -447,18 +425,6 @@ class Comparison:
     comparisons: int
     verdict: str
     pairs: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v)
-                for k, v in dataclasses.asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
-        kw = dict(data)
-        for key in ("speedup", "ci_low", "ci_high", "p_value"):
-            kw[key] = math.nan if kw.get(key) is None else float(kw[key])
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in kw.items() if k in names})
 
     def describe(self) -> str:
         if math.isnan(self.ci_low):

@@ -20,11 +20,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
 from autotune.stats.intervals import interval
+from autotune.records import record
 from autotune.core.records import RestartResult
 
 __all__ = [
@@ -50,16 +50,6 @@ class LatencyStat:
     ci_high: float
     n: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in dataclasses.asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LatencyStat:
-        def num(key: str) -> float:
-            return math.nan if data.get(key) is None else float(data[key])
-
-        return cls(num("mean"), num("ci_low"), num("ci_high"), int(data.get("n") or 0))
-
 
 def summarize_latency(restarts: Iterable[RestartResult], confidence: float = 0.95) -> dict[str, LatencyStat]:
     """Every latency figure the counted (warm, successful) restarts all report, with its interval."""
@@ -75,6 +65,7 @@ def summarize_latency(restarts: Iterable[RestartResult], confidence: float = 0.9
     return out
 
 
+@record(emits=("fails",))
 @dataclasses.dataclass(frozen=True)
 class SloCheck:
     """One limit against one configuration's latency."""
@@ -98,14 +89,6 @@ class SloCheck:
         rel = ">" if self.mean > self.limit_ms else "<="
         ci = "" if self.ci_low is None else f" [{self.ci_low:.1f}, {self.ci_high:.1f}]"
         return f"{self.key} {self.mean:.1f}{ci} {rel} {self.limit_ms:g} ({self.status})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "fails": self.fails}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SloCheck:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def check_slo(latency: Mapping[str, LatencyStat], slo: Mapping[str, float]) -> list[SloCheck]:

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.records import reader
 from autotune.core.records import EngineConfig, EngineFacts
 
 
@@ -53,31 +54,8 @@ class StudyMeta:
     #: What ``tune --warm-start`` carried in and from where (``study._warm_start``); empty for a cold study.
     warm_start: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["engine"] = self.engine.to_dict()
-        out["workload"] = dict(self.workload)
-        out["racing"] = dict(self.racing)
-        out["command"] = list(self.command)
-        out["baseline"] = None if self.baseline is None else self.baseline.to_dict()
-        out["engine_options"] = dict(self.engine_options)
-        out["enqueue"] = [dict(p) for p in self.enqueue]
-        out["slo"] = dict(self.slo)
-        out["warm_start"] = dict(self.warm_start)
-        return out
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> StudyMeta:
-        data = dict(data or {})
-        names = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in data.items() if k in names}
-        kw["engine"] = EngineFacts.from_dict(data.get("engine"))
-        kw["workload"] = dict(data.get("workload") or {})
-        kw["racing"] = dict(data.get("racing") or {})
-        kw["command"] = tuple(data.get("command") or ())
-        kw["baseline"] = None if not data.get("baseline") else EngineConfig.from_dict(data["baseline"])
-        kw["engine_options"] = dict(data.get("engine_options") or {})
-        kw["enqueue"] = tuple(dict(p) for p in data.get("enqueue") or ())
-        kw["slo"] = {str(k): float(v) for k, v in dict(data.get("slo") or {}).items()}
-        kw["warm_start"] = dict(data.get("warm_start") or {})
-        return cls(**kw)
+@reader(StudyMeta)
+def _read_meta(data: dict[str, Any]) -> dict[str, Any]:
+    # A study without a baseline stored it as null or as an empty object.
+    return {**data, "baseline": data.get("baseline") or None}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from autotune.records import decoder, encode
 from autotune.decisions.planning import RestartPlan
 from autotune.decisions.sequential import SequentialPlan
 from autotune.decisions.verification import Candidate, Verification
@@ -37,17 +38,17 @@ class VerificationRecords:
         raise NotImplementedError
 
     def verify_candidates(self) -> list[Candidate] | None:
-        return self._read(None, _VERIFY_CANDIDATES_KEY, list_of(Candidate.from_dict))
+        return self._read(None, _VERIFY_CANDIDATES_KEY, list_of(decoder(Candidate)))
 
     def record_verify_candidates(self, candidates: Sequence[Candidate]) -> None:
-        self._set_study(_VERIFY_CANDIDATES_KEY, [c.to_dict() for c in candidates])
+        self._set_study(_VERIFY_CANDIDATES_KEY, [encode(c) for c in candidates])
 
     def verify_plan(self) -> RestartPlan | None:
         """The restart plan fixed when verification started (``None``: the fixed design, or a study before it)."""
-        return self._read(None, _VERIFY_PLAN_KEY, RestartPlan.from_dict)
+        return self._read(None, _VERIFY_PLAN_KEY, decoder(RestartPlan))
 
     def record_verify_plan(self, plan: RestartPlan) -> None:
-        self._set_study(_VERIFY_PLAN_KEY, plan.to_dict())
+        self._set_study(_VERIFY_PLAN_KEY, encode(plan))
 
     def verify_extension(self) -> int:
         """How many times a resume with a larger budget extended a concluded verification (0: never)."""
@@ -57,10 +58,10 @@ class VerificationRecords:
         self._set_study(_VERIFY_EXTENSION_KEY, int(extension))
 
     def verify_sequential(self) -> SequentialPlan | None:
-        return self._read(None, _VERIFY_SEQUENTIAL_KEY, SequentialPlan.from_dict)
+        return self._read(None, _VERIFY_SEQUENTIAL_KEY, decoder(SequentialPlan))
 
     def record_verify_sequential(self, plan: SequentialPlan) -> None:
-        self._set_study(_VERIFY_SEQUENTIAL_KEY, plan.to_dict())
+        self._set_study(_VERIFY_SEQUENTIAL_KEY, encode(plan))
 
     def verify_progress(self) -> dict[str, list[dict[str, Any]]]:
         """Verification restarts a single-process autotune of an earlier version stored, by config key (this one
@@ -68,7 +69,7 @@ class VerificationRecords:
         return self._read(None, _VERIFY_PROGRESS_KEY, mapping_of(list_of(mapping)), {})
 
     def verification(self) -> Verification | None:
-        return self._read(None, _VERIFICATION_KEY, Verification.from_dict)
+        return self._read(None, _VERIFICATION_KEY, decoder(Verification))
 
     def has_verification(self) -> bool:
         """A verification is stored and no extension of it is under way (:meth:`verification_concluded`)."""
@@ -80,4 +81,4 @@ class VerificationRecords:
         return verification is not None and verification.extension >= self.verify_extension()
 
     def record_verification(self, verification: Verification) -> None:
-        self._set_study(_VERIFICATION_KEY, verification.to_dict())
+        self._set_study(_VERIFICATION_KEY, encode(verification))

@@ -22,6 +22,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.records import encode, reader
 from autotune.core.records import EngineFacts
 from autotune.core.redact import redact
 from autotune.config.space import SearchSpace
@@ -58,13 +59,6 @@ class Fingerprint:
     engine: Mapping[str, Any]
     space: Mapping[str, str]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "engine": dict(self.engine), "space": dict(self.space)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Fingerprint:
-        return cls(data.get("model"), dict(data.get("engine") or {}), dict(data.get("space") or {}))
-
     def differences(self, now: Fingerprint) -> list[str]:
         """What differs between this (stored) fingerprint and ``now``, one short phrase each."""
         out = []
@@ -81,6 +75,12 @@ class Fingerprint:
         return out
 
 
+@reader(Fingerprint)
+def _read_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
+    # A fingerprint missing a part compares as one that knows nothing of it.
+    return {**data, "model": data.get("model"), "engine": data.get("engine") or {}, "space": data.get("space") or {}}
+
+
 def _short(value: Any) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -89,11 +89,11 @@ def _short(value: Any) -> str:
 def fingerprint(space: SearchSpace, engine: EngineFacts | Mapping[str, Any]) -> Fingerprint:
     """The fingerprint of a study of ``space`` on ``engine`` (its facts as :meth:`EngineBackend.describe` gives)."""
     facts = EngineFacts.of(engine)
-    engine_part = {k: v for k, v in redact(facts.to_dict()).items() if v is not None}
+    engine_part = {k: v for k, v in redact(encode(facts)).items() if v is not None}
     args = {k: v for k, v in space.engine_args.items() if k != "model"}
     sections: dict[str, Any] = {
         "engine_args": args,
-        "workload": space.workload.to_dict(),
+        "workload": encode(space.workload),
         "search.cudagraph_mode": list(space.modes),
         # (a choice's unit only where it is not tokens, so studies from before units keep their digest)
         "search.capture_sizes": [[s.name, s.sizes, s.pattern, s.max, *([s.unit] if s.unit != "tokens" else [])]

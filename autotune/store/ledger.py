@@ -38,6 +38,7 @@ import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.records import decode, decoder, encode
 from autotune.core.records import EngineConfig, RestartResult
 from autotune.core.redact import redact
 from autotune.decisions.outputs import CONSTRAINT as _OUTPUT_CONSTRAINT
@@ -116,7 +117,7 @@ def claim_holder_gone(trial: FrozenTrial) -> bool:
 def record_claim_restarts(storage: optuna.storages.BaseStorage, trial_id: int,
                           restarts: Mapping[str, Sequence[RestartResult]]) -> None:
     """What a claim's holder ran for its job so far, by config key (read back by :meth:`Ledger.verify_rounds`)."""
-    storage.set_trial_user_attr(trial_id, CLAIM_RESTARTS_KEY, {k: [r.to_dict() for r in rs] for k, rs in restarts.items()})
+    storage.set_trial_user_attr(trial_id, CLAIM_RESTARTS_KEY, {k: [encode(r) for r in rs] for k, rs in restarts.items()})
 
 
 # -- opening a study ---------------------------------------------------------------------------------------
@@ -272,15 +273,15 @@ class Ledger(WorkerRecords, VerificationRecords):
     # -- trial writers (on the live optuna.Trial) --------------------------------------------------------
 
     def record_config(self, trial: optuna.Trial, config: EngineConfig) -> None:
-        self._set_trial(trial, _CONFIG_KEY, config.to_dict())
+        self._set_trial(trial, _CONFIG_KEY, encode(config))
         self._set_trial(trial, _CONFIG_ID_KEY, config.key())
         self._set_trial(trial, _LABEL_KEY, config.label())
 
     def record_restarts(self, trial: optuna.Trial, restarts: Sequence[RestartResult]) -> None:
-        self._set_trial(trial, _RESTARTS_KEY, [r.to_dict() for r in restarts])
+        self._set_trial(trial, _RESTARTS_KEY, [encode(r) for r in restarts])
 
     def record_summary(self, trial: optuna.Trial, summary: TrialSummary) -> None:
-        self._set_trial(trial, _SUMMARY_KEY, summary.to_dict())
+        self._set_trial(trial, _SUMMARY_KEY, encode(summary))
         self._set_trial(trial, _RESOLVED_DIFFERS_KEY, summary.resolved_differs)
         if summary.differences:
             self._set_trial(trial, _DIFFERENCES_KEY, list(summary.differences))
@@ -321,9 +322,9 @@ class Ledger(WorkerRecords, VerificationRecords):
         samplers model feasibility from them and ``FrozenTrial.constraints`` reads them back.
         """
         if latency:
-            trial.set_user_attr(self._key(_LATENCY_KEY), {k: v.to_dict() for k, v in latency.items()})
+            trial.set_user_attr(self._key(_LATENCY_KEY), {k: encode(v) for k, v in latency.items()})
         if checks is not None:
-            trial.set_user_attr(self._key(_SLO_CHECKS_KEY), [c.to_dict() for c in checks])
+            trial.set_user_attr(self._key(_SLO_CHECKS_KEY), [encode(c) for c in checks])
             for check, value in zip(checks, constraint_values(checks)):
                 trial.set_constraint(check.key, value)
 
@@ -344,7 +345,7 @@ class Ledger(WorkerRecords, VerificationRecords):
         return self._has(trial.user_attrs, _CONFIG_KEY)
 
     def config(self, trial: FrozenTrial) -> EngineConfig | None:
-        return self._read(trial, _CONFIG_KEY, EngineConfig.from_dict)
+        return self._read(trial, _CONFIG_KEY, decoder(EngineConfig))
 
     def config_key(self, trial: FrozenTrial) -> str | None:
         return self._read(trial, _CONFIG_ID_KEY, text)
@@ -353,10 +354,10 @@ class Ledger(WorkerRecords, VerificationRecords):
         return self._read(trial, _LABEL_KEY, text)
 
     def restarts(self, trial: FrozenTrial) -> tuple[RestartResult, ...]:
-        return tuple(self._read(trial, _RESTARTS_KEY, list_of(RestartResult.from_dict), ()))
+        return tuple(self._read(trial, _RESTARTS_KEY, list_of(decoder(RestartResult)), ()))
 
     def summary(self, trial: FrozenTrial) -> TrialSummary | None:
-        return self._read(trial, _SUMMARY_KEY, TrialSummary.from_dict)
+        return self._read(trial, _SUMMARY_KEY, decoder(TrialSummary))
 
     def failure(self, trial: FrozenTrial) -> str | None:
         return self._read(trial, _FAILURE_KEY, text)
@@ -385,10 +386,10 @@ class Ledger(WorkerRecords, VerificationRecords):
         return trial.number in (self.retried() if retried is None else retried)
 
     def latency(self, trial: FrozenTrial) -> dict[str, LatencyStat]:
-        return self._read(trial, _LATENCY_KEY, mapping_of(LatencyStat.from_dict), {})
+        return self._read(trial, _LATENCY_KEY, mapping_of(decoder(LatencyStat)), {})
 
     def slo_checks(self, trial: FrozenTrial) -> list[SloCheck]:
-        return self._read(trial, _SLO_CHECKS_KEY, list_of(SloCheck.from_dict), [])
+        return self._read(trial, _SLO_CHECKS_KEY, list_of(decoder(SloCheck)), [])
 
 
     def retried(self) -> dict[int, int]:
@@ -538,7 +539,7 @@ class Ledger(WorkerRecords, VerificationRecords):
     # -- study writers and readers -----------------------------------------------------------------------
 
     def meta(self) -> StudyMeta:
-        return self._read(None, _META_KEY, StudyMeta.from_dict) or StudyMeta.from_dict(None)
+        return self._read(None, _META_KEY, decoder(StudyMeta)) or StudyMeta()
 
     def has_meta(self) -> bool:
         return self._has(self.study.user_attrs, _META_KEY)
@@ -546,7 +547,7 @@ class Ledger(WorkerRecords, VerificationRecords):
     def record_meta(self, meta: StudyMeta) -> None:
         """The study's metadata, once: a resume keeps what the study started with."""
         if not self.has_meta():
-            self._set_study(_META_KEY, meta.to_dict())
+            self._set_study(_META_KEY, encode(meta))
 
     def space_yaml(self) -> str | None:
         return self._read(None, _SPACE_YAML_KEY, text)
@@ -567,10 +568,10 @@ class Ledger(WorkerRecords, VerificationRecords):
         self._set_study(_SEARCH_STOPPED_KEY, reason)
 
     def search_end(self) -> SearchEnd | None:
-        return self._read(None, _SEARCH_END_KEY, SearchEnd.from_dict)
+        return self._read(None, _SEARCH_END_KEY, decoder(SearchEnd))
 
     def record_search_end(self, end: SearchEnd) -> None:
-        self._set_study(_SEARCH_END_KEY, end.to_dict())
+        self._set_study(_SEARCH_END_KEY, encode(end))
 
     def search_closed(self) -> bool:
         return self._read(None, _SEARCH_CLOSED_KEY, flag, False)
@@ -580,16 +581,16 @@ class Ledger(WorkerRecords, VerificationRecords):
 
     def cold_verdict(self) -> ColdVerdict:
         """The study's stored cold-start verdict (undecided when none is stored yet)."""
-        return self._read(None, _COLD_STARTS_KEY, ColdVerdict.from_dict) or ColdVerdict.from_dict(None)
+        return self._read(None, _COLD_STARTS_KEY, decoder(ColdVerdict)) or ColdVerdict()
 
     def record_cold_verdict(self, verdict: ColdVerdict) -> None:
-        self._set_study(_COLD_STARTS_KEY, verdict.to_dict())
+        self._set_study(_COLD_STARTS_KEY, encode(verdict))
 
     def fingerprint(self) -> Fingerprint | None:
-        return self._read(None, _FINGERPRINT_KEY, Fingerprint.from_dict)
+        return self._read(None, _FINGERPRINT_KEY, decoder(Fingerprint))
 
     def record_fingerprint(self, fingerprint: Fingerprint) -> None:
-        self._set_study(_FINGERPRINT_KEY, fingerprint.to_dict())
+        self._set_study(_FINGERPRINT_KEY, encode(fingerprint))
 
     def mlflow_parent_run_id(self) -> str | None:
         return self._read(None, _MLFLOW_PARENT_RUN_KEY, text)
@@ -623,7 +624,7 @@ class Ledger(WorkerRecords, VerificationRecords):
 
     def restarts_spent(self) -> list[RestartResult]:
         """Every engine start the study paid for, each once (search and verification): what the budget counts."""
-        return [RestartResult.from_dict(r) for r in self._spent_runs()]
+        return [decode(RestartResult, r) for r in self._spent_runs()]
 
     def _spent_runs(self) -> list[dict[str, Any]]:
         retried = self.retried()  # a retry carries its predecessors' restarts: count them once, there

@@ -8,8 +8,6 @@ report, ``report --json`` and a resumed study that goes straight to verification
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 __all__ = ["BASELINE_FAILED", "BUDGET", "CONVERGED", "INFEASIBLE", "INTERRUPTED", "REASONS", "TRIALS", "SearchEnd"]
 
@@ -94,11 +92,3 @@ class SearchEnd:
             need.append(f"another trial {self.next_starts}"
                         + (f" (~{_minutes(self.next_minutes)} min)" if self.next_minutes is not None else ""))
         return "; ".join(parts + ([", ".join(need)] if need else []))
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SearchEnd:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})

@@ -47,6 +47,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
+from autotune.records import decode
 from autotune.config.space import SearchSpace
 from autotune.core import facts as F
 from autotune.core.records import RestartResult
@@ -141,7 +142,7 @@ class StartCosts:
         runs = [(ledger.config_key(t), r) for t in ledger.study.get_trials(deepcopy=False) if t.number not in retried
                 for r in ledger.restarts(t)]
         for stored in (ledger.verify_progress(), *ledger.verify_rounds().values()):
-            runs += [(key, RestartResult.from_dict(d)) for key, ds in stored.items() for d in ds]
+            runs += [(key, decode(RestartResult, d)) for key, ds in stored.items() for d in ds]
         prior = ledger.meta().warm_start.get("start_costs") if ledger.has_meta() else None
         return cls.from_runs(runs).with_prior(prior)
 

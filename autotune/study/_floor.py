@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from autotune.records import decode
 from autotune.core.records import RestartResult
 from autotune.decisions.floor import floor_infeasible
 from autotune.store.ledger import Ledger
@@ -22,7 +23,7 @@ def floor_restarts(ledger: Ledger, key: str, *, besides: int | None = None) -> l
             continue
         restarts += ledger.restarts(trial)
     for by_key in ledger.verify_rounds().values():
-        restarts += [RestartResult.from_dict(d) for d in by_key.get(key, ())]
+        restarts += [decode(RestartResult, d) for d in by_key.get(key, ())]
     return restarts
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from autotune.records import decode, encode
 from autotune.core.records import RestartResult, Workload
 from autotune.decisions.planning import RestartPlan
 from autotune.decisions.sequential import DEFAULT_MARGIN, SequentialPlan
@@ -142,11 +143,11 @@ def run_verification(
         plan: The restart plan the counts came from: paired, its prior moderates the rounds' variance
             (:attr:`RestartPlan.pair_prior`), as a study's does.
     """
-    earlier = Rounds.from_progress({k: [RestartResult.from_dict(d) for d in v] for k, v in (done or {}).items()})
+    earlier = Rounds.from_progress({k: [decode(RestartResult, d) for d in v] for k, v in (done or {}).items()})
 
     def saved(rounds: Rounds) -> None:
         if save_progress is not None:
-            save_progress({k: [r.to_dict() for r in v] for k, v in rounds.progress().items()})
+            save_progress({k: [encode(r) for r in v] for k, v in rounds.progress().items()})
 
     book = MemoryRounds(earlier, saved)
     again = (lambda _cand: True) if may_start is None else (lambda _cand: may_start(1))

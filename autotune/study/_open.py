@@ -13,6 +13,7 @@ from pathlib import Path
 
 import optuna
 
+from autotune.records import encode
 from autotune.config.space import SearchSpace
 from autotune.core.records import EngineFacts
 from autotune.decisions.racing import RacingPruner
@@ -150,7 +151,7 @@ def _record_metadata(ctx: StudyContext) -> None:
         space_file=ctx.space.source,
         engine=ctx.engine_info,
         model=ctx.space.engine_args.get("model"),
-        workload=ctx.space.workload.to_dict(),
+        workload=encode(ctx.space.workload),
         sampler_why=why,
         baseline=ctx.space.baseline(),
         engine_options={k: _ledger.redact(v) if isinstance(v, str) else v for k, v in ctx.engine.options.items()},

@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from autotune.records import decode, encode
 from autotune.config.space import SearchSpace
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult, Workload
 from autotune.decisions import recheck as rules
@@ -255,7 +256,7 @@ def recheck(ledger: Ledger, space: SearchSpace, engine: EngineBackend, options: 
         record = dataclasses.replace(record, budget_minutes=options.budget_minutes,
                                      minutes_used=round(budget.spent, 4))
         if store:
-            ledger.record_recheck(record.to_dict(), index=number)
+            ledger.record_recheck(encode(record), index=number)
     except BaseException:
         if claim is not None:
             # Interrupted or failed: the index goes back with the restarts stored on it, so the same recheck run
@@ -292,7 +293,7 @@ def _claim_index(ledger: Ledger, keys: set[str]) -> tuple[Claim | None, int, Rou
             done = Rounds()
             for key, runs in stored.items():
                 for run in runs:
-                    done.add(int(run.get("restart") or 0), key, [RestartResult.from_dict(run)])
+                    done.add(int(run.get("restart") or 0), key, [decode(RestartResult, run)])
             return claim, number, done
         claim.complete()  # another recheck's measurements: not ours to continue, and its seeds are spent
     raise RecheckError(f"study {ledger.name!r} has {_MOST_INDEXES} rechecks running or unfinished: wait for them")
@@ -461,9 +462,9 @@ def _baseline_record(stored: Verification, index: int, now: Verification, engine
     fails_now = any(_entry(now, k).summary.status != "ok" for k in (key, base_key))
     verdict = rules.recheck_verdict(change, bool(changes), fails_now)
     return rules.RecheckRecord(_stamp(), rules.BASELINE_KIND, verdict, stored.verdict, label, then_fig, now_fig, now,
-                               engine_then.to_dict(), engine_now.to_dict(),
+                               encode(engine_then), encode(engine_now),
                                tuple(rules.fact_differences(engine_then, engine_now, then_runs, now_runs)),
-                               tuple(changes), n, why, seed_base, change.to_dict())
+                               tuple(changes), n, why, seed_base, encode(change))
 
 
 def _engines_record(stored: Verification, index: int, now: Verification, old: EngineFacts, new: EngineFacts,
@@ -479,6 +480,6 @@ def _engines_record(stored: Verification, index: int, now: Verification, old: En
     changes = rules.resolved_changes(f"{label} on the new engine", old_runs, new_runs) + _failures(now, names)
     verdict = rules.engines_verdict(now_fig["verdict"], bool(changes))
     return rules.RecheckRecord(_stamp(), rules.ENGINES, verdict, stored.verdict, label, then_fig, now_fig, now,
-                               old.to_dict(), new.to_dict(),
+                               encode(old), encode(new),
                                tuple(rules.fact_differences(old, new, old_runs, new_runs)), tuple(changes), n, why,
                                seed_base)

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from optuna.trial import FrozenTrial
 
+from autotune.records import decode
 from autotune.config.space import SearchSpace
 from autotune.core.records import RestartResult, Workload
 from autotune.decisions.planning import RestartPlan
@@ -379,7 +380,7 @@ class _StudyRounds:
     def rounds(self) -> Rounds:
         """The rounds' claims, after what a single-process autotune of an earlier version stored for a study it
         verified in part."""
-        legacy = {k: [RestartResult.from_dict(d) for d in v] for k, v in self.ledger.verify_progress().items()}
+        legacy = {k: [decode(RestartResult, d) for d in v] for k, v in self.ledger.verify_progress().items()}
         return Rounds.from_progress(legacy).merged(Rounds.from_stored(self.ledger.verify_rounds()))
 
     def sequential_plan(self) -> SequentialPlan | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from autotune.records import decode
 from autotune.core.records import RestartResult
 
 #: Real seconds per simulated engine second: a restart of the gb10 profile (150-200 simulated seconds, start-up
@@ -81,7 +82,7 @@ def read_stored(tmp: Path) -> Stored:
         if record.state == "COMPLETE" and not record.interrupted and record.duplicate_of is None:
             counted[("trial", record.number)] = [r.seed for r in record.restarts if r.ok and not r.cold]
     for key, rs in ledger.verify_progress().items():
-        results = [RestartResult.from_dict(d) for d in rs]
+        results = [decode(RestartResult, d) for d in rs]
         for r in results:
             restarts[("verify", key, *ident(r))] += 1
         counted[("verify", key)] = [r.seed for r in results if r.ok and not r.cold]

@@ -11,6 +11,7 @@ from typing import Any
 import mlflow
 import yaml
 
+from autotune.records import decode
 from autotune.config.space import load_space
 from autotune.report._build import build_report
 from autotune.core.records import EngineConfig, EngineFacts, Resolved
@@ -62,7 +63,7 @@ def fake_engine(interrupt_after: int | None = None) -> FakeEngine:
                       cold_wall_s=10.0, wall_s=10.0, startup_s=3.0, interrupt_after=interrupt_after,
                       accept_len=lambda c: 1.0 + 0.6 * c.num_speculative_tokens if c.num_speculative_tokens else None,
                       latency=lambda c: {"tpot_p99_ms": 1000.0 / BASE_TOK_S[c.cudagraph_mode], "ttft_p99_ms": 50.0},
-                      facts=EngineFacts.from_dict(ENGINE_INFO))
+                      facts=decode(EngineFacts, ENGINE_INFO))
 
 
 def write_space(tmp: Path) -> Path:

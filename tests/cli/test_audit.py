@@ -6,6 +6,7 @@ import ast
 import io
 from pathlib import Path
 
+from autotune.records import decode
 from autotune.cli._main import raw_main
 from autotune.core.records import Detail, Resolved
 
@@ -35,6 +36,6 @@ def test_the_vllm_runner_reports_details_under_the_fixed_names() -> None:
 
 
 def test_details_stored_under_an_old_name_read_under_the_fixed_one() -> None:
-    resolved = Resolved.from_dict({"details": {"spec_method": "ngram", "model_runner": "v1"}})
+    resolved = decode(Resolved, {"details": {"spec_method": "ngram", "model_runner": "v1"}})
     assert resolved is not None
     assert resolved.details == {Detail.SPEC_METHOD: "ngram", Detail.MODEL_RUNNER: "v1"}

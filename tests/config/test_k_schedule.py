@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from autotune.records import decode, encode
 from autotune.cli._main import raw_main
 from autotune.cli.export import NoResult, to_cli, to_llm_kwargs, to_vllm_yaml
 from autotune.config.space import SpaceError, load_space, parse_space
@@ -104,7 +105,7 @@ def test_the_schedule_is_canonical_so_keys_and_labels_are_stable() -> None:
     assert shuffled.speculative_config[SCHEDULE_KEY] == SCHEDULE
     assert shuffled.key() == config(SCHEDULE).key()
     assert KSchedule.of(SCHEDULE).text() == "4|2|1 @ 1-8|9-32|33-128"
-    assert EngineConfig.from_dict(shuffled.to_dict()).key() == shuffled.key()
+    assert decode(EngineConfig, encode(shuffled)).key() == shuffled.key()
 
 
 # -- the simulator -------------------------------------------------------------------------------------------
@@ -188,7 +189,7 @@ def test_the_vllm_runner_reads_the_schedule_back(monkeypatch: pytest.MonkeyPatch
     comp = SimpleNamespace(cudagraph_mode="CUDAGraphMode.PIECEWISE", cudagraph_capture_sizes=[1, 2, 4, 8], mode=3)
     llm = SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=SimpleNamespace(
         compilation_config=comp, speculative_config=spec, scheduler_config=None)))
-    resolved = Resolved.from_dict(_facts.resolved_config(llm))
+    resolved = decode(Resolved, _facts.resolved_config(llm))
     assert resolved is not None and resolved.details[Detail.SPEC_SCHEDULE] == SCHEDULE
     configured = _config("eagle3", "FULL_AND_PIECEWISE", schedule=SCHEDULE)
     assert [d.field for d in config_differences(configured, resolved)] == ["cudagraph_mode"]

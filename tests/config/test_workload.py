@@ -9,6 +9,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.records import decode, encode
 from autotune.engines.vllm import _dataset
 from autotune.stats.latency import check_slo, constraint_values, meets_slo, summarize_latency
 from autotune.core.records import Dataset, EngineConfig, Resolved, RestartResult, Workload, config_differences
@@ -58,7 +59,7 @@ def test_dataset_forms(tmp_path: Path) -> None:
     assert space(workload={"temperature": 0.7, "top_p": 0.9}).workload.temperature == 0.7
     # Recorded and read back whole (the study's metadata), hashable (the simulator caches on it).
     wl = vllm.workload
-    assert Workload.from_dict(json.loads(json.dumps(wl.to_dict()))) == wl and hash(wl)
+    assert decode(Workload, json.loads(json.dumps(encode(wl)))) == wl and hash(wl)
 
 
 @pytest.mark.parametrize(("workload", "field"), [
@@ -283,9 +284,9 @@ def test_load_levels_aggregate_as_declared() -> None:
     assert wl.combine([10.0, 20.0, 50.0]) == pytest.approx((10 + 40 + 50) / 4)
     low = space(workload={"concurrency": [1, 8, 32], "aggregate": "min"}).workload
     assert low.combine([10.0, 20.0, 50.0]) == 10.0
-    assert Workload.from_dict(json.loads(json.dumps(wl.to_dict()))) == wl
+    assert decode(Workload, json.loads(json.dumps(encode(wl)))) == wl
     # A single-level throughput workload stores the shape it always had (old studies keep their fingerprint).
-    assert set(space().workload.to_dict()) == set(BASE["workload"]) | {
+    assert set(encode(space().workload)) == set(BASE["workload"]) | {
         "seed", "warmup_passes", "max_warmup_passes", "timed_passes", "repetitive_prompts", "dataset",
         "temperature", "top_p", "slo"}
 

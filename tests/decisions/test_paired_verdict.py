@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from autotune.records import encode
 from autotune.cli._main import raw_main
 from autotune.config.space import parse_space
 from autotune.core.records import EngineFacts
@@ -304,9 +305,9 @@ def test_earlier_studies_on_the_same_store_and_machine_are_the_next_studys_prior
     run_study(space, engine, StudyOptions(study_name="first", storage=storage, workdir=str(tmp_path), trials=4,
                                           top_k=1, verify_restarts=4, seed=0))
     later = StudyOptions(study_name="second", storage=storage, workdir=str(tmp_path))
-    prior = machine_prior(None, later, gpu_x.to_dict())
+    prior = machine_prior(None, later, encode(gpu_x))
     assert "1 earlier study on GPU-X" in prior.source and prior.cv < DEFAULT_CV
-    other = machine_prior(None, later, EngineFacts(name="fake", gpu="GPU-Y").to_dict())
+    other = machine_prior(None, later, encode(EngineFacts(name="fake", gpu="GPU-Y")))
     assert other.cv == pytest.approx(DEFAULT_CV) and "no earlier study" in other.source
 
 

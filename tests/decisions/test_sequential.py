@@ -9,6 +9,7 @@ import numpy as np
 import yaml
 import pytest
 
+from autotune.records import decode, encode
 from autotune.cli._main import raw_main
 from autotune.config.space import parse_space
 from autotune.core.exit_status import ExitStatus
@@ -119,7 +120,7 @@ def test_a_budget_with_no_room_at_the_first_look_keeps_the_fixed_design():
                              may_start=lambda n: False)
     engine, candidates, workload = _pair(1.05, 0.10)
     fixed = run_verification(engine, workload, candidates, 3, seed_for=lambda r: r, sequential_rounds=0)
-    assert tight.sequential is None and tight.to_dict() == fixed.to_dict()
+    assert tight.sequential is None and encode(tight) == encode(fixed)
     engine, candidates, workload = _pair(1.05, 0.10)
     some = run_verification(engine, workload, candidates, 3, seed_for=lambda r: r, sequential_rounds=5,
                             may_start=lambda n: n <= 4)
@@ -128,10 +129,10 @@ def test_a_budget_with_no_room_at_the_first_look_keeps_the_fixed_design():
 
 def test_verification_records_with_and_without_the_design_load():
     v, _ = _verify(1.3, 0.03, rounds=5)
-    assert Verification.from_dict(v.to_dict()) == v
-    old = v.to_dict()
+    assert decode(Verification, encode(v)) == v
+    old = encode(v)
     del old["sequential"]  # what autotune before the sequential design stored
-    assert Verification.from_dict(old).sequential is None
+    assert decode(Verification, old).sequential is None
 
 
 def test_the_report_states_the_design_and_json_carries_it(tmp_path):

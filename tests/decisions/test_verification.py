@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.records import encode
 from autotune.stats.intervals import shrunk_means
 from autotune.report._build import build_report
 from autotune.core.records import EngineConfig, Resolved, Workload
@@ -187,13 +188,13 @@ def test_an_interrupted_verification_resumes_without_repeating_a_restart(after):
     ran = first.calls + second.calls
     assert len(ran) == len(set(ran)) == len(whole_engine.calls)  # nothing run twice, nothing missing
     assert sorted(ran) == sorted(whole_engine.calls)
-    assert resumed.to_dict() == whole.to_dict()
+    assert encode(resumed) == encode(whole)
 
 
 def test_verification_is_deterministic_for_a_seed():
     truth = {"FULL": 120.0, "FULL_AND_PIECEWISE": 119.0, "NONE": 118.0, None: 100.0}
-    runs = [run_verification(_engine(truth, noise=0.08), WORKLOAD, _cands("FULL", "FULL_AND_PIECEWISE", "NONE"),
-                             restarts=3, seed_for=_seed, max_restarts=6).to_dict() for _ in range(2)]
+    runs = [encode(run_verification(_engine(truth, noise=0.08), WORKLOAD, _cands("FULL", "FULL_AND_PIECEWISE", "NONE"),
+                                    restarts=3, seed_for=_seed, max_restarts=6)) for _ in range(2)]
     assert runs[0] == runs[1]
 
 

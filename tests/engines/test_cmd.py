@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.records import encode
 from autotune.engines import EngineError, make_engine
 from autotune.engines._output_check import check_request
 from autotune.engines.cmd import CmdEngine
@@ -76,8 +77,8 @@ def test_good_command_gets_the_request_and_its_result_is_parsed(tmp_path):
     assert result.wall_s is not None and 0 < result.wall_s < 30
     assert result.error is None and result.log_tail is None
     got = json.loads(seen.read_text())
-    assert got["request"] == {"config": CONFIG.to_dict(), "llm_kwargs": CONFIG.llm_kwargs(),
-                              "workload": WL.to_dict(), "restart": 2, "seed": 41,
+    assert got["request"] == {"config": encode(CONFIG), "llm_kwargs": CONFIG.llm_kwargs(),
+                              "workload": encode(WL), "restart": 2, "seed": 41,
                               "output_check": check_request(WL)}
     # The output check asks for the first 32 tokens of a few fixed prompts (the same for every configuration).
     assert got["request"]["output_check"]["tokens"] == 32 and got["request"]["output_check"]["prompts"]
@@ -265,7 +266,7 @@ def test_options_are_validated():
     engine = make_engine("cmd", command="python3 -m my_engine --flag 'a b'")
     assert isinstance(engine, CmdEngine)
     assert engine.command == ["python3", "-m", "my_engine", "--flag", "a b"]
-    assert engine.settings.timeout_s == 1800 and engine.describe().to_dict() == {"engine": "cmd", "command": engine.command}
+    assert engine.settings.timeout_s == 1800 and encode(engine.describe()) == {"engine": "cmd", "command": engine.command}
 
 
 def test_example_wrapper_reproduces_the_sim_engine(tmp_path):

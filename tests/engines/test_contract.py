@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.records import decode, encode
 from autotune.engines import EngineBackend, make_engine
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult, RestartStatus, Workload
 
@@ -40,7 +41,7 @@ def engine(request, tmp_path) -> EngineBackend:
 
 
 def assert_roundtrips(result: RestartResult) -> None:
-    assert RestartResult.from_dict(result.to_dict()) == result
+    assert decode(RestartResult, encode(result)) == result
 
 
 def test_a_restart_times_the_workload_and_reports_what_it_ran(engine):

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from autotune.records import encode
 from autotune.stats.warmup import is_warm
 
 from autotune.engines import EngineError, make_engine
@@ -58,7 +59,7 @@ def space(profile_drafts: dict[str, Any], k_high: int = 6, sizes: dict[str, Any]
     """A small space shaped like the shipped ones."""
     return parse_space({
         "engine_args": {"model": "sim", "max_num_seqs": 4},
-        "workload": WL.to_dict(),
+        "workload": encode(WL),
         "search": {
             "cudagraph_mode": ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"],
             "capture_sizes": sizes or {"tiny": [1, 2, 4, 8], "pow2-32": {"pattern": "pow2", "max": 32},
@@ -203,7 +204,7 @@ def test_acceptance_follows_the_per_position_profile():
     assert e.run_restart(BASE, REF, restart=0, seed=0).accept_len is None
     synthetic = cfg(k=3, method="draft_model", synthetic_acceptance_rates=[0.8, 0.64, 0.51])
     assert e.run_restart(synthetic, REF, restart=0, seed=0).accept_len == pytest.approx(2.95, abs=0.1)
-    random_prompts = Workload(**{**REF.to_dict(), "repetitive_prompts": False})
+    random_prompts = Workload(**{**encode(REF), "repetitive_prompts": False})
     assert ratio(e, cfg(k=3), random_prompts) < 1.0  # prompt lookup finds nothing to copy
 
 
@@ -332,7 +333,7 @@ def test_first_pass_is_slower_and_only_in_warmup():
         assert result.warmup_tok_s[0] < 0.97 * min(result.passes_tok_s)
         assert is_warm(result.warmup_tok_s) or len(result.warmup_tok_s) == REF.max_warmup_passes
         assert result.facts["warmup_passes"] == len(result.warmup_tok_s)
-    short = Workload(**{**REF.to_dict(), "warmup_passes": 1, "max_warmup_passes": 1, "timed_passes": 5})
+    short = Workload(**{**encode(REF), "warmup_passes": 1, "max_warmup_passes": 1, "timed_passes": 5})
     result = e.run_restart(BASE, short, restart=0, seed=0)
     assert len(result.warmup_tok_s) == 1 and len(result.passes_tok_s) == 5
 
@@ -378,11 +379,11 @@ def test_timed_passes_last_about_pass_seconds():
     e = sim()
     prewarm(e, BASE)
     for target in (2.0, 8.0):
-        wl = Workload(**{**REF.to_dict(), "pass_seconds": target})
+        wl = Workload(**{**encode(REF), "pass_seconds": target})
         result = e.run_restart(BASE, wl, restart=0, seed=0)
         one_round = REF.num_prompts * REF.output_len / result.warmup_tok_s[-1]
         assert all(abs(s - target) <= one_round for s in result.passes_s)
-    off = e.run_restart(BASE, Workload(**{**REF.to_dict(), "pass_seconds": 0}), restart=0, seed=0)
+    off = e.run_restart(BASE, Workload(**{**encode(REF), "pass_seconds": 0}), restart=0, seed=0)
     assert off.facts["pass_rounds"] == 1
 
 
@@ -390,7 +391,7 @@ def test_a_speculative_configuration_ramps_and_warm_up_waits_for_it():
     e = sim()
     spec = cfg(k=3)
     prewarm(e, spec, BASE)
-    wl = Workload(**{**REF.to_dict(), "max_warmup_passes": 10})
+    wl = Workload(**{**encode(REF), "max_warmup_passes": 10})
     spec_runs = [e.run_restart(spec, wl, restart=s, seed=s) for s in range(10)]
     base_runs = [e.run_restart(BASE, wl, restart=s, seed=s) for s in range(10)]
     # 3-5x slower first pass than steady state (the H200's), where a baseline loses at most its first-pass slowdown.
@@ -441,7 +442,7 @@ def test_noise_option_and_describe():
     assert cv(values) < 0.03  # only pass noise is left
     facts = quiet.describe()
     assert (facts.name, facts.version, facts.gpu, facts.simulated) == ("sim", "0.26.0", "simulated GB10", True)
-    assert facts.to_dict() == {"engine": "sim", "engine_version": "0.26.0", "gpu": "simulated GB10",
+    assert encode(facts) == {"engine": "sim", "engine_version": "0.26.0", "gpu": "simulated GB10",
                                "profile": "gb10", "model_profile": "dense", "simulated": True}
     assert isinstance(make_engine("sim"), SimEngine)
 
@@ -455,7 +456,7 @@ def test_time_scale_makes_a_restart_take_its_scaled_wall_time():
     # Without a time scale nothing sleeps, and the scale never changes what a restart reports.
     quiet = sim()
     quiet.sleep = slept.append
-    assert quiet.run_restart(cfg("FULL"), WL, restart=0, seed=1).to_dict() == result.to_dict()
+    assert encode(quiet.run_restart(cfg("FULL"), WL, restart=0, seed=1)) == encode(result)
     assert len(slept) == 1
     # A real sleep: the restart takes its scaled time on the wall clock.
     started = time.monotonic()

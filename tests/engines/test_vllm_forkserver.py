@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.records import encode
 from autotune.core.failure import FailureKind
 from autotune.engines import EngineError, make_engine
 from autotune.engines.vllm import VllmEngine
@@ -259,7 +260,7 @@ def test_the_host_stops_its_restarts_when_autotune_goes_away(tmp_path: Path, fil
     try:
         ready = host.wait_ready(30)
         assert ready is not None and ready["pid"] == host.pid
-        request = {"mode": "offline", "llm_kwargs": {"model": "fake/hang"}, "workload": WORKLOAD.to_dict(),
+        request = {"mode": "offline", "llm_kwargs": {"model": "fake/hang"}, "workload": encode(WORKLOAD),
                    "seed": 0, "env": {}}
         log = tmp_path / "restart.log"
         proc = host.start(request, str(log), env, timeout_s=30)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.records import encode
 from autotune.engines.vllm._kvfacts import KvFacts, graph_memory_problem, kv_audit, kv_bound, kv_drift, parse_kv_facts
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "vllm-kv-logs"
@@ -36,7 +37,7 @@ def test_the_cpu_worker_merges_the_kv_lines_and_sets_its_kv_space_explicitly():
     f = facts("vllm-cpu-v0.28.1.dev-public.log")
     assert f.kv_gib == 1.0 and f.kv_tokens == 29_056 and f.max_concurrency == 14.19 and f.max_model_len == 2048
     assert f.load_s == 1.62 and f.weights_gib is None and f.init_s == 41.93
-    assert f.to_dict() == {"load_s": 1.62, "kv_gib": 1.0, "kv_tokens": 29_056, "max_concurrency": 14.19,
+    assert encode(f) == {"load_s": 1.62, "kv_gib": 1.0, "kv_tokens": 29_056, "max_concurrency": 14.19,
                            "max_model_len": 2048, "init_s": 41.93}
     assert parse_kv_facts("no vLLM here") == KvFacts()
 

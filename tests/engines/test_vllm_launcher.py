@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.records import encode
 from autotune.engines import EngineError, make_engine
 from autotune.engines.vllm import VllmEngine
 from autotune.engines.vllm import _passes as passes_mod
@@ -291,7 +292,7 @@ def test_restart_result_from_a_fake_runner(tmp_path: Path, monkeypatch: pytest.M
     assert request["env"]["MY_VAR"] == "1" and request["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert request["seed"] == 8 and request["llm_kwargs"]["seed"] == 8
     # A space without a dataset runs autotune's shipped prompts on a real checkpoint.
-    assert request["workload"] == {**WORKLOAD.to_dict(),
+    assert request["workload"] == {**encode(WORKLOAD),
                                    "dataset": {"source": "jsonl", "path": str(DEFAULT_PROMPTS), "name": None, "args": {}}}
     # One synthetic rate per draft position: the space's longer list is cut to K.
     assert request["llm_kwargs"]["speculative_config"]["synthetic_acceptance_rates"] == [0.8, 0.6, 0.5]
@@ -365,7 +366,7 @@ def test_check_names_the_interpreter_and_the_fix_when_vllm_is_missing() -> None:
     assert message.startswith("vllm engine: cannot import vllm with ")
     assert "(ModuleNotFoundError: No module named 'vllm')" in message
     assert message.endswith("install vllm there, or set engine.python / engine.launcher, or use --engine sim")
-    assert engine.describe().to_dict() == {"engine": "vllm", "mode": "offline"}
+    assert encode(engine.describe()) == {"engine": "vllm", "mode": "offline"}
 
 
 def test_check_caches_the_version_for_describe() -> None:
@@ -456,8 +457,8 @@ def test_runner_prompts_are_token_ids_and_repeat_an_ngram() -> None:
 
 
 def test_serve_mode_runs_vllm_bench_serve_at_each_load_level(tmp_path: Path) -> None:
-    workload = Workload(num_prompts=4, input_len=8, output_len=4, concurrency=(1, 8), aggregate="min",
-                        dataset=Dataset("synthetic")).to_dict()
+    workload = encode(Workload(num_prompts=4, input_len=8, output_len=4, concurrency=(1, 8), aggregate="min",
+                               dataset=Dataset("synthetic")))
     request = {"workload": workload, "llm_kwargs": {"model": "m"}}
     assert passes_mod.load_levels(workload) == [1, 8] and passes_mod.load_levels({"concurrency": 4}) is None
     first = serve.ServePasses(request, 8000, str(tmp_path), concurrency=1)
@@ -596,7 +597,7 @@ def test_every_serve_pass_argument_is_one_vllm_bench_serve_accepts(tmp_path: Pat
     pytest.importorskip("vllm.benchmarks.serve")
     parser = serve.bench_parser()
     workload = Workload(num_prompts=4, input_len=8, output_len=4, concurrency=3, dataset=Dataset("synthetic"))
-    passes = serve.ServePasses({"workload": workload.to_dict(), "llm_kwargs": {"model": "m"}}, 8123,
+    passes = serve.ServePasses({"workload": encode(workload), "llm_kwargs": {"model": "m"}}, 8123,
                                 str(tmp_path))
     args = parser.parse_args(passes.command("x.json"))
     assert (args.port, args.max_concurrency, args.num_prompts) == (8123, 3, 4)

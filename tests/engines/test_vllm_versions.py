@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from autotune.records import decode
 from autotune.cli._main import raw_main
 from autotune.config.space import Infeasible, SpaceError, parse_space
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult, RestartStatus
@@ -497,7 +498,7 @@ def test_the_vllm_runner_reads_0_34s_decode_requests_back_and_the_audit_flags_th
         compilation_config=comp, speculative_config=spec, scheduler_config=None)))
     from autotune.core.records import Resolved, config_differences
 
-    resolved = Resolved.from_dict(_facts.resolved_config(llm))
+    resolved = decode(Resolved, _facts.resolved_config(llm))
     assert resolved is not None and resolved.details["decode_cudagraph_capture_request_sizes"] == [1, 2]
     diffs = config_differences(_winner({"cudagraph_capture_sizes": [1, 2, 4, 8]}), resolved)
     assert [d.field for d in diffs] == ["decode_graphs"]
@@ -506,7 +507,7 @@ def test_the_vllm_runner_reads_0_34s_decode_requests_back_and_the_audit_flags_th
     got = vllm_resolve(k=3, max_num_seqs=4, compilation=budgeted)
     comp.cudagraph_capture_sizes, comp.decode_cudagraph_capture_request_sizes = got["sizes"], got["decode"]
     comp.prefill_cudagraph_capture_token_sizes, comp.max_decode_cudagraph_capture_tokens = got["prefill"], 8
-    resolved = Resolved.from_dict(_facts.resolved_config(llm))
+    resolved = decode(Resolved, _facts.resolved_config(llm))
     assert resolved is not None and resolved.details["max_decode_cudagraph_capture_tokens"] == 8
     diffs = config_differences(_winner(budgeted), resolved)
     assert [d.field for d in diffs] == ["decode_graphs"] and "1, 2 requests" in str(diffs[0].resolved)

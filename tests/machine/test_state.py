@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+from autotune.records import encode
 from autotune.machine import GIB, GpuState, MachineState, departures, gpu_states, is_unified_memory, read_machine_state
 from autotune.machine._gpu import throttle_names
 
@@ -15,7 +16,7 @@ def test_cpu_clock_mean_and_minimum_over_cores():
                                gpus=lambda: [GpuState(0, "GB10", throttle=("hw_slowdown",))])
     assert state.cpu_mhz_mean == 2500.0 and state.cpu_mhz_min == 1500.0
     assert state.throttle == ("gpu0:hw_slowdown",)
-    assert state.to_dict()["gpus"][0]["throttle"] == ["hw_slowdown"]
+    assert encode(state)["gpus"][0]["throttle"] == ["hw_slowdown"]
     none = read_machine_state(cpu_freq=lambda percpu: [], gpus=lambda: None)
     assert none == MachineState()
     real = read_machine_state()

@@ -12,6 +12,7 @@ import optuna
 import pytest
 import yaml
 
+from autotune.records import decoder
 from autotune.store import ledger as ledger_mod
 from autotune.store.ledger import Ledger
 from autotune.report.plots import PLOT_FILES, save_study_plots
@@ -77,7 +78,7 @@ def test_config_params_use_vllm_names_and_always_name_the_searched_settings() ->
 
 
 def test_experiment_name_is_model_and_gpu_and_engine_tags_map_known_facts() -> None:
-    facts = EngineFacts.from_dict
+    facts = decoder(EngineFacts)
     assert experiment_name("Qwen/Qwen3-0.6B", facts({"gpu": "NVIDIA H200"})) == "autotune/Qwen/Qwen3-0.6B/NVIDIA H200"
     assert (experiment_name("/data/models/llama-3b/", facts({"gpu": "simulated GB10"}))
             == "autotune/llama-3b/simulated GB10")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.records import decode
 from autotune.cli._main import raw_main
 from autotune.core.records import MAX_TOK_S, RestartResult, throughput_problem
 from autotune.core.exit_status import ExitStatus
@@ -44,7 +45,7 @@ def test_ok_without_timed_passes_is_a_failure():
 
 def test_a_stored_restart_with_zero_throughput_reads_back_as_failed():
     # Studies recorded before this check hold zeros; reading them must not crash a report.
-    r = RestartResult.from_dict({"status": "ok", "passes_tok_s": [0.0, 0.0], "restart": 1, "seed": 5})
+    r = decode(RestartResult, {"status": "ok", "passes_tok_s": [0.0, 0.0], "restart": 1, "seed": 5})
     assert r.status == "failed" and "non-positive" in r.error
 
 

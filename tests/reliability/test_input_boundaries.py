@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests._helpers.cli import SIM_SPACE, one_line, run_cli, space_file, tune_argv
+from autotune.records import decode, encode
 from autotune.config.space import SpaceError, load_space
 from autotune.core.exit_status import ExitStatus
 
@@ -274,7 +275,7 @@ def test_an_absurd_number_from_the_engine_is_a_failed_restart_naming_it(field, v
     assert result.status == "failed" and result.error is not None, result
     assert (key or head) in result.error and "\n" not in result.error, result.error
     assert all(abs(v) < 1e15 for v in result.facts.values() if isinstance(v, float)), result.facts
-    assert RestartResult.from_dict(result.to_dict()).status == "failed"
+    assert decode(RestartResult, encode(result)).status == "failed"
 
 
 def test_plausible_engine_numbers_are_believed():

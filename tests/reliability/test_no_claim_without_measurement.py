@@ -6,6 +6,7 @@ import io
 import json
 from pathlib import Path
 
+from autotune.records import decode, encode
 from autotune.cli._main import raw_main
 from autotune.study._restart import ALWAYS_COLD
 from autotune.decisions.racing import RacingPolicy
@@ -74,7 +75,7 @@ class AlwaysCold(FakeEngine):
 
     def run_restart(self, config, workload, *, restart, seed):
         result = super().run_restart(config, workload, restart=restart, seed=seed)
-        return RestartResult.from_dict({**result.to_dict(), "cold": True})
+        return decode(RestartResult, {**encode(result), "cold": True})
 
 
 def test_an_engine_that_always_reports_cold_fails_with_the_reason(tmp_path):

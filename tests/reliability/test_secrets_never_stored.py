@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from autotune.records import decode
 from autotune.cli._main import raw_main
 from autotune.core.redact import (REDACTED, forget_secrets, is_secret_key, redact, redact_command, redact_text,
                                   redact_uri)
@@ -360,7 +361,7 @@ def test_recheck_rebuilds_the_engine_from_the_stored_space_with_the_real_credent
     assert status not in (ExitStatus.ERROR, ExitStatus.BAD_INPUT), err
     from autotune.decisions.recheck import RecheckRecord
 
-    record = RecheckRecord.from_dict(load("keyed", f"sqlite:///{tmp}/optuna.db").rechecks()[-1])
+    record = decode(RecheckRecord, load("keyed", f"sqlite:///{tmp}/optuna.db").rechecks()[-1])
     restarts = [r for e in record.verification.entries for r in e.restarts]
     assert restarts and all(r.ok for r in restarts), [r.error for r in restarts if not r.ok]
     assert CMD_KEY not in out + err and CMD_LOGIN not in out + err
@@ -573,7 +574,7 @@ def test_a_gated_datasets_token_is_a_reference_resolved_for_the_engine(tmp_path,
                           capsys)
     assert status == ExitStatus.BAD_INPUT and "workload.dataset.args.hf_token: ${AT_TEST_LOGIN} is not set" in err
     monkeypatch.setenv("AT_TEST_LOGIN", CMD_LOGIN)
-    workload = Workload.from_dict({"dataset": {"source": "vllm", "name": "hf",
+    workload = decode(Workload, {"dataset": {"source": "vllm", "name": "hf",
                                                "args": {"hf_token": "${AT_TEST_LOGIN}"}}})
     assert dict(resolve_workload(workload).dataset.args) == {"hf_token": CMD_LOGIN}
     assert dict(workload.dataset.args) == {"hf_token": "${AT_TEST_LOGIN}"}

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from autotune.records import decode, encode
 from autotune.config.space import parse_space
 from autotune.core import facts
 from autotune.core.records import EngineConfig, RestartResult, Workload
@@ -73,7 +74,7 @@ def test_the_kv_bound_audit_fires_on_the_vllm_cpu_log_and_autotune_audit_prints_
     # 29,056 tokens of KV cache cannot hold 4 sequences of 4096 + 4096 tokens.
     config = EngineConfig(engine_args={"model": "m", "max_num_seqs": 4})
     result = RestartResult(status="ok", passes_tok_s=(1.0,), facts=log_facts(str(CPU)))
-    record = RestartResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    record = decode(RestartResult, json.loads(json.dumps(encode(result))))
     from autotune.report import kv_findings
 
     findings = kv_findings(config, [record], {"input_len": 4096, "output_len": 4096})

@@ -23,6 +23,7 @@ from autotune.stats.coldstart import (
 )
 from autotune.decisions.racing import RacingPolicy
 from autotune.core.records import EngineConfig, RestartResult, Workload
+from autotune.records import decode, encode
 from autotune.report._build import build_report
 from autotune.report._report import render_report
 from autotune.config.space import parse_space
@@ -127,10 +128,11 @@ def test_differ_is_final_and_same_holds_until_a_difference_is_significant():
 
 def test_a_verdict_round_trips_through_its_stored_form():
     verdict = judge_cold(_pairs(0.5, 0.7, 4, 0.03), noise_sd=0.03)
-    back = ColdVerdict.from_dict(verdict.to_dict())
+    back = decode(ColdVerdict, encode(verdict))
     assert (back.state, back.pairs) == (verdict.state, verdict.pairs)
     assert back.ratio == pytest.approx(verdict.ratio) and back.p_value == pytest.approx(verdict.p_value)
-    assert ColdVerdict.from_dict(None).state == "undecided"
+    assert decode(ColdVerdict, {}).state == "undecided"
+    assert encode(verdict)["text"] == verdict.describe()
 
 
 def test_pairs_match_the_cold_start_with_the_warm_restart_on_its_seed():

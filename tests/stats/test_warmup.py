@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.records import decode, encode
 from autotune.stats import warmup
 
 
@@ -98,8 +99,8 @@ def test_pass_seconds_is_settable_validated_and_left_out_of_the_identity_at_its_
     from autotune.config.space import SpaceError, load_space
     from autotune.core.records import Workload
 
-    assert "pass_seconds" not in Workload().to_dict()  # a stored study's workload digest stays what it was
-    assert Workload.from_dict(Workload(pass_seconds=2.5).to_dict()).pass_seconds == 2.5
+    assert "pass_seconds" not in encode(Workload())  # a stored study's workload digest stays what it was
+    assert decode(Workload, encode(Workload(pass_seconds=2.5))).pass_seconds == 2.5
     base = "engine_args: {model: m}\nsearch: {cudagraph_mode: [NONE, FULL]}\n"
     good = tmp_path / "good.yaml"
     good.write_text(base + "workload: {pass_seconds: 2}\n")
@@ -126,7 +127,7 @@ def test_the_report_totals_phases_over_every_restart_and_counts_those_without() 
     assert totals is not None
     assert dict(totals.seconds) == {F.PHASE_COMPILE_S: 66.0, F.PHASE_WARMUP_S: 3.0, F.PHASE_TIMED_S: 30.0}
     assert (totals.restarts, totals.without, totals.warmup_passes) == (2, 1, 10)
-    assert totals.to_dict()["total_s"] == 99.0
+    assert encode(totals)["total_s"] == 99.0
     text = " ".join(render_phases(totals))
     assert "compile 1.1 min (67%)" in text and "1 restarts did not say" in text and "5.0 passes" in text
     assert phase_totals([old]) is None and render_phases(None) == []
@@ -140,8 +141,8 @@ def test_the_report_names_the_start_up_phases_and_reads_records_from_before_them
     from autotune.core.records import RestartResult
     from autotune.report.phases import phase_totals, render_phases
 
-    before = RestartResult.from_dict(RestartResult(
-        "ok", passes_tok_s=(1.0,), facts={F.PHASE_COMPILE_S: 18.0, F.PHASE_OTHER_STARTUP_S: 132.0}).to_dict())
+    before = decode(RestartResult, encode(RestartResult(
+        "ok", passes_tok_s=(1.0,), facts={F.PHASE_COMPILE_S: 18.0, F.PHASE_OTHER_STARTUP_S: 132.0})))
     named = RestartResult("ok", passes_tok_s=(1.0,), facts={
         F.PHASE_SETUP_S: 24.0, F.PHASE_COMPILE_S: 18.0, F.PHASE_PROFILE_S: 3.0, F.PHASE_CAPTURE_S: 1.0,
         F.PHASE_KERNEL_WARMUP_S: 102.0, F.PHASE_OTHER_STARTUP_S: 2.0})
@@ -153,7 +154,7 @@ def test_the_report_names_the_start_up_phases_and_reads_records_from_before_them
     assert line == ("Engine time by phase over 2 restarts: engine set-up 0.4 min (8%), compile 0.6 min (12%), "
                     "memory profiling 0.1 min (1%), graph capture 0.0 min (0%), kernel warm-up 1.7 min (34%), "
                     "other start-up 2.2 min (45%)")
-    assert totals.to_dict()["seconds"][F.PHASE_KERNEL_WARMUP_S] == 102.0  # report --json: the fact's own key
+    assert encode(totals)["seconds"][F.PHASE_KERNEL_WARMUP_S] == 102.0  # report --json: the fact's own key
 
 # -- the noise prior (issue 21 item 1: a rule that can decide before its cap) ----------------------------------
 
@@ -318,7 +319,7 @@ def test_the_report_says_what_ended_the_warm_ups() -> None:
 
     totals = phase_totals([restart("cap", 4), restart("prior", 3), restart("prior", 3)])
     assert totals is not None and dict(totals.warmup_rules) == {"prior": 2, "cap": 1}
-    assert totals.to_dict()["warmup_rules"] == {"prior": 2, "cap": 1}
+    assert encode(totals)["warmup_rules"] == {"prior": 2, "cap": 1}
     line = render_phases(totals)[-1]
     assert "3.3 passes" in line and "the rule with the study's noise prior 2, the cap 1" in line
 

@@ -11,6 +11,7 @@ import json
 
 import optuna
 
+from autotune.records import decode, encode
 from autotune.core.records import Resolved, RestartResult
 from autotune.store.ledger import Ledger
 
@@ -42,12 +43,12 @@ def test_a_runaway_engine_record_is_stored_bounded_and_says_where_the_whole_log_
     assert len(back.resolved.notes) < 20 and back.resolved.notes[-1].endswith("more notes cut")
     assert len(back.resolved.details["notes_blob"]) < 2_100
     # Cut once: a record read back and stored again is the same record.
-    assert RestartResult.from_dict(json.loads(json.dumps(back.to_dict()))) == back
+    assert decode(RestartResult, json.loads(json.dumps(encode(back)))) == back
 
 
 def test_a_normal_record_is_stored_unchanged() -> None:
     r = RestartResult(status="failed", error="CUDA out of memory", log_tail="a\nb\n", log_path="/x.log",
                       resolved=Resolved(cudagraph_mode="FULL", details={"model_runner": "v1", "graphs": {"a": 1}},
                                         notes=("one",)))
-    assert RestartResult.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+    assert decode(RestartResult, json.loads(json.dumps(encode(r)))) == r
     assert r.error == "CUDA out of memory" and r.log_tail == "a\nb\n" and r.resolved.notes == ("one",)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from autotune.records import decode, encode
 from autotune.engines.sim import SimEngine
 from autotune.decisions.racing import RacingPolicy
 from autotune.core.records import LevelResult, RestartResult, Workload
@@ -45,7 +46,7 @@ def test_load_levels_combine_as_declared_and_latency_is_the_worst_level() -> Non
     assert mean.latency["tpot_p99_ms"] == 20.0 and mean.latency["ttft_p99_ms"] == 50.0
     assert mean.latency["requests"] == 24.0
     assert mean.latency["goodput"] == pytest.approx((2 + 12 + 1) / 4), "rates combine as the objective does"
-    again = RestartResult.from_dict(json.loads(json.dumps(mean.to_dict())))
+    again = decode(RestartResult, json.loads(json.dumps(encode(mean))))
     assert again == mean and again.value == mean.value, "levels and score survive the study's storage"
 
 

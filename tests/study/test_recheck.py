@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotune.records import decode
 from autotune.cli._main import raw_main
 from autotune.core.exit_status import ExitStatus
 from autotune.decisions import recheck as rules
@@ -63,7 +64,7 @@ def test_an_unchanged_engine_keeps_the_verdict_and_the_stored_verification(
     assert "then" in out and "now" in out and "x1.52 [1.35, 1.71]" in out  # the stored speedup beside today's
     ledger = load(STUDY, storage)
     assert ledger.verification() == before  # the study's own verdict is never touched
-    (stored,) = [RecheckRecord.from_dict(r) for r in ledger.rechecks()]
+    (stored,) = [decode(RecheckRecord, r) for r in ledger.rechecks()]
     assert stored.verdict in (rules.UNDECIDED, rules.UNCHANGED) and stored.kind == rules.BASELINE_KIND
     assert stored.change_test is not None and stored.change_test.low < 1.0 < stored.change_test.high
     assert stored.now["verdict"] == Verdict.FASTER and stored.restarts_per_config >= 3
@@ -91,7 +92,7 @@ def test_two_engines_in_the_same_rounds_give_one_answer_with_an_interval(
     assert status == ExitStatus.NOW_SLOWER, err
     assert "(new engine)" in out and "(study's engine)" in out and "speedup of the new engine: x0." in out
     assert "WARNING: engine changed the configuration" in out
-    record = RecheckRecord.from_dict(load(STUDY, storage).rechecks()[-1])
+    record = decode(RecheckRecord, load(STUDY, storage).rechecks()[-1])
     assert record.kind == rules.ENGINES and record.restarts_per_config == 3
     # Both sides ran in the same rounds, on the same seeds.
     seeds = [sorted(r.seed for r in e.restarts if r.ok and not r.cold) for e in record.verification.entries]
@@ -317,7 +318,7 @@ def test_runner_ups_and_a_minutes_budget(storage: str, tmp_path: Path, capsys: p
     assert small[:2] == (3, 3) and small[0] + small[1] <= n_c + n_b
     status, out, err = _run(_recheck(storage, tmp_path, "--runner-ups", "--restarts", "2"), capsys)
     assert status == ExitStatus.SUCCESS, err
-    record = RecheckRecord.from_dict(load(STUDY, storage).rechecks()[-1])
+    record = decode(RecheckRecord, load(STUDY, storage).rechecks()[-1])
     assert len(record.now["means"]) == len(stored.entries) == 3  # the dropped runner-up measured again too
 
 
@@ -394,7 +395,7 @@ def test_rechecks_in_a_row_of_an_unchanged_study_never_alarm(
         storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     statuses = [_run(_recheck(storage, tmp_path, "--restarts", "4"), capsys)[0] for _ in range(5)]
     assert statuses == [ExitStatus.SUCCESS] * 5
-    records = [RecheckRecord.from_dict(r) for r in load(STUDY, storage).rechecks()]
+    records = [decode(RecheckRecord, r) for r in load(STUDY, storage).rechecks()]
     assert len(records) == 5 and len({r.seed_base for r in records}) == 5
 
 
@@ -414,7 +415,7 @@ def test_two_rechecks_started_together_measure_on_distinct_seeds_and_both_are_ke
              for _ in range(2)]
     errors = [p.communicate(timeout=300)[1].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
-    records = [RecheckRecord.from_dict(r) for r in load(STUDY, storage).rechecks()]
+    records = [decode(RecheckRecord, r) for r in load(STUDY, storage).rechecks()]
     assert len(records) == 2  # neither overwrote the other's record
     seeds = [{r.seed for e in rec.verification.entries for r in e.restarts} for rec in records]
     assert records[0].seed_base != records[1].seed_base and not seeds[0] & seeds[1]
@@ -450,7 +451,7 @@ def test_a_recheck_stops_starting_engines_once_its_budget_is_spent(
     status, out, err = _run(_recheck(storage, tmp_path, "--restarts", "10", "--budget-minutes", f"{budget:.4f}"),
                             capsys)
     assert status == ExitStatus.SUCCESS, err
-    record = RecheckRecord.from_dict(load(STUDY, storage).rechecks()[-1])
+    record = decode(RecheckRecord, load(STUDY, storage).rechecks()[-1])
     spent = sum(r.wall_s for e in record.verification.entries for r in e.restarts) / 60.0
     assert record.minutes_used == pytest.approx(spent, abs=1e-3)
     # tune's rule: at most the one start begun within the budget goes past it.
@@ -504,14 +505,14 @@ def test_an_interrupted_recheck_keeps_its_restarts_and_the_same_recheck_continue
     assert not set(again) & set(calls)  # no restart run twice
     records = load(STUDY, storage).rechecks()
     assert len(records) == 1
-    record = RecheckRecord.from_dict(records[0])
+    record = decode(RecheckRecord, records[0])
     measured = _measured(record)
     assert sorted((k, s) for k, s, _ in measured) == sorted(calls + again)  # the first run's restarts are in it
     assert len(set(measured)) == len(measured)
     # The next recheck is a new one: its own index and seeds.
     status, _, err = _run(_recheck(storage, tmp_path, "--restarts", "2"), capsys)
     assert status == ExitStatus.SUCCESS, err
-    later = RecheckRecord.from_dict(load(STUDY, storage).rechecks()[-1])
+    later = decode(RecheckRecord, load(STUDY, storage).rechecks()[-1])
     assert later.seed_base != record.seed_base and not {s for _, s, _ in _measured(later)} & {s for _, s, _ in measured}
 
 
@@ -553,6 +554,6 @@ def test_a_recheck_killed_mid_run_is_continued_by_the_same_command(storage: str,
     assert len(first) >= 3
     status, _, err = _run(_recheck(storage, tmp_path, "--restarts", "6"), capsys)
     assert status == ExitStatus.SUCCESS, err
-    record = RecheckRecord.from_dict(load(STUDY, storage).rechecks()[0])
+    record = decode(RecheckRecord, load(STUDY, storage).rechecks()[0])
     measured = _measured(record)
     assert first <= set(measured) and len(set(measured)) == len(measured)

@@ -10,6 +10,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.records import decode, encode
 from autotune.config.space import Infeasible, SearchSpace, parse_space
 from autotune.decisions.racing import RacingPolicy
 from autotune.observers.progress import ProgressPrinter
@@ -128,8 +129,8 @@ def test_a_fresh_study_prints_why_its_search_ended(tmp_path):
 
 def test_a_stored_end_reads_back_and_an_older_record_keeps_its_defaults():
     end = SearchEnd(BUDGET, 3, 10, 20, 15.5, None, 16.0, 4, 2.0, 2, 1.2)
-    assert SearchEnd.from_dict(end.to_dict()) == end
-    assert SearchEnd.from_dict({"reason": TRIALS, "unknown_later_field": 1}).reason == TRIALS
+    assert decode(SearchEnd, encode(end)) == end
+    assert decode(SearchEnd, {"reason": TRIALS, "unknown_later_field": 1}).reason == TRIALS
 
 
 def _interrupted_lines(report) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.records import decode, encode
 from autotune.cli._common import command_line, parse_params, write_json
 from autotune.cli._main import build_parser
 from autotune.cli._tune_settings import TuneSettings
@@ -109,7 +110,7 @@ def test_the_stored_settings_read_back_whole(changes):
     options = dataclasses.replace(StudyOptions(study_name="s", storage="sqlite:///a.db", workdir="w",
                                                heartbeat_s=7, command=("autotune", "tune"),
                                                enqueue=({"num_speculative_tokens": 3},)), **changes)
-    stored = StudyMeta.from_dict(StudyMeta(**options.stored_settings()).to_dict())  # as the ledger keeps it
+    stored = decode(StudyMeta, encode(StudyMeta(**options.stored_settings())))  # as the ledger keeps it
     back = StudyOptions.from_meta(stored, study_name="s", storage="sqlite:///a.db", workdir="w", heartbeat_s=7,
                                   command=("autotune", "tune"))
     # top_k is stored resolved (what verification takes), unless a minutes budget alone decides it later.

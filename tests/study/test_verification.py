@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from autotune.records import decode, encode
 from autotune.stats.intervals import interval
 from autotune.study.options import VERIFY_SEED_OFFSET
 from autotune.config.space import parse_space
@@ -191,7 +192,7 @@ def test_the_study_verifies_with_the_loop_the_coverage_benchmark_scores(tmp_path
     verify_seeds = {options.verify_seed(r)
                     for r in range(options.verify_max_restarts + options.verify_sequential_rounds)}
     assert engine.calls == [c for c in study_engine.calls if c[1] in verify_seeds]
-    assert again.to_dict() == stored.to_dict()
+    assert encode(again) == encode(stored)
 
 
 def test_rounds_read_from_the_stored_shapes_keep_each_restart_in_the_round_it_was_run_for():
@@ -203,13 +204,12 @@ def test_rounds_read_from_the_stored_shapes_keep_each_restart_in_the_round_it_wa
 
     failed = RestartResult.failure("failed", "boom", restart=1, seed=2)
     # What a single-process autotune of an earlier version stored: config key -> restart dicts, in the order run.
-    legacy = {"a": [ok(1, cold=True).to_dict(), ok(1).to_dict(), ok(2).to_dict()], "b": [ok(1).to_dict(),
-                                                                                           failed.to_dict()]}
-    rounds = Rounds.from_progress({k: [RestartResult.from_dict(d) for d in v] for k, v in legacy.items()})
+    legacy = {"a": [encode(ok(1, cold=True)), encode(ok(1)), encode(ok(2))], "b": [encode(ok(1)), encode(failed)]}
+    rounds = Rounds.from_progress({k: [decode(RestartResult, d) for d in v] for k, v in legacy.items()})
     assert rounds.round(0) == {"a": [ok(1, cold=True), ok(1)], "b": [ok(1)]}  # a cold start belongs to its round
     assert rounds.round(1) == {"a": [ok(2)], "b": [failed]}
     assert rounds.failed() == {"b"}
     # What the rounds' claims store: round -> config key -> restart dicts; read after the legacy ones.
-    both = rounds.merged(Rounds.from_stored({1: {"a": [ok(3).to_dict()]}, 2: {"a": [ok(4).to_dict()]}}))
+    both = rounds.merged(Rounds.from_stored({1: {"a": [encode(ok(3))]}, 2: {"a": [encode(ok(4))]}}))
     assert both.progress() == {"a": [ok(1, cold=True), ok(1), ok(2), ok(3), ok(4)], "b": [ok(1), failed]}
     assert rounds.round(2) == {}  # merging made a new Rounds

@@ -24,6 +24,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.records import decode, encode
 from autotune.store import ledger as ledger_mod
 from autotune.store.ledger import (
     CLAIM_JOB_KEY,
@@ -151,7 +152,7 @@ def _budget_breakdown(lg: Ledger) -> str:
                      f"planned {lg.planned_starts(t)} starts {runs or '-'}{' (retried)' if t.number in retried else ''}")
     for t in sorted(_claims(lg).get_trials(deepcopy=False), key=lambda t: t.number):
         owner = t.user_attrs.get(CLAIM_OWNER_KEY, {})
-        runs = {k[:8]: _starts(RestartResult.from_dict(d) for d in v)
+        runs = {k[:8]: _starts(decode(RestartResult, d) for d in v)
                 for k, v in (t.user_attrs.get(CLAIM_RESTARTS_KEY) or {}).items()}
         lines.append(f"claim {t.user_attrs.get(CLAIM_JOB_KEY)} {t.state.name} pid {owner.get('pid')} "
                      f"cache {owner.get('cache')} starts {runs}")
@@ -176,8 +177,8 @@ def _check_study(lg: Ledger, killer: Killer) -> None:
     assert trials[number].state == TrialState.FAIL and number in retried
     retry = trials[retried[number]]
     assert retry.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    assert [r.to_dict() for r in lg.restarts(trials[number])][:landed] == \
-        [r.to_dict() for r in lg.restarts(retry)][:landed]
+    assert [encode(r) for r in lg.restarts(trials[number])][:landed] == \
+        [encode(r) for r in lg.restarts(retry)][:landed]
     # Nothing is left running, and no retry is left waiting. A trial may be left queued: a worker that got a
     # repeated suggestion queues an unmeasured configuration for the next ask (study/_start_design.py), and when the
     # trial count or the budget ends the search first, no worker asks again; a resume runs it first. Such a trial
@@ -359,7 +360,7 @@ def test_a_retried_trial_keeps_its_restarts_and_runs_only_the_rest(tmp_path: Pat
     trials = {t.number: t for t in lg.study.get_trials(deepcopy=False)}
     retry = trials[lg.retried()[trial.number]]
     restarts = lg.restarts(retry)
-    assert [r.to_dict() for r in restarts[:2]] == [r.to_dict() for r in first]
+    assert [encode(r) for r in restarts[:2]] == [encode(r) for r in first]
     assert [r.restart for r in restarts] == [0, 1, 2]
     assert (config.key(), options.search_seed(0)) not in engine.calls  # nothing measured twice
     assert (config.key(), options.search_seed(2)) in engine.calls
@@ -454,7 +455,7 @@ def test_a_retry_the_budget_has_no_room_for_ends_with_what_its_worker_measured(t
     run_study(space, engine, options)
     retry = {t.number: t for t in lg.study.get_trials(deepcopy=False)}[lg.retried()[trial.number]]
     assert retry.state == TrialState.COMPLETE
-    assert [r.to_dict() for r in lg.restarts(retry)] == [r.to_dict() for r in first]
+    assert [encode(r) for r in lg.restarts(retry)] == [encode(r) for r in first]
     assert not [seed for key, seed in engine.calls if key == config.key() and seed == options.search_seed(2)]
     assert lg.verification() is not None
     assert lg.budget_used()[0] <= budget

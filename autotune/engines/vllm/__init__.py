@@ -45,6 +45,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.records import encode
 from autotune.engines._base import EngineBackend, EngineError, EngineOptionError
 from autotune.engines._options import OptionValue
 from autotune.engines._output_check import check_request, output_facts, skip_reason
@@ -378,7 +379,7 @@ class VllmEngine(EngineBackend):
         return {
             "mode": self.settings.mode,
             "llm_kwargs": kwargs,
-            "workload": self.resolve_workload(workload, kwargs).to_dict(),
+            "workload": encode(self.resolve_workload(workload, kwargs)),
             "seed": seed,
             "env": self.runner_env(),
             # Searched engine arguments: the runner reports what vLLM runs for them (the audit compares).

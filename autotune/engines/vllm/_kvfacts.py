@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.core import facts
+from autotune.records import encode, record
 
 __all__ = ["KV_DRIFT_TOLERANCE", "KvFacts", "graph_memory_problem", "kv_audit", "kv_bound", "kv_drift",
            "log_facts", "parse_kv_facts"]
@@ -56,6 +57,9 @@ def _f(text: str) -> float:
     return float(text.replace(",", ""))
 
 
+#: A fact the log did not give is left out of the record.
+@record(omit_at_default=("weights_gib", "load_s", "compile_s", "capture_s", "graph_memory_gib", "graph_pool_gib",
+                         "kv_gib", "kv_tokens", "max_concurrency", "max_model_len", "init_s"))
 @dataclasses.dataclass(frozen=True)
 class KvFacts:
     """Memory and capacity facts of one start (GiB, seconds, tokens); ``None``: the log did not say.
@@ -86,12 +90,9 @@ class KvFacts:
     max_model_len: int | None = None
     init_s: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-
     def to_facts(self) -> dict[str, Any]:
         """The facts a restart's record keeps (:mod:`autotune.core.facts` names)."""
-        return {_FACT_NAMES[k]: v for k, v in self.to_dict().items()}
+        return {_FACT_NAMES[k]: v for k, v in encode(self).items()}
 
     @classmethod
     def from_facts(cls, restart_facts: Mapping[str, Any]) -> KvFacts:

@@ -28,6 +28,7 @@ from typing import Any
 from autotune.core.capture import token_maximum_fields
 from autotune.core.records import EngineConfig
 from autotune.core.schedule import SCHEDULE_KEY, SCHEDULE_SINCE
+from autotune.records import record
 
 __all__ = ["COMPILATION_FIELDS", "DECODE_REQUEST_FIELDS", "FEATURES", "LEGACY_CAPTURE_FIELDS", "PREFILL_TOKEN_FIELDS",
            "RECORDED", "SPECULATIVE_FIELDS", "WHEELS", "Feature", "Untranslatable", "Vocabulary", "from_introspection",
@@ -69,6 +70,7 @@ def version_tuple(text: Any) -> tuple[int, int, int] | None:
     return int(major), int(minor), int(patch)
 
 
+@record(emits=("capture_unit",), after={"capture_unit": "source"})
 @dataclasses.dataclass(frozen=True)
 class Vocabulary:
     """The names one vLLM version accepts, and where that knowledge came from.
@@ -129,13 +131,6 @@ class Vocabulary:
                 + (f" ({', '.join(sorted(self.lossy_rejection_methods))} lossy: changes outputs)"
                    if self.lossy_rejection_methods else ""),
                 "speculative options: " + ", ".join(f for f in SPECULATIVE_FIELDS if f in self.speculative_fields)]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "source": self.source, "capture_unit": self.capture_unit,
-                "compilation_fields": sorted(self.compilation_fields),
-                "speculative_fields": sorted(self.speculative_fields),
-                "speculative_methods": sorted(self.speculative_methods),
-                "rejection_methods": sorted(self.rejection_methods), "model_runners": list(self.model_runners)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from autotune.records import encode
 from autotune.core.records import EngineConfig, EngineFacts, RestartResult
 from autotune.core.redact import redact_text
 from autotune.core.urls import sqlite_path
@@ -165,7 +166,7 @@ def engine_tags(facts: EngineFacts) -> dict[str, str]:
     named = {"engine": facts.name, "engine_version": facts.version, "gpu": facts.gpu, "driver": facts.driver,
              "cuda_version": facts.cuda}
     tags = {name: str(value) for name, value in named.items() if value is not None}
-    for key, value in facts.to_dict().items():
+    for key, value in encode(facts).items():
         if value is not None and isinstance(value, (str, int, float, bool)):
             tags.setdefault(f"engine_info.{key}", str(value))
     return tags

@@ -12,6 +12,7 @@ import json
 import math
 from typing import Any
 
+from autotune.records import encode
 from autotune.decisions.recheck import RecheckRecord
 from autotune.observers.mlflow._conventions import (KIND_STUDY, TAG_CONFIG_KEY, TAG_KIND, TAG_LOGGED, TAG_STUDY,
                                                     TrackingError, _one_line, experiment_name, resolve_tracking_uri)
@@ -65,7 +66,7 @@ def log_recheck(ledger: Ledger, record: RecheckRecord, tracking_uri: str | None 
                 "differences": "; ".join(record.differences)[:7000],
                 "resolved_changes": "; ".join(record.resolved_changes)[:7000], TAG_LOGGED: "1"}
         session.log(run_id, params={k: str(v) for k, v in params.items()}, metrics=_metrics(record), tags=tags)
-        session.log_text(run_id, json.dumps(record.to_dict(), indent=2, default=str), "recheck.json")
+        session.log_text(run_id, json.dumps(encode(record), indent=2, default=str), "recheck.json")
         session.finish(run_id, "FINISHED")
         return run_id
     except TrackingError:
