@@ -171,7 +171,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         prepare_study(space, engine, options)  # the study and its baselines exist before any worker starts
     finally:
         engine.close()
-    return worker.run_local_workers_for(options, output, choice.typed, groups, out, engine, space)
+    return worker.run_local_workers_for(options, settings.storage, output, choice.typed, groups, out, engine, space)
 
 
 def _say_what_the_budget_can_prove(options: StudyOptions, storage: StorageUrl, engine: EngineBackend,

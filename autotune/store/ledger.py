@@ -205,9 +205,9 @@ def check_stored_name(study_name: str, storage: str | StorageUrl | optuna.storag
 
     problem = check_study_name(study_name)
     if problem is not None:
-        raise LedgerError(f"study in {redact(_url_text(storage))}: the stored study name {problem}, which autotune does not "
-                          "read (it names a directory under --workdir); copy the study under a plain name, e.g. "
-                          "optuna.copy_study(from_study_name=..., to_study_name='my-study', ...)")
+        raise LedgerError(f"study in {redact(_url_text(storage))}: the stored study name {problem}, which autotune "
+                          "does not read (it names a directory under --workdir); copy the study under a plain name, "
+                          "e.g. optuna.copy_study(from_study_name=..., to_study_name='my-study', ...)")
 
 
 class Ledger(WorkerRecords, VerificationRecords):
