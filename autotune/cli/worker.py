@@ -15,12 +15,13 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from autotune.config.space import SearchSpace
     from autotune.core.urls import StorageUrl
     from autotune.engines import EngineBackend
+    from autotune.report import Report
     from autotune.study import StudyOptions
     from autotune.study.events import StudyObserver
 
@@ -116,7 +117,7 @@ def run_here(space: SearchSpace, engine: EngineBackend, options: StudyOptions, o
     return _print_report(report, output, out)
 
 
-def _print_report(report: Any, output: StudyOutput, out: IO[str]) -> ExitStatus:
+def _print_report(report: Report, output: StudyOutput, out: IO[str]) -> ExitStatus:
     """The study's report, redacted, on ``out`` (and ``--json``); a study with no result exits non-zero."""
     print(redact_text(report.render()), file=out)
     if output.json_path:
