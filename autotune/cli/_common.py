@@ -340,4 +340,4 @@ def open_named_study(args: argparse.Namespace) -> Ledger:
 
     storage = StorageUrl.parse(args.storage)
     check_storage(storage, write=False)
-    return load(args.study or latest_study_name(storage), storage.url)
+    return load(args.study or latest_study_name(storage), storage)
