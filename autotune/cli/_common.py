@@ -63,11 +63,11 @@ class UsageError(Exception):
     """Bad command-line input; the message names the flag and the fix."""
 
 
-def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
+def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, object]:
     """``["k=v", ...]`` -> dict, values parsed as YAML scalars/lists (``sizes=[1,2,4]``, ``K=3``)."""
     from autotune.config import MAX_NUMBER, load_yaml
 
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for item in items or ():
         if "=" not in item:
             raise UsageError(f"{flag} {item!r}: expected KEY=VALUE, e.g. {flag} num_speculative_tokens=3")
@@ -269,12 +269,12 @@ class EngineChoice:
     workers."""
 
     name: str
-    options: Mapping[str, Any]
+    options: RawOptions
     typed: tuple[str, ...] = ()
 
     @classmethod
     def for_space(cls, space: SearchSpace, name: str | None, typed: Sequence[str] | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> EngineChoice:
+                  overrides: RawOptions | None = None) -> EngineChoice:
         """The engine ``name`` (else the space's) with the space's options, ``typed`` (``--engine-opt`` items, read
         by :func:`parse_kv`) or ``overrides`` (already read) over them."""
         chosen = name or space.engine.default
@@ -284,7 +284,7 @@ class EngineChoice:
         return cls(chosen, options, tuple(typed or ()))
 
     @classmethod
-    def joining(cls, space: SearchSpace, name: str, stored: Mapping[str, Any], overrides: Mapping[str, Any],
+    def joining(cls, space: SearchSpace, name: str, stored: RawOptions, overrides: RawOptions,
                 typed: Sequence[str] | None = None) -> EngineChoice:
         """A study's own engine with the options it stored, this machine's ``--engine-opt`` (``overrides``, read from
         ``typed``) over them: a worker that joins the study, from this machine or another."""
