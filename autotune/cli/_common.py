@@ -24,8 +24,11 @@ from autotune.store.ledger import DEFAULT_STORAGE, DEFAULT_WORKDIR, Ledger, late
 from autotune.store.studydir import MAX_NAME_BYTES
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from autotune.config.space import SearchSpace
-    from autotune.engines import EngineBackend
+    from autotune.core.params import RawParams
+    from autotune.engines import EngineBackend, RawOptions
 
 __all__ = [
     "PARAM_ALIASES",
@@ -60,11 +63,11 @@ class UsageError(Exception):
     """Bad command-line input; the message names the flag and the fix."""
 
 
-def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
+def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, object]:
     """``["k=v", ...]`` -> dict, values parsed as YAML scalars/lists (``sizes=[1,2,4]``, ``K=3``)."""
     from autotune.config import MAX_NUMBER, load_yaml
 
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for item in items or ():
         if "=" not in item:
             raise UsageError(f"{flag} {item!r}: expected KEY=VALUE, e.g. {flag} num_speculative_tokens=3")
@@ -93,12 +96,12 @@ def _numbers(value: Any) -> list[float]:
     return [n for item in items for n in _numbers(item)]
 
 
-def canonical_params(params: Mapping[str, Any]) -> dict[str, Any]:
+def canonical_params(params: RawParams) -> dict[str, object]:
     """Trial parameters under their full names (:data:`PARAM_ALIASES`: ``K=3`` is ``num_speculative_tokens=3``)."""
     return {PARAM_ALIASES.get(str(k), str(k)): v for k, v in params.items()}
 
 
-def parse_params(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
+def parse_params(items: Sequence[str] | None, flag: str) -> dict[str, object]:
     """A configuration typed as ``KEY=VALUE`` items (:func:`parse_kv`), aliases resolved (:func:`canonical_params`).
 
     Engine options (``--engine-opt``) are not parameters: they keep their names as typed.
@@ -143,7 +146,7 @@ def open_output(path: str, flag: str, workdir: str | None = None, mode: str = "w
     return os.fdopen(fd, mode)
 
 
-def default_study_name(space: Any, engine: str) -> str:
+def default_study_name(space: SearchSpace, engine: str) -> str:
     model = str(space.engine_args.get("model", "model")).rstrip("/")
     base = f"{space.name}-{engine}-{os.path.basename(model) or model}"
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-.") or "study"
@@ -201,7 +204,7 @@ class StudyOutput:
             write_json(self.json_path, data, self.workdir)
 
 
-def load_space_for(args: argparse.Namespace) -> Any:
+def load_space_for(args: argparse.Namespace) -> SearchSpace:
     """The space ``--space`` names, as every command that takes one loads it (``tune``, ``audit``, ``doctor``):
     the file validated (:func:`autotune.config.space.load_space`), then every engine section it holds checked
     by its engine (:func:`check_engine_sections`), so a bad space is the same line in every command."""
@@ -214,7 +217,7 @@ def load_space_for(args: argparse.Namespace) -> Any:
     return space
 
 
-def stored_space_dir(space_file: str | None) -> Any:
+def stored_space_dir(space_file: str | None) -> Path | None:
     """Where a stored space's relative paths (``./`` drafts) resolve: the directory of the file the study was
     started from, where it still exists (else the current directory, as for a space given on the command line)."""
     from pathlib import Path
@@ -226,7 +229,7 @@ def stored_space_dir(space_file: str | None) -> Any:
     return None
 
 
-def check_engine_sections(space: Any) -> None:
+def check_engine_sections(space: SearchSpace) -> None:
     """Every engine section of the space is valid for its engine, whichever engine this command runs: a bad
     ``engine.vllm.memory_floor_gib`` is refused by ``tune --engine sim`` and ``doctor`` alike, in one line naming the
     file. Engines are only constructed (options parsed), never started."""
@@ -234,13 +237,13 @@ def check_engine_sections(space: Any) -> None:
 
     for name, options in space.engine.sections().items():
         try:
-            engine = make_engine(name, **options)
+            engine = make_engine(name, None, **options)  # no cache: it is never started
         except EngineOptionError as exc:  # the space's fault; a machine that cannot run the engine is not (exit 1)
             raise UsageError(f"{space.source}: {exc}") from None
         engine.close()
 
 
-def check_references(space: Any, engine_options: Mapping[str, Any], engine_name: str) -> None:
+def check_references(space: SearchSpace, engine_options: RawOptions, engine_name: str) -> None:
     """Every ``${VAR}`` the engine will resolve when it starts is set, and no value is ``<redacted>`` (a credential
     an older autotune stored with no way back): checked before anything is created or started, so the line names
     the variable and the field rather than an engine failing with 401 at its first start (autotune.core.secrets).
@@ -266,12 +269,12 @@ class EngineChoice:
     workers."""
 
     name: str
-    options: Mapping[str, Any]
+    options: RawOptions
     typed: tuple[str, ...] = ()
 
     @classmethod
     def for_space(cls, space: SearchSpace, name: str | None, typed: Sequence[str] | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> EngineChoice:
+                  overrides: RawOptions | None = None) -> EngineChoice:
         """The engine ``name`` (else the space's) with the space's options, ``typed`` (``--engine-opt`` items, read
         by :func:`parse_kv`) or ``overrides`` (already read) over them."""
         chosen = name or space.engine.default
@@ -281,7 +284,7 @@ class EngineChoice:
         return cls(chosen, options, tuple(typed or ()))
 
     @classmethod
-    def joining(cls, space: SearchSpace, name: str, stored: Mapping[str, Any], overrides: Mapping[str, Any],
+    def joining(cls, space: SearchSpace, name: str, stored: RawOptions, overrides: RawOptions,
                 typed: Sequence[str] | None = None) -> EngineChoice:
         """A study's own engine with the options it stored, this machine's ``--engine-opt`` (``overrides``, read from
         ``typed``) over them: a worker that joins the study, from this machine or another."""
@@ -297,7 +300,8 @@ class EngineChoice:
         return engine
 
 
-def build_engine(space: Any, name: str | None, options: dict[str, Any], cache_dir: str | None = None) -> Any:
+def build_engine(space: SearchSpace, name: str | None, options: RawOptions, cache_dir: str | None = None
+                 ) -> EngineBackend:
     """The engine named on the command line, else the space's ``engine.name``, else ``vllm`` (:class:`EngineChoice`).
 
     Engine options come from the space's ``engine:`` section (:meth:`~autotune.config.space.EngineSection.options`);
@@ -315,7 +319,7 @@ def check_engine_name(name: str) -> None:
         raise UsageError(f"--engine {name!r} is not an engine: choose one of {', '.join(sorted(ENGINES))}")
 
 
-def make_engine_from_input(name: str, cache_dir: str | None, options: Mapping[str, Any]) -> Any:
+def make_engine_from_input(name: str, cache_dir: str | None, options: RawOptions) -> EngineBackend:
     """The engine ``name`` with options the user gave (the space, ``--engine-opt``, a study's stored options): an
     option the engine refuses is bad input, one line and exit 2 like every other, not an engine failure."""
     from autotune.engines import EngineOptionError, make_engine
@@ -336,4 +340,4 @@ def open_named_study(args: argparse.Namespace) -> Ledger:
 
     storage = StorageUrl.parse(args.storage)
     check_storage(storage, write=False)
-    return load(args.study or latest_study_name(storage), storage.url)
+    return load(args.study or latest_study_name(storage), storage)

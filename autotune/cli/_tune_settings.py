@@ -9,7 +9,7 @@ created. The argparse ``Namespace`` stops here: what goes down to the study is t
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -23,6 +23,7 @@ from autotune.cli.preflight import (
     MAX_TRIALS,
     PreflightError,
 )
+from autotune.core.params import TrialParams
 from autotune.core.urls import StorageUrl
 from autotune.decisions.racing import RacingPolicy
 from autotune.store.ledger import DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_WORKDIR
@@ -81,7 +82,7 @@ class TuneSettings(BaseModel):
 
     @field_validator("storage", mode="before")
     @classmethod
-    def _parse_storage(cls, value: Any) -> Any:
+    def _parse_storage(cls, value: object) -> object:
         """``--storage`` parsed here, once: every later check and opening reads the :class:`StorageUrl`'s fields."""
         return StorageUrl.parse(value) if isinstance(value, str) else value
 
@@ -99,7 +100,7 @@ class TuneSettings(BaseModel):
             return self.restarts
         return NO_RACING_RESTARTS if self.no_racing else RacingPolicy.min_restarts
 
-    def study_options(self, *, study_name: str, enqueue: Sequence[Mapping[str, Any]] = (),
+    def study_options(self, *, study_name: str, enqueue: Sequence[TrialParams] = (),
                       command: Sequence[str] = ()) -> StudyOptions:
         """The study's options these settings make.
 

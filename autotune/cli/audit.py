@@ -18,7 +18,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Mapping
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from autotune.records import encode
 from autotune.cli._common import (
@@ -33,7 +33,7 @@ from autotune.cli._common import (
 )
 from autotune.core import params as P
 from autotune.core.exit_status import ExitStatus
-from autotune.core.params import RawParams
+from autotune.core.params import ParamValue, RawParams
 from autotune.core.records import Detail, EngineConfig, EngineFacts, RestartResult, config_differences
 from autotune.core.redact import redact_text
 from autotune.core.secrets import resolve_config, resolve_workload
@@ -186,7 +186,8 @@ def config_for_audit(space: SearchSpace, params: RawParams) -> EngineConfig:
     k = norm.get(P.K, 0)
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= K_HARD_MAX):
         raise UsageError(f"--params num_speculative_tokens={k!r}: must be a whole number from 0 to {K_HARD_MAX}")
-    literal_sizes = norm.get(P.CAPTURE_SIZES) if isinstance(norm.get(P.CAPTURE_SIZES), list) else None
+    typed_sizes = norm.get(P.CAPTURE_SIZES)
+    literal_sizes = typed_sizes if isinstance(typed_sizes, list) else None
     if literal_sizes is not None and not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1
                                              for s in literal_sizes):
         raise UsageError(f"--params capture_sizes={literal_sizes!r}: list whole numbers >= 1, e.g. [1, 2, 4, 8], or "
@@ -201,14 +202,15 @@ def config_for_audit(space: SearchSpace, params: RawParams) -> EngineConfig:
         schedule = space.schedule_of(norm.get(SCHEDULE_PARAM))
     except (Infeasible, KeyError, ValueError, TypeError) as exc:
         raise UsageError(f"--params {SCHEDULE_PARAM}: {exc.args[0] if exc.args else exc}") from None
-    speculative = int(norm.get(P.K, 0) or 0) > 0 or schedule is not None
+    speculative = bool(k) or schedule is not None  # k: None or a whole number from 0, checked above
     if speculative and P.DRAFT not in norm:
         if not space.drafts:
             raise UsageError("--params: a speculative configuration needs a draft, and the space has none: add one "
                              "under search.drafts, or audit without num_speculative_tokens and k_schedule")
         norm[P.DRAFT] = space.drafts[0].name
     try:
-        config = space.config_from_params(norm)
+        # The values as typed, not yet ParamValues: the space reads each one it knows and refuses a bad one below.
+        config = space.config_from_params(cast("Mapping[str, ParamValue]", norm))
     except (Infeasible, KeyError, ValueError, TypeError) as exc:
         # The space's own words (a choice it lacks, a combination the engine rejects), on the flag (issue 44).
         raise UsageError(f"--params: {exc.args[0] if exc.args else exc}") from None

@@ -17,12 +17,15 @@ import contextlib
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from autotune.core.exit_status import ExitStatus
-from autotune.engines import EngineOptions, SimOptions, engine_settings
+from autotune.engines import EngineOptions, RawOptions, SimOptions, engine_settings
 from autotune.engines.vllm import VllmEngine, VllmOptions
-from autotune.engines.vllm.vocabulary import from_introspection, introspect_source, recorded
+from autotune.engines.vllm.vocabulary import Vocabulary, from_introspection, introspect_source, recorded
+
+if TYPE_CHECKING:
+    from autotune.config.space import SearchSpace
 from autotune.machine import EngineDemand, Finding, HostFacts, machine_findings, read_host_facts, weights_bytes
 
 __all__ = ["HELP", "Facts", "Finding", "configure_parser", "findings", "gather", "run", "weights_bytes"]
@@ -46,8 +49,8 @@ class Facts(HostFacts):
     interpreter: tuple[str, ...] = ()
     vllm_version: str | None = None
     vllm_error: str | None = None
-    #: What that vLLM accepts (``autotune.engines.vllm.vocabulary.Vocabulary``; the simulated version's for sim).
-    vocabulary: Any = None
+    #: What that vLLM accepts (the simulated version's for sim).
+    vocabulary: Vocabulary | None = None
 
     def demand(self) -> EngineDemand:
         """What the engine will ask of the machine: its memory floor and page-cache policy, the weights, and
@@ -84,7 +87,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
 # -- facts -----------------------------------------------------------------------------------------------
 
 
-def gather(space: Any = None) -> Facts:
+def gather(space: SearchSpace | None = None) -> Facts:
     """Read the machine (and, with a space, its engine's interpreter and model)."""
     engine = "vllm" if space is None else space.engine.default
     # As the study reads them (tune's build_engine), validated by the engine's own model (the space's sections
@@ -114,13 +117,13 @@ def gather(space: Any = None) -> Facts:
         vllm_version=version, vllm_error=error, vocabulary=vocab)
 
 
-def _interpreter(settings: Any, options: Mapping[str, Any], scratch: contextlib.ExitStack) -> tuple[str, ...]:
+def _interpreter(settings: VllmOptions, options: RawOptions, scratch: contextlib.ExitStack) -> tuple[str, ...]:
     if any("{" in part for part in settings.launcher or ()):
         # Placeholders ({image}, {workdir}, ...) are the engine's to fill in (a throw-away directory, which
         # ``scratch`` removes after the import check, stands for the study's).
         from autotune.engines import make_engine
 
-        engine = make_engine("vllm", **options)
+        engine = make_engine("vllm", None, **options)
         assert isinstance(engine, VllmEngine)  # what the registry makes for "vllm"
         scratch.callback(engine.close)
         scratch.enter_context(engine.throwaway_workdir())

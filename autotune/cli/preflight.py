@@ -17,11 +17,17 @@ import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from autotune.core.urls import StorageUrl, redact_url, sqlite_path
 from autotune.store.health import SQLITE_SIDECARS, check_sqlite_writable, probe_dir
 from autotune.store.studydir import check_study_name
+
+if TYPE_CHECKING:
+    import argparse
+
+    from autotune.core.records import Workload
+    from autotune.engines import EngineBackend
 
 __all__ = [
     "MAX_SEED",
@@ -85,7 +91,7 @@ def check_budget(budget_restarts: int | None, budget_minutes: float | None) -> N
                              f"(a year), got {budget_minutes:g}")
 
 
-def check_command_paths(args: Any) -> None:
+def check_command_paths(args: argparse.Namespace) -> None:
     """The ``--workdir`` every command that takes one is given, checked before the command runs (issue 32): a
     directory, or a path one can be made at. (Output flags are each command's to check, with what it must not
     overwrite: :func:`check_output_path`.)"""
@@ -94,7 +100,7 @@ def check_command_paths(args: Any) -> None:
         _check_workdir(workdir)
 
 
-def check_tracking_uri_of(args: Any) -> None:
+def check_tracking_uri_of(args: argparse.Namespace) -> None:
     """The MLflow tracking URI of every command that logs to MLflow (``--tracking-uri``, else
     ``$MLFLOW_TRACKING_URI``), unless it was told ``--no-mlflow``: a URI MLflow cannot use (a scheme it does not know,
     a malformed one) is one line naming where it came from and the fix, before anything is created (issue 44,
@@ -183,7 +189,7 @@ def protected_paths(*, storage: StorageUrl | None = None, tracking_uri: str | No
     return out
 
 
-def dataset_path(workload: Any) -> str | None:
+def dataset_path(workload: Workload | Mapping[str, object]) -> str | None:
     """The dataset file of a parsed workload or of a study's recorded workload mapping, if it names one."""
     dataset = workload.get("dataset") if isinstance(workload, Mapping) else getattr(workload, "dataset", None)
     path = dataset.get("path") if isinstance(dataset, Mapping) else getattr(dataset, "path", None)
@@ -267,7 +273,7 @@ def check_output_path(path: str, flag: str, protected: Iterable[Protected] = (),
                              "write elsewhere") from None
 
 
-def check_page_cache(engine: Any, out: IO[str]) -> None:
+def check_page_cache(engine: EngineBackend, out: IO[str]) -> None:
     """The engine's page-cache policy can run here: an explicit ``engine.page_cache: drop`` or ``warm`` without root
     is refused before anything starts; a default that fell back to keep for want of root is one note line on
     ``out``. Engines without a :class:`~autotune.machine.StartSafety` (the simulator) have no policy."""

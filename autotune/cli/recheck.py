@@ -128,7 +128,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         check_output_path(args.json, "--json", links=False, workdir=args.workdir)
     storage = StorageUrl.parse(args.storage)
     check_storage(storage, write=True, existing=True)  # a typo's path must not become a new store
-    ledger = load(args.study, storage.url)
+    ledger = load(args.study, storage)
     if ledger.verification() is None:
         print(f"autotune: study {args.study!r} has no verification to recheck yet: finish it with autotune tune",
               file=sys.stderr)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import IO, Any
+from collections.abc import Sequence
+from typing import IO, TYPE_CHECKING, cast
 
 from autotune.records import encode
 from autotune.cli import worker
@@ -21,6 +22,14 @@ from autotune.cli._common import (
     parse_params,
 )
 from autotune.core.exit_status import ExitStatus
+
+if TYPE_CHECKING:
+    from autotune.config.space import SearchSpace
+    from autotune.core.params import ParamValue, TrialParams
+    from autotune.core.urls import StorageUrl
+    from autotune.engines import EngineBackend
+    from autotune.store.ledger import Ledger
+    from autotune.study import StudyOptions
 
 __all__ = ["DEFAULT_SPACE", "HELP", "configure_parser", "enqueue_params", "run"]
 
@@ -86,7 +95,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     worker.add_worker_args(p)
 
 
-def enqueue_params(space: Any, item: str) -> dict[str, Any]:
+def enqueue_params(space: SearchSpace, item: str) -> TrialParams:
     """``--enqueue cudagraph_mode=FULL,num_speculative_tokens=3,draft=ngram`` -> validated trial parameters.
 
     Searched engine arguments (``max_num_seqs=16``) may be given too; those left out take their baseline value.
@@ -96,7 +105,8 @@ def enqueue_params(space: Any, item: str) -> dict[str, Any]:
     params = parse_params([p for p in item.split(",") if p.strip()], "--enqueue")
     dims = {d.name: d.baseline for d in space.engine_dims}
     # A space that names K schedules searches their choice too (k_schedule=taper): its K is the schedule's largest.
-    named = dict(space.schedules).get(params.get(SCHEDULE_PARAM)) if space.schedules else None
+    chosen = params.get(SCHEDULE_PARAM)  # a schedule's name; anything else is params_problem's to refuse below
+    named = dict(space.schedules).get(chosen) if space.schedules and isinstance(chosen, str) else None
     k = named.max_k if named is not None else 0
     full = {"cudagraph_mode": DEFAULT, "capture_sizes": DEFAULT, "num_speculative_tokens": k, **dims, **params}
     allowed = ["cudagraph_mode", "capture_sizes", "num_speculative_tokens", "draft",
@@ -110,7 +120,8 @@ def enqueue_params(space: Any, item: str) -> dict[str, Any]:
     problem = space.params_problem(full)
     if problem is not None:
         raise UsageError(f"--enqueue {item!r}: {problem} (choices declared in {space.source})")
-    return space.complete_params(full)
+    # Every value is now one the space declared (params_problem): the space's own parameter values.
+    return space.complete_params(cast("dict[str, ParamValue]", full))
 
 
 def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
@@ -128,7 +139,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     preflight.check_study_name_flag(study_name)
     settings = TuneSettings.from_cli_args(args)  # every flag's bounds, checked once, here; --storage parsed once
     check_owned(settings.workdir, study_name)
-    sources = _warm_start_sources(args.warm_start, study_name, settings.storage.url)
+    sources = _warm_start_sources(args.warm_start, study_name, settings.storage)
     options = settings.study_options(study_name=study_name, command=command_line(),
                                      enqueue=[enqueue_params(space, item) for item in args.enqueue or ()])
     groups = worker.check_worker_args(args)
@@ -151,7 +162,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     if sources:
         options = _warm_started(options, sources, space, engine)
     preflight.check_page_cache(engine, out)
-    _say_what_the_budget_can_prove(options, engine, out)
+    _say_what_the_budget_can_prove(options, settings.storage, engine, out)
     if groups is None:
         return worker.run_here(space, engine, options, output, out)
     if settings.storage.memory:
@@ -161,10 +172,11 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
         prepare_study(space, engine, options)  # the study and its baselines exist before any worker starts
     finally:
         engine.close()
-    return worker.run_local_workers_for(options, output, choice.typed, groups, out, engine, space)
+    return worker.run_local_workers_for(options, settings.storage, output, choice.typed, groups, out, engine, space)
 
 
-def _say_what_the_budget_can_prove(options: Any, engine: Any, out: IO[str]) -> None:
+def _say_what_the_budget_can_prove(options: StudyOptions, storage: StorageUrl, engine: EngineBackend,
+                                   out: IO[str]) -> None:
     """Before the first start: the smallest speedup the budget can prove at the machine's prior noise, and whether
     --min-effect is in reach (issue 41): a study that cannot resolve what the user asks should say so before the GPU
     is spent, not after."""
@@ -173,9 +185,9 @@ def _say_what_the_budget_can_prove(options: Any, engine: Any, out: IO[str]) -> N
     from autotune.study import StartCosts, budget_reach_for
 
     ledger = price = None
-    if not options.fresh and options.storage != "memory":
+    if not options.fresh and not storage.memory:
         try:  # a resume: its measured prices and noise, not the defaults
-            ledger = load(options.study_name, options.storage)
+            ledger = load(options.study_name, storage)
             costs = StartCosts.of(ledger)
             price = costs.price((None, False)) if costs.warm else None
         except LedgerError:
@@ -185,7 +197,7 @@ def _say_what_the_budget_can_prove(options: Any, engine: Any, out: IO[str]) -> N
         out.write(("WARNING: " if not reach.in_reach else "") + "budget: " + reach.describe() + "\n")
 
 
-def _warm_start_sources(warm_start: str | None, study_name: str, storage: str) -> list[Any]:
+def _warm_start_sources(warm_start: str | None, study_name: str, storage: StorageUrl) -> list[Ledger]:
     """The studies ``--warm-start`` names, opened from ``--storage``: a missing one is one line, before anything
     runs."""
     from autotune.store.ledger import LedgerError, load
@@ -204,7 +216,8 @@ def _warm_start_sources(warm_start: str | None, study_name: str, storage: str) -
     return sources
 
 
-def _warm_started(options: Any, sources: list[Any], space: Any, engine: Any) -> Any:
+def _warm_started(options: StudyOptions, sources: Sequence[Ledger], space: SearchSpace, engine: EngineBackend
+                  ) -> StudyOptions:
     """``options`` with the sources' top configurations queued first and the warm start's record; the engine's
     warm-up noise prior seeded where engine and machine match (``study._warm_start``)."""
     import dataclasses

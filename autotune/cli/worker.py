@@ -15,11 +15,13 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from autotune.config.space import SearchSpace
+    from autotune.core.urls import StorageUrl
     from autotune.engines import EngineBackend
+    from autotune.report import Report
     from autotune.study import StudyOptions
     from autotune.study.events import StudyObserver
 
@@ -115,7 +117,7 @@ def run_here(space: SearchSpace, engine: EngineBackend, options: StudyOptions, o
     return _print_report(report, output, out)
 
 
-def _print_report(report: Any, output: StudyOutput, out: IO[str]) -> ExitStatus:
+def _print_report(report: Report, output: StudyOutput, out: IO[str]) -> ExitStatus:
     """The study's report, redacted, on ``out`` (and ``--json``); a study with no result exits non-zero."""
     print(redact_text(report.render()), file=out)
     if output.json_path:
@@ -130,11 +132,12 @@ def _print_report(report: Any, output: StudyOutput, out: IO[str]) -> ExitStatus:
     return ExitStatus.SUCCESS
 
 
-def run_local_workers_for(options: StudyOptions, output: StudyOutput, engine_opts: Sequence[str], groups: Sequence[str],
-                          out: IO[str], engine: EngineBackend, space: SearchSpace) -> ExitStatus:
+def run_local_workers_for(options: StudyOptions, storage: StorageUrl, output: StudyOutput, engine_opts: Sequence[str],
+                          groups: Sequence[str], out: IO[str], engine: EngineBackend, space: SearchSpace) -> ExitStatus:
     """One ``autotune worker`` process per GPU group on this machine, then the study's report.
 
-    ``engine_opts`` are this command's ``--engine-opt`` items, passed on to each worker as typed.
+    ``storage``: the study's store as the command line parsed it (``options.storage`` as text), which every worker
+    is handed; ``engine_opts`` are this command's ``--engine-opt`` items, passed on to each worker as typed.
     """
     from autotune.cli.gpu_workers import run_local_workers
     from autotune.report import build_report
@@ -159,9 +162,9 @@ def run_local_workers_for(options: StudyOptions, output: StudyOutput, engine_opt
         log_dir = str(confined_dir(prepare_study_dir(options.workdir, study_name), "workers"))
     except (NotOwned, LinkRefused) as exc:
         raise UsageError(str(exc)) from None
-    print(f"autotune: {len(groups)} workers on study {study_name} ({ledger.redact(options.storage)}); "
+    print(f"autotune: {len(groups)} workers on study {study_name} ({ledger.redact(storage.url)}); "
           f"their output goes to {log_dir}", file=out)
-    watched = ledger.load(study_name, options.storage)
+    watched = ledger.load(study_name, storage)
 
     def progress() -> str:
         used, _ = watched.budget_used()
@@ -176,8 +179,8 @@ def run_local_workers_for(options: StudyOptions, output: StudyOutput, engine_opt
             prepare_store(output.tracking_uri)
         except Exception:  # noqa: BLE001 - each worker reports a tracking problem itself and carries on
             pass
-    status = run_local_workers(argv, groups, options.storage, log_dir, out, progress=progress)
-    study = ledger.load(study_name, options.storage)
+    status = run_local_workers(argv, groups, storage.url, log_dir, out, progress=progress)
+    study = ledger.load(study_name, storage)
     meta = study.meta()
     if not (study.has_verification() or meta.verify is False):
         print(f"autotune: the study is not finished (worst worker status {status}); run the same command again "
@@ -212,7 +215,7 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     typed_options = parse_kv(args.engine_opt, "--engine-opt")  # bad input (a literal credential) before the store
     storage = StorageUrl.parse(args.storage)
     try:
-        study = ledger.load(args.study, storage.url)
+        study = ledger.load(args.study, storage)
     except ledger.LedgerError as exc:
         raise UsageError(f"{exc}; start the study first with autotune tune --study {args.study} --storage URL "
                          "(the same URL on every machine)") from None
@@ -242,5 +245,5 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
                                      heartbeat_s=args.heartbeat, command=command_line())
     if groups is not None:
         engine.close()
-        return run_local_workers_for(options, output, choice.typed, groups, out, engine, space)
+        return run_local_workers_for(options, storage, output, choice.typed, groups, out, engine, space)
     return run_here(space, engine, options, output, out, worker=int(os.environ.get(WORKER_ENV, "0")))

@@ -40,6 +40,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.records import decode, decoder, encode
 from autotune.core.records import EngineConfig, RestartResult
+from autotune.core.urls import StorageUrl
 from autotune.core.redact import redact
 from autotune.decisions.outputs import CONSTRAINT as _OUTPUT_CONSTRAINT
 from autotune.decisions.outputs import OutputCheck, constraint_value
@@ -172,8 +173,9 @@ def _summaries_of_new_store(store: optuna.storages.BaseStorage) -> set[str]:
     raise AssertionError("unreachable")
 
 
-def load(study_name: str, storage: str = DEFAULT_STORAGE) -> Ledger:
-    """Open an existing study to read it (reports, export, tracking).
+def load(study_name: str, storage: str | StorageUrl = DEFAULT_STORAGE) -> Ledger:
+    """Open an existing study to read it (reports, export, tracking); ``storage`` as text, or as the command line
+    parsed it once (:class:`~autotune.core.urls.StorageUrl`).
 
     Raises:
         LedgerError: no such study (the message lists the studies there are), or an unreadable schema.
@@ -182,12 +184,18 @@ def load(study_name: str, storage: str = DEFAULT_STORAGE) -> Ledger:
     names = study_names(store)
     if study_name not in names:
         have = ", ".join(sorted(names)) if names else "none"
-        raise LedgerError(f"no study named {study_name!r} in {redact(str(storage))} (studies there: {have})")
+        raise LedgerError(f"no study named {study_name!r} in {redact(_url_text(storage))} (studies there: {have})")
     check_stored_name(study_name, storage)
     return Ledger(optuna.load_study(study_name=study_name, storage=store))
 
 
-def check_stored_name(study_name: str, storage: str | optuna.storages.BaseStorage) -> None:
+def _url_text(storage: str | StorageUrl | optuna.storages.BaseStorage) -> str:
+    # The URL as typed, for redact() to hide its password as it hides any other (StorageUrl's own str() is
+    # SQLAlchemy's rendering, which a message has never shown).
+    return storage.url if isinstance(storage, StorageUrl) else str(storage)
+
+
+def check_stored_name(study_name: str, storage: str | StorageUrl | optuna.storages.BaseStorage) -> None:
     """A study name read from a store is checked as the ``--study`` flag is (issue 44): another tool may have stored
     any text there (``../../x``, a terminal escape), and autotune makes a directory of the name and prints it.
 
@@ -198,9 +206,9 @@ def check_stored_name(study_name: str, storage: str | optuna.storages.BaseStorag
 
     problem = check_study_name(study_name)
     if problem is not None:
-        raise LedgerError(f"study in {redact(str(storage))}: the stored study name {problem}, which autotune does not "
-                          "read (it names a directory under --workdir); copy the study under a plain name, e.g. "
-                          "optuna.copy_study(from_study_name=..., to_study_name='my-study', ...)")
+        raise LedgerError(f"study in {redact(_url_text(storage))}: the stored study name {problem}, which autotune "
+                          "does not read (it names a directory under --workdir); copy the study under a plain name, "
+                          "e.g. optuna.copy_study(from_study_name=..., to_study_name='my-study', ...)")
 
 
 class Ledger(WorkerRecords, VerificationRecords):

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from autotune.config.space import SearchSpace
 from autotune.decisions.noise import SIDE_PRIOR_DF, NoisePrior, planning_noise, study_prior
@@ -24,6 +24,9 @@ from autotune.store.history import MachineRecord, recorded_noise
 from autotune.store.ledger import Ledger
 from autotune.study.options import StudyOptions
 
+if TYPE_CHECKING:
+    import optuna
+
 __all__ = ["UNPRICED_RESTART_MINUTES", "budget_reach_for", "machine_prior", "plan_for", "verification_counts"]
 
 
@@ -32,7 +35,7 @@ __all__ = ["UNPRICED_RESTART_MINUTES", "budget_reach_for", "machine_prior", "pla
 _RECORDED: dict[tuple[str, str, str], MachineRecord] = {}
 
 
-def _recorded(storage: Any, study: str, engine: Mapping[str, Any]) -> MachineRecord:
+def _recorded(storage: str | optuna.storages.BaseStorage, study: str, engine: Mapping[str, object]) -> MachineRecord:
     if not isinstance(storage, str):
         return recorded_noise(storage, study, engine)
     key = (storage, study, repr(sorted((k, str(v)) for k, v in engine.items())))
@@ -41,7 +44,8 @@ def _recorded(storage: Any, study: str, engine: Mapping[str, Any]) -> MachineRec
     return _RECORDED[key]
 
 
-def machine_prior(ledger: Ledger | None, options: StudyOptions, engine: Mapping[str, Any] | None = None) -> NoisePrior:
+def machine_prior(ledger: Ledger | None, options: StudyOptions, engine: Mapping[str, object] | None = None
+                  ) -> NoisePrior:
     """The machine's restart noise before this study: earlier studies on this store and machine
     (:func:`autotune.store.history.recorded_noise`), else the default (:class:`NoisePrior`)."""
     if engine is None and ledger is not None:
@@ -62,7 +66,7 @@ def machine_prior(ledger: Ledger | None, options: StudyOptions, engine: Mapping[
 UNPRICED_RESTART_MINUTES = 1.0
 
 
-def budget_reach_for(options: StudyOptions, engine: Mapping[str, Any], ledger: Ledger | None = None,
+def budget_reach_for(options: StudyOptions, engine: Mapping[str, object], ledger: Ledger | None = None,
                      price: float | None = None) -> BudgetReach | None:
     """What the study's budget can prove at the machine's prior noise, before the first start (issue 41); ``None``
     without a budget or verification. A warm restart is priced at ``price`` (what a resumed study measured), else

@@ -11,10 +11,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from autotune.core.params import TrialParams
 from autotune.decisions.racing import RacingPolicy
 from autotune.store.ledger import DEFAULT_HEARTBEAT_S, DEFAULT_STORAGE, DEFAULT_WORKDIR, StudyMeta
+
+if TYPE_CHECKING:
+    import optuna
 
 __all__ = ["DEFAULT_TOP_K", "NO_RACING_RESTARTS", "STARTS_PER_VERIFIED", "VERIFY_SEED_OFFSET", "SEED_STRIDE",
            "StudyOptions"]
@@ -76,7 +80,9 @@ class StudyOptions:
     """
 
     study_name: str
-    storage: Any = DEFAULT_STORAGE
+    # The URL as text, not a StorageUrl: Optuna, the store and a worker's command line take it as given, and a
+    # storage object (several in-process workers sharing one InMemoryStorage, bench/scaling.py) has no URL.
+    storage: str | optuna.storages.BaseStorage = DEFAULT_STORAGE
     workdir: str = DEFAULT_WORKDIR
     trials: int = 20
     policy: RacingPolicy = RacingPolicy()
@@ -97,7 +103,7 @@ class StudyOptions:
     fresh: bool = False
     verify: bool = True
     command: tuple[str, ...] = ()
-    enqueue: tuple[Mapping[str, Any], ...] = ()
+    enqueue: tuple[TrialParams, ...] = ()
     heartbeat_s: int = DEFAULT_HEARTBEAT_S
     warm_start: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -123,9 +129,9 @@ class StudyOptions:
         }
 
     @classmethod
-    def from_meta(cls, meta: StudyMeta, *, study_name: str, storage: Any = DEFAULT_STORAGE,
-                  workdir: str = DEFAULT_WORKDIR, heartbeat_s: int = DEFAULT_HEARTBEAT_S,
-                  command: Sequence[str] = ()) -> StudyOptions:
+    def from_meta(cls, meta: StudyMeta, *, study_name: str,
+                  storage: str | optuna.storages.BaseStorage = DEFAULT_STORAGE, workdir: str = DEFAULT_WORKDIR,
+                  heartbeat_s: int = DEFAULT_HEARTBEAT_S, command: Sequence[str] = ()) -> StudyOptions:
         """The options a study was started with, read back from its metadata (:meth:`stored_settings`), for a
         worker that joins it; this process's own storage URL, workdir, heartbeat and command line are given.
 

@@ -352,6 +352,9 @@ def test_a_named_schedule_can_be_enqueued_and_an_unknown_one_is_one_line() -> No
     assert config.speculative_config[SCHEDULE_KEY] == taper.to_list()
     with pytest.raises(UsageError, match="k_schedule has no choice 'nope'; use one of fixed, taper"):
         enqueue_params(space, "k_schedule=nope")
+    # A value that cannot name a schedule (a list) is the space's one line too, not a TypeError from the lookup.
+    with pytest.raises(UsageError, match=r"--enqueue 'k_schedule=\[4\]': k_schedule\[0\]"):
+        enqueue_params(space, "k_schedule=[4]")
     # A space without named schedules has no such parameter.
     with pytest.raises(UsageError, match="unknown parameter"):
         enqueue_params(load_space(REPO / "search_spaces" / "demo-levels-2.yaml"), "k_schedule=taper")

@@ -83,6 +83,23 @@ def test_unknown_study_names_the_studies_there_are(tmp_path):
     assert ledger_mod.latest_study_name(storage) == "present"
 
 
+def test_load_takes_the_storage_url_as_the_command_line_parsed_it(tmp_path):
+    """``tune --warm-start``, a resume and ``worker`` hand ``load`` the :class:`StorageUrl` they parsed once: it opens
+    the same study as the text, and a missing study is the same line, naming the URL as typed."""
+    from autotune.core.urls import StorageUrl
+
+    text = f"sqlite:///{tmp_path}/optuna.db"
+    optuna.create_study(study_name="present", storage=text)
+    parsed = StorageUrl.parse(text)
+    assert ledger_mod.load("present", parsed).name == ledger_mod.load("present", text).name == "present"
+    lines = []
+    for storage in (text, parsed):
+        with pytest.raises(LedgerError) as err:
+            ledger_mod.load("absent", storage)
+        lines.append(str(err.value))
+    assert lines[0] == lines[1] and text in lines[0]
+
+
 def test_a_fresh_empty_study_reads_as_nothing_recorded():
     ledger = Ledger(optuna.create_study(), create=True)
     assert ledger.version == SCHEMA_VERSION
