@@ -5,8 +5,9 @@ process group and without autotune's environment tag, so stopping the client - a
 or at once on a memory-guard trip - left the engine running with its memory after autotune had moved on or exited.
 So :class:`~autotune.engines.process.EngineProcess` gives every container it starts a name of its own
 (``--name=autotune-<tag>``: the process's tag, unique per start; a name the launcher sets itself is kept) and a label
-naming the autotune that started it and the workdir it started it for (``autotune_owner=<pid>:<start time>:<scope>``), and, when it stops the engine, also asks
-the runtime to kill that container and waits, bounded, until it has stopped.
+naming the autotune that started it and the workdir it started it for (``autotune_owner=<pid>:<start time>:<scope>``),
+and, when it stops the engine, also asks the runtime to kill that container and waits, bounded, until it has
+stopped.
 
 A ``kill -9``'d autotune cannot stop anything: the next study's start lists the labelled containers of each runtime
 on ``PATH`` and kills those of its own workdir whose autotune is gone (:func:`stop_orphan_containers`), as it does
@@ -182,8 +183,9 @@ def orphan_containers(runtimes: Sequence[str] = CONTAINER_RUNTIMES,
                       alive: Callable[[int, float], bool] = _same_process_alive,
                       scope: str | None = None) -> list[Container]:
     """Running containers labelled by an autotune that is gone (what a ``kill -9``'d study left), per runtime on
-    ``PATH``; ``scope``: only those started for that workdir. A runtime whose daemon does not answer in :data:`LIST_TIMEOUT_S`, or refuses us (a root daemon a
-    ``sudo`` launcher reaches), lists nothing: a container only ``sudo`` can see is not found here."""
+    ``PATH``; ``scope``: only those started for that workdir. A runtime whose daemon does not answer in
+    :data:`LIST_TIMEOUT_S`, or refuses us (a root daemon a ``sudo`` launcher reaches), lists nothing: a container
+    only ``sudo`` can see is not found here."""
     found = []
     for runtime in runtimes:
         if shutil.which(runtime) is None:
