@@ -92,9 +92,11 @@ def run(args: argparse.Namespace, out: IO[str]) -> ExitStatus:
     options = parse_kv(args.engine_opt, "--engine-opt")
     from pathlib import Path
 
+    from autotune.engines.process import set_scope
     from autotune.store.studydir import check_no_links_out
 
     check_no_links_out(Path(args.workdir))  # the engine's logs and caches stay inside it (issue 44), as a study's
+    set_scope(args.workdir)  # its engines are tagged as this workdir's (engines.process.stop_orphans), as a study's
     return run_audit(space, params, options, args.strict, out, engine=args.engine, cache_dir=args.workdir,
                      json_path=args.json)
 

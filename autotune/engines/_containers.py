@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 
 import psutil
 
+from autotune.engines._tag import tag_scope
+
 __all__ = ["CONTAINER_RUNTIMES", "KILL_TIMEOUT_S", "NAME_PREFIX", "OWNER_LABEL", "WRAPPERS", "Container",
            "kill_container", "named_run", "orphan_containers", "owner_label", "stop_orphan_containers"]
 
@@ -105,12 +107,6 @@ def owner_label(pid: int | None = None, scope: str | None = None) -> str:
     return f"{label}:{scope}" if scope else label
 
 
-def _scope_of_tag(tag: str) -> str | None:
-    """The scope an engine's tag carries (``<pid>-<scope>-<id>``; ``engines.process.new_tag``)."""
-    parts = tag.split("-")
-    return parts[1] if len(parts) == 3 else None
-
-
 def _given_name(argv: Sequence[str]) -> str | None:
     for flag, value in zip(argv, [*argv[1:], None]):
         if flag == "--name" and value:
@@ -128,7 +124,7 @@ def named_run(argv: Sequence[str], tag: str) -> tuple[list[str], Container | Non
         return list(argv), None
     runtime_at, at = found
     runtime = _runtime_call(argv, runtime_at)
-    label = [f"--label={OWNER_LABEL}={owner_label(scope=_scope_of_tag(tag))}"]
+    label = [f"--label={OWNER_LABEL}={owner_label(scope=tag_scope(tag))}"]
     given = _given_name(argv[at + 1:])
     if given is not None:
         return [*argv[: at + 1], *label, *argv[at + 1:]], Container(runtime, given)
@@ -159,17 +155,17 @@ def _runtime(container: Container, verb: str, timeout_s: float) -> bool:
     return done.returncode == 0
 
 
-def _owner_gone(label: str, alive: Callable[[int, float], bool], scope: str | None = None) -> bool:
-    """Whether the autotune an owner label names is gone, and (``scope`` given) it started the container for that
-    workdir (a label that does not parse is not ours to judge)."""
+def _owner_gone(label: str, alive: Callable[[int, float], bool]) -> tuple[bool, str | None]:
+    """Whether the autotune an owner label names is gone (a label that does not parse is not ours to judge), and the
+    workdir's scope the label carries (``None``: a label from before scopes)."""
     parts = label.strip().split(":")
-    if len(parts) not in (2, 3) or (scope is not None and (parts[2] if len(parts) == 3 else None) != scope):
-        return False
+    if len(parts) not in (2, 3):
+        return False, None
     try:
         pid, started = int(parts[0]), float(parts[1])
     except ValueError:
-        return False
-    return not alive(pid, started)
+        return False, None
+    return not alive(pid, started), (parts[2] if len(parts) == 3 else None)
 
 
 def _same_process_alive(pid: int, started: float) -> bool:
@@ -179,13 +175,9 @@ def _same_process_alive(pid: int, started: float) -> bool:
         return False
 
 
-def orphan_containers(runtimes: Sequence[str] = CONTAINER_RUNTIMES,
-                      alive: Callable[[int, float], bool] = _same_process_alive,
-                      scope: str | None = None) -> list[Container]:
-    """Running containers labelled by an autotune that is gone (what a ``kill -9``'d study left), per runtime on
-    ``PATH``; ``scope``: only those started for that workdir. A runtime whose daemon does not answer in
-    :data:`LIST_TIMEOUT_S`, or refuses us (a root daemon a ``sudo`` launcher reaches), lists nothing: a container
-    only ``sudo`` can see is not found here."""
+def _orphans(runtimes: Sequence[str], alive: Callable[[int, float], bool]) -> list[tuple[Container, str | None]]:
+    """Running containers labelled by an autotune that is gone, each with the workdir's scope its label carries: one
+    listing per runtime on ``PATH``."""
     found = []
     for runtime in runtimes:
         if shutil.which(runtime) is None:
@@ -203,24 +195,33 @@ def orphan_containers(runtimes: Sequence[str] = CONTAINER_RUNTIMES,
             continue
         for line in done.stdout.splitlines():
             name, _, label = line.partition("\t")
-            if name and _owner_gone(label, alive, scope):
-                found.append(Container((runtime,), name.strip()))
+            gone, scope = _owner_gone(label, alive)
+            if name and gone:
+                found.append((Container((runtime,), name.strip()), scope))
     return found
+
+
+def orphan_containers(runtimes: Sequence[str] = CONTAINER_RUNTIMES,
+                      alive: Callable[[int, float], bool] = _same_process_alive,
+                      scope: str | None = None) -> list[Container]:
+    """Running containers labelled by an autotune that is gone (what a ``kill -9``'d study left), per runtime on
+    ``PATH``; ``scope``: only those started for that workdir. A runtime whose daemon does not answer in
+    :data:`LIST_TIMEOUT_S`, or refuses us (a root daemon a ``sudo`` launcher reaches), lists nothing: a container
+    only ``sudo`` can see is not found here."""
+    return [c for c, started_for in _orphans(runtimes, alive) if scope is None or started_for == scope]
 
 
 def stop_orphan_containers(scope: str | None = None) -> list[Container]:
     """Kill the containers a killed autotune left running (logged as a warning); returns them. ``scope``: only
     those started for that workdir; another workdir's are reported and left running (not this run's to stop)."""
-    mine = orphan_containers(scope=scope)
-    killed = [c for c in mine if kill_container(c)]
+    orphans = _orphans(CONTAINER_RUNTIMES, _same_process_alive)
+    killed = [c for c, started_for in orphans if (scope is None or started_for == scope) and kill_container(c)]
     if killed:
         _log.warning("autotune: stopped %d container(s) left running by an autotune that was killed: %s",
                      len(killed), ", ".join(c.name for c in killed))
-    if scope is not None:
-        names = {c.name for c in mine}
-        elsewhere = [c for c in orphan_containers() if c.name not in names]
-        if elsewhere:
-            _log.warning("autotune: %d container(s) left running by a killed autotune of another workdir, left alone "
-                         "(stop them with docker kill, or run autotune with their --workdir): %s",
-                         len(elsewhere), ", ".join(c.name for c in elsewhere))
+    elsewhere = [c for c, started_for in orphans if scope is not None and started_for != scope]
+    if elsewhere:
+        _log.warning("autotune: %d container(s) left running by a killed autotune of another workdir, left alone "
+                     "(stop them with docker kill, or run autotune with their --workdir): %s",
+                     len(elsewhere), ", ".join(c.name for c in elsewhere))
     return killed

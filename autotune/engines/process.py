@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import hashlib
 import logging
 import os
 import signal
@@ -36,14 +35,14 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import IO, Any
 
 import psutil
 
-from autotune.engines._logs import RedactedLog, scrub_log
 from autotune.engines._containers import Container, kill_container, named_run, stop_orphan_containers
+from autotune.engines._logs import RedactedLog, scrub_log
+from autotune.engines._tag import current_scope, new_tag, scope_of, set_scope, tag_scope
 from autotune.engines._signals import (TERMINATING_SIGNALS, SignalInterrupt, hold_interruptions, interrupt_on_sigterm,
                                        release_interruptions)
 
@@ -164,35 +163,6 @@ def _own_prefix() -> str:
     return f"{os.getpid()}-"
 
 
-#: The workdir whose engines this autotune starts, as a token in every tag (``<pid>-<scope>-<id>``): an autotune
-#: stops a killed autotune's engines only when they were started for the same workdir (:func:`stop_orphans`). Set
-#: once the command knows its workdir (:func:`set_scope`); before that, and for a command without one, ``w0``.
-_scope = "w0"
-
-
-def scope_of(workdir: str | os.PathLike[str]) -> str:
-    """The scope token of ``workdir``: a short hash of its real path (a tag must not carry the path itself)."""
-    return "w" + hashlib.sha1(os.path.realpath(os.fspath(workdir)).encode()).hexdigest()[:12]
-
-
-def set_scope(workdir: str | os.PathLike[str]) -> str:
-    """Tag the engines this process starts from now on as started for ``workdir``; returns the token."""
-    global _scope
-    _scope = scope_of(workdir)
-    return _scope
-
-
-def new_tag() -> str:
-    """A fresh tag for an engine this autotune starts: its pid (the owner), its scope, and a unique id."""
-    return f"{os.getpid()}-{_scope}-{uuid.uuid4().hex}"
-
-
-def _tag_scope(tag: str) -> str | None:
-    """The scope a tag was started for (``None``: a tag of an autotune from before scopes)."""
-    parts = tag.split("-")
-    return parts[1] if len(parts) == 3 else None
-
-
 def own_tagged(owner_prefix: str | None = None) -> set[int]:
     """Live processes tagged by this autotune (their tag starts with ``owner_prefix``, by default this process's
     ``<pid>-``), never this process itself: what a restart's start is told apart from."""
@@ -245,18 +215,13 @@ def _started(pid: int) -> float | None:
         return None
 
 
-def orphaned_engine_processes(scope: str | None = None) -> list[int]:
-    """Live engine processes whose autotune is gone: what a ``kill -9``'d autotune left running.
-
-    Every engine process carries :data:`TAG_ENV`, which starts with the pid of the autotune that started it.
-    When that pid is gone, or now belongs to a process that started after the engine did (a reused pid), no
-    autotune will ever stop the engine. ``scope``: only those started for that workdir (:func:`scope_of`).
-    """
+def _orphans() -> list[tuple[int, str | None]]:
+    """Live engine processes whose autotune is gone, each with the scope it was started for (one scan)."""
     me = os.getpid()
     found = []
     for proc, tag in _tags():
         pid = proc.pid
-        if not _live(pid) or (scope is not None and _tag_scope(tag) != scope):
+        if not _live(pid):
             continue
         try:
             owner = int(tag.split("-", 1)[0])
@@ -267,8 +232,18 @@ def orphaned_engine_processes(scope: str | None = None) -> list[int]:
         owner_start, start = _started(owner), _started(pid)
         if _live(owner) and owner_start is not None and start is not None and owner_start <= start:
             continue  # its autotune still runs and will stop it
-        found.append(pid)
+        found.append((pid, tag_scope(tag)))
     return found
+
+
+def orphaned_engine_processes(scope: str | None = None) -> list[int]:
+    """Live engine processes whose autotune is gone: what a ``kill -9``'d autotune left running.
+
+    Every engine process carries :data:`TAG_ENV`, which starts with the pid of the autotune that started it.
+    When that pid is gone, or now belongs to a process that started after the engine did (a reused pid), no
+    autotune will ever stop the engine. ``scope``: only those started for that workdir (:func:`scope_of`).
+    """
+    return [pid for pid, started_for in _orphans() if scope is None or started_for == scope]
 
 
 def stop_orphans() -> list[Survivor]:
@@ -281,8 +256,10 @@ def stop_orphans() -> list[Survivor]:
 
     Returns the processes killed (also logged as a warning; the containers are logged).
     """
+    scope = current_scope()
+    orphans = _orphans()
     killed = []
-    for pid in orphaned_engine_processes(_scope):
+    for pid in (pid for pid, started_for in orphans if started_for == scope):
         name = process_name(pid)
         if name is None:
             continue
@@ -293,14 +270,13 @@ def stop_orphans() -> list[Survivor]:
     if killed:
         _log.warning("autotune: stopped %d engine process(es) left running by an autotune that was killed: %s",
                      len(killed), ", ".join(map(str, killed)))
-    elsewhere = [Survivor(pid, process_name(pid) or "?") for pid in orphaned_engine_processes()
-                 if pid not in {s.pid for s in killed}]
+    elsewhere = [Survivor(pid, process_name(pid) or "?") for pid, started_for in orphans if started_for != scope]
     if elsewhere:
         _log.warning("autotune: %d engine process(es) left running by a killed autotune of another workdir, left "
                      "alone (they may hold the GPU; stop them with kill, or run autotune with their --workdir): %s",
                      len(elsewhere), ", ".join(map(str, elsewhere)))
     # A container is the daemon's child, with neither our tag nor our pid: its runtime lists it by our label.
-    stop_orphan_containers(_scope)
+    stop_orphan_containers(scope)
     return killed
 
 
